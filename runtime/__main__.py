@@ -1,0 +1,5 @@
+"""`python -m runtime` is `tern`."""
+
+from runtime.cli import main
+
+main()
