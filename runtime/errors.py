@@ -1,0 +1,84 @@
+"""The one exception root of tern, and its tree.
+
+Every error tern raises on purpose is a ``TernError``. Each layer translates it at its
+boundary: the CLI prints ``str(error)`` as one line (no traceback unless ``--debug``),
+the HTTP server maps ``http_status``, the JSON-RPC servers map ``rpc_code``.
+
+    TernError
+    ├── ConfigError        the config file is unreadable or invalid (CLI exit 2)
+    ├── UsageError         the command line is wrong (CLI exit 2)
+    ├── BundleError        the pyz has no native bundle for this Python/platform
+    ├── ProtocolError      a peer broke a protocol (bad JSON, bad framing, bad shape)
+    │   └── RpcError       a JSON-RPC error object, to send or received
+    └── TernTimeout        a wait passed its deadline
+
+Messages are written for the person who will read them: what happened, and what to
+do. They never contain secrets.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TernError",
+    "ConfigError",
+    "UsageError",
+    "BundleError",
+    "ProtocolError",
+    "RpcError",
+    "TernTimeout",
+]
+
+
+class TernError(Exception):
+    """Root of every error tern raises on purpose."""
+
+    exit_code = 1
+    http_status = 500
+
+
+class ConfigError(TernError):
+    """The configuration cannot be used. The message is one line: file, key path, why."""
+
+    exit_code = 2
+
+
+class UsageError(TernError):
+    """The command line asks for something that cannot be done."""
+
+    exit_code = 2
+    http_status = 400
+
+
+class BundleError(TernError):
+    """The single-file build has no native module for this interpreter and platform."""
+
+    exit_code = 3
+
+
+class ProtocolError(TernError):
+    """A peer sent something the protocol does not allow."""
+
+    http_status = 400
+
+
+class RpcError(ProtocolError):
+    """A JSON-RPC error: ``code``, ``message`` and optional ``data``.
+
+    Raised by handlers to answer a request with an error, and by clients when a peer
+    answers with one.
+    """
+
+    def __init__(self, code: int, message: str, data: object = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"RpcError({self.code}, {self.message!r})"
+
+
+class TernTimeout(TernError):
+    """A wait passed its deadline. The message names what was waited for and for how long."""
+
+    http_status = 504
