@@ -1,0 +1,198 @@
+"""The ``tern`` command line: argument parsing and human output only.
+
+Every command imports what it needs inside its own function, so ``tern version`` loads
+nothing but this module and argparse, and ``tern mcp`` does not pay for the HTTP stack.
+Errors reach the user as one line on stderr (``tern: ...``) with a meaningful exit code:
+2 for a bad config or command line, 130 for Ctrl-C; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, NoReturn, Sequence, Union
+
+from runtime import __version__
+
+__all__ = ["main", "build_parser"]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """Options accepted both before and after the subcommand (``tern -v x`` and ``tern x -v``)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS,
+                        help="config file (default: $TERN_CONFIG, ./config.toml, the user config dir, "
+                             "then the bundled default)")
+    common.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=argparse.SUPPRESS,
+                        help="log verbosity on stderr (default: warning; debug logs every protocol message)")
+    common.add_argument("--log-format", choices=("text", "json"), default=argparse.SUPPRESS,
+                        help="log line format (default: text)")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks for errors")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options()
+    parser = argparse.ArgumentParser(
+        prog="tern", parents=[common],
+        description="tern: an edge agent runtime that speaks MCP and A2A, client and server.")
+    parser.add_argument("--version", action="version", version=f"tern {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(name: str, handler: Handler, help_text: str,
+                parent: Any = commands) -> argparse.ArgumentParser:
+        sub = parent.add_parser(name, parents=[common], help=help_text, description=help_text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    command("version", cmd_version, "print tern's version")
+
+    config = command("config", _needs_subcommand, "check or show the configuration")
+    config_commands = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND")
+    check = command("check", cmd_config_check, "validate a config file and summarise it", config_commands)
+    check.add_argument("path", nargs="?", help="the file to check (default: the one tern would use)")
+    show = command("show", cmd_config_show, "print the effective config, secrets masked", config_commands)
+    show.add_argument("--json", action="store_true", help="print JSON instead of TOML")
+
+    serve = command("serve", cmd_serve, "run the daemon: kernel, MCP client connections, HTTP API, A2A")
+    serve.add_argument("--listen", metavar="HOST:PORT", help="override [server] listen")
+    command("mcp", cmd_mcp, "serve tern's agents as MCP tools over stdio (for desktop assistants and IDEs)")
+
+    cache = command("cache", _needs_subcommand, "manage the per-user cache of the single-file build")
+    cache_commands = cache.add_subparsers(dest="cache_command", metavar="SUBCOMMAND")
+    command("prune", cmd_cache_prune, "remove extracted native bundles this tern no longer uses", cache_commands)
+    return parser
+
+
+# --- Commands ------------------------------------------------------------------------
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    print(f"tern {__version__}")
+    return 0
+
+
+def _needs_subcommand(args: argparse.Namespace) -> int:
+    from runtime.errors import UsageError
+
+    raise UsageError(f"'tern {args.command}' needs a subcommand; see 'tern {args.command} --help'")
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    from runtime.config import load_config
+
+    loaded = load_config(args.path or getattr(args, "config", None))
+    config = loaded.config
+    agents = ", ".join(a.name for a in config.agents) or "none"
+    servers = ", ".join(f"{s.name} ({s.transport.__struct_config__.tag})" for s in config.mcp_servers) or "none"
+    peers = ", ".join(a.name for a in config.a2a.external_agents) or "none"
+    print(f"{loaded.label}: OK")
+    print(f"  agents ({len(config.agents)}): {agents}")
+    print(f"  MCP servers ({len(config.mcp_servers)}): {servers}")
+    print(f"  A2A peers ({len(config.a2a.external_agents)}): {peers}")
+    print(f"  listen: {config.server.listen}   state: {config.state.dir}")
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    from runtime.config import dump_toml, load_config, masked
+
+    loaded = load_config(getattr(args, "config", None))
+    data = masked(loaded.config)
+    if args.json:
+        import json
+
+        print(json.dumps(data, indent=2))
+    else:
+        print(f"# effective config from {loaded.label} (secrets masked)")
+        print(dump_toml(data), end="")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from runtime.config import load_config
+    from runtime.errors import UsageError
+
+    load_config(getattr(args, "config", None))
+    raise UsageError("the daemon is not in this build yet: 'tern serve' arrives with the HTTP server")
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from runtime.config import load_config
+    from runtime.errors import UsageError
+
+    load_config(getattr(args, "config", None))
+    raise UsageError("the MCP server is not in this build yet: 'tern mcp' arrives with the MCP server")
+
+
+def cmd_cache_prune(args: argparse.Namespace) -> int:
+    from runtime import _bundle
+
+    removed = _bundle.prune_cache()
+    for path in removed:
+        print(f"removed {path}")
+    print(f"{len(removed)} stale entr{'y' if len(removed) == 1 else 'ies'} removed from {_bundle.cache_root()}")
+    return 0
+
+
+# --- Entry point ------------------------------------------------------------------------
+
+
+def main(argv: Union[Sequence[str], None] = None) -> NoReturn:
+    """Run one tern command and exit with its status."""
+    args = build_parser().parse_args(argv)
+    debug = getattr(args, "debug", False)
+    handler: Union[Handler, None] = getattr(args, "handler", None)
+    if handler is None:
+        build_parser().print_help(sys.stderr)
+        sys.exit(2)
+    if handler is not cmd_version:
+        from runtime.log import setup_logging
+
+        setup_logging(getattr(args, "log_level", "warning"), getattr(args, "log_format", "text"))
+    try:
+        sys.exit(handler(args))
+    except KeyboardInterrupt:
+        print("tern: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BaseException as exc:  # noqa: BLE001 - the one place errors become exit codes
+        if isinstance(exc, SystemExit):
+            raise
+        sys.exit(_report(exc, debug))
+
+
+def _report(exc: BaseException, debug: bool) -> int:
+    """Print an error as one line (plus traceback with --debug); return the exit code."""
+    from runtime.errors import TernError
+
+    leaf = _single_leaf(exc)
+    if isinstance(leaf, KeyboardInterrupt):
+        print("tern: interrupted", file=sys.stderr)
+        return 130
+    if debug:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    if isinstance(leaf, TernError):
+        print(f"tern: {leaf}", file=sys.stderr)
+        return leaf.exit_code
+    print(f"tern: internal error: {type(leaf).__name__}: {leaf}"
+          f"{'' if debug else ' (run with --debug for the traceback)'}", file=sys.stderr)
+    return 70
+
+
+def _single_leaf(exc: BaseException) -> BaseException:
+    """The one meaningful exception inside nested exception groups, if there is one."""
+    while True:
+        inner = getattr(exc, "exceptions", None)
+        if not isinstance(inner, tuple) or not inner:
+            return exc
+        keyboard = [e for e in inner if isinstance(e, KeyboardInterrupt)]
+        if keyboard:
+            return keyboard[0]
+        if len(inner) != 1:
+            return exc
+        exc = inner[0]

@@ -1,0 +1,175 @@
+"""Config decoding: every class of error gives its one line; paths resolve; secrets hide."""
+
+from pathlib import Path
+
+import pytest
+
+from runtime.config import (
+    BUNDLED_LABEL, SECRET_MASK, HttpTransport, StdioTransport, bundled_config_text, dump_toml,
+    find_config, load_config, masked, parse_config, parse_listen,
+)
+from runtime.errors import ConfigError
+
+STDIO_A = '[[mcp_servers]]\nname="a"\n[mcp_servers.transport]\ntype="stdio"\ncommand="x"\n'
+
+BAD = [
+    (STDIO_A + '[[mcp_servers]]\nname="b"\n[mcp_servers.transport]\ntype="tcp"\n',
+     'mcp_servers[1].transport.type: expected "stdio", "http" or "sse", got "tcp"'),
+    ('[[mcp_servers]]\nname="a"\n[mcp_servers.transport]\ncommand="x"\n',
+     'mcp_servers[0].transport.type: required key is missing (expected "stdio", "http" or "sse")'),
+    ('[server]\nlistn="x"\n', 'server.listn: unknown key (did you mean "listen"?)'),
+    ('[server]\nzzzzzz=1\n', "server.zzzzzz: unknown key (expected one of: listen, api_key,"),
+    ('bogus = 1\n', 'bogus: unknown key'),
+    ('[server]\nmax_body_bytes="big"\n', 'server.max_body_bytes: expected an integer, got "big"'),
+    ('[server]\nmax_body_bytes=1.5\n', 'server.max_body_bytes: expected an integer, got 1.5'),
+    ('[server]\nallow_unauthenticated_remote="yes"\n',
+     'server.allow_unauthenticated_remote: expected true or false, got "yes"'),
+    ('[[agents]]\nname="a"\nkind="robot"\n',
+     'agents[0].kind: expected "llm", "echo", "command", "tool" or "remote", got "robot"'),
+    ('[[agents]]\nkind="echo"\n', "agents[0].name: required key is missing"),
+    ('server = 5\n', "server: expected a table, got 5"),
+    ('[tools]\ntimeout_secs = -1\n', "tools.timeout_secs: expected a number above 0, got -1.0"),
+    ('[server]\nlisten = "nope"\n', 'server.listen: expected "HOST:PORT", got "nope"'),
+    ('[server]\nlisten = "127.0.0.1:99999"\n', 'server.listen: expected a port from 0 to 65535'),
+    ('[[mcp_servers]]\nname="a"\n[mcp_servers.transport]\ntype="stdio"\ncommand="../bin/x"\n',
+     'mcp_servers[0].transport.command: a ".." path component is not allowed, got "../bin/x"'),
+    ('[[mcp_servers]]\nname="a"\n[mcp_servers.transport]\ntype="stdio"\ncommand="bin\\\\..\\\\x"\n',
+     'a ".." path component is not allowed'),
+    ('[[mcp_servers]]\nname="a"\n[mcp_servers.transport]\ntype="http"\nurl="ftp://x"\n',
+     'mcp_servers[0].transport.url: expected an http:// or https:// URL, got "ftp://x"'),
+    ('[[mcp_servers]]\nname="a"\n[mcp_servers.transport]\ntype="sse"\n',
+     "mcp_servers[0].transport.url: required key is missing"),
+    (STDIO_A + STDIO_A, 'mcp_servers[1].name: "a" is already used by mcp_servers[0]'),
+    ('[[agents]]\nname="a"\nkind="echo"\n[[agents]]\nname="a"\nkind="echo"\n',
+     'agents[1].name: "a" is already used by agents[0]'),
+    ('[[agents]]\nname="a"\nkind="llm"\n', "agents[0].model: an llm agent needs [agents.model]"),
+    ('[[agents]]\nname="a"\nkind="llm"\n[agents.model]\nbase_ur="x"\n',
+     'agents[0].model.base_ur: unknown key (did you mean "base_url"?)'),
+    ('[[agents]]\nname="a b"\nkind="echo"\n', 'agents[0].name: expected letters, digits'),
+    ('[[agents]]\nname="r"\nkind="remote"\nremote="nowhere"\n',
+     'agents[0].remote: expected the name of an [[a2a.external_agents]] entry, got "nowhere"'),
+    ('[a2a]\ndefault_agent="ghost"\n', 'a2a.default_agent: no agent named "ghost"'),
+    ('[a2a]\nlisten_path="a2a"\n', 'a2a.listen_path: expected a path starting with "/", got "a2a"'),
+    ('[[mcp_servers]]\nname="a"\nrestart="always"\n[mcp_servers.transport]\ntype="stdio"\ncommand="x"\n',
+     'mcp_servers[0].restart: expected "on-failure" or "never", got "always"'),
+    ('[server]\napi_key="k"\napi_key_env="K"\n', "server: set api_key or api_key_env, not both"),
+    ('[server]\ntls_cert="c.pem"\n', "server: tls_cert and tls_key go together"),
+]
+
+
+@pytest.mark.parametrize("text, expected", BAD)
+def test_each_error_class_gives_one_line(text, expected):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "config.toml", None)
+    message = str(caught.value)
+    assert message.startswith("config.toml: ")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_toml_syntax_error_gives_line_and_column():
+    with pytest.raises(ConfigError) as caught:
+        parse_config('[server]\nlisten = "a"\nmax_body_bytes = \n', "c.toml", None)
+    assert str(caught.value).startswith("c.toml: line 3, column 18: TOML syntax error")
+
+
+@pytest.mark.parametrize("text", [
+    '[server]\napi_key=123456789\n',
+    '[[mcp_servers]]\nname="a"\n[mcp_servers.transport]\ntype="http"\nurl="http://x"\nheaders={Authorization=987654321}\n',
+])
+def test_secret_values_never_appear_in_errors(text):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "config.toml", None)
+    assert "not shown: secret" in str(caught.value)
+    assert "123456789" not in str(caught.value) and "987654321" not in str(caught.value)
+
+
+def test_seed_format_decodes_into_tagged_transports():
+    text = (
+        '[[mcp_servers]]\nname = "github"\ntimeout_secs = 30\nenv = ["GITHUB_PERSONAL_ACCESS_TOKEN"]\n'
+        '[mcp_servers.transport]\ntype = "stdio"\ncommand = "npx"\n'
+        'args = ["-y", "@modelcontextprotocol/server-github"]\n'
+        '[[mcp_servers]]\nname = "remote-tools"\n[mcp_servers.transport]\ntype = "http"\n'
+        'url = "https://tools.example.com/mcp"\nheaders = {Authorization = "Bearer ${TOKEN}"}\n'
+    )
+    config = parse_config(text, "config.toml", Path("/etc/tern"))
+    github, remote = config.mcp_servers
+    assert isinstance(github.transport, StdioTransport)
+    assert github.transport.args == ["-y", "@modelcontextprotocol/server-github"]
+    assert github.env == ["GITHUB_PERSONAL_ACCESS_TOKEN"] and github.timeout_secs == 30
+    assert github.restart == "on-failure" and github.max_restarts == 5 and github.protocol == "auto"
+    assert isinstance(remote.transport, HttpTransport)
+    assert remote.transport.headers == {"Authorization": "Bearer ${TOKEN}"}
+
+
+def test_relative_paths_resolve_against_the_config_file(tmp_path):
+    (tmp_path / "config.toml").write_text(
+        '[state]\ndir = "state"\n[[agents]]\nname = "w"\nkind = "echo"\nworkspace = "ws"\n'
+        '[[agents]]\nname = "d"\nkind = "echo"\n'
+        '[[mcp_servers]]\nname = "s"\n[mcp_servers.transport]\ntype = "stdio"\ncommand = "x"\ncwd = "srv"\n')
+    config = load_config(str(tmp_path / "config.toml")).config
+    assert config.state.dir == str(tmp_path / "state")
+    assert config.agents[0].workspace == str(tmp_path / "ws")
+    assert config.agents[1].workspace == str(tmp_path / "state" / "workspaces" / "d")
+    assert config.mcp_servers[0].transport.cwd == str(tmp_path / "srv")
+
+
+def test_search_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("TERN_CONFIG", raising=False)
+    assert find_config() is None  # nothing anywhere: the bundled default
+    user = tmp_path / "xdg" / "tern" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text("")
+    assert find_config() == user
+    (tmp_path / "config.toml").write_text("")
+    assert find_config() == Path("config.toml")
+    env_file = tmp_path / "env.toml"
+    env_file.write_text("")
+    monkeypatch.setenv("TERN_CONFIG", str(env_file))
+    assert find_config() == env_file
+    flag_file = tmp_path / "flag.toml"
+    flag_file.write_text("")
+    assert find_config(str(flag_file)) == flag_file
+    with pytest.raises(ConfigError, match="no such config file"):
+        find_config(str(tmp_path / "missing.toml"))
+
+
+def test_bundled_default_is_valid_and_offline(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "none"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "st"))
+    monkeypatch.delenv("TERN_CONFIG", raising=False)
+    loaded = load_config()
+    assert loaded.label == BUNDLED_LABEL and loaded.path is None
+    assert loaded.config.mcp_servers == []  # nothing to download: runs offline
+    assert {a.name for a in loaded.config.agents} >= {"echo", "files", "assistant"}
+    assert loaded.config.server.listen.startswith("127.0.0.1:")
+    assert loaded.config.state.dir == str(tmp_path / "st" / "tern")
+    assert "[[agents]]" in bundled_config_text()
+
+
+def test_masked_hides_literal_secrets_but_keeps_references():
+    config = parse_config(
+        '[server]\napi_key = "hunter2-very-secret"\n[security]\nredact = ["s3cr3t-value"]\n'
+        '[[mcp_servers]]\nname="h"\n[mcp_servers.transport]\ntype="http"\nurl="http://127.0.0.1/mcp"\n'
+        'headers = {Authorization = "Bearer abcdef", X-Token = "Bearer ${TOKEN}"}\n', "c.toml", None)
+    data = masked(config)
+    text = dump_toml(data)
+    assert "hunter2" not in text and "s3cr3t" not in text and "abcdef" not in text
+    assert data["server"]["api_key"] == SECRET_MASK
+    assert data["mcp_servers"][0]["transport"]["headers"] == {
+        "Authorization": SECRET_MASK, "X-Token": "Bearer ${TOKEN}"}
+
+
+def test_dump_toml_round_trips(tmp_path):
+    original = load_config(str(Path(__file__).parent.parent / "config.toml")).config
+    again = parse_config(dump_toml(masked(original)), "again.toml", tmp_path)
+    assert again == original
+
+
+@pytest.mark.parametrize("listen, expected", [
+    ("127.0.0.1:50051", ("127.0.0.1", 50051)), ("[::1]:8080", ("::1", 8080)), ("0.0.0.0:0", ("0.0.0.0", 0))])
+def test_parse_listen(listen, expected):
+    assert parse_listen(listen) == expected
