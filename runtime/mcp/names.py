@@ -1,0 +1,106 @@
+"""Namespacing MCP tools as ``mcp_{server}_{tool}``.
+
+Why the care: LLM APIs cap tool names at 64 characters of ``[a-zA-Z0-9_-]``, server and
+tool names contain hyphens, and ``a-b`` and ``a_b`` normalise to the same thing. So:
+
+- names are lowercased and every character outside ``[a-z0-9_]`` becomes ``_``;
+- a name longer than 64 characters keeps its first 55 and ends in ``_`` plus 8 hex
+  digits of a SHA-256 over the original server and tool names (deterministic, and two
+  long names that share a prefix still differ);
+- when two different (server, tool) pairs would get the same name, *both* get the
+  hashed suffix and the collision is reported, so neither silently shadows the other
+  and the result does not depend on which server connected first;
+- the original tool name is always kept for the call itself (``ToolName.tool``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Iterable, NamedTuple
+
+__all__ = [
+    "MAX_TOOL_NAME",
+    "ToolName",
+    "normalize",
+    "format_mcp_tool_name",
+    "is_mcp_tool",
+    "extract_mcp_server",
+    "assign_names",
+]
+
+MAX_TOOL_NAME = 64
+PREFIX = "mcp_"
+_OUTSIDE = re.compile(r"[^a-z0-9_]")
+
+
+class ToolName(NamedTuple):
+    """A namespaced tool: the name agents see and the server/tool it calls."""
+
+    name: str
+    server: str
+    tool: str
+
+
+def normalize(part: str) -> str:
+    """Lowercase, with every character outside ``[a-z0-9_]`` turned into ``_``."""
+    return _OUTSIDE.sub("_", part.lower())
+
+
+def _digest(server: str, tool: str) -> str:
+    return hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:8]
+
+
+def _with_suffix(base: str, server: str, tool: str) -> str:
+    return f"{base[: MAX_TOOL_NAME - 9]}_{_digest(server, tool)}"
+
+
+def format_mcp_tool_name(server: str, tool: str) -> str:
+    """``mcp_{server}_{tool}``, normalised, at most 64 characters."""
+    name = f"{PREFIX}{normalize(server)}_{normalize(tool)}"
+    return name if len(name) <= MAX_TOOL_NAME else _with_suffix(name, server, tool)
+
+
+def is_mcp_tool(name: str) -> bool:
+    """Whether a tool name is in the MCP namespace."""
+    return name.startswith(PREFIX)
+
+
+def extract_mcp_server(name: str, servers: Iterable[str]) -> str | None:
+    """The configured server a namespaced tool name belongs to, or None.
+
+    Matches the longest normalised server prefix, so server ``a-b`` wins over ``a``
+    for ``mcp_a_b_x``. The registry resolves names exactly; this is for names that
+    come from elsewhere (an LLM, a log line).
+    """
+    if not is_mcp_tool(name):
+        return None
+    best: str | None = None
+    for server in servers:
+        prefix = f"{PREFIX}{normalize(server)}_"
+        if name.startswith(prefix) and len(name) > len(prefix):
+            if best is None or len(normalize(server)) > len(normalize(best)):
+                best = server
+    return best
+
+
+def assign_names(pairs: Iterable[tuple[str, str]]) -> tuple[list[ToolName], list[list[ToolName]]]:
+    """Names for every (server, tool) pair, and the groups that collided.
+
+    Returns ``(names, collisions)``: each colliding group lists the pairs that would
+    have shared one name; every member was given a hash-suffixed name instead.
+    """
+    unique = list(dict.fromkeys(pairs))
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for server, tool in unique:
+        by_name.setdefault(format_mcp_tool_name(server, tool), []).append((server, tool))
+    names: list[ToolName] = []
+    collisions: list[list[ToolName]] = []
+    for name, group in by_name.items():
+        if len(group) == 1:
+            names.append(ToolName(name, *group[0]))
+            continue
+        renamed = [ToolName(_with_suffix(name, s, t), s, t) for s, t in group]
+        names.extend(renamed)
+        collisions.append(renamed)
+    return names, collisions
