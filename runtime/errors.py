@@ -10,6 +10,7 @@ the HTTP server maps ``http_status``, the JSON-RPC servers map ``rpc_code``.
     ├── BundleError        the pyz has no native bundle for this Python/platform
     ├── ProtocolError      a peer broke a protocol (bad JSON, bad framing, bad shape)
     │   └── RpcError       a JSON-RPC error object, to send or received
+    ├── ConnectionLost     a peer went away (EOF, crash) while we needed it
     └── TernTimeout        a wait passed its deadline
 
 Messages are written for the person who will read them: what happened, and what to
@@ -25,6 +26,7 @@ __all__ = [
     "BundleError",
     "ProtocolError",
     "RpcError",
+    "ConnectionLost",
     "TernTimeout",
 ]
 
@@ -82,3 +84,9 @@ class TernTimeout(TernError):
     """A wait passed its deadline. The message names what was waited for and for how long."""
 
     http_status = 504
+
+
+class ConnectionLost(TernError):
+    """A peer's connection ended (EOF, crash, reset); calls waiting on it fail at once."""
+
+    http_status = 502

@@ -1,0 +1,303 @@
+"""One MCP client session over any transport: ids, waiters, era negotiation.
+
+Many requests may be in flight at once; each waits on its own waiter (id -> waiter),
+and no lock is held across a call (writes are serialised by the transport, for the
+length of one write only). When the connection ends, every waiting call fails at once
+with ``ConnectionLost`` instead of sitting out its timeout. A call that passes its
+deadline sends ``notifications/cancelled`` and raises ``TernTimeout``.
+
+Era negotiation with ``protocol = "auto"`` (fast against both kinds of server):
+
+- **stdio**: send ``server/discover`` and ``ping`` together. A modern server answers
+  discover; a legacy one answers discover with an error, or ignores it but answers the
+  ``ping`` (allowed before ``initialize``); servers handle stdio messages in order, so
+  a ping answer with no discover answer shortly after means "legacy". Either way the
+  probe costs one round trip, never a long timeout. Only a server that answers
+  nothing falls back after ``probe_timeout_secs``.
+- **HTTP**: POST ``server/discover``; a legacy server answers with an HTTP error at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, Awaitable, Callable, Protocol, Union
+
+import trio
+from msgspec import UNSET
+
+from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernTimeout
+from runtime.log import get_logger, log_wire
+from runtime.mcp import protocol
+from runtime.wire import jsonrpc
+
+__all__ = ["MessageTransport", "McpSession", "TransportClosed"]
+
+log = get_logger("mcp")
+
+
+class TransportClosed(Exception):
+    """The transport has no more messages (EOF, process exit, stream closed)."""
+
+
+class MessageTransport(Protocol):
+    """Moves JSON-RPC messages. ``receive`` returns one message body (bytes) or raises
+    TransportClosed; ``send`` may be called from several tasks at once."""
+
+    sequential_probe: bool
+
+    async def send(self, message: jsonrpc.Message) -> None: ...
+
+    async def receive(self) -> bytes: ...
+
+    def set_protocol_version(self, version: str, era: protocol.Era) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _Waiter:
+    __slots__ = ("event", "result", "error", "method", "started")
+
+    def __init__(self, method: str) -> None:
+        self.event = trio.Event()
+        self.result: Any = None
+        self.error: Union[BaseException, None] = None
+        self.method = method
+        self.started = time.perf_counter()
+
+
+NotificationHandler = Callable[[str, Any], Union[None, Awaitable[None]]]
+
+
+class McpSession:
+    """A client session with one MCP server. Start ``run`` in a nursery, then ``open``."""
+
+    def __init__(self, transport: MessageTransport, *, name: str, timeout_secs: float = 30.0,
+                 roots: Union[list[str], None] = None, on_notification: Union[NotificationHandler, None] = None,
+                 probe_timeout_secs: float = 5.0) -> None:
+        self.transport = transport
+        self.name = name
+        self.timeout_secs = timeout_secs
+        self.probe_timeout_secs = probe_timeout_secs
+        self.roots = roots or []
+        self.info: Union[protocol.ServerInfo, None] = None
+        self._on_notification = on_notification
+        self._ids = itertools.count(1)
+        self._pending: dict[Union[int, str], _Waiter] = {}
+        self._progress: dict[Union[int, str], Callable[[dict[str, Any]], None]] = {}
+        self._closed: Union[BaseException, None] = None
+        self._nursery: Union[trio.Nursery, None] = None
+        self._meta: Union[dict[str, Any], None] = None
+        self.closed = trio.Event()
+
+    # --- The reader ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Read messages until the transport ends; then fail every waiting call."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                while True:
+                    try:
+                        body = await self.transport.receive()
+                    except TransportClosed as exc:
+                        self._fail_all(ConnectionLost(f"MCP server '{self.name}' closed the connection"
+                                                      f"{': ' + str(exc) if str(exc) else ''}"))
+                        break
+                    self._dispatch(body)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._fail_all(ConnectionLost(f"MCP server '{self.name}' connection ended"))
+            self.closed.set()
+
+    def _fail_all(self, error: BaseException) -> None:
+        if self._closed is None:
+            self._closed = error
+        for waiter in self._pending.values():
+            if not waiter.event.is_set():
+                waiter.error = error
+                waiter.event.set()
+        self._pending.clear()
+
+    def _dispatch(self, body: bytes) -> None:
+        try:
+            message = jsonrpc.parse(body)
+        except jsonrpc.InvalidMessage as exc:
+            preview = body[:120].decode("utf-8", "replace")
+            log.warning("MCP server '%s' sent a line that is not JSON-RPC (%s); skipped: %r",
+                        self.name, exc.message, preview)
+            return
+        if isinstance(message, (jsonrpc.Response, jsonrpc.ErrorResponse)):
+            waiter = self._pending.pop(message.id, None) if message.id is not None else None
+            if waiter is None:
+                log.debug("MCP server '%s' answered unknown or finished request id %r", self.name, message.id)
+                return
+            log_wire("in", waiter.method, message.id, len(body), waiter.started, f"mcp:{self.name}")
+            if isinstance(message, jsonrpc.Response):
+                waiter.result = message.result
+            else:
+                error = message.error
+                waiter.error = RpcError(error.code, error.message,
+                                        None if error.data is UNSET else error.data)
+            waiter.event.set()
+        elif isinstance(message, jsonrpc.Request):
+            log_wire("in", message.method, message.id, len(body), peer=f"mcp:{self.name}")
+            assert self._nursery is not None
+            self._nursery.start_soon(self._answer, message)
+        else:
+            log_wire("in", message.method, None, len(body), peer=f"mcp:{self.name}")
+            self._notification(message.method, message.params)
+
+    async def _answer(self, request: jsonrpc.Request) -> None:
+        params = None if request.params is UNSET else request.params
+        try:
+            reply: jsonrpc.Message = jsonrpc.Response(
+                request.id, protocol.answer_server_request(request.method, params, self.roots))
+        except RpcError as exc:
+            reply = jsonrpc.error_response(request.id, exc.code, exc.message)
+        await self._send_quietly(reply)
+
+    def _notification(self, method: str, params: Any) -> None:
+        params = params if isinstance(params, dict) else {}
+        if method == "notifications/progress":
+            callback = self._progress.get(params.get("progressToken"))  # type: ignore[arg-type]
+            if callback is not None:
+                callback(params)
+        elif method == "notifications/message":
+            level = str(params.get("level", "info")).upper()
+            numeric = {"DEBUG": 10, "INFO": 20, "NOTICE": 20, "WARNING": 30, "ERROR": 40}.get(level, 40)
+            log.log(numeric, "MCP server '%s' (%s): %s", self.name, params.get("logger", "-"), params.get("data"))
+        if self._on_notification is not None:
+            outcome = self._on_notification(method, params)
+            if outcome is not None and self._nursery is not None:
+                self._nursery.start_soon(lambda: outcome)
+
+    # --- Requests ----------------------------------------------------------------------
+
+    async def _send_quietly(self, message: jsonrpc.Message) -> None:
+        try:
+            await self.transport.send(message)
+        except (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.debug("MCP server '%s': could not send %s: %s", self.name, type(message).__name__, exc)
+
+    def _start(self, method: str, params: Any) -> tuple[Union[int, str], _Waiter]:
+        if self._closed is not None:
+            raise ConnectionLost(str(self._closed))
+        request_id = next(self._ids)
+        waiter = _Waiter(method)
+        self._pending[request_id] = waiter
+        return request_id, waiter
+
+    def _params(self, params: Union[dict[str, Any], None]) -> Any:
+        if self._meta is not None:
+            return protocol.with_meta(params, self._meta)
+        return UNSET if params is None else params
+
+    async def request(self, method: str, params: Union[dict[str, Any], None] = None, *,
+                      timeout_secs: Union[float, None] = None,
+                      on_progress: Union[Callable[[dict[str, Any]], None], None] = None) -> Any:
+        """Send a request and wait for its result; raise RpcError, TernTimeout or ConnectionLost."""
+        request_id, waiter = self._start(method, params)
+        if on_progress is not None:
+            params = dict(params or {})
+            params["_meta"] = {**params.get("_meta", {}), "progressToken": request_id}
+            self._progress[request_id] = on_progress
+        timeout = self.timeout_secs if timeout_secs is None else timeout_secs
+        try:
+            log_wire("out", method, request_id, 0, peer=f"mcp:{self.name}")
+            try:
+                await self.transport.send(jsonrpc.Request(request_id, method, self._params(params)))
+            except (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise ConnectionLost(f"MCP server '{self.name}' cannot be written to: {exc}") from None
+            with trio.move_on_after(timeout):
+                await waiter.event.wait()
+        finally:
+            self._progress.pop(request_id, None)
+            if not waiter.event.is_set():
+                self._pending.pop(request_id, None)
+                if method != "initialize" and self._closed is None:
+                    with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                        await self._send_quietly(jsonrpc.Notification(
+                            "notifications/cancelled", self._params({"requestId": request_id,
+                                                                      "reason": "timed out or cancelled"})))
+        if not waiter.event.is_set():
+            raise TernTimeout(f"MCP server '{self.name}' did not answer {method} within {timeout:g} s")
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result
+
+    async def notify(self, method: str, params: Union[dict[str, Any], None] = None) -> None:
+        log_wire("out", method, None, 0, peer=f"mcp:{self.name}")
+        await self._send_quietly(jsonrpc.Notification(method, self._params(params)))
+
+    # --- Opening: era negotiation --------------------------------------------------------
+
+    async def open(self, protocol_choice: str = "auto") -> protocol.ServerInfo:
+        """Negotiate the protocol era and version; returns what the server said."""
+        if protocol_choice == protocol.MODERN_VERSION:
+            info = await self._discover(self.timeout_secs)
+        elif protocol_choice != "auto":
+            info = await self._initialize(protocol_choice)
+        else:
+            info = await self._probe()
+        self.info = info
+        self.transport.set_protocol_version(info.version, info.era)
+        if info.era == "modern":
+            self._meta = protocol.modern_meta(info.version)
+        else:
+            await self.notify("notifications/initialized")
+        log.info("MCP server '%s' speaks %s (%s era)%s", self.name, info.version, info.era,
+                 f", serverInfo {info.name} {info.server_version}" if info.name else "")
+        return info
+
+    async def _discover(self, timeout: float) -> protocol.ServerInfo:
+        result = await self.request("server/discover", protocol.with_meta(None, protocol.modern_meta()),
+                                    timeout_secs=timeout)
+        return protocol.parse_discover(result)
+
+    async def _initialize(self, version: Union[str, None] = None) -> protocol.ServerInfo:
+        result = await self.request("initialize", protocol.initialize_params(version or protocol.HANDSHAKE_VERSIONS[0]))
+        return protocol.parse_initialize(result, pinned=version)
+
+    async def _probe(self) -> protocol.ServerInfo:
+        if self.transport.sequential_probe:
+            try:
+                return await self._discover(min(self.timeout_secs, self.probe_timeout_secs))
+            except (RpcError, ProtocolError, TernTimeout) as exc:
+                log.debug("MCP server '%s': server/discover failed (%s); using initialize", self.name, exc)
+                return await self._initialize()
+        discover_id, discover = self._start("server/discover", None)
+        ping_id, ping = self._start("ping", None)
+        await self._send_quietly(jsonrpc.Request(discover_id, "server/discover",
+                                                 protocol.with_meta(None, protocol.modern_meta())))
+        await self._send_quietly(jsonrpc.Request(ping_id, "ping", UNSET))
+
+        async with trio.open_nursery() as nursery:
+            nursery.cancel_scope.deadline = trio.current_time() + min(self.timeout_secs, self.probe_timeout_secs)
+
+            async def discover_answered() -> None:
+                await discover.event.wait()
+                nursery.cancel_scope.cancel()
+
+            async def ping_answered() -> None:
+                await ping.event.wait()
+                await trio.sleep(0.2)  # in-order servers answered discover first if at all
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(discover_answered)
+            nursery.start_soon(ping_answered)
+        for request_id in (discover_id, ping_id):
+            self._pending.pop(request_id, None)
+        if self._closed is not None:
+            raise ConnectionLost(str(self._closed))
+        if discover.event.is_set() and discover.error is None:
+            try:
+                return protocol.parse_discover(discover.result)
+            except ProtocolError as exc:
+                log.debug("MCP server '%s': unusable server/discover result (%s)", self.name, exc)
+        return await self._initialize()
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self.transport.aclose()
