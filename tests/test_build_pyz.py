@@ -1,0 +1,572 @@
+"""build_pyz.py and the pyz bootstrap (runtime._bundle).
+
+The ``pyz`` tests share one ``tern.pyz`` built per session by ``build_pyz.py --out``
+(wheels come from build/wheels/, downloaded by the first build on a machine). Each
+run of the pyz gets a fresh TERN_CACHE_DIR and TMPDIR, and runs under ``-I`` (often
+``-I -S``) so nothing from the host's site-packages can stand in for the bundle.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import build_pyz
+import runtime
+from runtime import _bundle
+from runtime.errors import BundleError
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_TIMEOUT_SECS = 600  # the first build on a machine downloads ~45 wheels
+RUN_TIMEOUT_SECS = 60
+PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+PLATFORM_KEYS = ("manylinux_x86_64", "manylinux_aarch64", "macos_arm64", "macos_x86_64", "win_amd64")
+
+# Imports the pyz's __main__ without running it, bootstraps like it does, then uses
+# everything the runtime needs (msgspec's C core, trio, httpx with the shared TLS
+# context, trio-websocket, which reads trio's version through importlib.metadata).
+PROBE = r"""
+import json, os, sys, tempfile, zipimport
+pyz = sys.argv[1]
+sys.path.insert(0, pyz)
+ns = {"__name__": "tern_pyz_main", "__file__": os.path.join(pyz, "__main__.py")}
+exec(zipimport.zipimporter(pyz).get_code("__main__"), ns)
+from runtime import _bundle
+added = _bundle.bootstrap(ns["NATIVE"], ns["__file__"])
+import msgspec, trio, httpx, trio_websocket, certifi
+from runtime.net.tls import ssl_context
+
+async def main():
+    async with httpx.AsyncClient(verify=ssl_context()):
+        pass
+    return msgspec.json.encode({"ok": True}).decode()
+
+names = ["msgspec", "msgspec._core", "trio", "httpx", "httpcore", "h11", "anyio", "certifi",
+         "trio_websocket", "wsproto", "runtime", "runtime.net.tls"]
+if sys.version_info < (3, 11):
+    import tomli, exceptiongroup
+    names += ["tomli", "exceptiongroup"]
+print(json.dumps({
+    "encoded": trio.run(main),
+    "added": added,
+    "files": {name: sys.modules[name].__file__ for name in names},
+    "cas": len(ssl_context().get_ca_certs()),
+    "python": "%d.%d" % sys.version_info[:2],
+}))
+"""
+
+
+# --- helpers ------------------------------------------------------------------------
+
+
+def python_for(version: str) -> str | None:
+    """A working CPython ``version`` interpreter, or None."""
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
+    for candidate in filter(None, candidates):
+        try:
+            out = subprocess.run(
+                [candidate, "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True, text=True, timeout=30,
+            ).stdout.strip()  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out == version:
+            return candidate
+    return None
+
+
+def base_python() -> str:
+    """The interpreter behind the test venv: no tern dependencies next to it."""
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def clean_env(cache: Path, tmp: Path, **extra: str) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp), "LANG": "C.UTF-8"}
+    env.update(TERN_CACHE_DIR=str(cache), TMPDIR=str(tmp), **extra)
+    return env
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS)
+
+
+def manifest_of(pyz: Path) -> dict[str, dict]:
+    with zipfile.ZipFile(pyz) as archive:
+        tree = ast.parse(archive.read("__main__.py"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["NATIVE"]:
+            return ast.literal_eval(node.value)
+    raise AssertionError("no NATIVE literal in __main__.py")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def assert_probe_ok(result: subprocess.CompletedProcess[str], pyz: Path, version: str) -> dict:
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["encoded"] == '{"ok":true}'
+    assert report["python"] == version
+    assert report["cas"] > 100
+    (bundle,) = report["added"]
+    for name, file in report["files"].items():
+        where = bundle if name.startswith("msgspec") else str(pyz)
+        assert file.startswith(where + os.sep), (name, file)
+    return report
+
+
+def build(out: Path) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "build_pyz.py"), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECS,
+    )  # fmt: skip
+    if result.returncode != 0:
+        pytest.fail(f"build_pyz.py failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(autouse=True)
+def bundle_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bootstrap() records the manifest and the directories in use: restore them."""
+    monkeypatch.setattr(_bundle, "_manifest", _bundle._manifest)
+    monkeypatch.setattr(_bundle, "_in_use", list(_bundle._in_use))
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("pyz") / "tern.pyz"
+    return out, build(out).stdout
+
+
+@pytest.fixture(scope="session")
+def pyz(built: tuple[Path, str]) -> Path:
+    return built[0]
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(cache, tmp, cwd): a fresh cache, a fresh TMPDIR, an unrelated working directory."""
+    made = tuple(tmp_path / name for name in ("cache", "tmp", "elsewhere"))
+    for path in made[1:]:
+        path.mkdir()
+    return made
+
+
+def native_listing(cache: Path) -> list[str]:
+    return sorted(os.listdir(cache / "native"))
+
+
+# --- build_pyz.py, no pyz needed ----------------------------------------------------
+
+
+def test_lock_runtime_section_is_read_with_markers() -> None:
+    requirements = {r.key: r for r in build_pyz.read_lock(ROOT / ".ci" / "requirements.lock")}
+    assert {"trio", "msgspec", "certifi", "trio_websocket", "tomli", "cffi"} <= set(requirements)
+    assert "pytest" not in requirements  # [test] is not bundled
+    assert requirements["cffi"].marker == 'sys_platform == "win32"'
+
+
+def test_lock_without_runtime_section_is_refused(tmp_path: Path) -> None:
+    lock = tmp_path / "lock"
+    lock.write_text("# [test]\npytest==9.2.0\n")
+    with pytest.raises(build_pyz.BuildError, match=r"\[runtime\]"):
+        build_pyz.read_lock(lock)
+
+
+def test_markers_are_evaluated_per_target() -> None:
+    linux, *_, windows = build_pyz.PLATFORMS
+    assert build_pyz.marker_holds('python_version < "3.11"', "3.10", linux)
+    assert not build_pyz.marker_holds('python_version < "3.11"', "3.11", linux)
+    assert build_pyz.marker_holds('sys_platform == "win32"', "3.12", windows)
+    assert not build_pyz.marker_holds('sys_platform == "win32"', "3.12", linux)
+
+
+def test_pure_target_never_takes_a_compiled_wheel() -> None:
+    tomli = build_pyz.Requirement("tomli", "2.5.0", "")
+    pure = build_pyz.Target()
+    assert build_pyz.wheel_matches("tomli-2.5.0-py3-none-any.whl", tomli, pure)
+    assert not build_pyz.wheel_matches(
+        "tomli-2.5.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", tomli, pure
+    )
+    assert not build_pyz.wheel_matches("tomli-2.4.0-py3-none-any.whl", tomli, pure)
+
+
+def test_native_target_matches_python_and_platform() -> None:
+    msgspec = build_pyz.Requirement("msgspec", "0.22.0", "")
+    linux = build_pyz.Target("3.11", build_pyz.PLATFORMS[0])
+    name = "msgspec-0.22.0-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.manylinux_2_28_x86_64.whl"
+    assert build_pyz.wheel_matches(name, msgspec, linux)
+    assert not build_pyz.wheel_matches(name.replace("cp311", "cp312"), msgspec, linux)
+    assert not build_pyz.wheel_matches("msgspec-0.22.0-cp311-cp311-musllinux_1_2_x86_64.whl", msgspec, linux)
+
+
+@pytest.mark.parametrize(
+    ("name", "kept"),
+    [
+        ("trio/_core/_run.py", True),
+        ("trio/_tests/test_util.py", False),
+        ("trio/_core/_tests/tutil.py", False),
+        ("certifi/tests/__init__.py", False),
+        ("msgspec/__init__.pyi", False),
+        ("trio/__pycache__/x.cpython-311.pyc", False),
+        ("trio-0.35.0.dist-info/METADATA", True),
+        ("trio-0.35.0.dist-info/licenses/LICENSE.MIT", True),
+        ("sniffio-1.3.1.dist-info/LICENSE", True),
+        ("trio-0.35.0.dist-info/RECORD", False),
+        ("trio-0.35.0.dist-info/entry_points.txt", False),
+        ("certifi/cacert.pem", True),
+    ],
+)
+def test_wheel_member_filter(name: str, kept: bool) -> None:
+    assert build_pyz.keep_member(name) is kept
+
+
+# --- runtime._bundle in process -----------------------------------------------------
+
+
+def fake_entry(so: str, platform: str, machine: str, python: str = "3.11") -> dict:
+    return {
+        "package": "msgspec", "version": "0.22.0", "so": so, "python": python,
+        "platform": platform, "machine": machine, "label": f"{platform} {machine}", "files": [],
+    }  # fmt: skip
+
+
+def test_select_walks_suffixes_in_order_and_matches_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.machinery
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(
+        importlib.machinery, "EXTENSION_SUFFIXES",
+        [".cpython-311-x86_64-linux-gnu.so", ".abi3.so", ".so"],
+    )  # fmt: skip
+    manifest = {
+        "aarch": fake_entry("_core.cpython-311-aarch64-linux-gnu.so", "linux", "aarch64"),
+        "musl": fake_entry("_core.cpython-311-x86_64-linux-musl.so", "linux", "x86_64"),
+        "right": fake_entry("_core.cpython-311-x86_64-linux-gnu.so", "linux", "x86_64"),
+        "py312": fake_entry("_core.cpython-312-x86_64-linux-gnu.so", "linux", "x86_64", "3.12"),
+    }
+    assert _bundle._select(manifest, "msgspec")[0] == "right"
+    del manifest["right"]
+    assert _bundle._select(manifest, "msgspec") is None  # ".so" must not match anything
+
+
+def test_select_compares_the_machine_on_macos(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.machinery
+
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(importlib.machinery, "EXTENSION_SUFFIXES", [".cpython-311-darwin.so", ".abi3.so", ".so"])
+    manifest = {
+        "intel": fake_entry("_core.cpython-311-darwin.so", "darwin", "x86_64"),
+        "arm": fake_entry("_core.cpython-311-darwin.so", "darwin", "arm64"),
+    }
+    for machine in ("arm64", "x86_64"):
+        monkeypatch.setattr(os, "uname", lambda m=machine: os.uname_result(("Darwin", "h", "23", "v", m)))
+        digest, entry = _bundle._select(manifest, "msgspec")
+        assert entry["machine"] == machine
+
+
+def test_no_bundle_and_nothing_installed_is_one_line_bundle_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(_bundle, "_installed", lambda package: False)
+    manifest = {
+        f"d{i}": fake_entry(f"_core.cp3{i}-win_amd64.pyd", "win32", "AMD64", f"3.{i}") for i in (10, 11)
+    }
+    for entry in manifest.values():
+        entry["label"] = "Windows x86_64"
+    if sys.platform == "win32":
+        pytest.skip("the fake manifest is for this platform")
+    with pytest.raises(BundleError) as caught:
+        _bundle.bootstrap(manifest, str(tmp_path / "tern.pyz"))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "Windows x86_64: Python 3.10, 3.11" in message
+    assert caught.value.exit_code == 3
+
+
+def test_no_bundle_but_installed_msgspec_is_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    manifest = {"d": fake_entry("_core.cp311-win_amd64.pyd", "win32", "AMD64")}
+    if sys.platform == "win32":
+        pytest.skip("the fake manifest is for this platform")
+    assert _bundle.bootstrap(manifest, str(tmp_path / "tern.pyz")) == []  # msgspec is in the venv
+
+
+def test_cache_root_follows_the_platform_conventions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TERN_CACHE_DIR", str(tmp_path / "explicit"))
+    assert _bundle.cache_root() == str(tmp_path / "explicit")
+    monkeypatch.delenv("TERN_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _bundle.cache_root() == str(tmp_path / "xdg" / "tern")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert _bundle.cache_root() == str(tmp_path / ".cache" / "tern")
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert _bundle.cache_root() == str(tmp_path / "Library" / "Caches" / "tern")
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "Local"))
+    assert _bundle.cache_root() == os.path.join(str(tmp_path / "Local"), "tern", "Cache")
+
+
+def test_prune_cache_removes_stale_dirs_and_old_work_dirs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(_bundle, "_in_use", ["msgspec-0.22.0-inuse"])
+    native = tmp_path / "native"
+    for name in ("msgspec-0.22.0-live", "msgspec-0.22.0-inuse", "msgspec-0.21.0-stale",
+                 ".tmp-msgspec-0.22.0-live-1-2-0", ".tmp-msgspec-0.22.0-live-3-4-0"):  # fmt: skip
+        (native / name / "msgspec").mkdir(parents=True)
+        (native / name / "msgspec" / "__init__.py").write_text("")
+    (native / "not-a-dir").write_text("")
+    hours_ago = time.time() - 2 * 3600
+    os.utime(native / ".tmp-msgspec-0.22.0-live-1-2-0", (hours_ago, hours_ago))
+
+    removed = _bundle.prune_cache({"msgspec-0.22.0-live"}, root=str(tmp_path))
+
+    assert sorted(removed) == [str(native / ".tmp-msgspec-0.22.0-live-1-2-0"), str(native / "msgspec-0.21.0-stale")]
+    assert sorted(os.listdir(native)) == [
+        ".tmp-msgspec-0.22.0-live-3-4-0", "msgspec-0.22.0-inuse", "msgspec-0.22.0-live", "not-a-dir",
+    ]  # fmt: skip
+    assert _bundle.prune_cache({"msgspec-0.22.0-live"}, root=str(tmp_path)) == []
+    assert _bundle.prune_cache(root=str(tmp_path / "nothing-here")) == []
+
+
+def test_prune_cache_defaults_to_the_bundles_of_the_running_pyz(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(_bundle, "_in_use", [])
+    monkeypatch.setattr(_bundle, "_manifest", {"abc": fake_entry("x", "linux", "x86_64")})
+    monkeypatch.setenv("TERN_CACHE_DIR", str(tmp_path))
+    for name in ("msgspec-0.22.0-abc", "msgspec-0.22.0-old"):
+        (tmp_path / "native" / name).mkdir(parents=True)
+    assert _bundle.prune_cache() == [str(tmp_path / "native" / "msgspec-0.22.0-old")]
+
+
+@pytest.mark.pyz
+def test_losing_the_publish_race_uses_the_winners_directory(
+    pyz: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("TERN_CACHE_DIR", str(tmp_path))
+    manifest = manifest_of(pyz)
+    digest, entry = next((d, e) for d, e in sorted(manifest.items()) if e["package"] == "msgspec")
+    target = tmp_path / "native" / f"msgspec-0.22.0-{digest}"
+    real_extract = _bundle._extract
+
+    def extract_while_another_process_wins(*args: object) -> None:
+        real_extract(*args)
+        target.mkdir()  # the racer renamed its complete copy into place meanwhile
+        (target / "winner").write_text("")
+
+    monkeypatch.setattr(_bundle, "_extract", extract_while_another_process_wins)
+    assert _bundle._ensure(str(pyz), digest, entry) == str(target)
+    assert os.listdir(tmp_path / "native") == [target.name]  # our work directory is gone
+    assert os.listdir(target) == ["winner"]
+
+
+@pytest.mark.pyz
+def test_extracted_bundle_is_complete_and_precompiled(pyz: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TERN_CACHE_DIR", str(tmp_path))
+    manifest = manifest_of(pyz)
+    digest, entry = next((d, e) for d, e in sorted(manifest.items()) if e["package"] == "msgspec")
+    path = Path(_bundle._ensure(str(pyz), digest, entry))
+    files = {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()}
+    expected = set(entry["files"]) | set(entry["common_files"])
+    sources = sorted(f for f in expected if f.endswith(".py"))
+    assert "msgspec/__init__.py" in sources and f"msgspec/{entry['so']}" in expected
+    import importlib.util
+
+    pycs = {Path(importlib.util.cache_from_source(str(path / f))).relative_to(path).as_posix() for f in sources}
+    assert files == expected | pycs
+    if os.name == "posix":
+        assert oct(path.stat().st_mode & 0o777) == oct(0o755)
+
+
+# --- the built pyz ------------------------------------------------------------------
+
+
+@pytest.mark.pyz
+def test_layout_and_determinism_rules(pyz: Path, built: tuple[Path, str]) -> None:
+    data = pyz.read_bytes()
+    assert data.startswith(b"#!/usr/bin/env python3\n")
+    assert os.stat(pyz).st_mode & 0o777 == 0o755
+    assert f"sha256 {hashlib.sha256(data).hexdigest()}" in built[1]
+    with zipfile.ZipFile(pyz) as archive:
+        infos = archive.infolist()
+        names = [i.filename for i in infos]
+        assert names == sorted(names)
+        assert {i.date_time for i in infos} == {(1980, 1, 1, 0, 0, 0)}
+        assert {i.compress_type for i in infos} == {zipfile.ZIP_DEFLATED}
+        assert {i.external_attr >> 16 for i in infos} == {0o100644}
+        name_set = set(names)
+        roots = {n.split("/")[0] for n in names}
+        assert "msgspec" not in roots and "_cffi_backend" not in roots and "cffi" not in roots
+        assert not any("/__pycache__/" in n or n.endswith(".pyi") or "/_tests/" in n for n in names)
+        for name in names:
+            if name.endswith(".py") and not name.startswith("_native/"):
+                assert name + "c" in name_set, name
+        assert "runtime/default_config.toml" in name_set
+        assert archive.read("runtime/default_config.toml") == (ROOT / "config.toml").read_bytes()
+        assert "trio-0.35.0.dist-info/METADATA" in name_set
+        pyc = archive.read("trio/__init__.pyc")
+    import importlib.util
+
+    assert pyc[:4] == importlib.util.MAGIC_NUMBER  # the suite runs on 3.11, the pyc target
+    assert int.from_bytes(pyc[4:8], "little") == 0b01  # unchecked hash
+
+
+@pytest.mark.pyz
+def test_manifest_has_every_bundle(pyz: Path) -> None:
+    manifest = manifest_of(pyz)
+    msgspec = [e for e in manifest.values() if e["package"] == "msgspec"]
+    cffi = [e for e in manifest.values() if e["package"] == "_cffi_backend"]
+    assert len(msgspec) == len(PYTHONS) * len(PLATFORM_KEYS) == 25
+    assert {(e["python"], e["label"]) for e in msgspec} == {
+        (v, p.label) for v in PYTHONS for p in build_pyz.PLATFORMS
+    }
+    assert sorted(e["python"] for e in cffi) == list(PYTHONS)
+    assert {e["platform"] for e in cffi} == {"win32"}
+    with zipfile.ZipFile(pyz) as archive:
+        names = set(archive.namelist())
+    for digest, entry in manifest.items():
+        assert len(digest) == 16
+        so_dir = "msgspec/" if entry["package"] == "msgspec" else ""
+        assert f"{so_dir}{entry['so']}" in entry["files"]
+        for file in entry["files"]:
+            assert f"_native/{digest}/{file}" in names
+        for file in entry.get("common_files", []):
+            assert f"_native/{entry['common']}/{file}" in names
+        if entry["package"] == "msgspec":
+            assert "msgspec/__init__.py" in entry["files"] + entry["common_files"]
+
+
+@pytest.mark.pyz
+def test_size_budget(pyz: Path) -> None:
+    assert pyz.stat().st_size <= build_pyz.SIZE_BUDGET_BYTES == 8_000_000
+
+
+@pytest.mark.pyz
+def test_rebuild_is_byte_identical(pyz: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again.pyz"
+    build(again)
+    assert sha256(again) == sha256(pyz)
+
+
+@pytest.mark.pyz
+@pytest.mark.parametrize("flags", [["-I"], ["-I", "-S"]], ids=["isolated", "isolated-no-site"])
+def test_version_runs_isolated_from_elsewhere(pyz: Path, dirs: tuple[Path, Path, Path], flags: list[str]) -> None:
+    cache, tmp, cwd = dirs
+    result = run([base_python(), *flags, str(pyz), "version"], clean_env(cache, tmp), cwd)
+    assert result.returncode == 0, result.stderr
+    assert runtime.__version__ in result.stdout
+    (bundle,) = native_listing(cache)
+    assert bundle.startswith("msgspec-0.22.0-")
+    assert os.listdir(tmp) == []
+    # warm: same directory, nothing new
+    before = os.stat(cache / "native" / bundle).st_mtime_ns
+    assert run([base_python(), *flags, str(pyz), "version"], clean_env(cache, tmp), cwd).returncode == 0
+    assert native_listing(cache) == [bundle]
+    assert os.stat(cache / "native" / bundle).st_mtime_ns == before
+
+
+@pytest.mark.pyz
+def test_runtime_imports_from_the_pyz_in_an_empty_venv(pyz: Path, dirs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    cache, tmp, cwd = dirs
+    venv = tmp_path / "venv"
+    subprocess.run([base_python(), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=RUN_TIMEOUT_SECS)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    result = run([str(python), str(pyz), "version"], clean_env(cache, tmp), cwd)
+    assert result.returncode == 0, result.stderr
+    assert runtime.__version__ in result.stdout
+    assert_probe_ok(run([str(python), "-c", PROBE, str(pyz)], clean_env(cache, tmp), cwd), pyz, "3.11")
+    assert os.listdir(tmp) == []  # in particular no tmp...cacert.pem from certifi.where()
+
+
+@pytest.mark.pyz
+def test_eight_concurrent_first_runs_leave_one_directory(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp)
+    procs = [
+        subprocess.Popen([base_python(), "-I", "-S", str(pyz), "version"], env=env, cwd=cwd,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        for _ in range(8)
+    ]
+    results = [(p.wait(timeout=RUN_TIMEOUT_SECS), *p.communicate()) for p in procs]
+    assert [code for code, _, _ in results] == [0] * 8, [err for _, _, err in results]
+    assert all(runtime.__version__ in out for _, out, _ in results)
+    assert os.listdir(cache) == ["native"]
+    (bundle,) = native_listing(cache)  # no .tmp-* debris
+    assert not bundle.startswith(_bundle.WORK_PREFIX)
+    assert os.listdir(tmp) == []
+
+
+@pytest.mark.pyz
+def test_unwritable_cache_still_runs_and_cleans_up(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+    _, tmp, cwd = dirs
+    blocker = cwd / "a-file"
+    blocker.write_text("")
+    env = clean_env(blocker / "cache", tmp)  # cannot be created, even by root
+    result = run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd)
+    assert result.returncode == 0, result.stderr
+    assert runtime.__version__ in result.stdout
+    report = assert_probe_ok(run([base_python(), "-I", "-S", "-c", PROBE, str(pyz)], env, cwd), pyz, "3.11")
+    assert report["added"][0].startswith(str(tmp))
+    assert os.listdir(tmp) == []  # the temporary extraction is removed at exit
+
+
+@pytest.mark.pyz
+def test_cache_prune_command_keeps_the_live_bundle(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp)
+    assert run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd).returncode == 0
+    (live,) = native_listing(cache)
+    other_python = next(n for n in sorted(_bundle.bundle_dir_names(manifest_of(pyz))) if n != live)
+    for name in ("msgspec-0.21.0-0123456789abcdef", other_python):
+        (cache / "native" / name).mkdir()
+    result = run([base_python(), "-I", "-S", str(pyz), "cache", "prune"], env, cwd)
+    assert result.returncode == 0, result.stderr
+    assert "msgspec-0.21.0-0123456789abcdef" in result.stdout
+    # Bundles of this pyz stay, the live one and those for other Pythons alike.
+    assert native_listing(cache) == sorted([live, other_python])
+
+
+@pytest.mark.pyz
+@pytest.mark.parametrize("version", ["3.10", "3.12", "3.13"])
+def test_other_pythons(pyz: Path, dirs: tuple[Path, Path, Path], version: str) -> None:
+    python = python_for(version)
+    if python is None:
+        pytest.skip(f"no CPython {version} on this machine (python{version} or ~/.pyenv)")
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp)
+    result = run([python, "-I", "-S", str(pyz), "version"], env, cwd)
+    assert result.returncode == 0, result.stderr
+    assert runtime.__version__ in result.stdout
+    report = assert_probe_ok(run([python, "-I", "-S", "-c", PROBE, str(pyz)], env, cwd), pyz, version)
+    digest = report["added"][0].rsplit("-", 1)[1]
+    assert manifest_of(pyz)[digest]["python"] == version
+    assert os.listdir(tmp) == []
+
+
+@pytest.mark.pyz
+def test_unsupported_python_exits_3_with_one_line(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+    python = python_for("3.9")
+    if python is None:
+        pytest.skip("no CPython 3.9 on this machine to play an unsupported Python")
+    cache, tmp, cwd = dirs
+    result = run([python, "-I", "-S", str(pyz), "version"], clean_env(cache, tmp), cwd)
+    assert result.returncode == 3
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("tern: ") and "3.10" in line and "Linux x86_64 (glibc)" in line
