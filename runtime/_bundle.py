@@ -21,7 +21,8 @@ The bundle is extracted once into ``<cache>/native/<package>-<version>-<digest>`
 
 - warm path: the directory exists; it goes first on ``sys.path``. Nothing else is
   imported (no zipfile, json or platform: they cost ~18 ms per start).
-- cold path: extract into ``mkdtemp(dir=<cache>/native)``, precompile it, then
+- cold path: extract into a fresh ``.tmp-*`` work directory in ``<cache>/native``,
+  precompile it, then
   ``os.rename`` it into place. A racer that loses the rename finds the target there
   and uses it; the work directory is removed either way. A published directory is
   complete and never changes again (CPython reads ``.pyc`` files without locking).
