@@ -34,6 +34,12 @@ def main() -> None:
         raise SystemExit("dist/tern.pyz is missing: run `python3 build_pyz.py` first")
 
     scratch = Path(tempfile.mkdtemp(prefix="tern-bench-"))
+    # The pyz runs from an empty venv of the same interpreter, so both sides start the
+    # same Python with the same (empty) site-packages: only the code's location differs.
+    import venv
+
+    venv.create(scratch / "empty-venv", with_pip=False)
+    pyz_python = str(scratch / "empty-venv" / "bin" / "python")
     warm_cache, cold_cache = scratch / "warm", scratch / "cold"
     base_env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "")}
 
@@ -43,12 +49,12 @@ def main() -> None:
     variants = [
         Variant("venv: python -m runtime version", [args.venv_python, "-m", "runtime", "version"],
                 env=base_env, cwd=str(ROOT)),
-        Variant("pyz warm: python -I tern.pyz version", [args.python, "-I", str(pyz), "version"],
+        Variant("pyz warm: empty venv, python -I tern.pyz version", [pyz_python, "-I", str(pyz), "version"],
                 env={**base_env, "TERN_CACHE_DIR": str(warm_cache)}, cwd=str(scratch)),
-        Variant("pyz cold (empty cache): python -I tern.pyz version", [args.python, "-I", str(pyz), "version"],
+        Variant("pyz cold (empty cache): empty venv, python -I tern.pyz version", [pyz_python, "-I", str(pyz), "version"],
                 env={**base_env, "TERN_CACHE_DIR": str(cold_cache)}, cwd=str(scratch),
                 before_each=empty_cold_cache),
-        Variant("baseline: python -I -c pass", [args.python, "-I", "-c", "pass"], env=base_env),
+        Variant("baseline: empty venv python -I -c pass", [pyz_python, "-I", "-c", "pass"], env=base_env),
     ]
     try:
         results = run_commands(variants, runs=args.runs)
