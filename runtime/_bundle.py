@@ -35,7 +35,8 @@ only ``os`` and ``sys`` at import time.
 import os
 import sys
 
-__all__ = ["BUNDLE_PACKAGES", "bootstrap", "cache_root", "bundle_dir_names", "in_use", "prune_cache"]
+__all__ = ["BUNDLE_PACKAGES", "bootstrap", "cache_root", "bundle_dir_names", "in_use", "running_manifest",
+           "prune_cache"]
 
 #: Native packages every platform needs (others, e.g. ``_cffi_backend``, are needed
 #: where the manifest has bundles for the platform).
@@ -83,6 +84,11 @@ def _dir_name(digest, entry):
 def bundle_dir_names(manifest):
     """The ``<cache>/native`` directory names of every bundle in ``manifest``."""
     return {_dir_name(digest, entry) for digest, entry in manifest.items()}
+
+
+def running_manifest():
+    """The manifest of the running pyz, or None when tern does not run from one."""
+    return _manifest
 
 
 def in_use():

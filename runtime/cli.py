@@ -131,7 +131,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_cache_prune(args: argparse.Namespace) -> int:
     from runtime import _bundle
 
-    if not _bundle.bundle_dir_names(_bundle._manifest or {}):
+    if _bundle.running_manifest() is None:
         print("not running from tern.pyz: every extracted bundle counts as stale "
               "(the next pyz run re-extracts its own)")
     removed = _bundle.prune_cache()

@@ -54,8 +54,7 @@ class McpClient:
         session = McpSession(transport, name=entry.name, timeout_secs=entry.timeout_secs, roots=roots,
                              on_notification=on_notification)
         try:
-            if hasattr(transport, "start"):
-                await transport.start(nursery)
+            await transport.start(nursery)
             await nursery.start(session.run)
             await session.open(entry.protocol)
         except BaseException:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, Awaitable, Callable, Protocol, Union
+from typing import Any, Callable, Protocol, Union
 
 import trio
 from msgspec import UNSET
@@ -40,11 +40,18 @@ class TransportClosed(Exception):
     """The transport has no more messages (EOF, process exit, stream closed)."""
 
 
+#: What a failed write can raise, whatever the transport.
+SEND_ERRORS = (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
 class MessageTransport(Protocol):
     """Moves JSON-RPC messages. ``receive`` returns one message body (bytes) or raises
-    TransportClosed; ``send`` may be called from several tasks at once."""
+    TransportClosed; ``send`` may be called from several tasks at once and logs each
+    message it writes (``log_wire``), since only the transport knows its encoded size."""
 
     sequential_probe: bool
+
+    async def start(self, nursery: trio.Nursery) -> None: ...
 
     async def send(self, message: jsonrpc.Message) -> None: ...
 
@@ -66,7 +73,7 @@ class _Waiter:
         self.started = time.perf_counter()
 
 
-NotificationHandler = Callable[[str, Any], Union[None, Awaitable[None]]]
+NotificationHandler = Callable[[str, Any], None]  # called on the reader task: must not block
 
 
 class McpSession:
@@ -169,16 +176,14 @@ class McpSession:
             numeric = {"DEBUG": 10, "INFO": 20, "NOTICE": 20, "WARNING": 30, "ERROR": 40}.get(level, 40)
             log.log(numeric, "MCP server '%s' (%s): %s", self.name, params.get("logger", "-"), params.get("data"))
         if self._on_notification is not None:
-            outcome = self._on_notification(method, params)
-            if outcome is not None and self._nursery is not None:
-                self._nursery.start_soon(lambda: outcome)
+            self._on_notification(method, params)
 
     # --- Requests ----------------------------------------------------------------------
 
     async def _send_quietly(self, message: jsonrpc.Message) -> None:
         try:
             await self.transport.send(message)
-        except (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        except SEND_ERRORS as exc:
             log.debug("MCP server '%s': could not send %s: %s", self.name, type(message).__name__, exc)
 
     def _start(self, method: str, params: Any) -> tuple[Union[int, str], _Waiter]:
@@ -205,10 +210,9 @@ class McpSession:
             self._progress[request_id] = on_progress
         timeout = self.timeout_secs if timeout_secs is None else timeout_secs
         try:
-            log_wire("out", method, request_id, 0, peer=f"mcp:{self.name}")
             try:
                 await self.transport.send(jsonrpc.Request(request_id, method, self._params(params)))
-            except (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            except SEND_ERRORS as exc:
                 raise ConnectionLost(f"MCP server '{self.name}' cannot be written to: {exc}") from None
             with trio.move_on_after(timeout):
                 await waiter.event.wait()
@@ -228,7 +232,6 @@ class McpSession:
         return waiter.result
 
     async def notify(self, method: str, params: Union[dict[str, Any], None] = None) -> None:
-        log_wire("out", method, None, 0, peer=f"mcp:{self.name}")
         await self._send_quietly(jsonrpc.Notification(method, self._params(params)))
 
     # --- Opening: era negotiation --------------------------------------------------------

@@ -25,7 +25,7 @@ import trio
 
 from runtime.config import StdioTransport as StdioConfig
 from runtime.errors import ConnectionLost
-from runtime.log import get_logger
+from runtime.log import get_logger, log_wire
 from runtime.mcp.protocol import Era
 from runtime.mcp.session import TransportClosed
 from runtime.wire import framing, jsonrpc
@@ -102,6 +102,8 @@ class StdioTransport:
         if self._process is None or self._process.stdin is None:
             raise TransportClosed("not started")
         data = framing.encode_ndjson(jsonrpc.encode(message))
+        log_wire("out", getattr(message, "method", None), getattr(message, "id", None), len(data),
+                 peer=f"mcp:{self.name}")
         async with self._write_lock:  # one write at a time; never held across a call
             try:
                 await self._process.stdin.send_all(data)

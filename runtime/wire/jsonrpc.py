@@ -18,7 +18,7 @@ import re
 from typing import Any, Union
 
 import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
 
 from runtime.errors import RpcError
 

@@ -1,7 +1,6 @@
 """The MCP client over stdio against real servers: the npm reference servers and a
 server built on the official Python SDK, in both protocol eras."""
 
-import json
 from pathlib import Path
 
 import pytest
