@@ -11,8 +11,7 @@ from typing import Any, Callable, Union
 
 import trio
 
-from runtime.config import McpServerEntry, StdioTransport as StdioConfig
-from runtime.errors import ProtocolError
+from runtime.config import HttpTransport as HttpConfig, McpServerEntry, StdioTransport as StdioConfig
 from runtime.log import get_logger
 from runtime.mcp import protocol
 from runtime.mcp.session import McpSession, NotificationHandler
@@ -23,15 +22,24 @@ log = get_logger("mcp")
 MAX_TOOL_PAGES = 100
 
 
-def make_transport(entry: McpServerEntry) -> Any:
-    """The transport object for a configured server (imported lazily: stdio never
-    pays for httpx)."""
+def make_transport(entry: McpServerEntry, policy: Any = None) -> Any:
+    """The transport object for a configured server. Imported lazily, so a config
+    with only stdio servers never pays for importing httpx. ``policy`` is the SSRF
+    guard's AddressPolicy (default: metadata and link-local blocked, nothing else)."""
     if isinstance(entry.transport, StdioConfig):
         from runtime.mcp.stdio import StdioTransport
 
         return StdioTransport(entry.name, entry.transport, entry.env)
-    raise ProtocolError(f"MCP server '{entry.name}': the {entry.transport.__struct_config__.tag} transport "
-                        "is not available in this build")
+    from runtime.net.guard import AddressPolicy
+
+    policy = policy or AddressPolicy()
+    if isinstance(entry.transport, HttpConfig):
+        from runtime.mcp.http import StreamableHttpTransport
+
+        return StreamableHttpTransport(entry.name, entry.transport, policy=policy, timeout_secs=entry.timeout_secs)
+    from runtime.mcp.legacy_sse import LegacySseTransport
+
+    return LegacySseTransport(entry.name, entry.transport, policy=policy, timeout_secs=entry.timeout_secs)
 
 
 class McpClient:
@@ -45,12 +53,12 @@ class McpClient:
     async def connect(cls, entry: McpServerEntry, nursery: trio.Nursery, *,
                       roots: Union[list[str], None] = None,
                       on_notification: Union[NotificationHandler, None] = None,
-                      transport: Any = None) -> "McpClient":
+                      transport: Any = None, policy: Any = None) -> "McpClient":
         """Start the server's transport in ``nursery``, negotiate, and return the client.
 
         On failure everything started is closed again before the error propagates.
         """
-        transport = transport or make_transport(entry)
+        transport = transport or make_transport(entry, policy)
         session = McpSession(transport, name=entry.name, timeout_secs=entry.timeout_secs, roots=roots,
                              on_notification=on_notification)
         try:

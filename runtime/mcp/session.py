@@ -14,7 +14,9 @@ Era negotiation with ``protocol = "auto"`` (fast against both kinds of server):
   a ping answer with no discover answer shortly after means "legacy". Either way the
   probe costs one round trip, never a long timeout. Only a server that answers
   nothing falls back after ``probe_timeout_secs``.
-- **HTTP**: POST ``server/discover``; a legacy server answers with an HTTP error at once.
+- **Streamable HTTP**: POST ``server/discover``; a legacy server answers with an HTTP
+  error at once.
+- **Legacy HTTP+SSE** exists only in the handshake era: straight to ``initialize``.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ class MessageTransport(Protocol):
     TransportClosed; ``send`` may be called from several tasks at once and logs each
     message it writes (``log_wire``), since only the transport knows its encoded size."""
 
-    sequential_probe: bool
+    probe: str  # "parallel" (stdio), "sequential" (Streamable HTTP) or "initialize" (legacy SSE)
 
     async def start(self, nursery: trio.Nursery) -> None: ...
 
@@ -264,7 +266,9 @@ class McpSession:
         return protocol.parse_initialize(result, pinned=version)
 
     async def _probe(self) -> protocol.ServerInfo:
-        if self.transport.sequential_probe:
+        if self.transport.probe == "initialize":
+            return await self._initialize()
+        if self.transport.probe == "sequential":
             try:
                 return await self._discover(min(self.timeout_secs, self.probe_timeout_secs))
             except (RpcError, ProtocolError, TernTimeout) as exc:

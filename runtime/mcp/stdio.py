@@ -62,7 +62,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
 class StdioTransport:
     """Spawns the server on ``start`` and moves NDJSON messages over its stdio."""
 
-    sequential_probe = False
+    probe = "parallel"  # send server/discover and ping together (see session.py)
 
     def __init__(self, name: str, config: StdioConfig, env_names: list[str], *,
                  max_message_bytes: int = framing.MAX_MESSAGE_BYTES, grace_secs: float = 2.0) -> None:

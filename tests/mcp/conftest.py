@@ -6,8 +6,11 @@ from pathlib import Path
 import pytest
 
 from runtime.config import McpServerEntry, StdioTransport
+from tests import peers
 
-FAKE = str(Path(__file__).resolve().parent.parent / "fixtures" / "fake_mcp_server.py")
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FAKE = str(FIXTURES / "fake_mcp_server.py")
+SDK_SERVER = str(FIXTURES / "sdk_mcp_server.py")
 
 
 def stdio_entry(command, *args, name="fake", timeout_secs=10.0, env=(), protocol="auto", cwd=""):
@@ -20,3 +23,18 @@ def fake_entry():
     def make(*flags, **kwargs):
         return stdio_entry(sys.executable, FAKE, *flags, **kwargs)
     return make
+
+
+@pytest.fixture(scope="session")
+def npm():
+    return {name: str(path) for name, path in peers.npm_servers().items()}
+
+
+@pytest.fixture(scope="session")
+def node():
+    return str(peers.node())
+
+
+@pytest.fixture(scope="session")
+def sdk_python():
+    return str(peers.mcp_sdk_python())

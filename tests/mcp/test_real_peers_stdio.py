@@ -1,30 +1,10 @@
 """The MCP client over stdio against real servers: the npm reference servers and a
 server built on the official Python SDK, in both protocol eras."""
 
-from pathlib import Path
-
 import pytest
 
 from runtime.mcp.client import McpClient
-from tests import peers
-from tests.mcp.conftest import stdio_entry
-
-SDK_SERVER = str(Path(__file__).resolve().parent.parent / "fixtures" / "sdk_mcp_server.py")
-
-
-@pytest.fixture(scope="session")
-def npm():
-    return {name: str(path) for name, path in peers.npm_servers().items()}
-
-
-@pytest.fixture(scope="session")
-def node():
-    return str(peers.node())
-
-
-@pytest.fixture(scope="session")
-def sdk_python():
-    return str(peers.mcp_sdk_python())
+from tests.mcp.conftest import SDK_SERVER, stdio_entry
 
 
 @pytest.mark.parametrize("protocol", ["auto", "2025-11-25", "2025-06-18", "2024-11-05"])
@@ -91,7 +71,7 @@ async def test_python_sdk_server(sdk_python, nursery, protocol, era, version):
     client = await McpClient.connect(stdio_entry(sdk_python, SDK_SERVER, name="sdk", protocol=protocol), nursery)
     assert (client.info.era, client.info.version) == (era, version)
     tools = {t.name: t for t in await client.list_tools()}
-    assert set(tools) == {"add", "shout"}
+    assert {"add", "shout"} <= set(tools)
     assert tools["add"].input_schema["required"] == ["a", "b"]
     result = await client.call_tool("add", {"a": 2, "b": 3})
     assert result.text() == "5" and result.structured_content == {"result": 5}
