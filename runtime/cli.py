@@ -59,7 +59,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = command("serve", cmd_serve, "run the daemon: kernel, MCP client connections, HTTP API, A2A")
     serve.add_argument("--listen", metavar="HOST:PORT", help="override [server] listen")
-    command("mcp", cmd_mcp, "serve tern's agents as MCP tools over stdio (for desktop assistants and IDEs)")
+    mcp = command("mcp", cmd_mcp, "serve tern's agents as MCP tools over stdio (for desktop assistants and IDEs)")
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", metavar="SUBCOMMAND")
+    servers = command("servers", _lazy("cmd_mcp_servers"),
+                      "connect every configured MCP server and show its state and last error", mcp_commands)
+    servers.add_argument("--json", action="store_true", help="print JSON")
+    imported = command("import", _lazy("cmd_mcp_import"),
+                       "convert a Claude Desktop / Cursor / VS Code mcpServers JSON file to [[mcp_servers]] TOML",
+                       mcp_commands)
+    imported.add_argument("file", help="the JSON file ('-' for stdin)")
+
+    tools = command("tools", _lazy("cmd_tools"), "connect the configured MCP servers and list every tool")
+    tools.add_argument("--json", action="store_true", help="print JSON")
+    call = command("call", _lazy("cmd_call"), "call one tool and print its result (exit 1 if it fails)")
+    call.add_argument("tool", help="the tool name, e.g. mcp_filesystem_read_file or time_now")
+    call.add_argument("--args", metavar="JSON", default="{}", help="the arguments as a JSON object")
+    call.add_argument("--timeout", type=float, metavar="SECS", help="override the server's timeout_secs")
+    call.add_argument("--json", action="store_true", help="print the whole result as JSON")
 
     cache = command("cache", _needs_subcommand, "manage the per-user cache of the single-file build")
     cache_commands = cache.add_subparsers(dest="cache_command", metavar="SUBCOMMAND")
@@ -68,6 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --- Commands ------------------------------------------------------------------------
+
+
+def _lazy(name: str) -> Handler:
+    """A handler from ``runtime.cli_tools``, imported only when that command runs."""
+    def handler(args: argparse.Namespace) -> int:
+        from runtime import cli_tools
+
+        return int(getattr(cli_tools, name)(args))
+
+    handler.__name__ = name
+    return handler
 
 
 def cmd_version(args: argparse.Namespace) -> int:
@@ -169,9 +196,9 @@ def main(argv: Union[Sequence[str], None] = None) -> NoReturn:
 
 def _report(exc: BaseException, debug: bool) -> int:
     """Print an error as one line (plus traceback with --debug); return the exit code."""
-    from runtime.errors import TernError
+    from runtime.errors import TernError, single_leaf
 
-    leaf = _single_leaf(exc)
+    leaf = single_leaf(exc)
     if isinstance(leaf, KeyboardInterrupt):
         print("tern: interrupted", file=sys.stderr)
         return 130
@@ -185,17 +212,3 @@ def _report(exc: BaseException, debug: bool) -> int:
     print(f"tern: internal error: {type(leaf).__name__}: {leaf}"
           f"{'' if debug else ' (run with --debug for the traceback)'}", file=sys.stderr)
     return 70
-
-
-def _single_leaf(exc: BaseException) -> BaseException:
-    """The one meaningful exception inside nested exception groups, if there is one."""
-    while True:
-        inner = getattr(exc, "exceptions", None)
-        if not isinstance(inner, tuple) or not inner:
-            return exc
-        keyboard = [e for e in inner if isinstance(e, KeyboardInterrupt)]
-        if keyboard:
-            return keyboard[0]
-        if len(inner) != 1:
-            return exc
-        exc = inner[0]

@@ -28,6 +28,7 @@ __all__ = [
     "RpcError",
     "ConnectionLost",
     "TernTimeout",
+    "single_leaf",
 ]
 
 
@@ -90,3 +91,21 @@ class ConnectionLost(TernError):
     """A peer's connection ended (EOF, crash, reset); calls waiting on it fail at once."""
 
     http_status = 502
+
+
+def single_leaf(exc: BaseException) -> BaseException:
+    """The one meaningful exception inside nested exception groups, if there is one.
+
+    Trio nurseries wrap errors in groups; a user should read "connection refused",
+    not "1 sub-exception". A KeyboardInterrupt anywhere wins.
+    """
+    while True:
+        inner = getattr(exc, "exceptions", None)
+        if not isinstance(inner, tuple) or not inner:
+            return exc
+        keyboard = [e for e in inner if isinstance(e, KeyboardInterrupt)]
+        if keyboard:
+            return keyboard[0]
+        if len(inner) != 1:
+            return exc
+        exc = inner[0]

@@ -16,7 +16,7 @@ async def test_handshake_pagination_and_call(fake_entry, nursery):
     assert client.info.era == "handshake" and client.info.version == "2025-11-25"
     assert client.info.name == "fake"
     tools = await client.list_tools()
-    assert [t.name for t in tools][:2] == ["echo", "sleep"] and len(tools) == 8  # two pages
+    assert [t.name for t in tools][:2] == ["echo", "sleep"] and len(tools) == 9  # two pages
     result = await client.call_tool("echo", {"message": "héllo"})
     assert result.text() == "héllo" and not result.is_error
     await client.aclose()

@@ -1,0 +1,1 @@
+"""The kernel: agents, the tool registry and (later) the tool pipeline."""
