@@ -708,7 +708,6 @@ def masked(config: Config) -> dict[str, Any]:
 
 def dump_toml(data: dict[str, Any]) -> str:
     """Render plain config data as TOML (tables, arrays of tables, inline small maps)."""
-    import json
 
     def scalar(value: Any) -> str:
         if isinstance(value, bool):
@@ -719,7 +718,7 @@ def dump_toml(data: dict[str, Any]) -> str:
             return "[" + ", ".join(scalar(v) for v in value) + "]"
         if value is None:
             return '""'
-        return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else repr(value)
+        return _toml_string(value) if isinstance(value, str) else repr(value)
 
     def is_table(value: Any) -> bool:
         return isinstance(value, dict) and any(isinstance(v, (dict, list)) for v in value.values()) \
@@ -753,5 +752,13 @@ def dump_toml(data: dict[str, Any]) -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
+def _toml_string(text: str) -> str:
+    """A TOML basic string. JSON escaping is almost right, but TOML also forbids a raw
+    DEL (0x7f), which json.dumps leaves as is."""
+    import json
+
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 def _toml_key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else '"' + key.replace('"', '\\"') + '"'
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_string(key)

@@ -11,9 +11,9 @@ warnings. Why this is more than a change of format:
   are only the name -> server map, each client has its own keys. What cannot be carried
   over is reported, never silently dropped; a server that cannot be expressed at all is
   skipped with a warning. Only input without any servers object is an error.
-- The TOML is written here, not with ``config.dump_toml``: that one passes DEL and
-  unpaired surrogates through unescaped and quotes keys loosely, and header names and
-  arguments from someone else's file can contain anything.
+- The TOML is written here, not with ``config.dump_toml``: the output is meant to be
+  read and edited by hand (one table a server, long arrays one item a line), and text
+  from someone else's file that TOML cannot hold (a lone surrogate) skips the server.
 """
 
 from __future__ import annotations

@@ -1,0 +1,193 @@
+"""MCP boot with 5 real stdio servers: tern's all-ready time against each server's own handshake.
+
+    .venv/bin/python bench/mcp_boot.py [--runs 7] [--warmup 1]
+
+Servers: server-everything, server-filesystem, server-memory (npm, under node), the
+official Python SDK server (tests/fixtures/sdk_mcp_server.py, in .peers/mcp-venv) and
+tests/fixtures/fake_mcp_server.py (stdlib, under this venv's python).
+
+Variants, interleaved round by round:
+- own handshake: a bare trio client per server, alone: spawn, one ``initialize`` line,
+  read the answer (timed here), ``notifications/initialized``, kill. No tern code.
+- bare, all 5 at once: the same five bare clients started together; the floor for any
+  concurrent boot on this machine (the servers compete for CPU while starting).
+- tern auto: McpSupervisor with ``protocol = "auto"`` (as users configure it), from
+  start until every server is "ready" (negotiated *and* tools listed).
+- tern pinned: the same with ``protocol = "2025-11-25"`` (no era probe).
+
+Target (issue: MCP client): all ready within 1.3x the slowest server's own handshake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from runtime.config import McpServerEntry, StdioTransport  # noqa: E402
+from runtime.mcp.supervisor import McpSupervisor  # noqa: E402
+from tests import peers  # noqa: E402
+
+TARGET = 1.3
+FIXTURES = ROOT / "tests" / "fixtures"
+INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                         "clientInfo": {"name": "bench-baseline", "version": "0"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def servers(tmp: Path) -> dict:
+    """name -> (argv, env names passed through)."""
+    npm, node = peers.npm_servers(), str(peers.node())
+    os.environ["MEMORY_FILE_PATH"] = str(tmp / "memory.jsonl")
+    (tmp / "files").mkdir(exist_ok=True)
+    return {
+        "everything": ([node, str(npm["server-everything"]), "stdio"], []),
+        "filesystem": ([node, str(npm["server-filesystem"]), str(tmp / "files")], []),
+        "memory": ([node, str(npm["server-memory"])], ["MEMORY_FILE_PATH"]),
+        "sdk": ([str(peers.mcp_sdk_python()), str(FIXTURES / "sdk_mcp_server.py")], []),
+        "fake": ([sys.executable, str(FIXTURES / "fake_mcp_server.py")], []),
+    }
+
+
+def clean_env(names: list) -> dict:
+    """The environment tern gives a stdio server (PATH, HOME, temp dirs + the entry's ``env``).
+    The bare client uses it too: e.g. NODE_EXTRA_CA_CERTS alone adds ~50 ms to each node start."""
+    return {k: os.environ[k] for k in ("PATH", "HOME", "TMP", "TEMP", "TMPDIR", *names) if k in os.environ}
+
+
+async def own_handshake(argv: list, env: list) -> float:
+    """Seconds from spawn to the initialize answer, with a bare client."""
+    started = time.perf_counter()
+    proc = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL, env=clean_env(env))
+    try:
+        await proc.stdin.send_all(json.dumps(INITIALIZE).encode() + b"\n")
+        buf = b""
+        while True:
+            while b"\n" not in buf:
+                data = await proc.stdout.receive_some(65536)
+                if not data:
+                    raise SystemExit(f"{argv}: exited before answering initialize")
+                buf += data
+            line, buf = buf.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict) and message.get("id") == 0:
+                break
+        elapsed = time.perf_counter() - started
+        if "result" not in message:
+            raise SystemExit(f"{argv}: initialize failed: {message}")
+        await proc.stdin.send_all(json.dumps(INITIALIZED).encode() + b"\n")
+        return elapsed
+    finally:
+        proc.kill()
+        with trio.CancelScope(shield=True):
+            await proc.wait()
+
+
+async def bare_all(specs: dict) -> float:
+    started = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for argv, env in specs.values():
+            nursery.start_soon(own_handshake, argv, env)
+    return time.perf_counter() - started
+
+
+async def tern_boot(specs: dict, protocol: str) -> tuple:
+    """(seconds until all ready, {server: (seconds until that one was ready, version)})."""
+    entries = [McpServerEntry(name=name, transport=StdioTransport(command=argv[0], args=argv[1:]),
+                              env=env, protocol=protocol, restart="never")
+               for name, (argv, env) in specs.items()]
+    async with trio.open_nursery() as nursery:
+        supervisor = McpSupervisor(entries)
+        t0 = time.monotonic()
+        started = time.perf_counter()
+        await nursery.start(supervisor.run)
+        await supervisor.wait_settled()
+        elapsed = time.perf_counter() - started
+        statuses = supervisor.statuses()
+        bad = [f"{s.name}: {s.state} {s.last_error}" for s in statuses if s.state != "ready"]
+        if bad:
+            raise SystemExit(f"tern ({protocol}) did not get every server ready: {bad}")
+        each = {s.name: (s.ready_since - t0, s.protocol_version) for s in statuses}
+        await supervisor.aclose()
+    return elapsed, each
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tern-boot-") as tmp:
+        specs = servers(Path(tmp))
+        own = {name: [] for name in specs}
+        cpu = {name: [] for name in specs}
+        versions = {}
+        together, tern = [], {"auto": [], "2025-11-25": []}
+        tern_each = {p: {name: [] for name in specs} for p in tern}
+        for round_no in range(args.warmup + args.runs):
+            keep = round_no >= args.warmup
+            for name, (argv, env) in specs.items():
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                seconds = trio.run(own_handshake, argv, env)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if keep:
+                    own[name].append(seconds)
+                    cpu[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+            seconds = trio.run(bare_all, specs)
+            if keep:
+                together.append(seconds)
+            for protocol in tern:
+                seconds, each = trio.run(tern_boot, specs, protocol)
+                if keep:
+                    tern[protocol].append(seconds)
+                    for name, (s, version) in each.items():
+                        tern_each[protocol][name].append(s)
+                        versions.setdefault(protocol, {})[name] = version
+
+    med = statistics.median
+    ms = lambda seconds: f"{seconds * 1000:.0f}"  # noqa: E731
+    slowest_name = max(own, key=lambda n: med(own[n]))
+    slowest = med(own[slowest_name])
+    print(f"\n### MCP boot, 5 stdio servers ({args.runs} runs, median; {os.cpu_count()} CPUs)\n")
+    print("| variant | all ready ms | ratio to slowest own handshake | target |")
+    print("|---|---:|---:|---:|")
+    print(f"| slowest own handshake ({slowest_name}) | {ms(slowest)} | 1.00x | |")
+    floor = sum(med(c) for c in cpu.values()) / (os.cpu_count() or 1)
+    print(f"| CPU floor: servers' start-up CPU / {os.cpu_count()} CPUs | {ms(floor)} | {floor / slowest:.2f}x | |")
+    print(f"| bare clients, all 5 at once | {ms(med(together))} | {med(together) / slowest:.2f}x | |")
+    for protocol, label in (("auto", 'tern, protocol = "auto" (+1 probe round trip)'),
+                            ("2025-11-25", 'tern, protocol = "2025-11-25" (no probe)')):
+        ratio = med(tern[protocol]) / slowest
+        verdict = "ok" if ratio <= TARGET else "MISSED"
+        print(f"| {label} | {ms(med(tern[protocol]))} | {ratio:.2f}x | {TARGET}x {verdict} |")
+    print("\nPer server (ms, median). tern columns: from supervisor start until that server was ready"
+          " (probe/initialize + tools/list), all five booting together.\n")
+    print("| server | own handshake | min | max | its CPU | tern auto | auto negotiated | tern pinned |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|")
+    for name in specs:
+        print(f"| {name} | {ms(med(own[name]))} | {ms(min(own[name]))} | {ms(max(own[name]))} | {ms(med(cpu[name]))} "
+              f"| {ms(med(tern_each['auto'][name]))} | {versions['auto'][name]} "
+              f"| {ms(med(tern_each['2025-11-25'][name]))} |")
+    print('\nNote: protocol = "auto" on stdio sends server/discover + ping first; a handshake-era server'
+          " that answers discover with an error costs one extra round trip, one that ignores it costs"
+          " the ping round trip plus a 0.2 s grace before initialize.")
+
+
+if __name__ == "__main__":
+    main()
