@@ -8,7 +8,9 @@ tests/fixtures/fake_mcp_server.py (stdlib, under this venv's python).
 
 Variants, interleaved round by round:
 - own handshake: a bare trio client per server, alone: spawn, one ``initialize`` line,
-  read the answer (timed here), ``notifications/initialized``, kill. No tern code.
+  read the answer (timed here), ``notifications/initialized``, kill. No tern code. Run
+  with the same cleared environment tern gives a server; its CPU (user + sys) is shown.
+- CPU floor: the five servers' own start-up CPU over the machine's CPUs.
 - bare, all 5 at once: the same five bare clients started together; the floor for any
   concurrent boot on this machine (the servers compete for CPU while starting).
 - tern auto: McpSupervisor with ``protocol = "auto"`` (as users configure it), from
@@ -186,7 +188,7 @@ def main() -> None:
               f"| {ms(med(tern_each['2025-11-25'][name]))} |")
     print('\nNote: protocol = "auto" on stdio sends server/discover + ping first; a handshake-era server'
           " that answers discover with an error costs one extra round trip, one that ignores it costs"
-          " the ping round trip plus a 0.2 s grace before initialize.")
+          " the ping round trip plus a 0.1 s grace (PING_GRACE_SECS) before initialize.")
 
 
 if __name__ == "__main__":

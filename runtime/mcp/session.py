@@ -37,6 +37,11 @@ __all__ = ["MessageTransport", "McpSession", "TransportClosed"]
 
 log = get_logger("mcp")
 
+#: After ``ping`` is answered, how long a discover answer may still take. Servers that
+#: handle stdio messages in order have answered discover already; the SDK handles them
+#: concurrently, and its discover answer comes within a millisecond of the ping's.
+PING_GRACE_SECS = 0.1
+
 
 class TransportClosed(Exception):
     """The transport has no more messages (EOF, process exit, stream closed)."""
@@ -289,7 +294,7 @@ class McpSession:
 
             async def ping_answered() -> None:
                 await ping.event.wait()
-                await trio.sleep(0.2)  # in-order servers answered discover first if at all
+                await trio.sleep(PING_GRACE_SECS)  # in-order servers answered discover first if at all
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(discover_answered)
