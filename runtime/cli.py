@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                        mcp_commands)
     imported.add_argument("file", help="the JSON file ('-' for stdin)")
 
+    command("status", _lazy("cmd_status"), "show the running daemon's state (from its discovery file)")
+    events = command("events", _lazy("cmd_events"), "print the running daemon's events as they happen")
+    events.add_argument("--json", action="store_true", help="one JSON object per line (default: readable lines)")
+
     tools = command("tools", _lazy("cmd_tools"), "connect the configured MCP servers and list every tool")
     tools.add_argument("--json", action="store_true", help="print JSON")
     call = command("call", _lazy("cmd_call"), "call one tool and print its result (exit 1 if it fails)")
@@ -140,11 +144,14 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from runtime.config import load_config
-    from runtime.errors import UsageError
+    import trio
 
-    load_config(getattr(args, "config", None))
-    raise UsageError("the daemon is not in this build yet: 'tern serve' arrives with the HTTP server")
+    from runtime.config import load_config
+    from runtime.daemon import serve
+
+    config = load_config(getattr(args, "config", None)).config
+    trio.run(serve, config, args.listen)
+    return 0
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

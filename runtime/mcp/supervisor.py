@@ -22,14 +22,14 @@ from typing import Any, Callable, Literal, Union
 import msgspec
 import trio
 
-from runtime.config import McpServerEntry
+from runtime.config import Config, McpServerEntry, masked
 from runtime.errors import ConnectionLost, single_leaf
 from runtime.log import get_logger
 from runtime.mcp import names as mcp_names
 from runtime.mcp.client import McpClient
 from runtime.mcp.protocol import CallResult, McpTool
 
-__all__ = ["McpSupervisor", "ServerStatus", "State", "McpToolEntry"]
+__all__ = ["McpSupervisor", "ServerStatus", "State", "McpToolEntry", "servers_report"]
 
 log = get_logger("mcp")
 
@@ -91,11 +91,13 @@ class McpSupervisor:
 
     def __init__(self, entries: list[McpServerEntry], *, policy: Any = None, roots: Union[list[str], None] = None,
                  on_change: Union[Callable[[], None], None] = None,
+                 on_event: Union[Callable[[str, dict[str, Any]], None], None] = None,
                  backoff_base: float = 0.5, backoff_max: float = 30.0) -> None:
         self._servers = {entry.name: _Server(entry) for entry in entries}
         self.policy = policy
         self.roots = roots
         self.on_change = on_change
+        self.on_event = on_event  # (kind, data): state changes, for the kernel's event bus
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self._tools: dict[str, McpToolEntry] = {}
@@ -154,6 +156,12 @@ class McpSupervisor:
         entry = self._tools.get(name)
         return entry.server if entry else mcp_names.extract_mcp_server(name, self._servers)
 
+    def _set_state(self, server: _Server, state: State, *, force: bool = False) -> None:
+        if force or server.status.state != state:
+            server.status.state = state
+            if self.on_event is not None:
+                self.on_event("mcp.server", msgspec.structs.asdict(server.status))
+
     def _not_ready(self, server: str) -> ConnectionLost:
         status = self._servers[server].status
         detail = f" ({status.last_error})" if status.last_error else ""
@@ -173,7 +181,7 @@ class McpSupervisor:
         finally:
             for server in self._servers.values():
                 if server.status.state not in ("disabled", "failed"):
-                    server.status.state = "stopped"
+                    self._set_state(server, "stopped")
                 server.settled.set()
 
     async def aclose(self) -> None:
@@ -183,7 +191,7 @@ class McpSupervisor:
         entry, status = server.entry, server.status
         failures = 0
         while True:
-            status.state = "connecting" if failures == 0 and status.restarts == 0 else "restarting"
+            self._set_state(server, "connecting" if failures == 0 and status.restarts == 0 else "restarting")
             error = await self._connection(server)
             status.last_error = error
             server.settled.set()
@@ -192,13 +200,13 @@ class McpSupervisor:
             status.ready_since = None
             failures += 1
             if entry.restart == "never" or failures > entry.max_restarts:
-                status.state = "failed"
+                self._set_state(server, "failed")
                 log.error("MCP server '%s' failed: %s%s", entry.name, error,
                           "" if entry.restart == "never" else f" (gave up after {entry.max_restarts} restarts)")
                 return
             delay = min(self.backoff_base * 2 ** (failures - 1), self.backoff_max)
-            status.state = "restarting"
             status.restarts += 1
+            self._set_state(server, "restarting", force=True)  # now with the error and count
             log.warning("MCP server '%s' is down (%s); restarting in %.1f s", entry.name, error, delay)
             await trio.sleep(delay)
 
@@ -220,8 +228,9 @@ class McpSupervisor:
                     await self._list(server, client)
                     info = client.info
                     status = server.status
-                    status.state, status.last_error, status.ready_since = "ready", "", time.monotonic()
+                    status.last_error, status.ready_since = "", time.monotonic()
                     status.protocol_version, status.era, status.server_name = info.version, info.era, info.name or ""
+                    self._set_state(server, "ready")
                     server.client = client
                     server.settled.set()
                     nursery.start_soon(self._refresher, server, client)
@@ -229,7 +238,7 @@ class McpSupervisor:
                 finally:
                     server.client = None
                     if server.status.state == "ready":
-                        server.status.state = "restarting"
+                        self._set_state(server, "restarting")
                     self._set_tools(server, [])
                     await client.aclose()
                     nursery.cancel_scope.cancel()
@@ -272,3 +281,20 @@ class McpSupervisor:
                             ", ".join(f"{n.server}/{n.tool} -> {n.name}" for n in group))
         self.collisions = collisions
         self._tools = {n.name: McpToolEntry(n.name, n.server, by_pair[(n.server, n.tool)]) for n in assigned}
+
+
+def servers_report(config: Config, supervisor: Any) -> dict[str, Any]:
+    """The seed's ``GET /api/mcp/servers`` shape (``configured``, ``connected``), with
+    each server's state, last error and restart count added."""
+    by_server: dict[str, list[dict[str, str]]] = {}
+    for entry in supervisor.tools():
+        description = f"[MCP:{entry.server}] {entry.tool.description}".rstrip()
+        by_server.setdefault(entry.server, []).append({"name": entry.name, "description": description})
+    connected = []
+    for status in supervisor.statuses():
+        tools = by_server.get(status.name, [])
+        connected.append({"name": status.name, "tools_count": len(tools), "tools": tools,
+                          "connected": status.state == "ready", "state": status.state,
+                          "last_error": status.last_error, "restarts": status.restarts,
+                          "protocol_version": status.protocol_version})
+    return {"configured": masked(config).get("mcp_servers", []), "connected": connected}

@@ -1,0 +1,1 @@
+"""tern's HTTP server: h11 on trio, routing, auth, limits, the API."""

@@ -1,0 +1,107 @@
+"""Requests, responses and HTTP errors as the server's handlers see them.
+
+Handlers are ``async def handler(request) -> Response | StreamResponse``. They never
+touch the socket: the server owns framing, limits, timeouts and shutdown.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Union
+
+import msgspec
+import trio
+
+__all__ = ["Request", "Response", "StreamResponse", "HttpError", "json_response", "error_body"]
+
+_encoder = msgspec.json.Encoder()
+JSON = b"application/json"
+
+
+class HttpError(Exception):
+    """Raise from a handler (or the server) to answer with a JSON error body."""
+
+    def __init__(self, status: int, message: str, headers: Union[list[tuple[bytes, bytes]], None] = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or []
+
+
+class Request:
+    """One parsed request. ``headers`` are h11's: lower-case names, raw bytes values."""
+
+    __slots__ = ("method", "path", "query", "headers", "body", "client", "params", "route", "request_id", "state")
+
+    def __init__(self, method: str, path: str, query: str, headers: list[tuple[bytes, bytes]],
+                 client: tuple[str, int], request_id: str) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = b""
+        self.client = client
+        self.params: dict[str, str] = {}
+        self.route: Any = None
+        self.request_id = request_id
+        self.state: dict[str, Any] = {}  # what middleware learned (e.g. who authenticated)
+
+    def header(self, name: bytes) -> Union[str, None]:
+        """The first value of a header (name in lower case), decoded as latin-1."""
+        for key, value in self.headers:
+            if key == name:
+                return value.decode("latin-1")
+        return None
+
+    def json(self, type: Any = Any) -> Any:
+        """The body decoded as JSON (into ``type`` if given); a clear 400 otherwise."""
+        if not self.body:
+            raise HttpError(400, "the request body is empty; expected JSON")
+        try:
+            return msgspec.json.decode(self.body, type=type)
+        except msgspec.ValidationError as exc:
+            raise HttpError(400, f"invalid request body: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise HttpError(400, f"the request body is not valid JSON: {exc}") from None
+
+
+class Response:
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status: int = 200, body: bytes = b"", headers: Union[list[tuple[bytes, bytes]], None] = None,
+                 content_type: bytes = JSON) -> None:
+        self.status = status
+        self.body = body
+        self.headers = [(b"content-type", content_type), *(headers or [])]
+
+
+def json_response(data: Any, status: int = 200, headers: Union[list[tuple[bytes, bytes]], None] = None) -> Response:
+    return Response(status, _encoder.encode(data), headers)
+
+
+def error_body(status: int, message: str, request_id: str = "") -> bytes:
+    error: dict[str, Any] = {"status": status, "message": message}
+    if request_id:
+        error["request_id"] = request_id
+    return _encoder.encode({"error": error})
+
+
+Producer = Callable[[trio.MemorySendChannel[bytes]], Awaitable[None]]
+
+
+class StreamResponse:
+    """A streamed (chunked) body. The ``producer`` writes chunks into a bounded channel
+    and returns when done; the server writes them out with the write timeout, sends
+    ``keepalive`` (an SSE comment) when the producer is quiet for ``keepalive_secs``,
+    and cancels the producer when the client goes away or the server shuts down."""
+
+    __slots__ = ("status", "headers", "producer", "keepalive", "keepalive_secs")
+
+    def __init__(self, producer: Producer, *, status: int = 200, content_type: bytes = b"text/event-stream",
+                 headers: Union[list[tuple[bytes, bytes]], None] = None, keepalive: bytes = b": keep-alive\n\n",
+                 keepalive_secs: float = 15.0) -> None:
+        self.status = status
+        self.producer = producer
+        self.keepalive = keepalive
+        self.keepalive_secs = keepalive_secs
+        self.headers = [(b"content-type", content_type), (b"cache-control", b"no-cache"),
+                        (b"x-accel-buffering", b"no"), *(headers or [])]

@@ -1,0 +1,64 @@
+"""The API as an OpenAPI 3.1 document, written by hand (tests/http/test_api.py checks
+that it names exactly the routes the router serves, with the same methods)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime import __version__
+
+__all__ = ["document"]
+
+_ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+_JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+
+
+def _ok(description: str, schema: Any = None, content_type: str = "application/json") -> dict[str, Any]:
+    return {"200": {"description": description,
+                    "content": {content_type: {"schema": schema or {"type": "object"}}}},
+            "401": _ERROR, "403": _ERROR, "429": _ERROR}
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "tern", "version": __version__,
+                 "description": "tern's daemon API. Every path except /health needs the API key "
+                                "(Authorization: Bearer KEY or X-API-Key) unless the client is on "
+                                "loopback and no key is configured."},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
+                                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}},
+            "schemas": {"Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                "type": "object", "required": ["status", "message"],
+                "properties": {"status": {"type": "integer"}, "message": {"type": "string"},
+                               "request_id": {"type": "string"}}}}}},
+        },
+        "security": [{"bearer": []}, {"apiKey": []}],
+        "paths": {
+            "/health": {"get": {"summary": "liveness", "security": [],
+                                "responses": {"200": {"description": "up", "content": {"application/json": {
+                                    "schema": {"type": "object", "properties": {"status": {"const": "ok"}}}}}}}}},
+            "/api/status": {"get": {"summary": "version, uptime, agents, MCP server states, A2A peers",
+                                    "responses": _ok("status")}},
+            "/api/tools": {"get": {"summary": "every tool agents can call", "responses": _ok("tools")}},
+            "/api/mcp/servers": {"get": {"summary": "configured and connected MCP servers",
+                                         "responses": _ok("servers", {"type": "object", "required": [
+                                             "configured", "connected"]})}},
+            "/api/agents": {"get": {"summary": "configured agents", "responses": _ok("agents")}},
+            "/api/agents/{name}/message": {"post": {
+                "summary": "send an agent a message",
+                "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "requestBody": {"required": True, "content": _JSON_OBJECT},
+                "responses": {**_ok("the agent's reply"), "404": _ERROR, "501": _ERROR}}},
+            "/api/echo": {"post": {"summary": "answer the JSON body back (load tests, client checks)",
+                                   "requestBody": {"required": True, "content": _JSON_OBJECT},
+                                   "responses": {**_ok("the same JSON"), "400": _ERROR, "413": _ERROR}}},
+            "/api/openapi.json": {"get": {"summary": "this document", "responses": _ok("OpenAPI 3.1")}},
+            "/api/events": {"get": {"summary": "kernel events over a WebSocket (JSON text messages)",
+                                    "responses": {"101": {"description": "switching to WebSocket"},
+                                                  "401": _ERROR, "403": _ERROR}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics",
+                                 "responses": _ok("text format 0.0.4", {"type": "string"}, "text/plain")}},
+        },
+    }

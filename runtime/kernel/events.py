@@ -1,0 +1,66 @@
+"""The kernel's event bus: MCP server state changes, tool calls, task transitions.
+
+Publishing never blocks and never fails: each subscriber has a bounded queue, and a
+subscriber too slow to keep up loses events (counted, and told so in the next event
+it gets) rather than slowing the kernel down or growing memory.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Union
+
+import trio
+
+__all__ = ["EventBus", "Subscription"]
+
+QUEUE_EVENTS = 256
+
+
+class Subscription:
+    def __init__(self, bus: "EventBus", size: int) -> None:
+        self._bus = bus
+        self._send, self.receive = trio.open_memory_channel[dict[str, Any]](size)
+        self.dropped = 0
+
+    def offer(self, event: dict[str, Any]) -> None:
+        if self.dropped:
+            event = {**event, "dropped_before": self.dropped}
+        try:
+            self._send.send_nowait(event)
+            self.dropped = 0
+        except trio.WouldBlock:
+            self.dropped += 1
+
+    async def next(self) -> dict[str, Any]:
+        return await self.receive.receive()
+
+    def close(self) -> None:
+        self._bus._subscribers.discard(self)
+        self._send.close()
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._subscribers: set[Subscription] = set()
+        self.published = 0
+
+    def publish(self, kind: str, data: Union[dict[str, Any], None] = None) -> None:
+        """Send ``{"type": kind, "time": ..., **data}`` to every subscriber (sync, never blocks)."""
+        self.published += 1
+        if not self._subscribers:
+            return
+        event = {"type": kind, "time": time.time(), **(data or {})}
+        for subscription in list(self._subscribers):
+            subscription.offer(event)
+
+    def subscribe(self, size: int = QUEUE_EVENTS) -> Subscription:
+        subscription = Subscription(self, size)
+        self._subscribers.add(subscription)
+        return subscription
