@@ -92,6 +92,8 @@ async def serve_websocket(stream: trio.abc.Stream, conn: h11.Connection, request
     async def run(nursery: Any) -> None:
         try:
             await request.route.handler(request, socket)
+        except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError, OSError):
+            socket.closed.set()  # the client left, or stopped reading: the socket is done
         finally:
             await socket.close(1000)
             nursery.cancel_scope.cancel()

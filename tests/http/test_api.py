@@ -1,0 +1,159 @@
+"""The daemon's API over real HTTP: routes, the OpenAPI document, auth, metrics and
+the WebSocket event stream, with a kernel connected to a (fake) stdio MCP server."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import httpx
+import pytest
+import trio
+from trio_websocket import open_websocket_url
+
+from runtime.errors import ConnectionLost
+from runtime.config import Config, McpServerEntry, ServerConfig, StdioTransport
+from runtime.http.access import Access
+from runtime.http.api import build_router
+from runtime.http.metrics import Metrics
+from runtime.http.openapi import document
+from runtime.http.ratelimit import RateLimiter
+from runtime.http.server import HttpServer
+from runtime.kernel.kernel import Kernel
+from tests.mcp.conftest import FAKE
+
+KEY = "s3cret-key-for-tests"
+
+
+def config(**server) -> Config:
+    fake = McpServerEntry(name="fake", transport=StdioTransport(command=sys.executable, args=[FAKE]))
+    return Config(server=ServerConfig(**server), mcp_servers=[fake])
+
+
+async def start(nursery, cfg: Config, key: str = ""):
+    kernel = Kernel(cfg)
+    metrics = Metrics()
+    kernel.tool_observers.append(metrics.observe_tool_call)
+    await nursery.start(kernel.run)
+    server = HttpServer(cfg.server, build_router(kernel, metrics=metrics), Access(key), metrics=metrics,
+                        limiter=RateLimiter(cfg.server.rate_limit_per_sec, cfg.server.rate_limit_burst))
+    bound = await nursery.start(server.serve, "127.0.0.1", 0)
+    await kernel.mcp.wait_settled()
+    return kernel, server, f"http://127.0.0.1:{bound[0][1]}"
+
+
+def test_openapi_names_exactly_the_routes():
+    kernel = Kernel(config())
+    router = build_router(kernel, metrics=Metrics())
+    served = {(r.method.lower(), r.path) for r in router.routes}
+    described = {(method, path) for path, item in document()["paths"].items() for method in item}
+    assert served == described
+    for route in router.routes:  # public in the document means public in the router, and back
+        public = document()["paths"][route.path][route.method.lower()].get("security") == []
+        assert public == (not route.auth)
+
+
+async def test_api_routes(nursery):
+    kernel, server, url = await start(nursery, config())
+    async with httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/health")).json() == {"status": "ok"}
+        status = (await client.get("/api/status")).json()
+        assert status["mcp_servers"][0]["state"] == "ready" and status["mcp_server_states"] == {"ready": 1}
+        tools = {t["name"]: t for t in (await client.get("/api/tools")).json()["tools"]}
+        assert tools["mcp_fake_echo"]["server"] == "fake" and tools["time_now"]["source"] == "builtin"
+        servers = (await client.get("/api/mcp/servers")).json()
+        assert servers["configured"][0]["name"] == "fake" and servers["connected"][0]["tools_count"] == 9
+        echo = await client.post("/api/echo", content=b'{"x": [1, 2, 3]}')
+        assert echo.json() == {"x": [1, 2, 3]}
+        bad = await client.post("/api/echo", content=b"{nope")
+        assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
+        assert (await client.post("/api/agents/ghost/message", json={"message": "hi"})).status_code == 404
+        assert (await client.get("/api/openapi.json")).json()["openapi"] == "3.1.0"
+        wrong = await client.delete("/api/status")
+        assert wrong.status_code == 405 and wrong.headers["allow"] == "GET, HEAD"
+        head = await client.head("/api/status")
+        assert head.status_code == 200 and head.content == b"" and int(head.headers["content-length"]) > 10
+        await kernel.call_tool("mcp_fake_echo", {"message": "counted"})
+        metrics = (await client.get("/metrics")).text
+        assert 'tern_http_requests_total{route="/api/status",method="GET",status="200"} 1' in metrics
+        assert 'tern_tool_calls_total{tool="mcp_fake_echo",outcome="ok"} 1' in metrics
+        assert 'tern_mcp_server_up{server="fake",state="ready"} 1' not in metrics  # gauge wired by the daemon
+    server.shutdown()
+
+
+async def test_api_key_is_required_except_for_health(nursery):
+    kernel, server, url = await start(nursery, config(), key=KEY)
+    async with httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/health")).status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"},
+                        {"X-API-Key": KEY.upper()}, {"Authorization": f"Token {KEY}"}):
+            response = await client.get("/api/status", headers=headers)
+            assert response.status_code == 401, headers
+            assert KEY not in response.text
+        query = await client.get(f"/api/status?api_key={KEY}", headers={"Authorization": f"Bearer {KEY}"})
+        assert query.status_code == 401 and "query string" in query.json()["error"]["message"]
+        assert (await client.get("/api/status", headers={"Authorization": f"Bearer {KEY}"})).status_code == 200
+        assert (await client.get("/api/status", headers={"X-API-Key": KEY})).status_code == 200
+        assert (await client.get("/api/status", headers={"Authorization": f"bearer {KEY}"})).status_code == 200
+        assert (await client.get("/metrics")).status_code == 401
+    server.shutdown()
+
+
+async def test_host_and_origin_checks(nursery):
+    kernel, server, url = await start(nursery, config())
+    async with httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/api/status", headers={"Host": "localhost:1"})).status_code == 200
+        rebound = await client.get("/api/status", headers={"Host": "evil.example"})
+        assert rebound.status_code == 403 and "loopback name" in rebound.json()["error"]["message"]
+        origin = await client.get("/api/status", headers={"Origin": "http://evil.example"})
+        assert origin.status_code == 403
+        same = await client.get("/api/status", headers={"Origin": url})
+        assert same.status_code == 200
+        assert (await client.get("/health", headers={"Host": "evil.example"})).status_code == 200
+    server.shutdown()
+
+
+async def test_cors_allowlist(nursery):
+    kernel, server, url = await start(nursery, config())
+    server.access.cors_origins = {"https://app.example"}
+    async with httpx.AsyncClient(base_url=url) as client:
+        allowed = await client.get("/api/status", headers={"Origin": "https://app.example"})
+        assert allowed.status_code == 200
+        assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+        assert (await client.get("/api/status", headers={"Origin": "https://other.example"})).status_code == 403
+    server.shutdown()
+
+
+async def test_events_websocket_streams_kernel_events(nursery):
+    kernel, server, url = await start(nursery, config())
+    async with open_websocket_url(url.replace("http", "ws") + "/api/events") as socket:
+        hello = json.loads(await socket.get_message())
+        assert hello["type"] == "hello"
+        await kernel.call_tool("mcp_fake_echo", {"message": "x"})
+        with trio.fail_after(3):
+            event = json.loads(await socket.get_message())
+        assert event["type"] == "tool.call" and event["tool"] == "mcp_fake_echo" and event["outcome"] == "ok"
+        with pytest.raises(ConnectionLost):
+            await kernel.call_tool("mcp_fake_crash")  # the server dies: a state change follows
+        with trio.fail_after(5):
+            while True:
+                event = json.loads(await socket.get_message())
+                if event["type"] == "mcp.server" and event["state"] == "restarting" and event["last_error"]:
+                    break
+        assert "exited with code 9" in event["last_error"]
+    server.shutdown()
+    with trio.fail_after(5):
+        await server.wait_stopped()
+
+
+async def test_events_need_the_key(nursery):
+    from trio_websocket import HandshakeError
+
+    kernel, server, url = await start(nursery, config(), key=KEY)
+    with pytest.raises(HandshakeError):
+        async with open_websocket_url(url.replace("http", "ws") + "/api/events"):
+            pass
+    headers = [(b"authorization", f"Bearer {KEY}".encode())]
+    async with open_websocket_url(url.replace("http", "ws") + "/api/events", extra_headers=headers) as socket:
+        assert json.loads(await socket.get_message())["type"] == "hello"
+    server.shutdown()
