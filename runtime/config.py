@@ -72,7 +72,7 @@ class ServerConfig(_Section):
     api_key: str = ""
     api_key_env: str = ""
     allow_unauthenticated_remote: bool = False
-    rate_limit_per_sec: float = 50.0
+    rate_limit_per_sec: float = 50.0  # per client address; 0 turns rate limiting off
     rate_limit_burst: int = 100
     max_body_bytes: int = 10 * MiB
     max_header_bytes: int = 16 * 1024
@@ -402,7 +402,9 @@ def _semantic_problems(config: Config) -> list[str]:
         problems.append("server: tls_cert and tls_key go together")
     problems += _positive(config.server, "server", ("max_body_bytes", "max_header_bytes", "max_connections",
                                                     "request_head_timeout_secs", "keep_alive_timeout_secs",
-                                                    "write_timeout_secs", "rate_limit_per_sec", "rate_limit_burst"))
+                                                    "write_timeout_secs", "rate_limit_burst"))
+    if config.server.rate_limit_per_sec < 0:
+        problems.append(f"server.rate_limit_per_sec: expected 0 (off) or more, got {config.server.rate_limit_per_sec}")
     problems += _duplicates([s.name for s in config.mcp_servers], "mcp_servers", "name")
     for i, server in enumerate(config.mcp_servers):
         where = f"mcp_servers[{i}]"

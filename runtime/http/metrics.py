@@ -1,9 +1,9 @@
 """Prometheus metrics in text exposition format 0.0.4, with no dependency, sans-IO.
 
-Why our own: the server records every request, so recording has to be a couple of
-dict lookups and list increments (label key tuples built once, bucket found by
-bisect), and a scrape only ever needs a handful of families. ``render()`` builds
-the text; serving it is the caller's business.
+Why our own: the server records every request, so recording has to be a few dict
+lookups and list increments (series in nested dicts keyed by label value, so no key
+tuple is built; bucket found by bisect), and a scrape only ever needs a handful of
+families. ``render()`` builds the text; serving it is the caller's business.
 
 Label values come from the outside (methods, tool names, route labels), so every
 family holds at most ``max_series`` label sets. New ones past that fold into one
@@ -69,13 +69,15 @@ def _labels(names: tuple[str, ...], values: Iterable[object]) -> str:
 
 
 class _Family:
-    """One metric family's metadata and series (label key -> value or state).
+    """One metric family: its metadata and its series.
 
-    Single-label families key series by the bare value, so the hot path builds no
-    tuple for them.
+    Series live in nested dicts, one level a label (``route -> method -> status ->
+    count``), so recording hashes strings, whose hashes are cached, and builds no key
+    tuple. A histogram has one label and maps it to ``_new_histogram()`` state.
+    ``size`` counts the series admitted, not the "other" one.
     """
 
-    __slots__ = ("name", "help", "type", "labels", "series")
+    __slots__ = ("name", "help", "type", "labels", "series", "size")
 
     def __init__(self, name: str, help: str, type: str, labels: tuple[str, ...]) -> None:
         self.name = name
@@ -83,18 +85,25 @@ class _Family:
         self.type = type
         self.labels = labels
         self.series: dict = {}
+        self.size = 0
 
     def header(self) -> list[str]:
         return [f"# HELP {self.name} {_escape_help(self.help)}", f"# TYPE {self.name} {self.type}"]
 
-    def label_values(self, key: object) -> tuple[str, ...]:
-        return (str(key),) if len(self.labels) == 1 else tuple(map(str, key))
+    def samples(self) -> list:
+        """``(label values as strings, value or state)`` for every series, sorted."""
+        out: list = []
+        _flatten(self.series, len(self.labels), (), out)
+        out.sort()
+        return out
 
-    def other_key(self) -> object:
-        return OTHER if len(self.labels) == 1 else (OTHER,) * len(self.labels)
 
-    def sorted_series(self) -> list:
-        return sorted((self.label_values(k), v) for k, v in self.series.items())
+def _flatten(tree: dict, depth: int, prefix: tuple[str, ...], out: list) -> None:
+    if depth == 1:
+        out.extend((prefix + (str(k),), v) for k, v in tree.items())
+        return
+    for k, subtree in tree.items():
+        _flatten(subtree, depth - 1, prefix + (str(k),), out)
 
 
 def _new_histogram() -> list:
@@ -163,45 +172,56 @@ class Metrics:
     # --- recording (hot path) ----------------------------------------------------
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        """Count one answered request and its duration."""
-        key = (route, method, status)
+        """Count one answered request and its duration (``route`` is the template)."""
         try:
-            self._request_counts[key] += 1
+            self._request_counts[route][method][status] += 1
         except KeyError:
-            self._request_counts[self._admit(self._requests, key, 0)] += 1
+            self._count_new(self._requests, (route, method, status))
         try:
             hist = self._request_hists[route]
         except KeyError:
-            hist = self._request_hists[self._admit(self._request_seconds, route, None)]
+            hist = self._histogram_new(self._request_seconds, route)
         hist[bisect_left(DURATION_BUCKETS, seconds)] += 1
         hist[-1] += seconds
 
     def observe_tool_call(self, tool: str, outcome: str, seconds: float) -> None:
         """Count one tool call (``outcome`` e.g. ok, error, timeout) and its duration."""
-        key = (tool, outcome)
         try:
-            self._tool_counts[key] += 1
+            self._tool_counts[tool][outcome] += 1
         except KeyError:
-            self._tool_counts[self._admit(self._tools, key, 0)] += 1
+            self._count_new(self._tools, (tool, outcome))
         try:
             hist = self._tool_hists[tool]
         except KeyError:
-            hist = self._tool_hists[self._admit(self._tool_seconds, tool, None)]
+            hist = self._histogram_new(self._tool_seconds, tool)
         hist[bisect_left(DURATION_BUCKETS, seconds)] += 1
         hist[-1] += seconds
 
-    def _admit(self, family: _Family, key: object, zero: int | None) -> object:
-        """The key a new label set is recorded under: itself while the family has
-        room, else the family's "other" series. ``zero`` is a counter's start value;
-        None means a histogram."""
-        series = family.series
-        if len(series) >= self._max_series:
+    def _count_new(self, family: _Family, values: tuple) -> None:
+        """Count a label set the hot path did not find: a new series while the family
+        has room, else one more in the all-"other" series."""
+        if family.size < self._max_series:
+            family.size += 1
+        else:
             self._dropped.series[family.name] += 1
-            key = family.other_key()
-            if key in series:
-                return key
-        series[key] = _new_histogram() if zero is None else zero
-        return key
+            values = (OTHER,) * len(values)
+        node = family.series
+        for value in values[:-1]:
+            node = node.setdefault(value, {})
+        node[values[-1]] = node.get(values[-1], 0) + 1
+
+    def _histogram_new(self, family: _Family, value: str) -> list:
+        """The state to record a new label value in: its own while the family has
+        room, else the "other" series'."""
+        if family.size < self._max_series:
+            family.size += 1
+            hist = family.series[value] = _new_histogram()
+            return hist
+        self._dropped.series[family.name] += 1
+        hist = family.series.get(OTHER)
+        if hist is None:
+            hist = family.series[OTHER] = _new_histogram()
+        return hist
 
     # --- gauges ------------------------------------------------------------------
 
@@ -271,12 +291,12 @@ class Metrics:
             if family.type == "histogram":
                 blocks[family.name] = self._render_histogram(family)
             else:
-                blocks[family.name] = self._render_samples(family, family.sorted_series())
+                blocks[family.name] = self._render_samples(family, family.samples())
         for family, source in self._gauges.values():
             # Before the dropped/error counters are rendered, which this may bump.
             blocks[family.name] = self._render_samples(family, self._gauge_samples(family, source))
         for family in (self._dropped, self._source_errors):
-            blocks[family.name] = self._render_samples(family, family.sorted_series())
+            blocks[family.name] = self._render_samples(family, family.samples())
         info = _Family("tern_build_info", "The running tern's version; always 1.", "gauge", ("version",))
         blocks[info.name] = self._render_samples(info, [((__version__,), 1)])
         start = _Family(
@@ -305,7 +325,7 @@ class Metrics:
     def _render_histogram(family: _Family) -> list[str]:
         lines = family.header()
         name = family.name
-        for values, hist in family.sorted_series():
+        for values, hist in family.samples():
             labels = _labels(family.labels, values)
             count = 0
             for le, n in zip(_LE, hist):  # zip stops before the sum

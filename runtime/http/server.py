@@ -181,45 +181,17 @@ class HttpServer:
         data = await conn.stream.receive_some(READ_BYTES)
         conn.h11.receive_data(data)
 
-    async def _next_event(self, conn: _Connection) -> Any:
-        """The next h11 event; h11.ConnectionClosed when the peer is done."""
-        while True:
-            event = conn.h11.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            await self._receive(conn)
-
     async def _requests(self, conn: _Connection) -> None:
         first = True
         while not self._terminating.is_set():
-            # Wait for a request head: idle keep-alive time first, then the head timeout.
             try:
-                event = conn.h11.next_event()  # a pipelined request may be buffered already
+                event = await self._read_head(conn, first)
             except h11.RemoteProtocolError as exc:
                 await self._send_error(conn, exc.error_status_hint, str(exc) or "malformed request", close=True)
                 return
-            if event is h11.NEED_DATA:
-                with trio.CancelScope() as idle:
-                    conn.idle_scope = idle
-                    idle.deadline = trio.current_time() + (
-                        self.config.request_head_timeout_secs if first else self.config.keep_alive_timeout_secs)
-                    await self._receive(conn)
-                conn.idle_scope = None
-                if idle.cancelled_caught:
-                    return  # idle, or shutting down: just close
-                try:
-                    with trio.move_on_after(self.config.request_head_timeout_secs) as head:
-                        event = await self._next_event(conn)
-                except h11.RemoteProtocolError as exc:
-                    await self._send_error(conn, exc.error_status_hint, str(exc) or "malformed request", close=True)
-                    return
-                if head.cancelled_caught:
-                    await self._send_error(conn, 408, "the request head did not arrive in time", close=True)
-                    return
             first = False
-            if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
-                return
-            assert isinstance(event, h11.Request)
+            if not isinstance(event, h11.Request):
+                return  # closed, timed out, or shutting down
             keep = await self._handle(conn, event)
             if not keep or conn.h11.our_state is h11.MUST_CLOSE:
                 return
@@ -227,6 +199,31 @@ class HttpServer:
                 conn.h11.start_next_cycle()
             except h11.LocalProtocolError:
                 return
+
+    async def _read_head(self, conn: _Connection, first: bool) -> Any:
+        """The next request head, or None. One cancel scope: while no byte has arrived
+        it is the idle keep-alive timer (and shutdown may cancel it); from the first
+        byte on, the head timeout (a slow client gets a 408)."""
+        event = conn.h11.next_event()  # a pipelined request may be buffered already
+        if event is not h11.NEED_DATA:
+            return event
+        config = self.config
+        with trio.CancelScope() as scope:
+            conn.idle_scope = scope
+            scope.deadline = trio.current_time() + (
+                config.request_head_timeout_secs if first else config.keep_alive_timeout_secs)
+            await self._receive(conn)
+            conn.idle_scope = None
+            scope.deadline = trio.current_time() + config.request_head_timeout_secs
+            event = conn.h11.next_event()
+            while event is h11.NEED_DATA:
+                await self._receive(conn)
+                event = conn.h11.next_event()
+            return event
+        conn.idle_scope = None
+        if conn.h11.trailing_data[0]:  # part of a head arrived, then nothing
+            await self._send_error(conn, 408, "the request head did not arrive in time", close=True)
+        return None
 
     # --- One request -------------------------------------------------------------------
 
@@ -295,14 +292,18 @@ class HttpServer:
         length = request.header(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             raise HttpError(413, f"the request body is larger than {limit} bytes")
-        if conn.h11.they_are_waiting_for_100_continue:
+        event = conn.h11.next_event()
+        if type(event) is h11.EndOfMessage:  # no body (most GETs): no timer, no I/O
+            return
+        if event is h11.NEED_DATA and conn.h11.they_are_waiting_for_100_continue:
             await self._send(conn, conn.h11.send(h11.InformationalResponse(status_code=100, headers=[])))
         chunks: list[bytes] = []
         size = 0
         with trio.move_on_after(self.config.request_head_timeout_secs) as scope:
             while True:
-                event = await self._next_event(conn)
-                if isinstance(event, h11.Data):
+                if event is h11.NEED_DATA:
+                    await self._receive(conn)
+                elif isinstance(event, h11.Data):
                     size += len(event.data)
                     if size > limit:
                         raise HttpError(413, f"the request body is larger than {limit} bytes")
@@ -311,6 +312,7 @@ class HttpServer:
                     break
                 elif isinstance(event, h11.ConnectionClosed):
                     raise trio.BrokenResourceError("client closed mid-body")
+                event = conn.h11.next_event()
         if scope.cancelled_caught:
             raise HttpError(408, "the request body did not arrive in time")
         request.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
