@@ -28,7 +28,7 @@ __all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "MAX_SERIES", "Metrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-MAX_SERIES = 5_000
+MAX_SERIES = 1_000
 OTHER = "other"
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
