@@ -1,10 +1,16 @@
-"""MCP boot with 5 real stdio servers: tern's all-ready time against each server's own handshake.
+"""MCP boot with 5 stdio servers: tern's all-ready time against each server's own handshake.
 
-    .venv/bin/python bench/mcp_boot.py [--runs 7] [--warmup 1]
+    .venv/bin/python bench/mcp_boot.py [--runs 7] [--warmup 1] [--scenario real|latency|both]
 
-Servers: server-everything, server-filesystem, server-memory (npm, under node), the
-official Python SDK server (tests/fixtures/sdk_mcp_server.py, in .peers/mcp-venv) and
-tests/fixtures/fake_mcp_server.py (stdlib, under this venv's python).
+Scenarios (default both, each printed as its own tables):
+- real: server-everything, server-filesystem, server-memory (npm, under node), the
+  official Python SDK server (tests/fixtures/sdk_mcp_server.py, in .peers/mcp-venv) and
+  tests/fixtures/fake_mcp_server.py (stdlib, under this venv's python). Their start-up is
+  CPU-bound, so on a small machine the bare concurrent boot already exceeds the target.
+- latency: five tests/fixtures/fake_mcp_server.py with ``--init-delay`` 0.1 .. 0.5 s. They
+  sleep, not compute, before answering initialize, so there is no CPU contention and the
+  ratio isolates tern's own orchestration overhead. The fake server ignores
+  ``server/discover`` (a silent legacy server): "auto" pays ping + PING_GRACE_SECS.
 
 Variants, interleaved round by round:
 - own handshake: a bare trio client per server, alone: spawn, one ``initialize`` line,
@@ -38,6 +44,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from runtime.config import McpServerEntry, StdioTransport  # noqa: E402
+from runtime.mcp.session import PING_GRACE_SECS  # noqa: E402
 from runtime.mcp.supervisor import McpSupervisor  # noqa: E402
 from tests import peers  # noqa: E402
 
@@ -49,7 +56,7 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
-def servers(tmp: Path) -> dict:
+def real_servers(tmp: Path) -> dict:
     """name -> (argv, env names passed through)."""
     npm, node = peers.npm_servers(), str(peers.node())
     os.environ["MEMORY_FILE_PATH"] = str(tmp / "memory.jsonl")
@@ -61,6 +68,12 @@ def servers(tmp: Path) -> dict:
         "sdk": ([str(peers.mcp_sdk_python()), str(FIXTURES / "sdk_mcp_server.py")], []),
         "fake": ([sys.executable, str(FIXTURES / "fake_mcp_server.py")], []),
     }
+
+
+def latency_servers() -> dict:
+    """Five idle fake servers that answer initialize after 0.1 .. 0.5 s."""
+    fake = [sys.executable, str(FIXTURES / "fake_mcp_server.py"), "--init-delay"]
+    return {f"fake-{ms}ms": (fake + [f"{ms / 1000}"], []) for ms in (100, 200, 300, 400, 500)}
 
 
 def clean_env(names: list) -> dict:
@@ -130,50 +143,48 @@ async def tern_boot(specs: dict, protocol: str) -> tuple:
     return elapsed, each
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--warmup", type=int, default=1)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="tern-boot-") as tmp:
-        specs = servers(Path(tmp))
-        own = {name: [] for name in specs}
-        cpu = {name: [] for name in specs}
-        versions = {}
-        together, tern = [], {"auto": [], "2025-11-25": []}
-        tern_each = {p: {name: [] for name in specs} for p in tern}
-        for round_no in range(args.warmup + args.runs):
-            keep = round_no >= args.warmup
-            for name, (argv, env) in specs.items():
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                seconds = trio.run(own_handshake, argv, env)
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                if keep:
-                    own[name].append(seconds)
-                    cpu[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-            seconds = trio.run(bare_all, specs)
+def measure(specs: dict, runs: int, warmup: int) -> dict:
+    """Every variant, interleaved round by round; the kept rounds' samples."""
+    r = {"own": {name: [] for name in specs}, "cpu": {name: [] for name in specs},
+         "together": [], "tern": {"auto": [], "2025-11-25": []}, "versions": {}}
+    r["tern_each"] = {p: {name: [] for name in specs} for p in r["tern"]}
+    for round_no in range(warmup + runs):
+        keep = round_no >= warmup
+        for name, (argv, env) in specs.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            seconds = trio.run(own_handshake, argv, env)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if keep:
-                together.append(seconds)
-            for protocol in tern:
-                seconds, each = trio.run(tern_boot, specs, protocol)
-                if keep:
-                    tern[protocol].append(seconds)
-                    for name, (s, version) in each.items():
-                        tern_each[protocol][name].append(s)
-                        versions.setdefault(protocol, {})[name] = version
+                r["own"][name].append(seconds)
+                r["cpu"][name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        seconds = trio.run(bare_all, specs)
+        if keep:
+            r["together"].append(seconds)
+        for protocol in r["tern"]:
+            seconds, each = trio.run(tern_boot, specs, protocol)
+            if keep:
+                r["tern"][protocol].append(seconds)
+                for name, (s, version) in each.items():
+                    r["tern_each"][protocol][name].append(s)
+                    r["versions"].setdefault(protocol, {})[name] = version
+    return r
 
+
+def report(title: str, r: dict, runs: int, auto_label: str) -> None:
+    own, cpu, tern, tern_each = r["own"], r["cpu"], r["tern"], r["tern_each"]
     med = statistics.median
     ms = lambda seconds: f"{seconds * 1000:.0f}"  # noqa: E731
     slowest_name = max(own, key=lambda n: med(own[n]))
     slowest = med(own[slowest_name])
-    print(f"\n### MCP boot, 5 stdio servers ({args.runs} runs, median; {os.cpu_count()} CPUs)\n")
+    print(f"\n### {title} ({runs} runs, median; {os.cpu_count()} CPUs)\n")
     print("| variant | all ready ms | ratio to slowest own handshake | target |")
     print("|---|---:|---:|---:|")
     print(f"| slowest own handshake ({slowest_name}) | {ms(slowest)} | 1.00x | |")
     floor = sum(med(c) for c in cpu.values()) / (os.cpu_count() or 1)
     print(f"| CPU floor: servers' start-up CPU / {os.cpu_count()} CPUs | {ms(floor)} | {floor / slowest:.2f}x | |")
-    print(f"| bare clients, all 5 at once | {ms(med(together))} | {med(together) / slowest:.2f}x | |")
-    for protocol, label in (("auto", 'tern, protocol = "auto" (+1 probe round trip)'),
+    together = med(r["together"])
+    print(f"| bare clients, all 5 at once | {ms(together)} | {together / slowest:.2f}x | |")
+    for protocol, label in (("auto", auto_label),
                             ("2025-11-25", 'tern, protocol = "2025-11-25" (no probe)')):
         ratio = med(tern[protocol]) / slowest
         verdict = "ok" if ratio <= TARGET else "MISSED"
@@ -182,13 +193,30 @@ def main() -> None:
           " (probe/initialize + tools/list), all five booting together.\n")
     print("| server | own handshake | min | max | its CPU | tern auto | auto negotiated | tern pinned |")
     print("|---|---:|---:|---:|---:|---:|---|---:|")
-    for name in specs:
+    for name in own:
         print(f"| {name} | {ms(med(own[name]))} | {ms(min(own[name]))} | {ms(max(own[name]))} | {ms(med(cpu[name]))} "
-              f"| {ms(med(tern_each['auto'][name]))} | {versions['auto'][name]} "
+              f"| {ms(med(tern_each['auto'][name]))} | {r['versions']['auto'][name]} "
               f"| {ms(med(tern_each['2025-11-25'][name]))} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--scenario", choices=("real", "latency", "both"), default="both")
+    args = parser.parse_args()
+    if args.scenario in ("real", "both"):
+        with tempfile.TemporaryDirectory(prefix="tern-boot-") as tmp:
+            r = measure(real_servers(Path(tmp)), args.runs, args.warmup)
+        report("MCP boot, 5 real stdio servers", r, args.runs,
+               'tern, protocol = "auto" (+1 probe round trip)')
+    if args.scenario in ("latency", "both"):
+        r = measure(latency_servers(), args.runs, args.warmup)
+        report("MCP boot, 5 idle fake servers, --init-delay 0.1 .. 0.5 s (no CPU contention)", r, args.runs,
+               f'tern, protocol = "auto" (silent servers: + ping round trip + {PING_GRACE_SECS} s grace)')
     print('\nNote: protocol = "auto" on stdio sends server/discover + ping first; a handshake-era server'
           " that answers discover with an error costs one extra round trip, one that ignores it costs"
-          " the ping round trip plus a 0.1 s grace (PING_GRACE_SECS) before initialize.")
+          f" the ping round trip plus a {PING_GRACE_SECS} s grace (PING_GRACE_SECS) before initialize.")
 
 
 if __name__ == "__main__":

@@ -570,3 +570,29 @@ def test_unsupported_python_exits_3_with_one_line(pyz: Path, dirs: tuple[Path, P
     assert result.stdout == ""
     (line,) = result.stderr.splitlines()
     assert line.startswith("tern: ") and "3.10" in line and "Linux x86_64 (glibc)" in line
+
+
+@pytest.mark.pyz
+def test_pyz_serves_http_with_the_bundled_default_config(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+    """The one-file promise: ``python3 tern.pyz serve`` with no config file at all,
+    no packages, answers /health, and exits 0 on SIGTERM."""
+    import signal
+    import urllib.request
+
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp, XDG_STATE_HOME=str(tmp / "state"))
+    process = subprocess.Popen([base_python(), "-I", "-S", str(pyz), "serve", "--listen", "127.0.0.1:0"], env=env,
+                               cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        line = process.stderr.readline()
+        assert "serving on http://127.0.0.1:" in line, line + process.stderr.read()
+        url = line.split("serving on ", 1)[1].strip()
+        with urllib.request.urlopen(url + "/health", timeout=10) as response:
+            assert response.read() == b'{"status":"ok"}'
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=RUN_TIMEOUT_SECS) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
