@@ -48,6 +48,11 @@ _JSON = b"application/json"
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
+def _head_size(event: h11.Request) -> int:
+    """The request head's size on the wire, near enough (h11 strips some whitespace)."""
+    return len(event.method) + len(event.target) + 14 + sum(len(name) + len(value) + 4 for name, value in event.headers)
+
+
 class _Date:
     """The Date header, formatted at most once a second."""
 
@@ -192,12 +197,21 @@ class HttpServer:
             first = False
             if not isinstance(event, h11.Request):
                 return  # closed, timed out, or shutting down
+            if _head_size(event) > self.config.max_header_bytes:  # h11 only bounds a head still incomplete
+                await self._send_error(conn, 431, f"the request head is larger than {self.config.max_header_bytes} "
+                                       "bytes", close=True)
+                return
             keep = await self._handle(conn, event)
             if not keep or conn.h11.our_state is h11.MUST_CLOSE:
                 return
             try:
+                # Answered before the body was read (404, 405, 401, 429...): the rest of the
+                # request may be buffered already (a GET's end always is); if not, close.
+                while conn.h11.their_state is h11.SEND_BODY:
+                    if conn.h11.next_event() is h11.NEED_DATA:
+                        return
                 conn.h11.start_next_cycle()
-            except h11.LocalProtocolError:
+            except (h11.LocalProtocolError, h11.RemoteProtocolError):
                 return
 
     async def _read_head(self, conn: _Connection, first: bool) -> Any:
@@ -372,6 +386,8 @@ class HttpServer:
         if request.method != "HEAD":
             scope = trio.CancelScope()
             self._streams.add(scope)
+            if self._terminating.is_set():  # began during shutdown: serve() has ended the others already
+                scope.cancel()
             try:
                 with scope:
                     await self._pump(conn, response)
@@ -396,14 +412,17 @@ class HttpServer:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(produce)
             while True:
+                # The quiet timer covers the wait only, never a write: a chunk cut short by
+                # it and followed by a keep-alive would break the chunked framing.
+                chunk: Union[bytes, None] = None
                 with trio.move_on_after(response.keepalive_secs):
                     try:
                         chunk = await receive.receive()
                     except trio.EndOfChannel:
                         return
+                if chunk is not None:
                     await self._send(conn, conn.h11.send(h11.Data(data=chunk)))
-                    continue
-                if response.keepalive:
+                elif response.keepalive:
                     await self._send(conn, conn.h11.send(h11.Data(data=response.keepalive)))
 
     async def _websocket(self, conn: _Connection, request: Request) -> None:

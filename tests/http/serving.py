@@ -41,9 +41,14 @@ class State:
         self.streams_started = 0
 
 
-def _query(request: Request, name: str, default: float) -> float:
-    values = parse_qs(request.query).get(name)
-    return float(values[0]) if values else default
+def _query(request: Request, name: str, default: float, high: float) -> float:
+    """A number from the query string, kept within [0, high] (random input reaches
+    these handlers too, and must not make them raise, hog memory or run forever)."""
+    try:
+        value = float(parse_qs(request.query)[name][0])
+    except (KeyError, ValueError):
+        return default
+    return min(max(value, 0.0), high) if value == value else default
 
 
 def build_test_router(state: State) -> Router:
@@ -59,18 +64,21 @@ def build_test_router(state: State) -> Router:
         raise RuntimeError("boom: a handler bug")
 
     async def big(request: Request) -> Response:
-        return Response(200, b"b" * int(_query(request, "size", 1 << 20)), content_type=b"application/octet-stream")
+        size = int(_query(request, "size", 1 << 20, 64 << 20))
+        return Response(200, b"b" * size, content_type=b"application/octet-stream")
 
     def producer(request: Request) -> Any:
-        """``n`` chunks (0: endless) of ``size`` bytes (0: a short SSE event), ``delay`` apart."""
-        n = int(_query(request, "n", 5))
-        size = int(_query(request, "size", 0))
-        delay = _query(request, "delay", 0.01)
+        """``n`` chunks (``forever=yes``: endless) of ``size`` bytes (0: a short SSE
+        event), ``delay`` apart."""
+        n = int(_query(request, "n", 5, 100_000))
+        forever = "forever=yes" in request.query
+        size = int(_query(request, "size", 0, 1 << 20))
+        delay = _query(request, "delay", 0.01, 1.0)
 
         async def produce(send: trio.MemorySendChannel[bytes]) -> None:
             state.streams_started += 1
             i = 0
-            while n == 0 or i < n:
+            while forever or i < n:
                 await send.send(b"z" * size if size else b"data: %d\n\n" % i)
                 i += 1
                 if delay:
@@ -79,17 +87,17 @@ def build_test_router(state: State) -> Router:
         return produce
 
     async def stream(request: Request) -> StreamResponse:
-        return StreamResponse(producer(request), keepalive_secs=_query(request, "keepalive", 15.0))
+        return StreamResponse(producer(request), keepalive_secs=_query(request, "keepalive", 15.0, 60.0) or 15.0)
 
     async def slow(request: Request) -> Response:
         state.slow_started.set()
-        await trio.sleep(_query(request, "secs", 0.5))
+        await trio.sleep(_query(request, "secs", 0.5, 60.0))
         return Response(200, b'{"slept":true}')
 
     async def slow_stream(request: Request) -> StreamResponse:
         """Sleeps first (a request in flight), then answers with a stream."""
         state.slow_started.set()
-        await trio.sleep(_query(request, "secs", 0.5))
+        await trio.sleep(_query(request, "secs", 0.5, 60.0))
         return StreamResponse(producer(request))
 
     router.add("GET", "/ok", ok)
