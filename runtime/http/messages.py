@@ -6,6 +6,8 @@ touch the socket: the server owns framing, limits, timeouts and shutdown.
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any, Awaitable, Callable, Union
 
 import msgspec
@@ -14,7 +16,19 @@ import trio
 __all__ = ["Request", "Response", "StreamResponse", "HttpError", "json_response", "error_body"]
 
 _encoder = msgspec.json.Encoder()
+_ID_PREFIX = os.urandom(3).hex()
 JSON = b"application/json"
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_UNSAFE_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _checked(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Header names and values a handler supplies, checked once here: the server writes
+    response heads without re-validating them (no response splitting either way)."""
+    for name, value in headers:
+        if not _TOKEN.fullmatch(name) or _UNSAFE_VALUE.search(value):
+            raise ValueError(f"invalid response header {name!r}: {value!r}")
+    return headers
 
 
 class HttpError(Exception):
@@ -24,16 +38,16 @@ class HttpError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-        self.headers = headers or []
+        self.headers = _checked(headers or [])
 
 
 class Request:
     """One parsed request. ``headers`` are h11's: lower-case names, raw bytes values."""
 
-    __slots__ = ("method", "path", "query", "headers", "body", "client", "params", "route", "request_id", "state")
+    __slots__ = ("method", "path", "query", "headers", "body", "client", "params", "route", "number", "state")
 
     def __init__(self, method: str, path: str, query: str, headers: list[tuple[bytes, bytes]],
-                 client: tuple[str, int], request_id: str) -> None:
+                 client: tuple[str, int], number: int = 0) -> None:
         self.method = method
         self.path = path
         self.query = query
@@ -42,8 +56,14 @@ class Request:
         self.client = client
         self.params: dict[str, str] = {}
         self.route: Any = None
-        self.request_id = request_id
+        self.number = number
         self.state: dict[str, Any] = {}  # what middleware learned (e.g. who authenticated)
+
+    @property
+    def request_id(self) -> str:
+        """Unique within this process run, and across runs (a random prefix): made only
+        when needed (errors, logs)."""
+        return f"{_ID_PREFIX}-{self.number:x}"
 
     def header(self, name: bytes) -> Union[str, None]:
         """The first value of a header (name in lower case), decoded as latin-1."""
@@ -71,7 +91,9 @@ class Response:
                  content_type: bytes = JSON) -> None:
         self.status = status
         self.body = body
-        self.headers = [(b"content-type", content_type), *(headers or [])]
+        self.headers = [(b"content-type", content_type), *_checked(headers or [])]
+        if content_type is not JSON and content_type != b"text/event-stream":
+            _checked(self.headers[:1])
 
 
 def json_response(data: Any, status: int = 200, headers: Union[list[tuple[bytes, bytes]], None] = None) -> Response:
@@ -104,4 +126,6 @@ class StreamResponse:
         self.keepalive = keepalive
         self.keepalive_secs = keepalive_secs
         self.headers = [(b"content-type", content_type), (b"cache-control", b"no-cache"),
-                        (b"x-accel-buffering", b"no"), *(headers or [])]
+                        (b"x-accel-buffering", b"no"), *_checked(headers or [])]
+        if content_type is not JSON and content_type != b"text/event-stream":
+            _checked(self.headers[:1])

@@ -22,7 +22,7 @@ cancel whatever is left.
 from __future__ import annotations
 
 import itertools
-import os
+import math
 import ssl
 import time
 from email.utils import formatdate
@@ -53,6 +53,12 @@ def _head_size(event: h11.Request) -> int:
     return len(event.method) + len(event.target) + 14 + sum(len(name) + len(value) + 4 for name, value in event.headers)
 
 
+def _head(status: int, headers: list[tuple[bytes, bytes]]) -> h11.Response:
+    """A response head. The header names and values are ours or were checked when the
+    handler built its Response (messages.py), so h11's per-header regex pass is skipped."""
+    return h11.Response(status_code=status, headers=headers, reason=_REASONS.get(status, b""), _parsed=True)
+
+
 class _Date:
     """The Date header, formatted at most once a second."""
 
@@ -69,14 +75,33 @@ class _Date:
 
 
 class _Connection:
-    __slots__ = ("stream", "client", "loopback", "h11", "idle_scope")
+    """One client connection and its one timer for every timeout.
+
+    ``deadline`` follows ``phase`` ("idle", "head", "body", "write", or "busy" = none
+    while a handler runs). Setting it is a float assignment: the server's sweeper task
+    cancels ``timer`` (the scope around the whole connection) once it has passed. So a
+    request costs no cancel scope and no deadline bookkeeping in trio's run loop; a
+    timeout fires up to one sweep tick late, which is nothing against seconds.
+    """
+
+    __slots__ = ("stream", "client", "loopback", "h11", "timer", "phase", "deadline")
 
     def __init__(self, stream: trio.abc.Stream, client: tuple[str, int], max_header_bytes: int) -> None:
         self.stream = stream
         self.client = client
         self.loopback = is_loopback(client[0])
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
-        self.idle_scope: Union[trio.CancelScope, None] = None
+        self.timer = trio.CancelScope()
+        self.phase = "busy"
+        self.deadline = math.inf
+
+    def expire_in(self, phase: str, seconds: float) -> None:
+        self.phase = phase
+        self.deadline = trio.current_time() + seconds
+
+    def no_deadline(self) -> None:
+        self.phase = "busy"
+        self.deadline = math.inf
 
 
 class HttpServer:
@@ -94,7 +119,6 @@ class HttpServer:
         self._terminating = trio.Event()
         self._stopped = trio.Event()
         self._ids = itertools.count(1)
-        self._id_prefix = os.urandom(3).hex()
         self._date = _Date()
         self.bound: list[tuple[str, int]] = []
 
@@ -107,6 +131,7 @@ class HttpServer:
         self.bound = [listener.socket.getsockname()[:2] for listener in listeners]
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as acceptors:
+                acceptors.start_soon(self._sweep)
                 for listener in listeners:
                     acceptors.start_soon(self._accept, listener, connections)
                 task_status.started(self.bound)
@@ -115,8 +140,8 @@ class HttpServer:
             for listener in listeners:
                 await listener.aclose()
             for conn in list(self._connections):
-                if conn.idle_scope is not None:
-                    conn.idle_scope.cancel()
+                if conn.phase == "idle":
+                    conn.timer.cancel()
             for scope in list(self._streams):
                 scope.cancel()
             connections.cancel_scope.deadline = trio.current_time() + self.config.shutdown_grace_secs
@@ -128,6 +153,18 @@ class HttpServer:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    async def _sweep(self) -> None:
+        """Cancel every connection whose deadline has passed (see ``_Connection``)."""
+        config = self.config
+        tick = max(0.02, min(config.request_head_timeout_secs, config.keep_alive_timeout_secs,
+                             config.write_timeout_secs) / 10)
+        while True:
+            await trio.sleep(tick)
+            now = trio.current_time()
+            for conn in self._connections:
+                if conn.deadline < now:
+                    conn.timer.cancel()
 
     async def _accept(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
         while True:
@@ -154,12 +191,15 @@ class HttpServer:
         conn = _Connection(stream, client, self.config.max_header_bytes)
         self._connections.add(conn)
         try:
-            if self.ssl_context is not None:
-                tls = trio.SSLStream(stream, self.ssl_context, server_side=True)
-                conn.stream = tls
-                with trio.fail_after(self.config.request_head_timeout_secs):
+            with conn.timer:
+                if self.ssl_context is not None:
+                    tls = trio.SSLStream(stream, self.ssl_context, server_side=True)
+                    conn.stream = tls
+                    conn.expire_in("handshake", self.config.request_head_timeout_secs)
                     await tls.do_handshake()
-            await self._requests(conn)
+                await self._requests(conn)
+            if conn.timer.cancelled_caught:
+                await self._timed_out(conn)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError, ssl.SSLError):
             pass  # the client went away, or never finished its TLS handshake
         except Exception:  # one connection must never take the server down
@@ -215,29 +255,32 @@ class HttpServer:
                 return
 
     async def _read_head(self, conn: _Connection, first: bool) -> Any:
-        """The next request head, or None. One cancel scope: while no byte has arrived
-        it is the idle keep-alive timer (and shutdown may cancel it); from the first
-        byte on, the head timeout (a slow client gets a 408)."""
+        """The next request head. While no byte has arrived the timer is the idle
+        keep-alive timer (and shutdown may cancel it); from the first byte on, the
+        head timeout (``_timed_out`` then answers 408)."""
         event = conn.h11.next_event()  # a pipelined request may be buffered already
         if event is not h11.NEED_DATA:
+            conn.no_deadline()  # the last response's write deadline must not bound the handler
             return event
         config = self.config
-        with trio.CancelScope() as scope:
-            conn.idle_scope = scope
-            scope.deadline = trio.current_time() + (
-                config.request_head_timeout_secs if first else config.keep_alive_timeout_secs)
-            await self._receive(conn)
-            conn.idle_scope = None
-            scope.deadline = trio.current_time() + config.request_head_timeout_secs
-            event = conn.h11.next_event()
+        conn.expire_in("idle", config.request_head_timeout_secs if first else config.keep_alive_timeout_secs)
+        await self._receive(conn)
+        event = conn.h11.next_event()
+        if event is h11.NEED_DATA:  # the head came in pieces: now the head timeout
+            conn.expire_in("head", config.request_head_timeout_secs)
             while event is h11.NEED_DATA:
                 await self._receive(conn)
                 event = conn.h11.next_event()
-            return event
-        conn.idle_scope = None
-        if conn.h11.trailing_data[0]:  # part of a head arrived, then nothing
-            await self._send_error(conn, 408, "the request head did not arrive in time", close=True)
-        return None
+        conn.no_deadline()
+        return event
+
+    async def _timed_out(self, conn: _Connection) -> None:
+        """The connection's timer fired: a 408 if a request was arriving, else just close."""
+        waiting = conn.phase == "body" or (conn.phase == "head" and conn.h11.trailing_data[0])
+        if waiting:
+            with trio.move_on_after(1.0):
+                message = "the request body" if conn.phase == "body" else "the request head"
+                await self._send_error(conn, 408, f"{message} did not arrive in time", close=True)
 
     # --- One request -------------------------------------------------------------------
 
@@ -245,7 +288,7 @@ class HttpServer:
         target = event.target.decode("latin-1")
         path, _, query = target.partition("?")
         return Request(event.method.decode("ascii", "replace"), path, query, event.headers, conn.client,
-                       f"{self._id_prefix}-{next(self._ids):x}")
+                       next(self._ids))
 
     async def _handle(self, conn: _Connection, event: h11.Request) -> bool:
         """Answer one request; returns whether the connection may be kept."""
@@ -302,37 +345,36 @@ class HttpServer:
                                              time.perf_counter() - started)
 
     async def _read_body(self, conn: _Connection, request: Request) -> None:
+        event = conn.h11.next_event()
+        if type(event) is h11.EndOfMessage:  # no body (most GETs): no timer, no I/O
+            return
         limit = self.config.max_body_bytes
         length = request.header(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             raise HttpError(413, f"the request body is larger than {limit} bytes")
-        event = conn.h11.next_event()
-        if type(event) is h11.EndOfMessage:  # no body (most GETs): no timer, no I/O
-            return
         if event is h11.NEED_DATA and conn.h11.they_are_waiting_for_100_continue:
             await self._send(conn, conn.h11.send(h11.InformationalResponse(status_code=100, headers=[])))
         chunks: list[bytes] = []
         size = 0
-        with trio.move_on_after(self.config.request_head_timeout_secs) as scope:
-            while True:
-                if event is h11.NEED_DATA:
-                    await self._receive(conn)
-                elif isinstance(event, h11.Data):
-                    size += len(event.data)
-                    if size > limit:
-                        raise HttpError(413, f"the request body is larger than {limit} bytes")
-                    chunks.append(event.data)
-                elif isinstance(event, h11.EndOfMessage):
-                    break
-                elif isinstance(event, h11.ConnectionClosed):
-                    raise trio.BrokenResourceError("client closed mid-body")
-                event = conn.h11.next_event()
-        if scope.cancelled_caught:
-            raise HttpError(408, "the request body did not arrive in time")
+        conn.expire_in("body", self.config.request_head_timeout_secs)
+        while True:
+            if event is h11.NEED_DATA:
+                await self._receive(conn)
+            elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > limit:
+                    raise HttpError(413, f"the request body is larger than {limit} bytes")
+                chunks.append(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            elif isinstance(event, h11.ConnectionClosed):
+                raise trio.BrokenResourceError("client closed mid-body")
+            event = conn.h11.next_event()
+        conn.no_deadline()
         request.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _base_headers(self, request: Union[Request, None]) -> list[tuple[bytes, bytes]]:
-        headers = [(b"date", self._date.get()), (b"server", b"tern")]
+        headers = [(b"date", self._date.get())]
         if request is not None and self.access.cors_origins:
             headers.extend(self.access.cors_headers(request))
         if self._terminating.is_set():
@@ -340,14 +382,16 @@ class HttpServer:
         return headers
 
     async def _send(self, conn: _Connection, data: bytes) -> None:
-        with trio.fail_after(self.config.write_timeout_secs):
-            await conn.stream.send_all(data)
+        """Write with the write timeout. The deadline stays until the next phase sets
+        its own (the next head wait; ``_pump`` clears it between chunks)."""
+        conn.expire_in("write", self.config.write_timeout_secs)
+        await conn.stream.send_all(data)
 
     async def _respond(self, conn: _Connection, request: Request, response: Response) -> None:
         body = b"" if request.method == "HEAD" else response.body
         headers = self._base_headers(request) + response.headers
         headers.append((b"content-length", str(len(response.body)).encode()))
-        data = conn.h11.send(h11.Response(status_code=response.status, headers=headers, reason=_REASONS.get(response.status, b"")))
+        data = conn.h11.send(_head(response.status, headers))
         if body:
             data += conn.h11.send(h11.Data(data=body))
         data += conn.h11.send(h11.EndOfMessage())
@@ -368,7 +412,7 @@ class HttpServer:
         if close:
             all_headers.append((b"connection", b"close"))
         try:
-            data = conn.h11.send(h11.Response(status_code=status, headers=all_headers, reason=_REASONS.get(status, b"")))
+            data = conn.h11.send(_head(status, all_headers))
             if request is None or request.method != "HEAD":
                 data += conn.h11.send(h11.Data(data=body))
             data += conn.h11.send(h11.EndOfMessage())
@@ -382,7 +426,8 @@ class HttpServer:
         """A chunked body from the response's producer; keep-alive comments while it is
         quiet; cancelled (and ended cleanly) on shutdown or when the client goes away."""
         headers = self._base_headers(request) + response.headers
-        await self._send(conn, conn.h11.send(h11.Response(status_code=response.status, headers=headers, reason=_REASONS.get(response.status, b""))))
+        await self._send(conn, conn.h11.send(_head(response.status, headers)))
+        conn.no_deadline()
         if request.method != "HEAD":
             scope = trio.CancelScope()
             self._streams.add(scope)
@@ -422,8 +467,10 @@ class HttpServer:
                         return
                 if chunk is not None:
                     await self._send(conn, conn.h11.send(h11.Data(data=chunk)))
+                    conn.no_deadline()
                 elif response.keepalive:
                     await self._send(conn, conn.h11.send(h11.Data(data=response.keepalive)))
+                    conn.no_deadline()
 
     async def _websocket(self, conn: _Connection, request: Request) -> None:
         from runtime.http.websocket import serve_websocket

@@ -165,7 +165,7 @@ def server_tasks(server: HttpServer) -> list[str]:
 
 
 def leaked_tasks(server: HttpServer) -> list[str]:
-    return [name for name in server_tasks(server) if not name.endswith("._accept")]
+    return [name for name in server_tasks(server) if not name.endswith(("._accept", "._sweep"))]
 
 
 async def wait_settled(server: HttpServer, timeout: float = 2.0) -> None:
