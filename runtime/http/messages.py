@@ -73,7 +73,14 @@ class Request:
         return None
 
     def json(self, type: Any = Any) -> Any:
-        """The body decoded as JSON (into ``type`` if given); a clear 400 otherwise."""
+        """The body decoded as JSON (into ``type`` if given); a clear 400 otherwise, and
+        415 when the client says the body is something else (no Content-Type is taken
+        as JSON: curl and many scripts send none)."""
+        content_type = self.header(b"content-type")
+        if content_type is not None:
+            media = content_type.split(";", 1)[0].strip().lower()
+            if media != "application/json" and not media.endswith("+json"):
+                raise HttpError(415, f"expected Content-Type application/json, got {media or 'nothing'}")
         if not self.body:
             raise HttpError(400, "the request body is empty; expected JSON")
         try:

@@ -157,3 +157,50 @@ async def test_events_need_the_key(nursery):
     async with open_websocket_url(url.replace("http", "ws") + "/api/events", extra_headers=headers) as socket:
         assert json.loads(await socket.get_message())["type"] == "hello"
     server.shutdown()
+
+
+async def test_wrong_content_type_is_415(nursery):
+    kernel, server, url = await start(nursery, config())
+    async with httpx.AsyncClient(base_url=url) as client:
+        wrong = await client.post("/api/echo", content=b'{"a": 1}', headers={"Content-Type": "text/plain"})
+        assert wrong.status_code == 415 and "application/json" in wrong.json()["error"]["message"]
+        ok = await client.post("/api/echo", content=b'{"a": 1}',
+                               headers={"Content-Type": "application/json; charset=utf-8"})
+        assert ok.json() == {"a": 1}
+    server.shutdown()
+
+
+async def test_tls(nursery, tmp_path):
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    from runtime.daemon import _ssl_context
+
+    cfg = config(tls_cert=str(cert), tls_key=str(key))
+    kernel = Kernel(cfg)
+    await nursery.start(kernel.run)
+    server = HttpServer(cfg.server, build_router(kernel), Access(""), ssl_context=_ssl_context(cfg))
+    bound = await nursery.start(server.serve, "127.0.0.1", 0)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{bound[0][1]}", verify=trusted) as client:
+        assert (await client.get("/health")).json() == {"status": "ok"}
+        assert (await client.get("/api/status")).status_code == 200
+    with trio.fail_after(5):  # a client that never does its TLS handshake is dropped, the server goes on
+        plain = await trio.open_tcp_stream("127.0.0.1", bound[0][1])
+        await plain.send_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            answer = await plain.receive_some(100)
+        except trio.BrokenResourceError:
+            answer = b""
+        assert not answer.startswith(b"HTTP/")  # no plaintext answer on the TLS port: a TLS alert, or closed
+        await plain.aclose()
+    async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{bound[0][1]}", verify=trusted) as client:
+        assert (await client.get("/health")).status_code == 200
+    server.shutdown()
