@@ -39,8 +39,9 @@ log = get_logger("mcp")
 
 #: After ``ping`` is answered, how long a discover answer may still take. Servers that
 #: handle stdio messages in order have answered discover already; the SDK handles them
-#: concurrently, and its discover answer comes within a millisecond of the ping's.
-PING_GRACE_SECS = 0.1
+#: concurrently, and its discover answer comes within a millisecond of the ping's. A
+#: later answer is not lost: if ``initialize`` then fails, the discover answer is used.
+PING_GRACE_SECS = 0.05
 
 
 class TransportClosed(Exception):
@@ -299,16 +300,27 @@ class McpSession:
 
             nursery.start_soon(discover_answered)
             nursery.start_soon(ping_answered)
-        for request_id in (discover_id, ping_id):
-            self._pending.pop(request_id, None)
-        if self._closed is not None:
-            raise ConnectionLost(str(self._closed))
-        if discover.event.is_set() and discover.error is None:
+        self._pending.pop(ping_id, None)
+        try:
+            if self._closed is not None:
+                raise ConnectionLost(str(self._closed))
+            if discover.event.is_set() and discover.error is None:
+                try:
+                    return protocol.parse_discover(discover.result)
+                except ProtocolError as exc:
+                    log.debug("MCP server '%s': unusable server/discover result (%s)", self.name, exc)
             try:
-                return protocol.parse_discover(discover.result)
-            except ProtocolError as exc:
-                log.debug("MCP server '%s': unusable server/discover result (%s)", self.name, exc)
-        return await self._initialize()
+                return await self._initialize()
+            except (RpcError, ProtocolError):
+                # A modern-only server, slow to answer discover: wait for that answer
+                # (within the probe timeout) and use it.
+                with trio.move_on_after(min(self.timeout_secs, self.probe_timeout_secs)):
+                    await discover.event.wait()
+                if discover.event.is_set() and discover.error is None:
+                    return protocol.parse_discover(discover.result)
+                raise
+        finally:
+            self._pending.pop(discover_id, None)  # kept until now: a late answer still counts
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):

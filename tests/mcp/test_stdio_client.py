@@ -31,6 +31,14 @@ async def test_silent_legacy_server_costs_one_round_trip(fake_entry, nursery):
     await client.aclose()
 
 
+async def test_modern_server_with_a_late_discover_answer_is_not_lost(fake_entry, nursery):
+    # Ping answered at once, discover only after the grace: initialize is tried, refused,
+    # and the discover answer that arrived meanwhile decides.
+    client = await McpClient.connect(fake_entry("--late-discover", "0.3"), nursery)
+    assert (client.info.era, client.info.version, client.info.name) == ("modern", "2026-07-28", "late-modern")
+    await client.aclose()
+
+
 async def test_every_content_type_and_is_error(fake_entry, nursery):
     client = await McpClient.connect(fake_entry(), nursery)
     result = await client.call_tool("content")
