@@ -53,6 +53,24 @@ def _head_size(event: h11.Request) -> int:
     return len(event.method) + len(event.target) + 14 + sum(len(name) + len(value) + 4 for name, value in event.headers)
 
 
+class _H11(h11.Connection):
+    """An h11 connection that skips rebuilding a response head it would not change.
+
+    h11 rebuilds every Response before writing it (``_clean_up_response_headers_for_
+    sending``), re-running its header regexes, to add framing and ``Connection: close``
+    where needed. For a keep-alive response with a Content-Length it changes nothing,
+    and that is every plain response tern sends. This leans on h11 internals, so h11 is
+    pinned in the lock and tests/http/test_h11_fastpath.py checks that the bytes are
+    identical to h11's own in every case.
+    """
+
+    def _clean_up_response_headers_for_sending(self, response: h11.Response) -> h11.Response:
+        if self._cstate.keep_alive and response.status_code not in (204, 304) \
+                and any(name == b"content-length" for name, _ in response.headers):
+            return response
+        return super()._clean_up_response_headers_for_sending(response)
+
+
 def _head(status: int, headers: list[tuple[bytes, bytes]]) -> h11.Response:
     """A response head. The header names and values are ours or were checked when the
     handler built its Response (messages.py), so h11's per-header regex pass is skipped."""
@@ -90,7 +108,7 @@ class _Connection:
         self.stream = stream
         self.client = client
         self.loopback = is_loopback(client[0])
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_header_bytes)
+        self.h11 = _H11(h11.SERVER, max_incomplete_event_size=max_header_bytes)
         self.timer = trio.CancelScope()
         self.phase = "busy"
         self.deadline = math.inf
