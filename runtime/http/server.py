@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import ssl
 import time
 from email.utils import formatdate
@@ -102,10 +103,11 @@ class _Connection:
     timeout fires up to one sweep tick late, which is nothing against seconds.
     """
 
-    __slots__ = ("stream", "client", "loopback", "h11", "timer", "phase", "deadline")
+    __slots__ = ("stream", "client", "loopback", "h11", "timer", "phase", "deadline", "fd")
 
     def __init__(self, stream: trio.abc.Stream, client: tuple[str, int], max_header_bytes: int) -> None:
         self.stream = stream
+        self.fd = -1  # plain TCP only: the socket's fd, for the direct first write (HttpServer._send)
         self.client = client
         self.loopback = is_loopback(client[0])
         self.h11 = _H11(h11.SERVER, max_incomplete_event_size=max_header_bytes)
@@ -215,6 +217,8 @@ class HttpServer:
                     conn.stream = tls
                     conn.expire_in("handshake", self.config.request_head_timeout_secs)
                     await tls.do_handshake()
+                elif os.name != "nt":  # TLS: every byte must go through the SSLStream instead
+                    conn.fd = stream.socket.fileno()
                 await self._requests(conn)
             if conn.timer.cancelled_caught:
                 await self._timed_out(conn)
@@ -401,8 +405,24 @@ class HttpServer:
 
     async def _send(self, conn: _Connection, data: bytes) -> None:
         """Write with the write timeout. The deadline stays until the next phase sets
-        its own (the next head wait; ``_pump`` clears it between chunks)."""
+        its own (the next head wait; ``_pump`` clears it between chunks).
+
+        On plain TCP the first attempt is one direct non-blocking write: a response
+        nearly always fits the socket buffer, and then the request costs one trip
+        through trio's scheduler (the read) instead of two. Whatever does not fit goes
+        through ``send_all`` as usual. The connection task still yields once per
+        request, in its read, so no client can starve the others."""
         conn.expire_in("write", self.config.write_timeout_secs)
+        if conn.fd >= 0:
+            try:
+                sent = os.write(conn.fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:  # EPIPE, ECONNRESET: the client is gone
+                raise trio.BrokenResourceError(str(exc)) from None
+            if sent == len(data):
+                return
+            data = data[sent:]
         await conn.stream.send_all(data)
 
     async def _respond(self, conn: _Connection, request: Request, response: Response) -> None:
