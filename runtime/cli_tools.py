@@ -103,7 +103,7 @@ def cmd_call(args: argparse.Namespace) -> int:
         raise UsageError("--args must be a JSON object, e.g. --args '{\"path\": \"notes.txt\"}'")
 
     async def work(kernel: Any) -> int:
-        result = await kernel.registry.call(args.tool, arguments, timeout_secs=args.timeout)
+        result = await kernel.call_tool(args.tool, arguments, timeout_secs=args.timeout, caller="cli")
         if args.json:
             _print_json(result)
         else:

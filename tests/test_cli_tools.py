@@ -50,9 +50,11 @@ def test_call_prints_result_and_exit_codes(config):
     failed = tern("call", "mcp_fake_fail", "--config", config)
     assert failed.returncode == 1 and failed.stdout == "it broke\n" and "reported an error" in failed.stderr
     unknown = tern("call", "mcp_fake_ecko", "--config", config)
-    assert unknown.returncode == 1 and "did you mean 'mcp_fake_echo'" in unknown.stderr
+    assert unknown.returncode == 1 and "did you mean 'mcp_fake_echo'" in unknown.stdout
     down = tern("call", "mcp_broken_x", "--config", config)
-    assert down.returncode == 1 and "MCP server 'broken' is failed" in down.stderr
+    assert down.returncode == 1 and "MCP server 'broken' is failed" in down.stdout
+    invalid = tern("call", "mcp_fake_echo", "--args", '{"message": 7}', "--config", config)
+    assert invalid.returncode == 1 and "arguments.message: expected string, got integer" in invalid.stdout
     assert "Traceback" not in down.stderr + unknown.stderr
     bad = tern("call", "time_now", "--args", "[1]", "--config", config)
     assert bad.returncode == 2 and "must be a JSON object" in bad.stderr

@@ -8,13 +8,16 @@ appear in the registry as each becomes ready. State changes go to the event bus
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import trio
 
 from runtime.config import Config
 from runtime.kernel.builtins import register_builtins
+from runtime.kernel.audit import AuditLog
 from runtime.kernel.events import EventBus
+from runtime.kernel.pipeline import ToolPipeline
 from runtime.kernel.registry import ToolRegistry, ToolResult
 from runtime.mcp.supervisor import McpSupervisor
 
@@ -32,7 +35,12 @@ class Kernel:
                                  on_event=self.events.publish)
         self.registry = ToolRegistry(self.mcp)
         register_builtins(self.registry)
-        self.tool_observers: list[Any] = []  # callables (tool, outcome, seconds), e.g. metrics
+        self.tool_observers: list[Any] = [self._publish_call]  # (tool, outcome, seconds): metrics, events
+        audit = AuditLog(Path(config.state.dir) / "audit.jsonl") if config.state.dir else None
+        self.pipeline = ToolPipeline(self.registry, config, audit=audit, observers=self.tool_observers)
+
+    def _publish_call(self, tool: str, outcome: str, seconds: float) -> None:
+        self.events.publish("tool.call", {"tool": tool, "outcome": outcome, "ms": round(seconds * 1000, 3)})
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; ``task_status.started()`` once booted (servers still connecting)."""
@@ -41,20 +49,10 @@ class Kernel:
             task_status.started()
 
     async def call_tool(self, name: str, arguments: Any = None, *, timeout_secs: Any = None,
-                        caller: str = "") -> ToolResult:
-        """A tool call with its event and metrics (the guarded pipeline wraps this later)."""
-        started = time.perf_counter()
-        outcome = "error"
-        try:
-            result = await self.registry.call(name, arguments, timeout_secs=timeout_secs)
-            outcome = "tool_error" if result.is_error else "ok"
-            return result
-        finally:
-            seconds = time.perf_counter() - started
-            for observe in self.tool_observers:
-                observe(name, outcome, seconds)
-            self.events.publish("tool.call", {"tool": name, "outcome": outcome, "ms": round(seconds * 1000, 3),
-                                              "caller": caller})
+                        caller: str = "", run: Any = None) -> ToolResult:
+        """A tool call through the pipeline (guards, audit, metrics), with its event."""
+        result = await self.pipeline.call(name, arguments, run=run, timeout_secs=timeout_secs, caller=caller)
+        return result
 
     async def aclose(self) -> None:
         await self.mcp.aclose()

@@ -1,0 +1,124 @@
+"""The one tool pipeline every caller goes through (agents, ``tern call``, later the MCP
+server and A2A):
+
+    capability -> arguments vs inputSchema -> loop guard -> taint check -> timeout ->
+    execution -> truncation -> redaction -> taint labelling -> audit record
+
+Every refusal and failure comes back as a tool error (``ToolResult.is_error``) with a
+sentence a model can act on; only the caller's own cancellation escapes. A ``Run`` is
+one agent run (or one CLI call): the loop guard and the taint tracker live there, so
+what one run fetched never taints another.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import time
+from typing import Any, Union
+
+import trio
+
+from runtime.config import AgentConfig, Config
+from runtime.errors import TernError
+from runtime.kernel.audit import AuditLog, digest
+from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
+                                   secret_env_values, truncate)
+from runtime.kernel.registry import ToolRegistry, ToolResult
+from runtime.kernel.schema import validate
+
+__all__ = ["Run", "ToolPipeline"]
+
+
+class Run:
+    """One agent run's state: which agent (None: an operator, e.g. ``tern call``), its
+    loop guard, and what untrusted content it has seen."""
+
+    def __init__(self, agent: Union[AgentConfig, None] = None, *, max_calls: int = 50) -> None:
+        self.agent = agent
+        self.loop_guard = LoopGuard(max_calls=max_calls)
+        self.taint = TaintTracker()
+
+
+def allowed(agent: Union[AgentConfig, None], tool: str) -> bool:
+    """Capabilities: an agent may call only tools its ``tools`` globs name."""
+    return agent is None or any(fnmatch.fnmatchcase(tool, pattern) for pattern in agent.tools)
+
+
+class ToolPipeline:
+    def __init__(self, registry: ToolRegistry, config: Config, *, audit: Union[AuditLog, None] = None,
+                 secrets: Union[list[str], None] = None, observers: Union[list[Any], None] = None) -> None:
+        self.registry = registry
+        self.config = config
+        self.audit = audit
+        self.redactor = Redactor([*(secrets or []), *config.security.redact,
+                                  *secret_env_values(os.environ, extra_names=config.security.redact_env)])
+        self.observers = observers if observers is not None else []  # (tool, outcome, seconds)
+
+    def run(self, agent: Union[AgentConfig, None] = None) -> Run:
+        return Run(agent, max_calls=self.config.tools.max_calls_per_run)
+
+    async def call(self, name: str, arguments: Union[dict[str, Any], None] = None, *, run: Union[Run, None] = None,
+                   timeout_secs: Union[float, None] = None, caller: str = "") -> ToolResult:
+        run = run or self.run()
+        arguments = arguments if arguments is not None else {}
+        started = time.perf_counter()
+        result, outcome = await self._call(name, arguments, run, timeout_secs)
+        seconds = time.perf_counter() - started
+        for observe in self.observers:
+            observe(name, outcome, seconds)
+        if self.audit is not None:
+            self.audit.record("tool_call", agent=run.agent.name if run.agent else None, caller=caller, tool=name,
+                              arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
+                              untrusted=is_untrusted_source(name, mcp=self._is_mcp(name)))
+        return result
+
+    def _is_mcp(self, name: str) -> bool:
+        tool = self.registry.get(name)
+        return tool is not None and tool.source == "mcp"
+
+    async def _call(self, name: str, arguments: dict[str, Any], run: Run,
+                    timeout_secs: Union[float, None]) -> tuple[ToolResult, str]:
+        agent = run.agent
+        if not allowed(agent, name):
+            return _refused(f"agent '{agent.name}' may not call {name}: it is not in the agent's tools"), "denied"  # type: ignore[union-attr]
+        tool = self.registry.get(name)
+        if tool is None:  # unknown, or the tool of an MCP server that is down: say which
+            try:
+                await self.registry.call(name, arguments)
+            except TernError as exc:
+                return _refused(str(exc)), "unavailable"
+            return _refused(f"there is no tool named {name}"), "unknown"
+        if not isinstance(arguments, dict):
+            return _refused(f"{name} takes a JSON object of arguments"), "invalid"
+        problems = validate(arguments, tool.input_schema)
+        if problems:
+            return _refused(f"invalid arguments for {name}: " + "; ".join(problems)), "invalid"
+        verdict = run.loop_guard.check(name, arguments)
+        if verdict.action == "block":
+            return _refused(verdict.reason), "loop_blocked"
+        if is_sensitive_sink(name):
+            taint = run.taint.find(arguments)
+            if taint is not None and not (agent is not None and agent.allow_tainted_sinks):
+                return _refused(f"refused: the arguments of {name} contain content from {taint.source} "
+                                f"({taint.path}), which is untrusted; sensitive tools do not take it"), "tainted"
+        limit = timeout_secs or self.config.tools.timeouts.get(name, self.config.tools.timeout_secs)
+        with trio.move_on_after(limit) as scope:
+            try:
+                result = await self.registry.call(name, arguments, timeout_secs=limit)
+            except TernError as exc:
+                return _refused(self.redactor.redact(f"{name} failed: {exc}")), "error"
+        if scope.cancelled_caught:
+            return _refused(f"{name} did not finish within {limit:g} s"), "timeout"
+        text = self.redactor.redact(truncate(result.text, self.config.tools.max_result_chars))
+        if verdict.action == "warn":
+            text += f"\n[warning: {verdict.reason}]"
+        if is_untrusted_source(name, mcp=tool.source == "mcp"):
+            run.taint.add_untrusted(result.text, name)
+        outcome = "tool_error" if result.is_error else "ok"
+        structured = self.redactor.redact_obj(result.structured) if result.structured is not None else None
+        return ToolResult(text, result.is_error, structured, self.redactor.redact_obj(result.content)), outcome
+
+
+def _refused(message: str) -> ToolResult:
+    return ToolResult(message, is_error=True)
