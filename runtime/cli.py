@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     events = command("events", _lazy("cmd_events"), "print the running daemon's events as they happen")
     events.add_argument("--json", action="store_true", help="one JSON object per line (default: readable lines)")
 
+    audit = command("audit", _needs_subcommand, "read the audit log (one JSON line per tool call)")
+    audit_commands = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
+    tail = command("tail", _lazy("cmd_audit_tail"), "print the last audit records", audit_commands)
+    tail.add_argument("-n", type=int, default=20, metavar="N", help="how many records (default 20)")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep printing new records as they come")
+
     tools = command("tools", _lazy("cmd_tools"), "connect the configured MCP servers and list every tool")
     tools.add_argument("--json", action="store_true", help="print JSON")
     call = command("call", _lazy("cmd_call"), "call one tool and print its result (exit 1 if it fails)")

@@ -18,7 +18,7 @@ import msgspec
 from runtime.config import load_config
 from runtime.errors import UsageError
 
-__all__ = ["cmd_tools", "cmd_call", "cmd_mcp_servers", "cmd_mcp_import", "cmd_status", "cmd_events"]
+__all__ = ["cmd_tools", "cmd_call", "cmd_mcp_servers", "cmd_mcp_import", "cmd_status", "cmd_events", "cmd_audit_tail"]
 
 T = TypeVar("T")
 
@@ -239,3 +239,40 @@ def _event_line(event: dict[str, Any]) -> str:
         return f"{stamp} tool {event.get('tool')}: {event.get('outcome')} in {event.get('ms')} ms"
     rest = {k: v for k, v in event.items() if k not in ("type", "time")}
     return f"{stamp} {kind} {json.dumps(rest)}"
+
+
+def cmd_audit_tail(args: argparse.Namespace) -> int:
+    """The last N records of ``<state dir>/audit.jsonl``; with -f, new ones as they come
+    (across rotation: a replaced file is reopened)."""
+    import os
+    import time
+    from collections import deque
+    from pathlib import Path
+
+    path = Path(load_config(getattr(args, "config", None)).config.state.dir) / "audit.jsonl"
+    if not path.exists() and not args.follow:
+        raise UsageError(f"no audit log yet at {path}")
+    handle = None
+    inode = None
+    if path.exists():
+        handle = path.open("rb")
+        inode = os.fstat(handle.fileno()).st_ino
+        for line in deque(handle, maxlen=max(args.n, 0)):
+            print(line.decode("utf-8", "replace").rstrip("\n"), flush=True)
+    while args.follow:
+        line = handle.readline() if handle is not None else b""
+        if line:
+            print(line.decode("utf-8", "replace").rstrip("\n"), flush=True)
+            continue
+        time.sleep(0.2)
+        try:
+            current = path.stat().st_ino
+        except FileNotFoundError:
+            continue
+        if current != inode:  # rotated (or first created): read the new file from its start
+            if handle is not None:
+                for rest in handle:
+                    print(rest.decode("utf-8", "replace").rstrip("\n"), flush=True)
+                handle.close()
+            handle, inode = path.open("rb"), current
+    return 0

@@ -85,3 +85,15 @@ def test_mcp_import(tmp_path):
     assert tern("config", "check", str(config)).returncode == 0
     missing = tern("mcp", "import", str(tmp_path / "nope.json"))
     assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+def test_audit_tail(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n')
+    assert tern("audit", "tail", "--config", str(config)).returncode == 2  # no log yet: one clear line
+    assert tern("call", "time_now", "--config", str(config)).returncode == 0
+    assert tern("call", "time_now", "--args", '{"x": 1}', "--config", str(config)).returncode == 1
+    done = tern("audit", "tail", "-n", "1", "--config", str(config))
+    (line,) = done.stdout.splitlines()
+    record = json.loads(line)
+    assert (record["tool"], record["outcome"], record["caller"]) == ("time_now", "invalid", "cli")
