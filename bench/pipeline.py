@@ -28,7 +28,7 @@ NOOP = Tool("noop", "does nothing", {"type": "object", "properties": {"n": {"typ
 RESULT = ToolResult("ok")
 
 
-async def noop(arguments: dict) -> ToolResult:
+async def noop(arguments: dict, context) -> ToolResult:
     return RESULT
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from runtime.kernel.registry import Tool, ToolRegistry, ToolResult
+from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
 
 __all__ = ["register_builtins"]
 
@@ -14,7 +14,7 @@ TIME_NOW = Tool("time_now", "The current date and time (UTC, ISO 8601).",
                 {"type": "object", "properties": {}, "additionalProperties": False})
 
 
-async def time_now(arguments: dict[str, Any]) -> ToolResult:
+async def time_now(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     return ToolResult(now.isoformat())
 

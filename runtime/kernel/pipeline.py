@@ -24,7 +24,7 @@ from runtime.errors import TernError
 from runtime.kernel.audit import AuditLog, digest
 from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
                                    secret_env_values, truncate)
-from runtime.kernel.registry import ToolRegistry, ToolResult
+from runtime.kernel.registry import ToolContext, ToolRegistry, ToolResult
 from runtime.kernel.schema import validate
 
 __all__ = ["Run", "ToolPipeline"]
@@ -34,8 +34,10 @@ class Run:
     """One agent run's state: which agent (None: an operator, e.g. ``tern call``), its
     loop guard, and what untrusted content it has seen."""
 
-    def __init__(self, agent: Union[AgentConfig, None] = None, *, max_calls: int = 50) -> None:
+    def __init__(self, agent: Union[AgentConfig, None] = None, *, max_calls: int = 50,
+                 context: Union[ToolContext, None] = None) -> None:
         self.agent = agent
+        self.context = context or ToolContext(agent=agent.name if agent else "")
         self.loop_guard = LoopGuard(max_calls=max_calls)
         self.taint = TaintTracker()
 
@@ -56,7 +58,14 @@ class ToolPipeline:
         self.observers = observers if observers is not None else []  # (tool, outcome, seconds)
 
     def run(self, agent: Union[AgentConfig, None] = None) -> Run:
-        return Run(agent, max_calls=self.config.tools.max_calls_per_run)
+        """A new run for ``agent`` (None: an operator), with its tool context: the agent's
+        workspace (default ``<state dir>/workspaces/<agent>``)."""
+        state = self.config.state.dir
+        workspace = ""
+        if agent is not None:
+            workspace = agent.workspace or (os.path.join(state, "workspaces", agent.name) if state else "")
+        context = ToolContext(agent=agent.name if agent else "", workspace=workspace, state_dir=state)
+        return Run(agent, max_calls=self.config.tools.max_calls_per_run, context=context)
 
     async def call(self, name: str, arguments: Union[dict[str, Any], None] = None, *, run: Union[Run, None] = None,
                    timeout_secs: Union[float, None] = None, caller: str = "") -> ToolResult:
@@ -105,7 +114,7 @@ class ToolPipeline:
         limit = timeout_secs or self.config.tools.timeouts.get(name, self.config.tools.timeout_secs)
         with trio.move_on_after(limit) as scope:
             try:
-                result = await self.registry.call(name, arguments, timeout_secs=limit)
+                result = await self.registry.call(name, arguments, timeout_secs=limit, context=run.context)
             except TernError as exc:
                 return _refused(self.redactor.redact(f"{name} failed: {exc}")), "error"
         if scope.cancelled_caught:

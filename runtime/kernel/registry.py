@@ -14,7 +14,7 @@ import msgspec
 
 from runtime.errors import TernError
 
-__all__ = ["Tool", "ToolResult", "ToolRegistry", "UnknownTool", "Handler"]
+__all__ = ["Tool", "ToolResult", "ToolContext", "ToolRegistry", "UnknownTool", "Handler"]
 
 Source = Literal["builtin", "mcp"]
 
@@ -44,7 +44,16 @@ class ToolResult(msgspec.Struct):
     content: list[dict[str, Any]] = []
 
 
-Handler = Callable[[dict[str, Any]], Awaitable[ToolResult]]
+class ToolContext(msgspec.Struct, frozen=True):
+    """Who is calling, for tools that act on the caller's own things: the agent's
+    name, its workspace directory (file tools stay inside it), tern's state directory."""
+
+    agent: str = ""
+    workspace: str = ""
+    state_dir: str = ""
+
+
+Handler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
 
 
 class ToolRegistry:
@@ -76,12 +85,12 @@ class ToolRegistry:
                     entry.tool.input_schema, source="mcp", server=entry.server, original_name=entry.tool.name)
 
     async def call(self, name: str, arguments: Union[dict[str, Any], None] = None, *,
-                   timeout_secs: Union[float, None] = None) -> ToolResult:
+                   timeout_secs: Union[float, None] = None, context: Union[ToolContext, None] = None) -> ToolResult:
         """Route a call by name. Raises UnknownTool; MCP faults raise as the client does
         (RpcError, TernTimeout, ConnectionLost)."""
         arguments = arguments or {}
         if name in self._builtins:
-            return await self._builtins[name][1](arguments)
+            return await self._builtins[name][1](arguments, context or ToolContext())
         if self.mcp is not None and self.mcp.owner(name) is not None:
             try:
                 result = await self.mcp.call(name, arguments, timeout_secs=timeout_secs)

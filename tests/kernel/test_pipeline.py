@@ -21,24 +21,24 @@ OBJECT = {"type": "object"}
 written: list[dict] = []
 
 
-async def echo(arguments):
+async def echo(arguments, context):
     return ToolResult(json.dumps(arguments))
 
 
-async def leak(arguments):
+async def leak(arguments, context):
     return ToolResult(f"token is {SECRET}", structured={"token": SECRET})
 
 
-async def big(arguments):
+async def big(arguments, context):
     return ToolResult("\n".join(f"line {i}" for i in range(20_000)))
 
 
-async def slow(arguments):
+async def slow(arguments, context):
     await trio.sleep(10)
     return ToolResult("late")
 
 
-async def file_write(arguments):
+async def file_write(arguments, context):
     written.append(arguments)
     return ToolResult("written")
 
