@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     events = command("events", _lazy("cmd_events"), "print the running daemon's events as they happen")
     events.add_argument("--json", action="store_true", help="one JSON object per line (default: readable lines)")
 
+    run = command("run", _lazy("cmd_run"), "send an agent one message and print its reply")
+    run.add_argument("agent", help="the agent's name (see [[agents]] in the config)")
+    run.add_argument("message", help="the message ('-' reads it from stdin)")
+    run.add_argument("--context", metavar="ID", help="continue this conversation (default: a new one)")
+    run.add_argument("--json", action="store_true", help="print the reply as JSON (agent, context_id, text)")
+
     audit = command("audit", _needs_subcommand, "read the audit log (one JSON line per tool call)")
     audit_commands = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
     tail = command("tail", _lazy("cmd_audit_tail"), "print the last audit records", audit_commands)

@@ -18,7 +18,7 @@ import msgspec
 from runtime.config import load_config
 from runtime.errors import UsageError
 
-__all__ = ["cmd_tools", "cmd_call", "cmd_mcp_servers", "cmd_mcp_import", "cmd_status", "cmd_events", "cmd_audit_tail"]
+__all__ = ["cmd_tools", "cmd_call", "cmd_mcp_servers", "cmd_mcp_import", "cmd_status", "cmd_events", "cmd_audit_tail", "cmd_run"]
 
 T = TypeVar("T")
 
@@ -276,3 +276,24 @@ def cmd_audit_tail(args: argparse.Namespace) -> int:
                 handle.close()
             handle, inode = path.open("rb"), current
     return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """One message to one agent; the reply on stdout (exit 1 if the agent cannot answer)."""
+    from runtime.kernel.agents import AgentError
+
+    message = sys.stdin.read() if args.message == "-" else args.message
+
+    async def work(kernel: Any) -> int:
+        try:
+            reply = await kernel.agents.send(args.agent, message, context_id=args.context)
+        except AgentError as exc:
+            print(f"tern: {exc}", file=sys.stderr)
+            return 1
+        if args.json:
+            _print_json(reply)
+        else:
+            print(reply.text)
+        return 0
+
+    return _with_kernel(args, work)

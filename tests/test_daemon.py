@@ -107,3 +107,23 @@ def test_listen_errors_are_one_line(tmp_path):
     config = write_config(tmp_path)
     bad = tern("serve", "--config", config, "--listen", "nonsense")
     assert bad.returncode == 2 and "--listen" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_sigkill_loses_no_committed_message(daemon):
+    """A reply the API returned is on disk: kill -9 right after it, then read the store."""
+    import sqlite3
+
+    config, process, url, discovery = daemon
+    replies = []
+    for i in range(20):
+        response = httpx.post(url + "/api/agents/echo/message", json={"message": f"note {i}", "context_id": "ctx-1"})
+        assert response.status_code == 200, response.text
+        replies.append(response.json())
+    assert replies[-1] == {"agent": "echo", "context_id": "ctx-1", "text": "note 19"}
+    process.kill()
+    process.wait()
+    with sqlite3.connect(discovery.parent / "conversations.sqlite3") as db:
+        rows = db.execute("SELECT role, content FROM messages WHERE context_id = 'ctx-1' ORDER BY seq").fetchall()
+    assert len(rows) == 40 and rows[-2:] == [("user", "note 19"), ("agent", "note 19")]
+    bad = tern("run", "echo", "x", "--config", config)  # and a restarted tern reads it fine
+    assert bad.returncode == 0 and bad.stdout == "x\n"

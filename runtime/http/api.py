@@ -8,7 +8,7 @@ router when they are enabled.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
@@ -19,6 +19,11 @@ from runtime.http.router import Router
 __all__ = ["build_router"]
 
 _HEALTH = Response(200, b'{"status":"ok"}')
+
+
+class _MessageIn(msgspec.Struct, forbid_unknown_fields=True):
+    message: str
+    context_id: Union[str, None] = None
 
 
 def build_router(kernel: Any, *, metrics: Any = None) -> Router:
@@ -56,11 +61,16 @@ def build_router(kernel: Any, *, metrics: Any = None) -> Router:
                                           "tools": a.tools} for a in config.agents]})
 
     async def agent_message(request: Request) -> Response:
-        name = request.params["name"]
-        if not any(a.name == name for a in config.agents):
-            raise HttpError(404, f"no agent named {name!r}")
-        request.json()  # a bad body is still a 400, before the 501
-        raise HttpError(501, "agents do not run in this build yet: they arrive with the kernel")
+        from runtime.kernel.agents import AgentError, UnknownAgent
+
+        body = request.json(_MessageIn)
+        try:
+            reply = await kernel.agents.send(request.params["name"], body.message, context_id=body.context_id)
+        except UnknownAgent as exc:
+            raise HttpError(404, str(exc)) from None
+        except AgentError as exc:
+            raise HttpError(502, f"the agent could not answer: {exc}") from None
+        return json_response(reply)
 
     async def echo(request: Request) -> Response:
         request.json()  # validate: a load test must not be able to echo garbage

@@ -49,8 +49,11 @@ def document() -> dict[str, Any]:
             "/api/agents/{name}/message": {"post": {
                 "summary": "send an agent a message",
                 "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
-                "requestBody": {"required": True, "content": _JSON_OBJECT},
-                "responses": {**_ok("the agent's reply"), "404": _ERROR, "501": _ERROR}}},
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["message"], "additionalProperties": False,
+                    "properties": {"message": {"type": "string"}, "context_id": {"type": "string"}}}}}},
+                "responses": {**_ok("the agent's reply", {"type": "object", "required": ["agent", "context_id", "text"]}),
+                              "400": _ERROR, "404": _ERROR, "502": _ERROR}}},
             "/api/echo": {"post": {"summary": "answer the JSON body back (load tests, client checks)",
                                    "requestBody": {"required": True, "content": _JSON_OBJECT},
                                    "responses": {**_ok("the same JSON"), "400": _ERROR, "413": _ERROR}}},

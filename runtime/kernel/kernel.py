@@ -15,7 +15,9 @@ import trio
 
 from runtime.config import Config
 from runtime.kernel.builtins import register_builtins
+from runtime.kernel.agents import Agents
 from runtime.kernel.audit import AuditLog
+from runtime.kernel.conversations import Conversations
 from runtime.kernel.events import EventBus
 from runtime.kernel.pipeline import ToolPipeline
 from runtime.kernel.registry import ToolRegistry, ToolResult
@@ -38,6 +40,9 @@ class Kernel:
         self.tool_observers: list[Any] = [self._publish_call]  # (tool, outcome, seconds): metrics, events
         audit = AuditLog(Path(config.state.dir) / "audit.jsonl") if config.state.dir else None
         self.pipeline = ToolPipeline(self.registry, config, audit=audit, observers=self.tool_observers)
+        state = Path(config.state.dir) if config.state.dir else None
+        self.conversations = Conversations(state / "conversations.sqlite3") if state else None
+        self.agents = Agents(config, self.pipeline, self.conversations)
 
     def _publish_call(self, tool: str, outcome: str, seconds: float) -> None:
         self.events.publish("tool.call", {"tool": tool, "outcome": outcome, "ms": round(seconds * 1000, 3)})

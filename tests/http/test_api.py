@@ -67,6 +67,8 @@ async def test_api_routes(nursery):
         bad = await client.post("/api/echo", content=b"{nope")
         assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
         assert (await client.post("/api/agents/ghost/message", json={"message": "hi"})).status_code == 404
+        missing = await client.post("/api/agents/ghost/message", json={"text": "hi"})
+        assert missing.status_code == 400 and "unknown field `text`" in missing.json()["error"]["message"]
         assert (await client.get("/api/openapi.json")).json()["openapi"] == "3.1.0"
         wrong = await client.delete("/api/status")
         assert wrong.status_code == 405 and wrong.headers["allow"] == "GET, HEAD"

@@ -1,0 +1,158 @@
+"""Agents: what answers a message. Every kind records the exchange in its conversation
+(``context_id``) and makes its tool calls through the pipeline.
+
+- ``echo``: replies with the message (protocol demos and tests).
+- ``command``: runs a local program with the message on stdin, in a cleared environment
+  (as for MCP servers), with a timeout and an output cap; replies with its stdout.
+- ``tool``: one fixed tool call. A message that is a JSON object is the arguments;
+  otherwise it fills the tool's one string parameter (``file_list`` -> ``path``), or
+  no parameter at all when it is empty.
+- ``llm`` and ``remote`` are not in this build yet: they answer with a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from typing import Any, Union
+
+import msgspec
+import trio
+
+from runtime.config import AgentConfig, Config
+from runtime.errors import TernError
+from runtime.kernel.conversations import Conversations
+from runtime.kernel.pipeline import ToolPipeline
+
+__all__ = ["Agents", "AgentReply", "AgentError", "UnknownAgent"]
+
+READ_BYTES = 65536
+
+
+class AgentError(TernError):
+    """The agent could not answer (its command failed, its tool refused, ...)."""
+
+
+class UnknownAgent(TernError):
+    """No agent has this name."""
+
+
+class AgentReply(msgspec.Struct, frozen=True):
+    agent: str
+    context_id: str
+    text: str
+
+
+class Agents:
+    def __init__(self, config: Config, pipeline: ToolPipeline, conversations: Union[Conversations, None]) -> None:
+        self.config = config
+        self.pipeline = pipeline
+        self.conversations = conversations
+        self._by_name = {agent.name: agent for agent in config.agents}
+
+    def get(self, name: str) -> AgentConfig:
+        agent = self._by_name.get(name)
+        if agent is None:
+            known = ", ".join(self._by_name) or "none configured"
+            raise UnknownAgent(f"no agent named {name!r} (agents: {known})")
+        return agent
+
+    async def send(self, name: str, message: str, *, context_id: Union[str, None] = None) -> AgentReply:
+        """Answer one message; the exchange is committed to the conversation before
+        the reply is returned."""
+        agent = self.get(name)
+        context_id = context_id or uuid.uuid4().hex
+        text = await self._answer(agent, message)
+        if self.conversations is not None:
+            await self.conversations.append(context_id, Conversations.message("user", name, message),
+                                            Conversations.message("agent", name, text))
+        return AgentReply(name, context_id, text)
+
+    async def _answer(self, agent: AgentConfig, message: str) -> str:
+        if agent.kind == "echo":
+            return message
+        if agent.kind == "command":
+            return await self._command(agent, message)
+        if agent.kind == "tool":
+            return await self._tool(agent, message)
+        raise AgentError(f"agent {agent.name!r} is of kind {agent.kind!r}, which does not run in this build yet")
+
+    async def _command(self, agent: AgentConfig, message: str) -> str:
+        from runtime.mcp.stdio import subprocess_env
+
+        if not agent.command:
+            raise AgentError(f"agent {agent.name!r}: kind = \"command\" needs command = [...]")
+        try:
+            process = await trio.lowlevel.open_process(agent.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                       stderr=subprocess.PIPE, env=subprocess_env([]))
+        except OSError as exc:
+            raise AgentError(f"agent {agent.name!r}: cannot run {agent.command[0]}: {exc.strerror or exc}") from None
+        out, err = bytearray(), bytearray()
+        cap = agent.max_output_bytes
+
+        async def feed() -> None:
+            try:
+                await process.stdin.send_all(message.encode("utf-8"))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # it did not read all of it: its choice
+            await process.stdin.aclose()
+
+        async def drain(stream: Any, into: bytearray, limit: int) -> None:
+            while chunk := await stream.receive_some(READ_BYTES):
+                if len(into) < limit:
+                    into += chunk[: limit - len(into)]
+
+        try:
+            with trio.move_on_after(agent.timeout_secs) as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(feed)
+                    nursery.start_soon(drain, process.stdout, out, cap)
+                    nursery.start_soon(drain, process.stderr, err, 4096)
+                await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                with trio.CancelScope(shield=True):
+                    await process.wait()
+        if scope.cancelled_caught:
+            raise AgentError(f"agent {agent.name!r}: {agent.command[0]} did not finish within {agent.timeout_secs:g} s")
+        if process.returncode != 0:
+            tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+            raise AgentError(f"agent {agent.name!r}: {agent.command[0]} exited with code {process.returncode}"
+                             f"{': ' + tail[0] if tail[0] else ''}")
+        text = out.decode("utf-8", "replace")
+        return text + (f"\n[output cut at {cap} bytes]" if len(out) >= cap else "")
+
+    async def _tool(self, agent: AgentConfig, message: str) -> str:
+        if not agent.tool:
+            raise AgentError(f"agent {agent.name!r}: kind = \"tool\" needs tool = \"...\"")
+        tool = self.pipeline.registry.get(agent.tool)
+        arguments = _arguments(message, tool.input_schema if tool is not None else {})
+        # The fixed tool is the agent's capability even when its tools list is empty.
+        allowed = agent if agent.tool in agent.tools else msgspec.structs.replace(agent, tools=[*agent.tools, agent.tool])
+        result = await self.pipeline.call(agent.tool, arguments, run=self.pipeline.run(allowed), caller=f"agent:{agent.name}")
+        if result.is_error:
+            raise AgentError(result.text)
+        return result.text
+
+
+def _arguments(message: str, schema: dict[str, Any]) -> dict[str, Any]:
+    text = message.strip()
+    if text.startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            return parsed
+    if not text:
+        return {}
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    strings = [key for key, spec in properties.items() if isinstance(spec, dict) and spec.get("type") == "string"]
+    required = [key for key in schema.get("required", []) if key in strings]
+    if len(required) == 1:
+        return {required[0]: message}
+    if len(strings) == 1:
+        return {strings[0]: message}
+    return {"message": message}

@@ -1,0 +1,106 @@
+"""Conversations: each ``context_id``'s messages, in SQLite in the state directory.
+
+Every append is its own committed transaction (WAL, ``synchronous=FULL``), so a restart
+or a ``kill -9`` loses no message that was acknowledged. SQLite runs off the event loop
+(``trio.to_thread``), one short-lived connection per operation: no connection is shared
+between threads. History is bounded per context in count and in bytes; the oldest
+messages go first.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Union
+
+import msgspec
+import trio
+
+__all__ = ["Conversations", "Message"]
+
+MAX_MESSAGES = 200
+MAX_BYTES = 1024 * 1024
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS messages (
+    context_id TEXT NOT NULL,
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    role TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    content TEXT NOT NULL,
+    time REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_context ON messages (context_id, seq);
+"""
+
+
+class Message(msgspec.Struct, frozen=True):
+    role: str  # "user" or "agent"
+    agent: str
+    content: str
+    time: float
+
+
+class Conversations:
+    def __init__(self, path: Union[str, Path], *, max_messages: int = MAX_MESSAGES, max_bytes: int = MAX_BYTES) -> None:
+        self.path = Path(path)
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self._ready = False
+        self._lock = trio.Lock()  # one writer at a time from this process
+
+    def _connect(self) -> sqlite3.Connection:
+        if not self._ready:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))  # private before SQLite opens it
+        db = sqlite3.connect(self.path, timeout=10.0)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        if not self._ready:
+            db.executescript(_SCHEMA)
+            self._ready = True
+        return db
+
+    def _append(self, context_id: str, messages: list[Message]) -> None:
+        db = self._connect()
+        try:
+            with db:  # one transaction: both sides of an exchange, or neither
+                db.executemany("INSERT INTO messages (context_id, role, agent, content, time) VALUES (?, ?, ?, ?, ?)",
+                               [(context_id, m.role, m.agent, m.content, m.time) for m in messages])
+                self._trim(db, context_id)
+        finally:
+            db.close()
+
+    def _trim(self, db: sqlite3.Connection, context_id: str) -> None:
+        rows = db.execute("SELECT seq, length(CAST(content AS BLOB)) FROM messages WHERE context_id = ? "
+                          "ORDER BY seq DESC", (context_id,)).fetchall()
+        kept, size, cut = 0, 0, None
+        for seq, length in rows:
+            if kept >= self.max_messages or size + length > self.max_bytes and kept > 0:
+                cut = seq
+                break
+            kept += 1
+            size += length
+        if cut is not None:
+            db.execute("DELETE FROM messages WHERE context_id = ? AND seq <= ?", (context_id, cut))
+
+    def _history(self, context_id: str, limit: int) -> list[Message]:
+        db = self._connect()
+        try:
+            rows = db.execute("SELECT role, agent, content, time FROM messages WHERE context_id = ? "
+                              "ORDER BY seq DESC LIMIT ?", (context_id, limit)).fetchall()
+        finally:
+            db.close()
+        return [Message(*row) for row in reversed(rows)]
+
+    async def append(self, context_id: str, *messages: Message) -> None:
+        async with self._lock:
+            await trio.to_thread.run_sync(self._append, context_id, list(messages))
+
+    async def history(self, context_id: str, limit: int = MAX_MESSAGES) -> list[Message]:
+        return await trio.to_thread.run_sync(self._history, context_id, limit)
+
+    @staticmethod
+    def message(role: str, agent: str, content: str) -> Message:
+        return Message(role, agent, content, round(time.time(), 6))

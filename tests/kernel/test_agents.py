@@ -1,0 +1,87 @@
+"""Agents of the kinds in this build (echo, command, tool) and their conversations."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+
+import pytest
+import trio
+
+from runtime.config import AgentConfig, Config, ModelConfig, StateConfig
+from runtime.kernel.agents import AgentError, UnknownAgent
+from runtime.kernel.conversations import Conversations
+from runtime.kernel.kernel import Kernel
+
+PY = sys.executable
+
+
+def kernel(tmp_path, *agents: AgentConfig) -> Kernel:
+    return Kernel(Config(agents=list(agents), state=StateConfig(dir=str(tmp_path))))
+
+
+async def test_echo_and_the_conversation_is_committed(tmp_path):
+    k = kernel(tmp_path, AgentConfig(name="echo", kind="echo"))
+    first = await k.agents.send("echo", "hello")
+    second = await k.agents.send("echo", "again", context_id=first.context_id)
+    assert (first.text, second.context_id) == ("hello", first.context_id)
+    history = await k.conversations.history(first.context_id)
+    assert [(m.role, m.content) for m in history] == [("user", "hello"), ("agent", "hello"),
+                                                      ("user", "again"), ("agent", "again")]
+    assert oct((tmp_path / "conversations.sqlite3").stat().st_mode & 0o777) == "0o600"
+
+
+async def test_command_agent(tmp_path, monkeypatch):
+    monkeypatch.setenv("TERN_TEST_SECRET", "do-not-pass-me")
+    upper = AgentConfig(name="upper", kind="command", command=["tr", "a-z", "A-Z"])
+    env = AgentConfig(name="env", kind="command", command=[PY, "-c", "import os, json; print(json.dumps(dict(os.environ)))"])
+    slow = AgentConfig(name="slow", kind="command", command=[PY, "-c", "import time; time.sleep(30)"], timeout_secs=0.5)
+    fail = AgentConfig(name="fail", kind="command", command=[PY, "-c", "import sys; sys.exit('broken pipe dream')"])
+    flood = AgentConfig(name="flood", kind="command", command=[PY, "-c", "print('x' * 100000)"], max_output_bytes=1000)
+    k = kernel(tmp_path, upper, env, slow, fail, flood)
+    assert (await k.agents.send("upper", "hello")).text == "HELLO"
+    assert "TERN_TEST_SECRET" not in json.loads((await k.agents.send("env", "")).text)
+    with trio.fail_after(5):
+        with pytest.raises(AgentError, match="did not finish within 0.5 s"):
+            await k.agents.send("slow", "x")
+    with pytest.raises(AgentError, match="exited with code 1: broken pipe dream"):
+        await k.agents.send("fail", "x")
+    cut = (await k.agents.send("flood", "")).text
+    assert cut.startswith("x" * 1000) and cut.endswith("[output cut at 1000 bytes]")
+
+
+async def test_tool_agent(tmp_path):
+    clock = AgentConfig(name="clock", kind="tool", tool="time_now")
+    k = kernel(tmp_path, clock)
+    assert (await k.agents.send("clock", "")).text.startswith("20")
+    with pytest.raises(AgentError, match="invalid arguments for time_now"):
+        await k.agents.send("clock", '{"zone": "UTC"}')  # a JSON object is the arguments: checked
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [r["caller"] for r in records] == ["agent:clock", "agent:clock"]
+
+
+async def test_unknown_agent_and_kinds_not_in_this_build(tmp_path):
+    k = kernel(tmp_path, AgentConfig(name="brain", kind="llm", model=ModelConfig(model="m")))
+    with pytest.raises(UnknownAgent, match="no agent named 'ghost'"):
+        await k.agents.send("ghost", "hi")
+    with pytest.raises(AgentError, match="kind 'llm', which does not run in this build yet"):
+        await k.agents.send("brain", "hi")
+
+
+async def test_history_is_bounded(tmp_path):
+    store = Conversations(tmp_path / "c.sqlite3", max_messages=5, max_bytes=45)  # 10-byte messages: 4 fit
+    for i in range(10):
+        await store.append("ctx", Conversations.message("user", "a", f"message {i:02d}"))
+    assert [m.content for m in await store.history("ctx")] == [f"message {i:02d}" for i in (6, 7, 8, 9)]
+    with sqlite3.connect(tmp_path / "c.sqlite3") as db:
+        assert db.execute("SELECT count(*) FROM messages").fetchone() == (4,)
+
+
+async def test_count_bound(tmp_path):
+    store = Conversations(tmp_path / "c.sqlite3", max_messages=3)
+    for i in range(10):
+        await store.append("ctx", Conversations.message("user", "a", str(i)))
+    await store.append("other", Conversations.message("user", "a", "kept"))
+    assert [m.content for m in await store.history("ctx")] == ["7", "8", "9"]
+    assert [m.content for m in await store.history("other")] == ["kept"]
