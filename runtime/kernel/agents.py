@@ -7,7 +7,11 @@
 - ``tool``: one fixed tool call. A message that is a JSON object is the arguments;
   otherwise it fills the tool's one string parameter (``file_list`` -> ``path``), or
   no parameter at all when it is empty.
-- ``llm`` and ``remote`` are not in this build yet: they answer with a clear error.
+- ``llm``: an OpenAI-compatible model with tool calling (``llm.py``), given the
+  conversation so far and the tools its ``tools`` globs allow; up to ``max_iterations``
+  model turns, every tool call through the pipeline (one run: one loop guard, one
+  taint tracker). Text streams to ``on_text`` as it comes.
+- ``remote`` is not in this build yet: it answers with a clear error.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import msgspec
 import trio
@@ -58,18 +62,22 @@ class Agents:
             raise UnknownAgent(f"no agent named {name!r} (agents: {known})")
         return agent
 
-    async def send(self, name: str, message: str, *, context_id: Union[str, None] = None) -> AgentReply:
+    async def send(self, name: str, message: str, *, context_id: Union[str, None] = None,
+                   on_text: Union[Callable[[str], None], None] = None) -> AgentReply:
         """Answer one message; the exchange is committed to the conversation before
         the reply is returned."""
         agent = self.get(name)
         context_id = context_id or uuid.uuid4().hex
-        text = await self._answer(agent, message)
+        text = await self._answer(agent, message, context_id, on_text)
         if self.conversations is not None:
             await self.conversations.append(context_id, Conversations.message("user", name, message),
                                             Conversations.message("agent", name, text))
         return AgentReply(name, context_id, text)
 
-    async def _answer(self, agent: AgentConfig, message: str) -> str:
+    async def _answer(self, agent: AgentConfig, message: str, context_id: str,
+                      on_text: Union[Callable[[str], None], None]) -> str:
+        if agent.kind == "llm":
+            return await self._llm(agent, message, context_id, on_text)
         if agent.kind == "echo":
             return message
         if agent.kind == "command":
@@ -123,6 +131,47 @@ class Agents:
                              f"{': ' + tail[0] if tail[0] else ''}")
         text = out.decode("utf-8", "replace")
         return text + (f"\n[output cut at {cap} bytes]" if len(out) >= cap else "")
+
+    async def _llm(self, agent: AgentConfig, message: str, context_id: str,
+                   on_text: Union[Callable[[str], None], None]) -> str:
+        from runtime.kernel.llm import ChatClient, LlmError
+        from runtime.kernel.pipeline import allowed
+
+        if agent.model is None:
+            raise AgentError(f"agent {agent.name!r} has no [agents.model]")
+        messages: list[dict[str, Any]] = [{"role": "system", "content": agent.system_prompt}] if agent.system_prompt else []
+        if self.conversations is not None:
+            for past in await self.conversations.history(context_id):
+                messages.append({"role": "user" if past.role == "user" else "assistant", "content": past.content})
+        messages.append({"role": "user", "content": message})
+        tools = [{"type": "function", "function": {"name": t.name, "description": t.description[:1024],
+                                                   "parameters": t.input_schema}}
+                 for t in self.pipeline.registry.tools() if agent.tools and allowed(agent, t.name)]
+        run = self.pipeline.run(agent)
+        client = ChatClient(agent.model)
+        try:
+            for _ in range(max(agent.max_iterations, 1)):
+                turn = await client.complete(messages, tools, on_text=on_text)
+                if not turn.tool_calls:
+                    return turn.text
+                messages.append({"role": "assistant", "content": turn.text or None, "tool_calls": [
+                    {"id": call.id, "type": "function", "function": {
+                        "name": call.name,
+                        "arguments": call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)}}
+                    for call in turn.tool_calls]})
+                for call in turn.tool_calls:
+                    if isinstance(call.arguments, dict):
+                        result = await self.pipeline.call(call.name, call.arguments, run=run,
+                                                          caller=f"agent:{agent.name}")
+                        text = result.text
+                    else:
+                        text = f"the arguments for {call.name} are not a JSON object: {str(call.arguments)[:200]}"
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        except LlmError as exc:
+            raise AgentError(str(exc)) from None
+        finally:
+            await client.aclose()
+        return f"[stopped after {agent.max_iterations} model turns without a final answer]"
 
     async def _tool(self, agent: AgentConfig, message: str) -> str:
         if not agent.tool:
