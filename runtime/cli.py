@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--context", metavar="ID", help="continue this conversation (default: a new one)")
     run.add_argument("--json", action="store_true", help="print the reply as JSON (agent, context_id, text)")
 
+    chat = command("chat", _lazy("cmd_chat"), "talk with an agent interactively (replies streamed, history kept)")
+    chat.add_argument("agent", help="the agent's name")
+    chat.add_argument("--context", metavar="ID", help="continue this conversation")
+
     audit = command("audit", _needs_subcommand, "read the audit log (one JSON line per tool call)")
     audit_commands = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
     tail = command("tail", _lazy("cmd_audit_tail"), "print the last audit records", audit_commands)

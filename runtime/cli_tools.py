@@ -18,7 +18,7 @@ import msgspec
 from runtime.config import load_config
 from runtime.errors import UsageError
 
-__all__ = ["cmd_tools", "cmd_call", "cmd_mcp_servers", "cmd_mcp_import", "cmd_status", "cmd_events", "cmd_audit_tail", "cmd_run"]
+__all__ = ["cmd_tools", "cmd_call", "cmd_mcp_servers", "cmd_mcp_import", "cmd_status", "cmd_events", "cmd_audit_tail", "cmd_run", "cmd_chat"]
 
 T = TypeVar("T")
 
@@ -279,21 +279,70 @@ def cmd_audit_tail(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """One message to one agent; the reply on stdout (exit 1 if the agent cannot answer)."""
+    """One message to one agent; the reply streams to stdout as it comes (exit 1 if the
+    agent cannot answer)."""
     from runtime.kernel.agents import AgentError
 
     message = sys.stdin.read() if args.message == "-" else args.message
 
     async def work(kernel: Any) -> int:
+        streamed: list[str] = []
+
+        def show(piece: str) -> None:
+            streamed.append(piece)
+            if not args.json:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+
         try:
-            reply = await kernel.agents.send(args.agent, message, context_id=args.context)
+            reply = await kernel.agents.send(args.agent, message, context_id=args.context, on_text=show)
         except AgentError as exc:
             print(f"tern: {exc}", file=sys.stderr)
             return 1
         if args.json:
             _print_json(reply)
-        else:
+        elif not streamed:
             print(reply.text)
+        else:
+            print()
         return 0
+
+    return _with_kernel(args, work)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """An interactive conversation: one context, replies streamed; Ctrl-D or /quit ends it."""
+    import trio
+
+    from runtime.kernel.agents import AgentError
+
+    async def work(kernel: Any) -> int:
+        kernel.agents.get(args.agent)  # an unknown agent fails before the first prompt
+        context_id = args.context
+        print(f"chatting with {args.agent} (Ctrl-D or /quit to end)", file=sys.stderr)
+        while True:
+            try:
+                line = await trio.to_thread.run_sync(input, "> ")
+            except EOFError:
+                print(file=sys.stderr)
+                return 0
+            if line.strip() in ("/quit", "/exit"):
+                return 0
+            if not line.strip():
+                continue
+            streamed: list[str] = []
+
+            def show(piece: str) -> None:
+                streamed.append(piece)
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+
+            try:
+                reply = await kernel.agents.send(args.agent, line, context_id=context_id, on_text=show)
+            except AgentError as exc:
+                print(f"tern: {exc}", file=sys.stderr)
+                continue
+            context_id = reply.context_id
+            print() if streamed else print(reply.text)
 
     return _with_kernel(args, work)

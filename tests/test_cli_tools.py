@@ -97,3 +97,35 @@ def test_audit_tail(tmp_path):
     (line,) = done.stdout.splitlines()
     record = json.loads(line)
     assert (record["tool"], record["outcome"], record["caller"]) == ("time_now", "invalid", "cli")
+
+
+def agents_config(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n'
+                      '[[agents]]\nname = "echo"\nkind = "echo"\n'
+                      '[[agents]]\nname = "upper"\nkind = "command"\ncommand = ["tr", "a-z", "A-Z"]\n')
+    return str(config)
+
+
+def test_run(tmp_path):
+    config = agents_config(tmp_path)
+    assert tern("run", "upper", "shout", "--config", config).stdout == "SHOUT\n"
+    reply = json.loads(tern("run", "echo", "hi", "--json", "--config", config).stdout)
+    assert reply["text"] == "hi" and reply["agent"] == "echo"
+    again = json.loads(tern("run", "echo", "more", "--json", "--context", reply["context_id"], "--config", config).stdout)
+    assert again["context_id"] == reply["context_id"]
+    ghost = tern("run", "ghost", "hi", "--config", config)
+    assert ghost.returncode == 1 and "no agent named 'ghost'" in ghost.stderr
+
+
+def test_chat(tmp_path):
+    import os
+    import subprocess
+
+    from tests.test_cli import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-m", "runtime", "chat", "upper", "--config", agents_config(tmp_path)],
+                          input="one\n\ntwo\n/quit\n", capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0 and done.stdout.count("ONE") == 1 and "TWO" in done.stdout

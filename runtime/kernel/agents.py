@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from typing import Any, Callable, Union
 
@@ -68,7 +69,16 @@ class Agents:
         the reply is returned."""
         agent = self.get(name)
         context_id = context_id or uuid.uuid4().hex
-        text = await self._answer(agent, message, context_id, on_text)
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            text = await self._answer(agent, message, context_id, on_text)
+            outcome = "ok"
+        finally:
+            if self.pipeline.audit is not None:
+                self.pipeline.audit.record("agent_message", agent=name, context_id=context_id, outcome=outcome,
+                                           ms=round((time.perf_counter() - started) * 1000, 3),
+                                           chars_in=len(message))
         if self.conversations is not None:
             await self.conversations.append(context_id, Conversations.message("user", name, message),
                                             Conversations.message("agent", name, text))
