@@ -1,5 +1,6 @@
-"""Built-in tools. The file, web, memory and shell tools arrive with the pipeline
-that guards them; these are the ones that need no guard."""
+"""Built-in tools: ``time_now`` here, the file tools (confined to the caller's workspace)
+and the memory tools (SQLite in the state directory) in their own modules. The pipeline
+guards them all; the web and shell tools arrive later."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import datetime
 from typing import Any
 
 from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
+from runtime.kernel.tools_files import register_file_tools
+from runtime.kernel.tools_memory import register_memory_tools
 
 __all__ = ["register_builtins"]
 
@@ -21,3 +24,5 @@ async def time_now(arguments: dict[str, Any], context: ToolContext) -> ToolResul
 
 def register_builtins(registry: ToolRegistry) -> None:
     registry.register(TIME_NOW, time_now)
+    register_file_tools(registry)
+    register_memory_tools(registry)

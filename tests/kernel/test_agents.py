@@ -9,7 +9,7 @@ import sys
 import pytest
 import trio
 
-from runtime.config import AgentConfig, Config, ModelConfig, StateConfig
+from runtime.config import AgentConfig, Config, StateConfig
 from runtime.kernel.agents import AgentError, UnknownAgent
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.kernel import Kernel
@@ -58,15 +58,17 @@ async def test_tool_agent(tmp_path):
     with pytest.raises(AgentError, match="invalid arguments for time_now"):
         await k.agents.send("clock", '{"zone": "UTC"}')  # a JSON object is the arguments: checked
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert [r["caller"] for r in records] == ["agent:clock", "agent:clock"]
+    assert [(r["kind"], r.get("caller"), r["outcome"]) for r in records] == [
+        ("tool_call", "agent:clock", "ok"), ("agent_message", None, "ok"),
+        ("tool_call", "agent:clock", "invalid"), ("agent_message", None, "error")]
 
 
 async def test_unknown_agent_and_kinds_not_in_this_build(tmp_path):
-    k = kernel(tmp_path, AgentConfig(name="brain", kind="llm", model=ModelConfig(model="m")))
+    k = kernel(tmp_path, AgentConfig(name="far", kind="remote", remote="peer"))
     with pytest.raises(UnknownAgent, match="no agent named 'ghost'"):
         await k.agents.send("ghost", "hi")
-    with pytest.raises(AgentError, match="kind 'llm', which does not run in this build yet"):
-        await k.agents.send("brain", "hi")
+    with pytest.raises(AgentError, match="kind 'remote', which does not run in this build yet"):
+        await k.agents.send("far", "hi")
 
 
 async def test_history_is_bounded(tmp_path):

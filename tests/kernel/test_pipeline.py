@@ -46,6 +46,7 @@ async def file_write(arguments, context):
 def registry(mcp=None) -> ToolRegistry:
     reg = ToolRegistry(mcp)
     register_builtins(reg)
+    reg._builtins.pop("file_write")  # the fake below records what reaches the sink
     reg.register(Tool("echo", "", {"type": "object", "properties": {"text": {"type": "string"}},
                                    "required": ["text"], "additionalProperties": False}), echo)
     reg.register(Tool("leak", "", OBJECT), leak)
