@@ -129,3 +129,16 @@ def test_chat(tmp_path):
     done = subprocess.run([sys.executable, "-m", "runtime", "chat", "upper", "--config", agents_config(tmp_path)],
                           input="one\n\ntwo\n/quit\n", capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0 and done.stdout.count("ONE") == 1 and "TWO" in done.stdout
+
+
+def test_the_bundled_default_config_runs_offline(tmp_path):
+    """No config file anywhere: the bundled default's three agents, offline."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "HOME": str(tmp_path)}
+    assert tern("run", "echo", "offline", cwd=tmp_path, env_extra=env).stdout == "offline\n"
+    files = tern("run", "files", "", cwd=tmp_path, env_extra=env)
+    assert files.returncode == 0 and files.stdout == "(empty directory)\n"
+    assert (tmp_path / "state" / "tern" / "workspaces" / "files").is_dir()
+    llm = tern("run", "assistant", "hi", cwd=tmp_path, env_extra=env)
+    assert llm.returncode == 1
+    assert "no LLM answered at http://127.0.0.1:11434/v1: start the model server" in llm.stderr
