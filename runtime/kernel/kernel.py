@@ -21,6 +21,7 @@ from runtime.kernel.conversations import Conversations
 from runtime.kernel.events import EventBus
 from runtime.kernel.pipeline import ToolPipeline
 from runtime.kernel.registry import ToolRegistry, ToolResult
+from runtime.kernel.tools_agents import register_agent_tools
 from runtime.mcp.supervisor import McpSupervisor
 
 __all__ = ["Kernel"]
@@ -43,6 +44,7 @@ class Kernel:
         state = Path(config.state.dir) if config.state.dir else None
         self.conversations = Conversations(state / "conversations.sqlite3") if state else None
         self.agents = Agents(config, self.pipeline, self.conversations)
+        register_agent_tools(self.registry, lambda: self.agents)
 
     def _publish_call(self, tool: str, outcome: str, seconds: float) -> None:
         self.events.publish("tool.call", {"tool": tool, "outcome": outcome, "ms": round(seconds * 1000, 3)})

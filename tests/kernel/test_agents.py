@@ -87,3 +87,33 @@ async def test_count_bound(tmp_path):
     await store.append("other", Conversations.message("user", "a", "kept"))
     assert [m.content for m in await store.history("ctx")] == ["7", "8", "9"]
     assert [m.content for m in await store.history("other")] == ["kept"]
+
+
+async def test_agent_tools(tmp_path):
+    relay = AgentConfig(name="relay", kind="tool", tool="agent_send", description="forwards")
+    echo = AgentConfig(name="echo", kind="echo", description="repeats")
+    k = kernel(tmp_path, relay, echo)
+    listed = await k.call_tool("agent_list")
+    assert "relay (tool): forwards" in listed.text and "echo (echo): repeats" in listed.text
+    reply = await k.agents.send("relay", '{"agent": "echo", "message": "via relay"}')
+    assert reply.text == "via relay"
+    with pytest.raises(AgentError, match="cannot send a message to itself"):
+        await k.agents.send("relay", '{"agent": "relay", "message": "loop"}')
+    with pytest.raises(AgentError, match="no agent named 'ghost'"):
+        await k.agents.send("relay", '{"agent": "ghost", "message": "x"}')
+
+
+async def test_agent_send_depth_is_capped(tmp_path):
+    # n0 -> n1 -> n2 -> n3 -> e: tool agents forwarding the message inside their message.
+    k = kernel(tmp_path, *(AgentConfig(name=f"n{i}", kind="tool", tool="agent_send") for i in range(4)),
+               AgentConfig(name="e", kind="echo"))
+
+    def chain(*names: str) -> str:
+        message = "hi"
+        for name in reversed(names):
+            message = json.dumps({"agent": name, "message": message})
+        return message
+
+    assert (await k.agents.send("n0", chain("n1", "e"))).text == "hi"  # two sends deep: fine
+    with pytest.raises(AgentError, match="already 3 sends deep"):
+        await k.agents.send("n0", chain("n1", "n2", "n3", "e"))

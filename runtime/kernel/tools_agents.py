@@ -1,0 +1,57 @@
+"""``agent_list`` and ``agent_send``: agents asking other agents.
+
+``agent_send`` reaches local agents now (remote A2A agents arrive with the A2A client).
+Agents calling agents could loop forever, so the depth of nested sends is capped
+(``MAX_DEPTH``), counted per task through a context variable.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Callable
+
+from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
+
+__all__ = ["register_agent_tools", "MAX_DEPTH"]
+
+MAX_DEPTH = 3
+_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tern_agent_send_depth", default=0)
+
+AGENT_LIST = Tool("agent_list", "The agents this tern hosts, with what each is for.",
+                  {"type": "object", "properties": {}, "additionalProperties": False})
+AGENT_SEND = Tool("agent_send", "Send another agent a message and get its reply.",
+                  {"type": "object", "additionalProperties": False, "required": ["agent", "message"],
+                   "properties": {"agent": {"type": "string", "minLength": 1},
+                                  "message": {"type": "string", "maxLength": 100_000}}})
+
+
+def register_agent_tools(registry: ToolRegistry, agents: Callable[[], Any]) -> None:
+    """``agents`` returns the kernel's Agents (it exists only after the registry)."""
+
+    async def agent_list(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        hosted = agents().config.agents
+        lines = [f"{a.name} ({a.kind}): {a.description or 'no description'}" for a in hosted]
+        return ToolResult("\n".join(lines) or "no agents are configured",
+                          structured=[{"name": a.name, "kind": a.kind, "description": a.description} for a in hosted])
+
+    async def agent_send(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        from runtime.kernel.agents import AgentError, UnknownAgent
+
+        name = arguments["agent"]
+        if name == context.agent:
+            return ToolResult(f"agent {name!r} cannot send a message to itself", is_error=True)
+        depth = _depth.get()
+        if depth >= MAX_DEPTH:
+            return ToolResult(f"refused: agents are already {depth} sends deep; answer with what you have",
+                              is_error=True)
+        token = _depth.set(depth + 1)
+        try:
+            reply = await agents().send(name, arguments["message"])
+        except (UnknownAgent, AgentError) as exc:
+            return ToolResult(str(exc), is_error=True)
+        finally:
+            _depth.reset(token)
+        return ToolResult(reply.text)
+
+    registry.register(AGENT_LIST, agent_list)
+    registry.register(AGENT_SEND, agent_send)
