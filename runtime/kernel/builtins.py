@@ -5,8 +5,10 @@ guards them all; the web and shell tools arrive later."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, Union
 
+from runtime.config import Config
+from runtime.kernel import tools_net, tools_shell
 from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
 from runtime.kernel.tools_files import register_file_tools
 from runtime.kernel.tools_memory import register_memory_tools
@@ -22,7 +24,12 @@ async def time_now(arguments: dict[str, Any], context: ToolContext) -> ToolResul
     return ToolResult(now.isoformat())
 
 
-def register_builtins(registry: ToolRegistry) -> None:
+def register_builtins(registry: ToolRegistry, config: Union[Config, None] = None) -> None:
+    """Every built-in tool. ``web_fetch`` and ``shell_exec`` take their limits and policy
+    from the config (``shell_exec`` only exists when enabled, with an allowlist)."""
     registry.register(TIME_NOW, time_now)
     register_file_tools(registry)
     register_memory_tools(registry)
+    config = config or Config()
+    tools_net.register(registry, config)
+    tools_shell.register(registry, config)

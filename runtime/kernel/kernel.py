@@ -37,7 +37,7 @@ class Kernel:
         self.mcp = McpSupervisor(config.mcp_servers, policy=AddressPolicy.from_security(config.security),
                                  on_event=self.events.publish)
         self.registry = ToolRegistry(self.mcp)
-        register_builtins(self.registry)
+        register_builtins(self.registry, config)
         self.tool_observers: list[Any] = [self._publish_call]  # (tool, outcome, seconds): metrics, events
         audit = AuditLog(Path(config.state.dir) / "audit.jsonl") if config.state.dir else None
         self.pipeline = ToolPipeline(self.registry, config, audit=audit, observers=self.tool_observers)

@@ -1,0 +1,247 @@
+"""``shell_exec``: run one allowlisted program, directly, in the caller's workspace.
+
+Off by default: ``register`` registers nothing unless ``[tools] shell_exec_enabled =
+true`` AND ``[tools] shell_allowlist`` names at least one program (an enabled tool that
+can run nothing would only waste the model's calls).
+
+Never a shell: ``argv`` is executed as given (no ``sh -c``, no globbing, no variable
+expansion; ``sh`` itself runs only if the operator allowlists it). The program is:
+
+- a bare name in the allowlist (``"git"``), looked up on the absolute directories of
+  PATH only (a relative PATH entry such as ``.`` could pick a file from the
+  workspace); or
+- an absolute path listed verbatim in the allowlist (``"/opt/x/bin/tool"``); or
+- an absolute path whose basename is allowlisted and whose directory is one of PATH's
+  directories (``"/bin/echo"`` for ``"echo"``), so ``/workspace/echo`` is not ``echo``.
+
+Refused: relative paths with a slash (``./x``, ``bin/x``), any ``..`` or ``.``
+component, NUL bytes. The resolved file is passed as the executable, ``argv``
+unchanged.
+
+The environment is cleared (``subprocess_env([])``: PATH, HOME and the temp-dir
+variables only). The working directory is the workspace, or ``cwd`` inside it (realpath
+and commonpath, so ``..`` and symlinks out are refused). The timeout is
+``min(timeout_secs, [tools] timeouts.shell_exec or timeout_secs)``; the program runs in
+its own session and its whole process group is killed on timeout, on cancellation and
+when it exits (leftover children would otherwise hold the pipes open). stdout is kept
+up to 1 MiB, stderr up to 64 KiB; beyond that output is read and discarded, so the
+program does not block on a full pipe, and the result says how much was cut.
+
+Result: ``exit code N\\n--- stdout ---\\n...\\n--- stderr ---\\n...``, a tool error when
+N != 0 or on timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from typing import Any, Union
+
+import trio
+
+from runtime.config import Config
+from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
+from runtime.mcp.stdio import subprocess_env
+
+__all__ = ["STDOUT_CAP", "STDERR_CAP", "shell_exec_tool", "resolve_program", "make_shell_exec", "register"]
+
+STDOUT_CAP = 1024 * 1024
+STDERR_CAP = 64 * 1024
+MAX_STDIN_CHARS = 1024 * 1024
+_READ = 65536
+
+
+class Refused(Exception):
+    """A call this tool will not run; the message says why."""
+
+
+def shell_exec_tool(allowlist: list[str]) -> Tool:
+    allowed = ", ".join(sorted(set(allowlist)))
+    return Tool(
+        "shell_exec",
+        "Run one program directly (no shell: no pipes, globs, redirection or $VARIABLES) in "
+        f"your workspace and return its exit code, stdout and stderr. Allowed programs: {allowed}.",
+        {
+            "type": "object",
+            "properties": {
+                "argv": {"type": "array", "minItems": 1, "maxItems": 1000,
+                         "items": {"type": "string", "maxLength": 100_000},
+                         "description": "The program and its arguments, passed verbatim."},
+                "stdin": {"type": "string", "maxLength": MAX_STDIN_CHARS,
+                          "description": "Text to send to the program's standard input."},
+                "cwd": {"type": "string", "minLength": 1,
+                        "description": "Working directory, relative to (and inside) the workspace."},
+                "timeout_secs": {"type": "number", "exclusiveMinimum": 0,
+                                 "description": "Kill the program after this many seconds (capped)."},
+            },
+            "required": ["argv"],
+            "additionalProperties": False,
+        },
+    )
+
+
+def _path_dirs(env: dict[str, str]) -> list[str]:
+    return [d for d in env.get("PATH", "").split(os.pathsep) if os.path.isabs(d)]
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def resolve_program(program: str, allowlist: list[str], env: dict[str, str]) -> str:
+    """The absolute path to execute for ``argv[0]``, or ``Refused``."""
+    if not program or "\x00" in program:
+        raise Refused("refused: argv[0] must be a program name")
+    slash = "/" in program or (os.altsep is not None and os.altsep in program) or os.sep in program
+    if not slash:
+        if program not in allowlist:
+            raise Refused(f"refused: {program!r} is not an allowed program (allowed: {', '.join(sorted(set(allowlist)))})")
+        for directory in _path_dirs(env):
+            candidate = os.path.join(directory, program)
+            if _executable(candidate):
+                return candidate
+        raise Refused(f"{program!r} is allowed but was not found on PATH")
+    if not os.path.isabs(program):
+        raise Refused(f"refused: {program!r}: give a bare program name or an absolute path")
+    parts = program.replace("\\", "/").split("/")
+    if any(part in ("..", ".") for part in parts) or os.path.normpath(program) != program:
+        raise Refused(f"refused: {program!r}: '..' and '.' components are not allowed")
+    if program not in allowlist:
+        name = os.path.basename(program)
+        if name not in allowlist:
+            raise Refused(f"refused: {program!r} is not an allowed program (allowed: {', '.join(sorted(set(allowlist)))})")
+        here = os.path.realpath(os.path.dirname(program))
+        if here not in {os.path.realpath(d) for d in _path_dirs(env)}:
+            raise Refused(f"refused: {program!r}: {name!r} is allowed by name only from a PATH directory")
+    if not _executable(program):
+        raise Refused(f"{program!r} is not an executable file")
+    return program
+
+
+def _workdir(context: ToolContext, cwd: Union[str, None]) -> str:
+    if not context.workspace:
+        raise Refused("refused: this caller has no workspace to run programs in")
+    os.makedirs(context.workspace, mode=0o700, exist_ok=True)
+    workspace = os.path.realpath(context.workspace)
+    if cwd is None:
+        return workspace
+    if "\x00" in cwd:
+        raise Refused("refused: cwd contains a NUL byte")
+    target = os.path.realpath(os.path.join(workspace, cwd))
+    if os.path.commonpath([workspace, target]) != workspace:
+        raise Refused(f"refused: cwd {cwd!r} escapes the workspace")
+    if not os.path.isdir(target):
+        raise Refused(f"cwd {cwd!r} is not a directory in the workspace")
+    return target
+
+
+class _Capture:
+    """Reads a pipe to its end, keeping the first ``cap`` bytes and counting the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.kept = bytearray()
+        self.total = 0
+
+    async def drain(self, stream: Any) -> None:
+        while True:
+            chunk = await stream.receive_some(_READ)
+            if not chunk:
+                return
+            self.total += len(chunk)
+            room = self.cap - len(self.kept)
+            if room > 0:
+                self.kept += chunk[:room]
+
+    def text(self) -> str:
+        text = self.kept.decode("utf-8", errors="replace")
+        if self.total > len(self.kept):
+            text += f"\n[cut at {self.cap} bytes of {self.total}]"
+        return text
+
+
+async def _feed(stream: Any, data: bytes) -> None:
+    try:
+        await stream.send_all(data)
+        await stream.aclose()
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # the program exited or closed its stdin without reading it all
+
+
+def _kill_group(process: Any) -> None:
+    try:
+        if os.name == "posix":
+            os.killpg(process.pid, signal.SIGKILL)
+        else:  # pragma: no cover
+            process.kill()
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+
+
+def _exit_text(code: Union[int, None]) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"exit code {code} (signal {signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return f"exit code {code}"
+
+
+def make_shell_exec(config: Config) -> Any:
+    allowlist = list(config.tools.shell_allowlist)
+    cap_secs = config.tools.timeouts.get("shell_exec", config.tools.timeout_secs)
+
+    async def shell_exec(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        argv = list(arguments["argv"])
+        env = subprocess_env([])
+        timeout = min(float(arguments.get("timeout_secs") or cap_secs), cap_secs)
+        try:
+            executable = resolve_program(argv[0], allowlist, env)
+            cwd = _workdir(context, arguments.get("cwd"))
+            if any("\x00" in arg for arg in argv):
+                raise Refused("refused: an argument contains a NUL byte")
+        except Refused as refused:
+            return ToolResult(f"shell_exec: {refused}", is_error=True)
+        stdin = arguments.get("stdin")
+        try:
+            process = await trio.lowlevel.open_process(
+                argv, executable=executable, cwd=cwd, env=env,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=os.name == "posix")
+        except OSError as error:
+            return ToolResult(f"shell_exec: cannot start {argv[0]!r}: {error.strerror or error}", is_error=True)
+        out, err = _Capture(STDOUT_CAP), _Capture(STDERR_CAP)
+        try:
+            with trio.move_on_after(timeout) as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(out.drain, process.stdout)
+                    nursery.start_soon(err.drain, process.stderr)
+                    if stdin is not None:
+                        nursery.start_soon(_feed, process.stdin, stdin.encode("utf-8", errors="replace"))
+                    await process.wait()
+                    _kill_group(process)  # children left behind would hold the pipes open
+        finally:
+            _kill_group(process)
+            with trio.CancelScope(shield=True):
+                for stream in (process.stdin, process.stdout, process.stderr):
+                    if stream is not None:
+                        await stream.aclose()
+                await process.wait()
+        if scope.cancelled_caught:
+            head = f"timed out after {timeout:g} s; killed"
+        else:
+            head = _exit_text(process.returncode)
+        text = f"{head}\n--- stdout ---\n{out.text()}\n--- stderr ---\n{err.text()}"
+        return ToolResult(text, is_error=scope.cancelled_caught or process.returncode != 0)
+
+    return shell_exec
+
+
+def register(registry: ToolRegistry, config: Config, **deps: Any) -> None:
+    """Register ``shell_exec`` if ``[tools] shell_exec_enabled`` and the allowlist is not
+    empty; otherwise register nothing. ``deps`` is unused (same signature as the others)."""
+    if not config.tools.shell_exec_enabled or not config.tools.shell_allowlist:
+        return
+    registry.register(shell_exec_tool(config.tools.shell_allowlist), make_shell_exec(config))
