@@ -21,6 +21,7 @@ import trio
 
 from runtime.config import AgentConfig, Config
 from runtime.errors import TernError
+from runtime.log import register_secret
 from runtime.kernel.audit import AuditLog, digest
 from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
                                    secret_env_values, truncate)
@@ -53,8 +54,11 @@ class ToolPipeline:
         self.registry = registry
         self.config = config
         self.audit = audit
-        self.redactor = Redactor([*(secrets or []), *config.security.redact,
-                                  *secret_env_values(os.environ, extra_names=config.security.redact_env)])
+        secret_values = [*(secrets or []), *config.security.redact,
+                         *secret_env_values(os.environ, extra_names=config.security.redact_env)]
+        self.redactor = Redactor(secret_values)
+        for value in secret_values:  # the same secrets never reach a log line either
+            register_secret(value)
         self.observers = observers if observers is not None else []  # (tool, outcome, seconds)
 
     def run(self, agent: Union[AgentConfig, None] = None) -> Run:

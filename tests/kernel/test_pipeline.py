@@ -134,3 +134,24 @@ def test_audit_rotates(tmp_path):
     assert all((tmp_path / n).stat().st_size <= 2100 for n in names)
     last = json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[-1])
     assert last["n"] == 99 and oct((tmp_path / "audit.jsonl").stat().st_mode & 0o777) == "0o600"
+
+
+async def test_secrets_never_reach_a_log_line(tmp_path, monkeypatch):
+    import logging
+
+    monkeypatch.setenv("SOME_SERVICE_TOKEN", "tok-9f8e7d6c5b4a")
+    pipeline = ToolPipeline(registry(), config(tmp_path))
+    assert "tok-9f8e7d6c5b4a" not in (await pipeline.call("echo", {"text": "tok-9f8e7d6c5b4a"})).text
+    from runtime.log import get_logger, setup_logging
+
+    setup_logging("info", "text")
+    handler_output = []
+    handler = logging.Handler()
+    handler.emit = lambda record: handler_output.append(handler.format(record))  # type: ignore[method-assign]
+    handler.setFormatter(logging.getLogger("tern").handlers[0].formatter)
+    logging.getLogger("tern").addHandler(handler)
+    try:
+        get_logger("test").warning("leaked %s and %s", SECRET, "tok-9f8e7d6c5b4a")
+    finally:
+        logging.getLogger("tern").removeHandler(handler)
+    assert handler_output and SECRET not in handler_output[0] and "tok-9f8e7d6c5b4a" not in handler_output[0]
