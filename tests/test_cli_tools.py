@@ -142,3 +142,24 @@ def test_the_bundled_default_config_runs_offline(tmp_path):
     llm = tern("run", "assistant", "hi", cwd=tmp_path, env_extra=env)
     assert llm.returncode == 1
     assert "no LLM answered at http://127.0.0.1:11434/v1: start the model server" in llm.stderr
+
+
+def test_audit_tail_follows_new_records(tmp_path):
+    import os
+    import subprocess
+
+    from tests.test_cli import ROOT
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+    env["PYTHONPATH"] = str(ROOT)
+    follower = subprocess.Popen([sys.executable, "-m", "runtime", "audit", "tail", "-f", "--config", str(config)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert tern("call", "time_now", "--config", str(config)).returncode == 0  # creates the log
+        record = json.loads(follower.stdout.readline())
+        assert record["tool"] == "time_now" and record["outcome"] == "ok"
+    finally:
+        follower.kill()
+        follower.wait()
