@@ -864,3 +864,45 @@ async def test_the_rate_limit_answers_429_with_retry_after(nursery):
             assert (await http.get("/ok")).status_code == 429
         clock.now += 10
         await assert_healthy(served.server, served.port)
+
+
+FLOOD = """
+import socket, sys, threading
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+data = b"GET /ok HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n" * int(sys.argv[2])
+threading.Thread(target=sock.sendall, args=(data,), daemon=True).start()
+seen = 0
+while seen < int(sys.argv[2]):
+    chunk = sock.recv(1 << 20)
+    if not chunk:
+        break
+    seen += chunk.count(b"HTTP/1.1 200")
+print(seen)
+"""
+
+
+async def test_a_pipelining_flood_does_not_starve_other_clients(nursery):
+    """Direct reads and writes skip trio's scheduler; the server must still yield. The
+    flood comes from another process, so it can keep the socket buffers full."""
+    import subprocess
+    import sys
+
+    with trio.fail_after(30):
+        served = await start_server(nursery)
+        flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(served.port), "20000"], stdout=subprocess.PIPE)
+        try:
+            await trio.sleep(0.3)  # the flood is under way
+            waits = []
+            for _ in range(5):
+                started = trio.current_time()
+                other = await RawClient.connect(served.port)
+                await other.send(request("GET", "/ok"))
+                assert (await other.response()).status == 200
+                waits.append(trio.current_time() - started)
+                await other.aclose()
+            assert max(waits) < 0.2, f"a second client waited {max(waits):.2f} s"
+            seen = await trio.to_thread.run_sync(flood.communicate)
+            assert int(seen[0]) == 20000
+        finally:
+            flood.kill()
+        await assert_healthy(served.server, served.port)
