@@ -41,7 +41,7 @@ from runtime.net.http import make_client
 from runtime.wire import framing, jsonrpc
 from runtime.wire.sse import SseDecoder
 
-__all__ = ["StreamableHttpTransport", "expand_headers", "header_value"]
+__all__ = ["StreamableHttpTransport", "HttpTransportBase", "expand_headers", "header_value"]
 
 log = get_logger("mcp.http")
 
@@ -109,12 +109,11 @@ class _NoAnswer(Exception):
     """A POST produced no response for its request; the text says why."""
 
 
-class StreamableHttpTransport:
-    """One MCP server reached over Streamable HTTP."""
+class HttpTransportBase:
+    """What both HTTP transports share: where, how (headers with ``${VAR}`` expanded,
+    the SSRF policy, limits), and the inbox the session reads from."""
 
-    probe = "sequential"  # POST server/discover; a legacy server refuses it at once
-
-    def __init__(self, name: str, config: HttpConfig, *, policy: AddressPolicy = AddressPolicy(),
+    def __init__(self, name: str, config: Union[HttpConfig, Any], *, policy: AddressPolicy = AddressPolicy(),
                  timeout_secs: float = 30.0, max_message_bytes: int = framing.MAX_MESSAGE_BYTES,
                  environ: Union[Mapping[str, str], None] = None) -> None:
         self.name = name
@@ -125,6 +124,15 @@ class StreamableHttpTransport:
         self._headers = expand_headers(config.headers, name, environ)
         self._client: Union[httpx.AsyncClient, None] = None
         self._inbox_send, self._inbox = trio.open_memory_channel[bytes](INBOX_MESSAGES)
+
+
+class StreamableHttpTransport(HttpTransportBase):
+    """One MCP server reached over Streamable HTTP."""
+
+    probe = "sequential"  # POST server/discover; a legacy server refuses it at once
+
+    def __init__(self, name: str, config: HttpConfig, **options: Any) -> None:
+        super().__init__(name, config, **options)
         self._tasks: Union[trio.Nursery, None] = None
         self._stopped = trio.Event()
         self._broken = ""

@@ -9,7 +9,7 @@ When the stream ends, the connection is over.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Union
+from typing import Any, Union
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -18,12 +18,12 @@ import trio
 from runtime.config import SseTransport as SseConfig
 from runtime.errors import ConnectionLost, ProtocolError
 from runtime.log import get_logger, log_wire
-from runtime.mcp.http import INBOX_MESSAGES, expand_headers
+from runtime.mcp.http import HttpTransportBase
 from runtime.mcp.protocol import Era
 from runtime.mcp.session import TransportClosed
-from runtime.net.guard import AddressPolicy, check_url
+from runtime.net.guard import check_url
 from runtime.net.http import make_client
-from runtime.wire import framing, jsonrpc
+from runtime.wire import jsonrpc
 from runtime.wire.sse import SseDecoder
 
 __all__ = ["LegacySseTransport"]
@@ -37,22 +37,13 @@ def _origin(url: str) -> tuple[str, str, Union[int, None]]:
     return parts.scheme, (parts.hostname or "").lower(), parts.port or default
 
 
-class LegacySseTransport:
+class LegacySseTransport(HttpTransportBase):
     """One MCP server reached over HTTP+SSE."""
 
     probe = "initialize"  # this transport only exists in the handshake era
 
-    def __init__(self, name: str, config: SseConfig, *, policy: AddressPolicy = AddressPolicy(),
-                 timeout_secs: float = 30.0, max_message_bytes: int = framing.MAX_MESSAGE_BYTES,
-                 environ: Union[Mapping[str, str], None] = None) -> None:
-        self.name = name
-        self.url = config.url
-        self.policy = policy
-        self.timeout_secs = timeout_secs
-        self.max_message_bytes = max_message_bytes
-        self._headers = expand_headers(config.headers, name, environ)
-        self._client: Union[httpx.AsyncClient, None] = None
-        self._inbox_send, self._inbox = trio.open_memory_channel[bytes](INBOX_MESSAGES)
+    def __init__(self, name: str, config: SseConfig, **options: Any) -> None:
+        super().__init__(name, config, **options)
         self._cancel = trio.CancelScope()
         self._ended = ""
         self.endpoint: Union[str, None] = None
