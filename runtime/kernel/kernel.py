@@ -57,9 +57,5 @@ class Kernel:
 
     async def call_tool(self, name: str, arguments: Any = None, *, timeout_secs: Any = None,
                         caller: str = "", run: Any = None) -> ToolResult:
-        """A tool call through the pipeline (guards, audit, metrics), with its event."""
-        result = await self.pipeline.call(name, arguments, run=run, timeout_secs=timeout_secs, caller=caller)
-        return result
-
-    async def aclose(self) -> None:
-        await self.mcp.aclose()
+        """A tool call through the pipeline (guards, audit, metrics, the event)."""
+        return await self.pipeline.call(name, arguments, run=run, timeout_secs=timeout_secs, caller=caller)

@@ -25,7 +25,7 @@ from runtime.log import register_secret
 from runtime.kernel.audit import AuditLog, digest
 from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
                                    secret_env_values, truncate)
-from runtime.kernel.registry import ToolContext, ToolRegistry, ToolResult
+from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
 from runtime.kernel.schema import validate
 
 __all__ = ["Run", "ToolPipeline"]
@@ -76,26 +76,23 @@ class ToolPipeline:
         run = run or self.run()
         arguments = arguments if arguments is not None else {}
         started = time.perf_counter()
-        result, outcome = await self._call(name, arguments, run, timeout_secs)
+        tool = self.registry.get(name)  # looked up once: the call and its audit record share it
+        untrusted = is_untrusted_source(name, mcp=tool is not None and tool.source == "mcp")
+        result, outcome = await self._call(name, tool, untrusted, arguments, run, timeout_secs)
         seconds = time.perf_counter() - started
         for observe in self.observers:
             observe(name, outcome, seconds)
         if self.audit is not None:
             self.audit.record("tool_call", agent=run.agent.name if run.agent else None, caller=caller, tool=name,
                               arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
-                              untrusted=is_untrusted_source(name, mcp=self._is_mcp(name)))
+                              untrusted=untrusted)
         return result
 
-    def _is_mcp(self, name: str) -> bool:
-        tool = self.registry.get(name)
-        return tool is not None and tool.source == "mcp"
-
-    async def _call(self, name: str, arguments: dict[str, Any], run: Run,
+    async def _call(self, name: str, tool: Union[Tool, None], untrusted: bool, arguments: dict[str, Any], run: Run,
                     timeout_secs: Union[float, None]) -> tuple[ToolResult, str]:
         agent = run.agent
         if not allowed(agent, name):
             return _refused(f"agent '{agent.name}' may not call {name}: it is not in the agent's tools"), "denied"  # type: ignore[union-attr]
-        tool = self.registry.get(name)
         if tool is None:  # unknown, or the tool of an MCP server that is down: say which
             try:
                 await self.registry.call(name, arguments)
@@ -126,7 +123,7 @@ class ToolPipeline:
         text = self.redactor.redact(truncate(result.text, self.config.tools.max_result_chars))
         if verdict.action == "warn":
             text += f"\n[warning: {verdict.reason}]"
-        if is_untrusted_source(name, mcp=tool.source == "mcp"):
+        if untrusted:
             run.taint.add_untrusted(result.text, name)
         outcome = "tool_error" if result.is_error else "ok"
         structured = self.redactor.redact_obj(result.structured) if result.structured is not None else None

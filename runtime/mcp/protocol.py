@@ -42,7 +42,6 @@ __all__ = [
     "parse_call_result",
     "answer_server_request",
     "content_to_text",
-    "is_modern_refusal",
 ]
 
 MODERN_VERSION = "2026-07-28"
@@ -161,12 +160,6 @@ def parse_discover(result: Any) -> ServerInfo:
         name=str(info.get("name", "")), server_version=str(info.get("version", "")),
         capabilities=result.get("capabilities") if isinstance(result.get("capabilities"), dict) else {},
         instructions=str(result.get("instructions") or ""))
-
-
-def is_modern_refusal(error: RpcError) -> bool:
-    """Whether an error to ``server/discover`` still proves the server is modern
-    (it understood the method but not our version), rather than legacy."""
-    return error.code == UNSUPPORTED_VERSION
 
 
 def _complete(result: Any, what: str) -> dict[str, Any]:

@@ -105,6 +105,11 @@ class McpSession:
         self._meta: Union[dict[str, Any], None] = None
         self.closed = trio.Event()
 
+    @property
+    def close_reason(self) -> Union[BaseException, None]:
+        """Why the connection ended (the error every waiting call got), or None."""
+        return self._closed
+
     # --- The reader ---------------------------------------------------------------------
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

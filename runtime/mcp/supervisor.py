@@ -90,13 +90,11 @@ class McpSupervisor:
     servers connected until cancelled or ``aclose``-d."""
 
     def __init__(self, entries: list[McpServerEntry], *, policy: Any = None, roots: Union[list[str], None] = None,
-                 on_change: Union[Callable[[], None], None] = None,
                  on_event: Union[Callable[[str, dict[str, Any]], None], None] = None,
                  backoff_base: float = 0.5, backoff_max: float = 30.0) -> None:
         self._servers = {entry.name: _Server(entry) for entry in entries}
         self.policy = policy
         self.roots = roots
-        self.on_change = on_change
         self.on_event = on_event  # (kind, data): state changes, for the kernel's event bus
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
@@ -117,10 +115,6 @@ class McpSupervisor:
 
     def tool(self, name: str) -> Union[McpToolEntry, None]:
         return self._tools.get(name)
-
-    def client(self, server: str) -> Union[McpClient, None]:
-        handle = self._servers.get(server)
-        return None if handle is None else handle.client
 
     async def wait_settled(self, timeout_secs: Union[float, None] = None) -> None:
         """Wait until every server's first connection attempt is over (ready or not)."""
@@ -245,7 +239,7 @@ class McpSupervisor:
         except Exception as exc:  # one server's failure must never take down the others
             leaf = single_leaf(exc)
             return str(leaf) or type(leaf).__name__
-        closed = client.session._closed if client is not None else None
+        closed = client.session.close_reason if client is not None else None
         return str(closed) if closed is not None else "the connection ended"
 
     async def _refresher(self, server: _Server, client: McpClient) -> None:
@@ -267,8 +261,6 @@ class McpSupervisor:
         server.tools = tools
         server.status.tool_count = len(tools)
         self._rename()
-        if self.on_change is not None:
-            self.on_change()
 
     def _rename(self) -> None:
         """Namespaced names for all servers' tools together: collisions across servers
