@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = command("serve", cmd_serve, "run the daemon: kernel, MCP client connections, HTTP API, A2A")
     serve.add_argument("--listen", metavar="HOST:PORT", help="override [server] listen")
     mcp = command("mcp", cmd_mcp, "serve tern's agents as MCP tools over stdio (for desktop assistants and IDEs)")
+    mcp.add_argument("--standalone", action="store_true",
+                     help="serve from an in-process kernel even when a tern daemon is running "
+                          "(default: relay to the daemon)")
     mcp_commands = mcp.add_subparsers(dest="mcp_command", metavar="SUBCOMMAND")
     servers = command("servers", _lazy("cmd_mcp_servers"),
                       "connect every configured MCP server and show its state and last error", mcp_commands)
@@ -171,11 +174,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from runtime.config import load_config
-    from runtime.errors import UsageError
+    import trio
 
-    load_config(getattr(args, "config", None))
-    raise UsageError("the MCP server is not in this build yet: 'tern mcp' arrives with the MCP server")
+    from runtime.config import load_config
+    from runtime.mcp.serve_stdio import serve_stdio
+
+    config = load_config(getattr(args, "config", None)).config
+    trio.run(lambda: serve_stdio(config, relay=False if args.standalone else None))
+    return 0
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:

@@ -135,6 +135,16 @@ class McpServerEntry(_Section):
 # --- [mcp_server] ------------------------------------------------------------------------
 
 
+class McpPreset(_Section):
+    """A fixed call published as a tool of its own, with no arguments: ``tool`` (an
+    exposed name such as ``tern_agent_echo``, or a kernel tool) with ``arguments``."""
+
+    name: str
+    tool: str
+    arguments: dict[str, Any] = {}
+    description: str = ""
+
+
 class McpServerExposure(_Section):
     """What tern itself exposes as an MCP server (``tern mcp``, ``POST /mcp``).
 
@@ -145,7 +155,11 @@ class McpServerExposure(_Section):
     enabled: bool = True
     expose_agents: bool = True
     tools: list[str] = []
+    presets: list[McpPreset] = []
+    instructions: str = ""
     page_size: int = 100
+    max_sessions: int = 256  # POST /mcp, handshake era: the least recently used idle one goes first
+    session_idle_secs: float = 1800.0
 
 
 # --- [a2a] -------------------------------------------------------------------------------
@@ -451,6 +465,27 @@ def _semantic_problems(config: Config) -> list[str]:
         if agent.max_iterations < 1:
             problems.append(f"{where}.max_iterations: expected 1 or more, got {agent.max_iterations}")
     problems += _positive(config.tools, "tools", ("timeout_secs", "max_result_chars", "max_calls_per_run"))
+    problems += _mcp_server_problems(config)
+    return problems
+
+
+def _mcp_server_problems(config: Config) -> list[str]:
+    exposure = config.mcp_server
+    problems = _positive(exposure, "mcp_server", ("page_size", "max_sessions", "session_idle_secs"))
+    names: list[str] = []
+    if exposure.expose_agents:
+        names += ["tern_agent_" + a.name.replace("-", "_") for a in config.agents]
+    for i, preset in enumerate(exposure.presets):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", preset.name):
+            problems.append(f'mcp_server.presets[{i}].name: expected 1-128 of A-Z a-z 0-9 _ . -, '
+                            f'got "{preset.name}"')
+        names.append(preset.name)
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            problems.append(f'mcp_server: two exposed tools would be named "{name}" (agent names that differ '
+                            f'only in "-" and "_", or a preset of that name)')
+        seen.add(name)
     return problems
 
 

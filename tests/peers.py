@@ -40,7 +40,8 @@ __all__ = [
     "PeerUnavailable", "PEERS_DIR", "MCP_VERSION", "TRIO_VERSION", "NODE_WHEEL_VERSION",
     "NPM_SERVERS_VERSION", "A2A_VERSION", "UVICORN_VERSION", "NPM_SERVER_NAMES",
     "mcp_sdk_python", "node24", "node", "npm_servers", "a2a_sdk_python",
-    "loopback_namespace_available", "loopback_namespace_prefix",
+    "loopback_namespace_available", "loopback_namespace_prefix", "mcp_conformance", "mcp_inspector",
+    "CONFORMANCE_VERSION", "INSPECTOR_VERSION",
 ]
 
 # Pins (checked against the registries 2026-11; bump together with the tests that use them).
@@ -51,6 +52,8 @@ NPM_SERVERS_VERSION = "2026.8.31"       # @modelcontextprotocol/server-{everythi
 A2A_VERSION = "1.3.0"
 UVICORN_VERSION = "0.54.0"
 NPM_SERVER_NAMES = ("server-everything", "server-filesystem", "server-memory")
+CONFORMANCE_VERSION = "0.2.0-alpha.12"  # the first to cover 2026-07-28; needs Node >= 22
+INSPECTOR_VERSION = "2.12.0"            # needs Node >= 22.19
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = Path(os.environ.get("TERN_PEERS_DIR") or ROOT / ".peers").resolve()
@@ -217,18 +220,8 @@ def node() -> Path:
     return node24()
 
 
-def npm_servers(timeout: float = 900) -> dict:
-    """``{"server-everything" | "server-filesystem" | "server-memory": Path(dist/index.js)}``.
-
-    Installed with npm into ``.peers/npm`` (the system npm if there is one, else Node 24's).
-    Run them with :func:`node` (Node 20 is enough for these three).
-    """
-    pkgs = [f"@modelcontextprotocol/{n}@{NPM_SERVERS_VERSION}" for n in NPM_SERVER_NAMES]
-
-    def result(t: Path) -> dict:
-        return {n: t / "node_modules" / "@modelcontextprotocol" / n / "dist" / "index.js"
-                for n in NPM_SERVER_NAMES}
-
+def _npm_install(peer: str, pkgs: list, result: Callable[[Path], object], timeout: float) -> object:
+    """Install npm ``pkgs`` into ``.peers/<peer>`` (the system npm if there is one, else Node 24's)."""
     def install(t: Path, log: Path, deadline: float) -> None:
         (t / "package.json").write_text(json.dumps({"name": "tern-peers", "private": True}) + "\n")
         env = dict(os.environ, npm_config_update_notifier="false", npm_config_fund="false",
@@ -239,10 +232,36 @@ def npm_servers(timeout: float = 900) -> dict:
         else:  # no system npm: Node 24's own, with its node first on PATH for install scripts
             argv = [node24(), _npm_cli_of_node24()]
             env["PATH"] = os.pathsep.join([str(argv[0].parent), env.get("PATH", "")])
-        _run("npm", [*argv, "install", "--no-audit", "--no-fund", "--save-exact", *pkgs], log,
+        _run(peer, [*argv, "install", "--no-audit", "--no-fund", "--save-exact", *pkgs], log,
              deadline, cwd=t, env=env)
 
-    return _ensure("npm", " ".join(pkgs), result, install, timeout)
+    return _ensure(peer, " ".join(pkgs), result, install, timeout)
+
+
+def npm_servers(timeout: float = 900) -> dict:
+    """``{"server-everything" | "server-filesystem" | "server-memory": Path(dist/index.js)}``,
+    installed into ``.peers/npm``. Run them with :func:`node` (Node 20 is enough for these three)."""
+    pkgs = [f"@modelcontextprotocol/{n}@{NPM_SERVERS_VERSION}" for n in NPM_SERVER_NAMES]
+    return _npm_install("npm", pkgs, lambda t: {
+        n: t / "node_modules" / "@modelcontextprotocol" / n / "dist" / "index.js"
+        for n in NPM_SERVER_NAMES}, timeout)
+
+
+def mcp_conformance(timeout: float = 900) -> list:
+    """The argv prefix running the official MCP conformance suite under Node 24:
+    ``[node24, .../conformance/dist/index.js]`` (then ``server --url ...``)."""
+    entry = _npm_install("mcp-conformance", [f"@modelcontextprotocol/conformance@{CONFORMANCE_VERSION}"],
+                         lambda t: t / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist"
+                         / "index.js", timeout)
+    return [str(node24()), str(entry)]
+
+
+def mcp_inspector(timeout: float = 900) -> list:
+    """The argv prefix running the MCP Inspector CLI under Node 24 (then ``--cli ...``)."""
+    entry = _npm_install("mcp-inspector", [f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"],
+                         lambda t: t / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients"
+                         / "launcher" / "build" / "index.js", timeout)
+    return [str(node24()), str(entry)]
 
 
 _LOOPBACK_PROBE = 'ip link set lo up && python3 -c "import socket; s=socket.socket(); s.bind((\'0.0.0.0\',0))"'
@@ -275,7 +294,7 @@ def loopback_namespace_available() -> bool:
 if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns ...]: install and time
     which = sys.argv[1:] or ["mcp", "node24", "npm", "a2a", "ns"]
     jobs = {"mcp": mcp_sdk_python, "node24": node24, "npm": npm_servers, "a2a": a2a_sdk_python,
-            "ns": loopback_namespace_prefix}
+            "ns": loopback_namespace_prefix, "conformance": mcp_conformance, "inspector": mcp_inspector}
     for key in which:
         t0 = time.monotonic()
         try:

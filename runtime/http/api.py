@@ -107,4 +107,8 @@ def build_router(kernel: Any, *, metrics: Any = None) -> Router:
     router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
     router.add("GET", "/api/events", events, websocket=True, summary="kernel events over a WebSocket")
     router.add("GET", "/metrics", prometheus, summary="Prometheus metrics")
+    if config.mcp_server.enabled:
+        from runtime.mcp.serve_http import McpHttpEndpoint
+
+        McpHttpEndpoint(kernel).add_routes(router)
     return router

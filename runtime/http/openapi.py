@@ -63,5 +63,17 @@ def document() -> dict[str, Any]:
                                                   "401": _ERROR, "403": _ERROR}}},
             "/metrics": {"get": {"summary": "Prometheus metrics",
                                  "responses": _ok("text format 0.0.4", {"type": "string"}, "text/plain")}},
+            "/mcp": {  # present when [mcp_server] enabled (the default)
+                "post": {"summary": "MCP (Streamable HTTP, both eras): tern's agents as tools",
+                         "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                             "type": "object", "description": "one JSON-RPC 2.0 message"}}}},
+                         "responses": {**_ok("the JSON-RPC response, as JSON or as an SSE stream"),
+                                       "202": {"description": "a notification or response was accepted"},
+                                       "400": _ERROR, "404": _ERROR, "406": _ERROR}},
+                "get": {"summary": "MCP: a session's server-to-client SSE stream",
+                        "responses": {**_ok("SSE stream", {"type": "string"}, "text/event-stream"),
+                                      "405": {"description": "no stream for 2026-07-28 or without a session"}}},
+                "delete": {"summary": "MCP: end a session", "responses": {**_ok("ended"), "404": _ERROR}},
+            },
         },
     }

@@ -510,8 +510,22 @@ class HttpServer:
             async with send:
                 await response.producer(send)
 
+        async def watch_disconnect() -> None:
+            """A client that closes its connection mid-stream cancels the producer at once
+            (MCP 2026-07-28 cancels a call that way), not at the next keep-alive write."""
+            try:
+                data = await conn.stream.receive_some(READ_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            if data:  # a pipelined next request: keep it for after this response
+                conn.h11.receive_data(data)
+                return
+            nursery.cancel_scope.cancel()
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(produce)
+            if conn.fd >= 0:  # plain TCP; a cancelled TLS read could leave the TLS state unknown
+                nursery.start_soon(watch_disconnect)
             while True:
                 # The quiet timer covers the wait only, never a write: a chunk cut short by
                 # it and followed by a keep-alive would break the chunked framing.
@@ -520,6 +534,7 @@ class HttpServer:
                     try:
                         chunk = await receive.receive()
                     except trio.EndOfChannel:
+                        nursery.cancel_scope.cancel()  # done: stop watching for a disconnect
                         return
                 if chunk is not None:
                     await self._send(conn, conn.h11.send(h11.Data(data=chunk)))

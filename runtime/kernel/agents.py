@@ -4,6 +4,7 @@
 - ``echo``: replies with the message (protocol demos and tests).
 - ``command``: runs a local program with the message on stdin, in a cleared environment
   (as for MCP servers), with a timeout and an output cap; replies with its stdout.
+  Its stdout lines stream to ``on_text`` and its stderr lines to ``on_log`` as they come.
 - ``tool``: one fixed tool call. A message that is a JSON object is the arguments;
   otherwise it fills the tool's one string parameter (``file_list`` -> ``path``), or
   no parameter at all when it is empty.
@@ -64,15 +65,17 @@ class Agents:
         return agent
 
     async def send(self, name: str, message: str, *, context_id: Union[str, None] = None,
-                   on_text: Union[Callable[[str], None], None] = None) -> AgentReply:
+                   on_text: Union[Callable[[str], None], None] = None,
+                   on_log: Union[Callable[[str, str], None], None] = None) -> AgentReply:
         """Answer one message; the exchange is committed to the conversation before
-        the reply is returned."""
+        the reply is returned. ``on_text`` gets output as it comes (model text, a
+        command's stdout); ``on_log(level, line)`` a command's stderr lines."""
         agent = self.get(name)
         context_id = context_id or uuid.uuid4().hex
         started = time.perf_counter()
         outcome = "error"
         try:
-            text = await self._answer(agent, message, context_id, on_text)
+            text = await self._answer(agent, message, context_id, on_text, on_log)
             outcome = "ok"
         finally:
             if self.pipeline.audit is not None:
@@ -85,18 +88,20 @@ class Agents:
         return AgentReply(name, context_id, text)
 
     async def _answer(self, agent: AgentConfig, message: str, context_id: str,
-                      on_text: Union[Callable[[str], None], None]) -> str:
+                      on_text: Union[Callable[[str], None], None],
+                      on_log: Union[Callable[[str, str], None], None]) -> str:
         if agent.kind == "llm":
             return await self._llm(agent, message, context_id, on_text)
         if agent.kind == "echo":
             return message
         if agent.kind == "command":
-            return await self._command(agent, message)
+            return await self._command(agent, message, on_text, on_log)
         if agent.kind == "tool":
             return await self._tool(agent, message)
         raise AgentError(f"agent {agent.name!r} is of kind {agent.kind!r}, which does not run in this build yet")
 
-    async def _command(self, agent: AgentConfig, message: str) -> str:
+    async def _command(self, agent: AgentConfig, message: str, on_text: Union[Callable[[str], None], None],
+                       on_log: Union[Callable[[str, str], None], None]) -> str:
         from runtime.mcp.stdio import subprocess_env
 
         if not agent.command:
@@ -116,17 +121,25 @@ class Agents:
                 pass  # it did not read all of it: its choice
             await process.stdin.aclose()
 
-        async def drain(stream: Any, into: bytearray, limit: int) -> None:
+        async def drain(stream: Any, into: bytearray, limit: int, lines: Any) -> None:
+            pending = b""
             while chunk := await stream.receive_some(READ_BYTES):
                 if len(into) < limit:
                     into += chunk[: limit - len(into)]
+                if lines is not None:  # whole lines as they come, each cut to a sane length
+                    *complete, pending = (pending + chunk).split(b"\n")
+                    pending = pending[-4096:]
+                    for line in complete:
+                        lines(line[:4096].decode("utf-8", "replace"))
+            if lines is not None and pending:
+                lines(pending.decode("utf-8", "replace"))
 
         try:
             with trio.move_on_after(agent.timeout_secs) as scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(feed)
-                    nursery.start_soon(drain, process.stdout, out, cap)
-                    nursery.start_soon(drain, process.stderr, err, 4096)
+                    nursery.start_soon(drain, process.stdout, out, cap, on_text and (lambda line: on_text(line + "\n")))
+                    nursery.start_soon(drain, process.stderr, err, 4096, on_log and (lambda line: on_log("info", line)))
                 await process.wait()
         finally:
             if process.returncode is None:

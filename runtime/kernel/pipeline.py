@@ -61,14 +61,16 @@ class ToolPipeline:
             register_secret(value)
         self.observers = observers if observers is not None else []  # (tool, outcome, seconds)
 
-    def run(self, agent: Union[AgentConfig, None] = None) -> Run:
+    def run(self, agent: Union[AgentConfig, None] = None, *, progress: Any = None, log: Any = None) -> Run:
         """A new run for ``agent`` (None: an operator), with its tool context: the agent's
-        workspace (default ``<state dir>/workspaces/<agent>``)."""
+        workspace (default ``<state dir>/workspaces/<agent>``), and the caller's
+        ``progress``/``log`` callbacks (see ToolContext)."""
         state = self.config.state.dir
         workspace = ""
         if agent is not None:
             workspace = agent.workspace or (os.path.join(state, "workspaces", agent.name) if state else "")
-        context = ToolContext(agent=agent.name if agent else "", workspace=workspace, state_dir=state)
+        context = ToolContext(agent=agent.name if agent else "", workspace=workspace, state_dir=state,
+                              progress=progress, log=log)
         return Run(agent, max_calls=self.config.tools.max_calls_per_run, context=context)
 
     async def call(self, name: str, arguments: Union[dict[str, Any], None] = None, *, run: Union[Run, None] = None,

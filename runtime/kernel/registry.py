@@ -46,11 +46,15 @@ class ToolResult(msgspec.Struct):
 
 class ToolContext(msgspec.Struct, frozen=True):
     """Who is calling, for tools that act on the caller's own things: the agent's
-    name, its workspace directory (file tools stay inside it), tern's state directory."""
+    name, its workspace directory (file tools stay inside it), tern's state directory.
+    A caller that can show a long call's life (the MCP server) sets ``progress(text)``
+    (output as it comes) and ``log(level, text)``: plain callbacks that never block."""
 
     agent: str = ""
     workspace: str = ""
     state_dir: str = ""
+    progress: Any = None
+    log: Any = None
 
 
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]

@@ -19,10 +19,12 @@ _depth: contextvars.ContextVar[int] = contextvars.ContextVar("tern_agent_send_de
 
 AGENT_LIST = Tool("agent_list", "The agents this tern hosts, with what each is for.",
                   {"type": "object", "properties": {}, "additionalProperties": False})
-AGENT_SEND = Tool("agent_send", "Send another agent a message and get its reply.",
+AGENT_SEND = Tool("agent_send", "Send another agent a message and get its reply. Pass the context_id of an "
+                  "earlier reply to continue that conversation.",
                   {"type": "object", "additionalProperties": False, "required": ["agent", "message"],
                    "properties": {"agent": {"type": "string", "minLength": 1},
-                                  "message": {"type": "string", "maxLength": 100_000}}})
+                                  "message": {"type": "string", "maxLength": 100_000},
+                                  "context_id": {"type": "string", "minLength": 1, "maxLength": 200}}})
 
 
 def register_agent_tools(registry: ToolRegistry, agents: Callable[[], Any]) -> None:
@@ -46,12 +48,13 @@ def register_agent_tools(registry: ToolRegistry, agents: Callable[[], Any]) -> N
                               is_error=True)
         token = _depth.set(depth + 1)
         try:
-            reply = await agents().send(name, arguments["message"])
+            reply = await agents().send(name, arguments["message"], context_id=arguments.get("context_id"),
+                                        on_text=context.progress, on_log=context.log)
         except (UnknownAgent, AgentError) as exc:
             return ToolResult(str(exc), is_error=True)
         finally:
             _depth.reset(token)
-        return ToolResult(reply.text)
+        return ToolResult(reply.text, structured={"reply": reply.text, "context_id": reply.context_id})
 
     registry.register(AGENT_LIST, agent_list)
     registry.register(AGENT_SEND, agent_send)

@@ -1,0 +1,277 @@
+"""``tern mcp``: tern's MCP server on stdin/stdout, for desktop assistants and IDEs.
+
+The wire: newline-delimited JSON, or ``Content-Length`` headers when the client's first
+bytes are those (LSP-style, as OpenFang's clients send), kept for the whole connection.
+Messages are capped at 10 MiB: a bigger one is drained and, if its id can be found,
+answered with an error. Invalid JSON gets -32700 with id null, and the server goes on.
+stdout carries protocol messages only: fd 1 is pointed at stderr while serving, so a
+stray ``print`` (from a tool or a library) cannot corrupt the stream.
+
+Behind the wire, one of two backends:
+
+- **in-process** (no daemon running): a kernel booted from the config. Its MCP
+  servers connect in the background, so the first answer never waits for them;
+  ``notifications/tools/list_changed`` follows when the exposed set changes.
+- **relay** (a daemon answers its health check): each message is forwarded to the
+  daemon's ``POST /mcp`` with the configured key, through tern's own Streamable HTTP
+  client transport (sessions, both eras' headers, SSE answers), and everything the
+  daemon sends comes back out on stdout. One kernel, one audit log, one set of MCP
+  server connections, however many assistants are attached.
+
+On stdin EOF every call in flight is cancelled, queued output is flushed (briefly), and
+the process exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import Any, Awaitable, Callable, Union
+
+import trio
+from msgspec import UNSET
+
+from runtime.config import Config
+from runtime.log import get_logger
+from runtime.wire import framing, jsonrpc
+
+__all__ = ["serve_stdio", "StdioServer", "LocalBackend", "RelayBackend", "daemon_url"]
+
+log = get_logger("mcp.serve")
+
+READ_BYTES = 65536
+MAX_INFLIGHT = 64  # concurrent requests; beyond this, stdin is not read until one finishes
+OUTBOX_MESSAGES = 1024
+FLUSH_ON_EXIT_SECS = 1.0
+HEALTH_TIMEOUT_SECS = 1.0
+
+Emit = Callable[[bytes], Awaitable[None]]
+
+
+class StdioServer:
+    """The framing, bad-input and lifetime rules, over any pair of byte streams."""
+
+    def __init__(self, backend: Any, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *,
+                 max_message_bytes: int = framing.MAX_MESSAGE_BYTES) -> None:
+        self.backend = backend
+        self.receive = receive
+        self.send = send
+        self.decoder = framing.AutoDecoder(max_message_bytes)
+        self.max_message_bytes = max_message_bytes
+        self._outbox_send, self._outbox = trio.open_memory_channel[bytes](OUTBOX_MESSAGES)
+        self._flushed = trio.Event()
+
+    async def serve(self) -> None:
+        """Until stdin ends (or the writer breaks): then cancel everything in flight."""
+        async with trio.open_nursery() as outer:
+            outer.start_soon(self._write)
+            async with trio.open_nursery() as nursery:
+                await self.backend.start(nursery, self.emit)
+                await self._read(nursery)
+                nursery.cancel_scope.cancel()  # stdin EOF: in-flight calls end unanswered
+            self._outbox_send.close()  # the writer flushes what is queued, then stops
+            with trio.move_on_after(FLUSH_ON_EXIT_SECS) as flush:
+                await self._flushed.wait()
+            if flush.cancelled_caught:
+                outer.cancel_scope.cancel()
+
+    async def emit(self, body: bytes) -> None:
+        """Queue one message for stdout (waits when the client reads slowly)."""
+        try:
+            await self._outbox_send.send(body)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # shutting down
+
+    async def _write(self) -> None:
+        try:
+            async with self._outbox:
+                async for body in self._outbox:
+                    encode = framing.encoder_for(self.decoder.framing or "ndjson")
+                    await self.send.send_all(encode(body))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.info("stdout closed (%s): stopping", exc)
+        finally:
+            self._flushed.set()
+
+    async def _read(self, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                data = await self.receive.receive_some(READ_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            events = self.decoder.feed(data) if data else self.decoder.feed_eof()
+            for event in events:
+                await self._event(event)
+            if not data:
+                return
+
+    async def _event(self, event: framing.FramingEvent) -> None:
+        if isinstance(event, framing.Frame):
+            try:
+                message = jsonrpc.parse(event.body)
+            except jsonrpc.InvalidMessage as exc:
+                log.info("bad message on stdin: %s", exc)
+                await self.emit(jsonrpc.encode(exc.to_response()))
+                return
+            await self.backend.submit(message)
+        elif isinstance(event, framing.Oversized):
+            msg_id = jsonrpc.sniff_id(event.head)
+            log.warning("dropped a %d-byte message on stdin (limit %d)", event.size_bytes, self.max_message_bytes)
+            if msg_id is not None:
+                await self.emit(jsonrpc.encode(jsonrpc.error_response(
+                    msg_id, jsonrpc.INVALID_REQUEST,
+                    f"message too large: {event.size_bytes} bytes (the limit is {self.max_message_bytes})")))
+        else:
+            log.warning("skipped %d bytes on stdin: %s", event.size_bytes, event.reason)
+            await self.emit(jsonrpc.encode(jsonrpc.error_response(None, jsonrpc.PARSE_ERROR,
+                                                                  f"parse error: {event.reason}")))
+
+
+class LocalBackend:
+    """Answers with an in-process kernel's MCP server."""
+
+    def __init__(self, kernel: Any) -> None:
+        from runtime.mcp.server import McpServer, Peer
+
+        self.kernel = kernel
+        self.server = McpServer(kernel)
+        self.peer = Peer("mcp:stdio")
+        self._slots = trio.Semaphore(MAX_INFLIGHT)
+        self._nursery: Union[trio.Nursery, None] = None
+        self._emit: Union[Emit, None] = None
+
+    async def start(self, nursery: trio.Nursery, emit: Emit) -> None:
+        self._nursery, self._emit = nursery, emit
+        nursery.start_soon(self._watch_tools)
+
+    async def submit(self, message: Any) -> None:
+        assert self._nursery is not None
+        if isinstance(message, jsonrpc.Request):
+            await self._slots.acquire()  # backpressure: stdin waits for a free slot
+            self._nursery.start_soon(self._answer, message)
+        else:
+            await self.server.handle(message, self.peer, self._notify)
+
+    async def _answer(self, request: jsonrpc.Request) -> None:
+        try:
+            reply = await self.server.handle(request, self.peer, self._notify)
+            if reply is not None:
+                await self._emit(jsonrpc.encode(reply))  # type: ignore[misc]
+        finally:
+            self._slots.release()
+
+    async def _notify(self, notification: dict[str, Any]) -> None:
+        await self._emit(jsonrpc.encode(jsonrpc.Notification(notification["method"],  # type: ignore[misc]
+                                                             notification.get("params", UNSET))))
+
+    async def _watch_tools(self) -> None:
+        """``notifications/tools/list_changed`` when MCP servers change what is exposed."""
+        async for _ in self.server.exposure.changes():
+            if self.peer.initialized:
+                await self._notify({"method": "notifications/tools/list_changed"})
+
+
+class RelayBackend:
+    """Forwards to a running daemon's ``POST /mcp`` (see the module docstring)."""
+
+    def __init__(self, url: str, key: str, *, timeout_secs: float = 60.0) -> None:
+        from runtime.mcp.http import StreamableHttpTransport
+        from runtime.net.guard import AddressPolicy
+
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.url = url
+        self.transport = StreamableHttpTransport("daemon", SimpleNamespace(url=url, headers=headers),
+                                                 policy=AddressPolicy(), timeout_secs=timeout_secs, environ={})
+        self._initialize_ids: set[Any] = set()
+        self._emit: Union[Emit, None] = None
+
+    async def start(self, nursery: trio.Nursery, emit: Emit) -> None:
+        self._emit = emit
+        await self.transport.start(nursery)
+        nursery.start_soon(self._pump)
+
+    async def submit(self, message: Any) -> None:
+        from runtime.mcp.session import TransportClosed
+
+        if isinstance(message, jsonrpc.Request) and message.method == "initialize":
+            self._initialize_ids.add(message.id)
+        try:
+            await self.transport.send(message)
+        except TransportClosed as exc:
+            if isinstance(message, jsonrpc.Request):
+                await self._emit(jsonrpc.encode(jsonrpc.error_response(  # type: ignore[misc]
+                    message.id, jsonrpc.INTERNAL_ERROR, f"the tern daemon at {self.url} is unreachable: {exc}")))
+
+    async def _pump(self) -> None:
+        from runtime.mcp.session import TransportClosed
+
+        while True:
+            try:
+                body = await self.transport.receive()
+            except TransportClosed as exc:
+                log.warning("the tern daemon at %s is gone: %s", self.url, exc)
+                return
+            if self._initialize_ids:
+                self._note_version(body)
+            await self._emit(body)  # type: ignore[misc]
+
+    def _note_version(self, body: bytes) -> None:
+        try:
+            message = jsonrpc.parse(body)
+        except jsonrpc.InvalidMessage:
+            return
+        if isinstance(message, jsonrpc.Response) and message.id in self._initialize_ids:
+            self._initialize_ids.discard(message.id)
+            version = message.result.get("protocolVersion") if isinstance(message.result, dict) else None
+            if isinstance(version, str):
+                self.transport.set_protocol_version(version, "handshake")
+
+
+async def daemon_url(config: Config) -> Union[str, None]:
+    """The running daemon's URL if its discovery file is live and it answers /health."""
+    from runtime.daemon import read_discovery
+
+    record, _why = read_discovery(config)
+    if record is None or not isinstance(record.get("url"), str):
+        return None
+    import httpx
+
+    from runtime.net.guard import AddressPolicy
+    from runtime.net.http import make_client
+
+    async with make_client(AddressPolicy(), timeout=HEALTH_TIMEOUT_SECS) as client:
+        try:
+            with trio.fail_after(HEALTH_TIMEOUT_SECS):
+                response = await client.get(record["url"] + "/health")
+        except (httpx.HTTPError, trio.TooSlowError) as exc:
+            log.info("the daemon at %s does not answer (%s): serving in-process", record["url"], exc)
+            return None
+    return record["url"] if response.status_code == 200 else None
+
+
+def _stdio_streams() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
+    """Private copies of fds 0 and 1, then fd 1 -> stderr, so only we write the protocol."""
+    stdin = trio.lowlevel.FdStream(os.dup(0))
+    stdout = trio.lowlevel.FdStream(os.dup(1))
+    os.dup2(2, 1)
+    return stdin, stdout
+
+
+async def serve_stdio(config: Config, *, relay: Union[bool, None] = None) -> None:
+    """``tern mcp``: relay to a running daemon if there is one (``relay=None``: look),
+    else serve from an in-process kernel."""
+    from runtime.daemon import api_key
+
+    url = await daemon_url(config) if relay is not False else None
+    stdin, stdout = _stdio_streams()
+    if url is not None:
+        log.info("relaying to the tern daemon at %s", url)
+        await StdioServer(RelayBackend(url + "/mcp", api_key(config)), stdin, stdout).serve()
+        return
+    from runtime.kernel.kernel import Kernel
+
+    kernel = Kernel(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(kernel.run)
+        await StdioServer(LocalBackend(kernel), stdin, stdout).serve()
+        nursery.cancel_scope.cancel()
