@@ -92,7 +92,7 @@ class Exposure:
         with self.kernel.events.subscribe() as events:
             while True:
                 event = await events.next()
-                if event.get("type") == "mcp.server" and (names := self.names()) != known:
+                if event.get("type") in ("mcp.server", "mcp.tools") and (names := self.names()) != known:
                     known = names
                     yield
 

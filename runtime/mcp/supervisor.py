@@ -251,6 +251,9 @@ class McpSupervisor:
                 await self._list(server, client)
             except Exception as exc:
                 log.warning("MCP server '%s': re-listing tools failed: %s", server.entry.name, single_leaf(exc))
+            else:
+                if self.on_event is not None:
+                    self.on_event("mcp.tools", {"server": server.entry.name, "tools": server.status.tool_count})
 
     async def _list(self, server: _Server, client: McpClient) -> None:
         tools = [tool for tool in await client.list_tools() if _wanted(server.entry, tool.name)]
