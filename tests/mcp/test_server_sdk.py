@@ -1,0 +1,93 @@
+"""The official Python SDK's ``Client`` against tern's MCP server, in all three modes
+(auto, legacy, 2026-07-28): over stdio against the built ``tern.pyz mcp``, over HTTP
+against ``tern serve``, and through ``tern mcp`` relaying to that daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.mcp.conftest import FIXTURES
+from tests.mcp.server_harness import tern_env, write_config
+from tests.test_cli import ROOT
+
+CLIENT = str(FIXTURES / "sdk_mcp_client.py")
+MODES = [("auto", "2026-07-28"), ("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")]
+KEY = "sdk-test-key-0987"
+
+
+@pytest.fixture(scope="module")
+def pyz(tmp_path_factory):
+    from tests.test_build_pyz import build
+
+    out = tmp_path_factory.mktemp("pyz") / "tern.pyz"
+    build(out)
+    return out
+
+
+def sdk_client(sdk_python, mode, *target, env=None):
+    done = subprocess.run([sdk_python, CLIENT, mode, *target], capture_output=True, text=True, timeout=120,
+                          env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def check(seen, version):
+    assert seen["version"] == version
+    assert seen["tools"][:4] == ["tern_agent_echo", "tern_agent_slow_poke", "tern_agent_counter", "tern_agent_logger"]
+    assert seen["text"] == "hello from the SDK"
+    assert seen["structured"]["reply"] == "hello from the SDK" and seen["same_context"]
+    assert seen["bad_is_error"] is True
+    assert "Unknown tool: no_such_tool" in seen["unknown"]
+
+
+@pytest.mark.parametrize("mode,version", MODES)
+def test_sdk_client_over_stdio_against_the_pyz(sdk_python, pyz, tmp_path, mode, version):
+    config = write_config(tmp_path)
+    env = tern_env(tmp_path)
+    seen = sdk_client(sdk_python, mode, "--", sys.executable, str(pyz), "--config", str(config), "mcp",
+                      env={**env, "PYTHONPATH": ""})
+    check(seen, version)
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("daemon")
+    config = write_config(tmp)
+    env = tern_env(tmp, TERN_API_KEY=KEY)
+    log = open(tmp / "serve.log", "w")
+    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
+                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    deadline = time.monotonic() + 20
+    while "serving on " not in (tmp / "serve.log").read_text():
+        assert process.poll() is None and time.monotonic() < deadline, (tmp / "serve.log").read_text()
+        time.sleep(0.05)
+    url = (tmp / "serve.log").read_text().split("serving on ", 1)[1].split()[0]
+    yield config, env, url, tmp
+    process.terminate()
+    process.wait(10)
+
+
+@pytest.mark.parametrize("mode,version", MODES)
+def test_sdk_client_over_http_against_tern_serve(sdk_python, daemon, mode, version):
+    config, env, url, tmp = daemon
+    # With a key configured tern wants it from every client: the fixture gives the SDK's
+    # HTTP client an Authorization header.
+    seen = sdk_client(sdk_python, mode, url + "/mcp", env={**os.environ, "TERN_TEST_KEY": KEY})
+    check(seen, version)
+
+
+@pytest.mark.parametrize("mode,version", MODES)
+def test_sdk_client_through_tern_mcp_relaying_to_the_daemon(sdk_python, daemon, mode, version):
+    config, env, url, tmp = daemon
+    seen = sdk_client(sdk_python, mode, "--", sys.executable, "-m", "runtime", "--config", str(config), "mcp",
+                      env={**env, "PYTHONPATH": str(ROOT)})
+    check(seen, version)
+    audit = (tmp / "state" / "audit.jsonl").read_text()
+    assert '"caller":"mcp:http:127.0.0.1"' in audit  # answered by the daemon, not in-process
+    assert "mcp:stdio" not in audit
