@@ -18,8 +18,9 @@ Behind the wire, one of two backends:
   daemon sends comes back out on stdout. One kernel, one audit log, one set of MCP
   server connections, however many assistants are attached.
 
-On stdin EOF every call in flight is cancelled, queued output is flushed (briefly), and
-the process exits 0.
+On stdin EOF, requests still in flight get EOF_GRACE_SECS to finish (so
+``printf ... | tern mcp`` answers its quick requests), then the rest are cancelled,
+queued output is flushed (briefly), and the process exits 0.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ MAX_INFLIGHT = 64  # concurrent requests; beyond this, stdin is not read until o
 OUTBOX_MESSAGES = 1024
 FLUSH_ON_EXIT_SECS = 1.0
 HEALTH_TIMEOUT_SECS = 1.0
+EOF_GRACE_SECS = 0.5
 
 Emit = Callable[[bytes], Awaitable[None]]
 
@@ -68,7 +70,9 @@ class StdioServer:
             async with trio.open_nursery() as nursery:
                 await self.backend.start(nursery, self.emit)
                 await self._read(nursery)
-                nursery.cancel_scope.cancel()  # stdin EOF: in-flight calls end unanswered
+                with trio.move_on_after(EOF_GRACE_SECS):
+                    await self.backend.pending.empty.wait()
+                nursery.cancel_scope.cancel()  # stdin EOF: what is still running ends unanswered
             self._outbox_send.close()  # the writer flushes what is queued, then stops
             with trio.move_on_after(FLUSH_ON_EXIT_SECS) as flush:
                 await self._flushed.wait()
@@ -127,6 +131,25 @@ class StdioServer:
                                                                   f"parse error: {event.reason}")))
 
 
+class _Pending:
+    """The ids of requests not answered yet, and an event set while there are none."""
+
+    def __init__(self) -> None:
+        self.ids: set[Any] = set()
+        self.empty = trio.Event()
+        self.empty.set()
+
+    def add(self, msg_id: Any) -> None:
+        self.ids.add(msg_id)
+        if self.empty.is_set():
+            self.empty = trio.Event()
+
+    def done(self, msg_id: Any) -> None:
+        self.ids.discard(msg_id)
+        if not self.ids:
+            self.empty.set()
+
+
 class LocalBackend:
     """Answers with an in-process kernel's MCP server."""
 
@@ -137,6 +160,7 @@ class LocalBackend:
         self.server = McpServer(kernel)
         self.peer = Peer("mcp:stdio")
         self._slots = trio.Semaphore(MAX_INFLIGHT)
+        self.pending = _Pending()
         self._nursery: Union[trio.Nursery, None] = None
         self._emit: Union[Emit, None] = None
 
@@ -148,6 +172,7 @@ class LocalBackend:
         assert self._nursery is not None
         if isinstance(message, jsonrpc.Request):
             await self._slots.acquire()  # backpressure: stdin waits for a free slot
+            self.pending.add(message.id)
             self._nursery.start_soon(self._answer, message)
         else:
             await self.server.handle(message, self.peer, self._notify)
@@ -158,6 +183,7 @@ class LocalBackend:
             if reply is not None:
                 await self._emit(jsonrpc.encode(reply))  # type: ignore[misc]
         finally:
+            self.pending.done(request.id)
             self._slots.release()
 
     async def _notify(self, notification: dict[str, Any]) -> None:
@@ -183,6 +209,7 @@ class RelayBackend:
         self.transport = StreamableHttpTransport("daemon", SimpleNamespace(url=url, headers=headers),
                                                  policy=AddressPolicy(), timeout_secs=timeout_secs, environ={})
         self._initialize_ids: set[Any] = set()
+        self.pending = _Pending()
         self._emit: Union[Emit, None] = None
 
     async def start(self, nursery: trio.Nursery, emit: Emit) -> None:
@@ -193,12 +220,15 @@ class RelayBackend:
     async def submit(self, message: Any) -> None:
         from runtime.mcp.session import TransportClosed
 
-        if isinstance(message, jsonrpc.Request) and message.method == "initialize":
-            self._initialize_ids.add(message.id)
+        if isinstance(message, jsonrpc.Request):
+            self.pending.add(message.id)
+            if message.method == "initialize":
+                self._initialize_ids.add(message.id)
         try:
             await self.transport.send(message)
         except TransportClosed as exc:
             if isinstance(message, jsonrpc.Request):
+                self.pending.done(message.id)
                 await self._emit(jsonrpc.encode(jsonrpc.error_response(  # type: ignore[misc]
                     message.id, jsonrpc.INTERNAL_ERROR, f"the tern daemon at {self.url} is unreachable: {exc}")))
 
@@ -214,6 +244,8 @@ class RelayBackend:
             if self._initialize_ids:
                 self._note_version(body)
             await self._emit(body)  # type: ignore[misc]
+            if self.pending.ids and b'"method"' not in body[:64]:
+                self.pending.done(jsonrpc.sniff_id(body[:256]))
 
     def _note_version(self, body: bytes) -> None:
         try:

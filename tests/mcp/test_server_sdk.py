@@ -91,3 +91,32 @@ def test_sdk_client_through_tern_mcp_relaying_to_the_daemon(sdk_python, daemon, 
     audit = (tmp / "state" / "audit.jsonl").read_text()
     assert '"caller":"mcp:http:127.0.0.1"' in audit  # answered by the daemon, not in-process
     assert "mcp:stdio" not in audit
+
+
+def readme_snippets() -> list[dict]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Use tern from your desktop assistant or IDE", 1)[1].split("\n## ", 1)[0]
+    blocks = [json.loads(block.split("```", 1)[0]) for block in section.split("```json\n")[1:]]
+    assert len(blocks) == 3  # Claude Desktop, Cursor, VS Code
+    return [(block.get("mcpServers") or block["servers"])["tern"] for block in blocks]
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["claude-desktop", "cursor", "vscode"])
+def test_readme_snippets_launch_a_working_server(pyz, tmp_path, index):
+    entry = readme_snippets()[index]
+    config = write_config(tmp_path)
+    home = "/home/me/"
+    args = [str(pyz) if a == home + "tern.pyz" else str(config) if a.startswith(home) else a for a in entry["args"]]
+    if "--config" not in args:  # the snippet relies on the default config location: point it at ours
+        args[1:1] = ["--config", str(config)]
+    assert entry["command"] == "/usr/bin/python3" and entry.get("type", "stdio") == "stdio"
+    messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "readme", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    done = subprocess.run([sys.executable, *args], input="".join(json.dumps(m) + "\n" for m in messages),
+                          capture_output=True, text=True, timeout=60, env={**tern_env(tmp_path), "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert replies[0]["result"]["protocolVersion"] == "2025-06-18"
+    assert replies[1]["result"]["tools"][0]["name"] == "tern_agent_echo"
