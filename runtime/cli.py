@@ -179,7 +179,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from runtime.config import load_config
     from runtime.mcp.serve_stdio import serve_stdio
 
+    from runtime.errors import UsageError
+
     config = load_config(getattr(args, "config", None)).config
+    if not config.mcp_server.enabled:
+        raise UsageError("the MCP server is off in this config ([mcp_server] enabled = false)")
     trio.run(lambda: serve_stdio(config, relay=False if args.standalone else None))
     return 0
 

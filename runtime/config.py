@@ -480,6 +480,10 @@ def _mcp_server_problems(config: Config) -> list[str]:
             problems.append(f'mcp_server.presets[{i}].name: expected 1-128 of A-Z a-z 0-9 _ . -, '
                             f'got "{preset.name}"')
         names.append(preset.name)
+        agent_tools = {"tern_agent_" + a.name.replace("-", "_") for a in config.agents}
+        if preset.tool.startswith("tern_agent_") and preset.tool not in agent_tools:
+            problems.append(f'mcp_server.presets[{i}].tool: no agent is exposed as "{preset.tool}" '
+                            f'(agents: {", ".join(sorted(agent_tools)) or "none"})')
     seen: set[str] = set()
     for name in names:
         if name in seen:
