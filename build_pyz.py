@@ -42,6 +42,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 
@@ -126,6 +127,13 @@ LEFT_OUT = {
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 SIZE_BUDGET_BYTES = 8_000_000  # 8 MB
 SHEBANG = b"#!/usr/bin/env python3\n"
+
+#: Files of locked wheels that tern never imports, with the reason (each costs size).
+DROP_FILES = {
+    "anyio/_backends/_asyncio.py": "tern runs on trio only; httpx imports just anyio's lazy-import shim",
+    "anyio/pytest_plugin.py": "a pytest plugin",
+    "httpx/_main.py": "httpx's command line (it needs click and rich)",
+}
 
 DROP_DIRS = {"tests", "_tests", "test", "__pycache__"}
 DROP_SUFFIXES = (".pyi", ".pyc", ".pyo")
@@ -348,7 +356,7 @@ def keep_member(name: str) -> bool:
         )
     if parts[0].endswith(".data"):
         return False
-    if any(part in DROP_DIRS for part in parts[:-1]):
+    if any(part in DROP_DIRS for part in parts[:-1]) or name in DROP_FILES:
         return False
     return not name.endswith(DROP_SUFFIXES)
 
@@ -577,20 +585,43 @@ def compile_entries(entries: Entries, python: str) -> None:
             entries.add(name + "c", Path(stage, name + "c").read_bytes(), "py_compile")
 
 
+def strip_docstrings(tree: Any) -> Any:
+    """Drop module, class and function docstrings (a body left empty gets ``pass``);
+    line numbers stay, so tracebacks still point at the right lines. Asserts stay too
+    (unlike ``-OO``)."""
+    import ast
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                first = body.pop(0)
+                if not body:
+                    body.append(ast.copy_location(ast.Pass(), first))
+    return tree
+
+
 def compile_worker(stage: str) -> int:
-    """``--compile-worker``: compile the sources named on stdin (paths in ``stage``)."""
-    import py_compile
+    """``--compile-worker``: compile the sources named on stdin (paths in ``stage``).
+
+    Third-party code is compiled without its docstrings (tern never reads them; about
+    a fifth of the bytecode); tern's own keeps them.
+    """
+    import ast
+    import importlib.util
+    from importlib._bootstrap_external import _code_to_hash_pyc  # what py_compile uses
 
     for name in sys.stdin.read().split("\n"):
-        if name:
-            py_compile.compile(
-                os.path.join(stage, name),
-                cfile=os.path.join(stage, name + "c"),
-                dfile=name,
-                doraise=True,
-                optimize=0,
-                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-            )
+        if not name:
+            continue
+        source = Path(stage, name).read_bytes()
+        tree = ast.parse(source, filename=name)
+        if not name.startswith("runtime/"):
+            tree = strip_docstrings(tree)
+        code = compile(tree, name, "exec", dont_inherit=True, optimize=0)
+        data = _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False)
+        Path(stage, name + "c").write_bytes(bytes(data))
     return 0
 
 

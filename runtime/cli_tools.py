@@ -303,7 +303,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             _print_json(reply)
         elif not streamed:
             print(reply.text)
-        else:
+        elif not streamed[-1].endswith("\n"):
             print()
         return 0
 
@@ -343,6 +343,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 print(f"tern: {exc}", file=sys.stderr)
                 continue
             context_id = reply.context_id
-            print() if streamed else print(reply.text)
+            if not streamed:
+                print(reply.text)
+            elif not streamed[-1].endswith("\n"):
+                print()
 
     return _with_kernel(args, work)
