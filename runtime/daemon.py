@@ -145,7 +145,10 @@ async def serve(config: Config, listen: Union[str, None] = None, *,
                     loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
                     cors_origins=config.server.cors_origins)
     limiter = RateLimiter(config.server.rate_limit_per_sec, config.server.rate_limit_burst)
-    server = HttpServer(config.server, build_router(kernel, metrics=metrics), access, limiter=limiter,
+    if kernel.a2a is not None:
+        metrics.add_gauge_source("tern_a2a_tasks", "A2A tasks in the store, per state", ("state",),
+                                 lambda: [((state,), float(n)) for state, n in kernel.a2a.counts().items()])
+    server = HttpServer(config.server, build_router(kernel, metrics=metrics, secured=bool(key)), access, limiter=limiter,
                         metrics=metrics, ssl_context=tls)
     discovery: Union[Path, None] = None
     try:
@@ -156,6 +159,7 @@ async def serve(config: Config, listen: Union[str, None] = None, *,
             except OSError as exc:
                 raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
             url = _url(host, bound[0][1], tls is not None)
+            kernel.http_bound = (host, bound[0][1])
             discovery = _write_discovery(config, url)
             nursery.start_soon(_signals, server, nursery.cancel_scope)
             log.info("tern %s serving on %s (pid %d)", __version__, url, os.getpid())

@@ -26,7 +26,8 @@ class _MessageIn(msgspec.Struct, forbid_unknown_fields=True):
     context_id: Union[str, None] = None
 
 
-def build_router(kernel: Any, *, metrics: Any = None) -> Router:
+def build_router(kernel: Any, *, metrics: Any = None, secured: bool = False) -> Router:
+    """Every route; ``secured``: an API key is configured (the A2A cards say so)."""
     router = Router()
     config = kernel.config
 
@@ -45,7 +46,7 @@ def build_router(kernel: Any, *, metrics: Any = None) -> Router:
                              "restarts": s.restarts} for s in kernel.mcp.statuses()],
             "mcp_server_states": states,
             "a2a_peers": [{"name": a.name, "url": a.url} for a in config.a2a.external_agents],
-            "tasks": {},
+            "tasks": kernel.a2a.counts() if kernel.a2a is not None else {},
         })
 
     async def tools(request: Request) -> Response:
@@ -107,6 +108,10 @@ def build_router(kernel: Any, *, metrics: Any = None) -> Router:
     router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
     router.add("GET", "/api/events", events, websocket=True, summary="kernel events over a WebSocket")
     router.add("GET", "/metrics", prometheus, summary="Prometheus metrics")
+    if kernel.a2a is not None:
+        from runtime.a2a.server import A2aEndpoint
+
+        A2aEndpoint(kernel, kernel.a2a, secured=secured).add_routes(router)
     if config.mcp_server.enabled:
         from runtime.mcp.serve_http import McpHttpEndpoint
 

@@ -45,6 +45,13 @@ class Kernel:
         self.conversations = Conversations(state / "conversations.sqlite3") if state else None
         self.agents = Agents(config, self.pipeline, self.conversations)
         register_agent_tools(self.registry, lambda: self.agents)
+        self.a2a: Any = None  # the A2A task engine, when [a2a] enabled
+        if config.a2a.enabled:
+            from runtime.a2a.engine import TaskEngine
+            from runtime.a2a.runner import agent_runner
+
+            self.a2a = TaskEngine(agent_runner(self), max_tasks=config.a2a.max_tasks)
+        self.http_bound: Any = None  # (host, port) once the daemon listens: the A2A cards' fallback URL
 
     def _publish_call(self, tool: str, outcome: str, seconds: float) -> None:
         self.events.publish("tool.call", {"tool": tool, "outcome": outcome, "ms": round(seconds * 1000, 3)})
@@ -53,6 +60,8 @@ class Kernel:
         """Run until cancelled; ``task_status.started()`` once booted (servers still connecting)."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.mcp.run)
+            if self.a2a is not None:
+                await nursery.start(self.a2a.run)
             task_status.started()
 
     async def call_tool(self, name: str, arguments: Any = None, *, timeout_secs: Any = None,

@@ -1,0 +1,90 @@
+"""Agent cards: what an A2A peer reads before it sends anything.
+
+One card per agent, in the 1.0 shape with the 0.3 compatibility fields (``url``,
+``preferredTransport``, ``protocolVersion``, ``additionalInterfaces``) as the SDKs
+serve it, plus the legacy 0.1 shape for ``/.well-known/agent.json``. Capabilities say
+only what works: streaming yes, push notifications no (not in this build yet).
+The ``url`` comes from ``[a2a] public_url``, else the concrete address tern listens
+on, else the Host the client used: never 0.0.0.0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+from runtime import __version__
+from runtime.config import AgentConfig, Config
+
+__all__ = ["base_url", "agent_url", "card", "legacy_card", "skills"]
+
+_UNSPECIFIED = {"0.0.0.0", "::", "[::]", ""}
+
+
+def base_url(config: Config, bound: Union[tuple[str, int], None], host_header: Union[str, None]) -> str:
+    """Where peers reach this tern: ``public_url``, the bound address, or the Host header."""
+    if config.a2a.public_url:
+        return config.a2a.public_url.rstrip("/")
+    scheme = "https" if config.server.tls_cert else "http"
+    if bound is not None and bound[0] not in _UNSPECIFIED:
+        host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        return f"{scheme}://{host}:{bound[1]}"
+    return f"{scheme}://{host_header or '127.0.0.1'}"
+
+
+def agent_url(config: Config, base: str, agent: str) -> str:
+    return f"{base}{config.a2a.listen_path.rstrip('/')}/{agent}"
+
+
+def skills(agent: AgentConfig) -> list[dict[str, Any]]:
+    """The configured skills, else one derived from what the agent is."""
+    if agent.skills:
+        return [{"id": s.id, "name": s.name, "description": s.description or s.name, "tags": s.tags,
+                 **({"examples": s.examples} if s.examples else {})} for s in agent.skills]
+    tags = [agent.kind, *(t.rstrip("_*") for t in agent.tools[:8])]
+    return [{"id": agent.name, "name": agent.name, "description": agent.description or f"a tern {agent.kind} agent",
+             "tags": [t for t in tags if t]}]
+
+
+def card(config: Config, agent: AgentConfig, base: str, *, secured: bool) -> dict[str, Any]:
+    url = agent_url(config, base, agent.name)
+    out: dict[str, Any] = {
+        "name": agent.name,
+        "description": agent.description or f"a tern {agent.kind} agent",
+        "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                                {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
+        "provider": {"organization": "tern", "url": base},
+        "version": __version__,
+        "capabilities": {"streaming": True, "pushNotifications": False},
+        "defaultInputModes": ["text/plain", "application/json"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": skills(agent),
+        # 0.3 compatibility fields, as the SDKs serve them alongside 1.0
+        "url": url,
+        "preferredTransport": "JSONRPC",
+        "protocolVersion": "0.3.0",
+        "additionalInterfaces": [{"url": url, "transport": "JSONRPC"}],
+    }
+    if secured:
+        out["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}, "type": "http",
+                                             "scheme": "bearer"}}
+        out["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
+        out["security"] = [{"bearer": []}]
+    return out
+
+
+def legacy_card(config: Config, agent: AgentConfig, base: str, *, secured: bool) -> dict[str, Any]:
+    """The 0.1 shape (OpenFang, the seed): ``/.well-known/agent.json``."""
+    out: dict[str, Any] = {
+        "name": agent.name,
+        "description": agent.description or f"a tern {agent.kind} agent",
+        "url": agent_url(config, base, agent.name),
+        "provider": {"organization": "tern", "url": base},
+        "version": __version__,
+        "capabilities": {"streaming": True, "pushNotifications": False, "stateTransitionHistory": False},
+        "defaultInputModes": ["text"],
+        "defaultOutputModes": ["text"],
+        "skills": [{**s, "inputModes": ["text"], "outputModes": ["text"]} for s in skills(agent)],
+    }
+    if secured:
+        out["authentication"] = {"schemes": ["Bearer"]}
+    return out

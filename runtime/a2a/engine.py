@@ -1,0 +1,290 @@
+"""One task engine under every A2A dialect: task life cycles, the bounded store, and
+ordered events to every subscriber.
+
+- A message starts a task, or continues one that waits for input (``taskId``; the
+  ``contextId``, if given, must be the task's). The agent work runs in the engine's
+  nursery under the task's own cancel scope, so ``cancel`` really stops it.
+- The outcome of the agent work (``Outcome``) picks the next state: completed with an
+  artifact, input-required (multi-turn), failed or rejected with a message.
+- Events go to every subscriber in order through a bounded channel each; a subscriber
+  that stops reading is dropped, never waited for, so one slow client cannot stall a
+  task or other clients.
+- The store keeps at most ``max_tasks``. Room is made by evicting terminal tasks in
+  insertion order; when every stored task is still live, new work is refused
+  (:class:`StoreFull`) rather than growing without bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any, AsyncIterator, Awaitable, Callable, Union
+
+import msgspec
+import trio
+
+from runtime.a2a.model import (INTERRUPTED, Artifact, ArtifactEvent, Event, Message, StatusEvent, Task, new_id)
+from runtime.errors import TernError
+
+__all__ = ["TaskEngine", "Outcome", "A2aError", "TaskNotFound", "TaskNotCancelable", "StoreFull", "InvalidTaskRequest",
+           "UnsupportedOperation"]
+
+SUBSCRIBER_EVENTS = 256
+
+
+class A2aError(TernError):
+    """An A2A error with its JSON-RPC code."""
+
+    code = -32603
+
+
+class TaskNotFound(A2aError):
+    code = -32001
+
+
+class TaskNotCancelable(A2aError):
+    code = -32002
+
+
+class UnsupportedOperation(A2aError):
+    code = -32004
+
+
+class InvalidTaskRequest(A2aError):
+    code = -32602
+
+
+class StoreFull(A2aError):
+    code = -32603
+
+
+class Outcome(msgspec.Struct, kw_only=True):
+    """What a piece of agent work ended in."""
+
+    state: str = "completed"  # completed | input-required | auth-required | failed | rejected
+    text: str = ""
+    artifacts: list[Artifact] = []
+    reply: Union[Message, None] = None  # answer with a Message instead of a task (1.0/0.3 allow it)
+
+
+Runner = Callable[[Task, Message, Callable[[str], None]], Awaitable[Outcome]]
+
+
+class _Entry:
+    __slots__ = ("task", "scope", "subscribers", "changed", "running")
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.scope: Union[trio.CancelScope, None] = None
+        self.subscribers: list[trio.MemorySendChannel[Event]] = []
+        self.changed = trio.Event()
+        self.running = False
+
+
+class TaskEngine:
+    def __init__(self, runner: Runner, *, max_tasks: int = 1000, on_change: Union[Callable[[Task], None], None] = None) -> None:
+        self.runner = runner
+        self.max_tasks = max_tasks
+        self.on_change = on_change  # persistence, metrics, the kernel's event bus
+        self._tasks: OrderedDict[str, _Entry] = OrderedDict()
+        self._nursery: Union[trio.Nursery, None] = None
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    # --- Reading ----------------------------------------------------------------------------
+
+    def get(self, task_id: str) -> Task:
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            raise TaskNotFound(f"no task {task_id!r} (it never existed, or was evicted)")
+        return entry.task
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for entry in self._tasks.values():
+            counts[entry.task.state] = counts.get(entry.task.state, 0) + 1
+        return counts
+
+    def list(self, *, context_id: Union[str, None] = None, state: Union[str, None] = None,
+             updated_after: Union[float, None] = None) -> list[Task]:
+        """Newest status first."""
+        found = [e.task for e in self._tasks.values()
+                 if (context_id is None or e.task.context_id == context_id)
+                 and (state is None or e.task.state == state)
+                 and (updated_after is None or e.task.timestamp > updated_after)]
+        return sorted(found, key=lambda t: t.timestamp, reverse=True)
+
+    def load(self, tasks: list[Task]) -> None:
+        """Tasks from a store that survived a restart (a live one there was cut off)."""
+        for task in tasks:
+            if not task.terminal and task.state not in INTERRUPTED:
+                task.state, task.status_message = "failed", _agent_text("tern restarted while this task was running")
+            self._tasks[task.id] = _Entry(task)
+            self._tasks.move_to_end(task.id)
+
+    # --- Starting and continuing ------------------------------------------------------------
+
+    def send(self, agent: str, message: Message, *, task_id: Union[str, None] = None, dialect: str = "") -> Task:
+        """Start a task for ``message`` (or continue the one its ``task_id`` names) and
+        return it; the agent work runs in the background. ``task_id`` names a new task
+        (0.1 clients choose their ids); otherwise the engine makes one up."""
+        assert self._nursery is not None, "TaskEngine.run() first"
+        if message.task_id:
+            entry = self._tasks.get(message.task_id)
+            if entry is None:
+                raise TaskNotFound(f"no task {message.task_id!r} (it never existed, or was evicted)")
+            task = entry.task
+            if message.context_id and message.context_id != task.context_id:
+                raise InvalidTaskRequest(f"contextId {message.context_id!r} is not the context of task {task.id!r}")
+            if task.terminal:
+                raise UnsupportedOperation(f"task {task.id} is {task.state}; start a new task in its context instead")
+            if entry.running:
+                raise UnsupportedOperation(f"task {task.id} is still working; wait for it or cancel it")
+            message.context_id = task.context_id
+        else:
+            if task_id is not None and task_id in self._tasks:
+                raise InvalidTaskRequest(f"task {task_id!r} exists already")
+            self._make_room()
+            task = Task(id=task_id or new_id(), context_id=message.context_id or new_id(), agent=agent,
+                        dialect=dialect)
+            message.context_id = task.context_id
+            entry = _Entry(task)
+            self._tasks[task.id] = entry
+        message.task_id = task.id
+        task.history.append(message)
+        if task.state != "submitted":
+            self._set(entry, "submitted", None)
+        else:
+            self._changed(entry)
+        entry.running = True
+        scope = trio.CancelScope()
+        entry.scope = scope
+        self._nursery.start_soon(self._work, entry, message, scope)
+        return task
+
+    def _make_room(self) -> None:
+        while len(self._tasks) >= self.max_tasks:
+            victim = next((task_id for task_id, e in self._tasks.items() if e.task.terminal and not e.subscribers), None)
+            if victim is None:
+                raise StoreFull(f"tern is holding {len(self._tasks)} unfinished tasks (the limit is {self.max_tasks}); "
+                                "try again when some finish")
+            del self._tasks[victim]
+
+    async def _work(self, entry: _Entry, message: Message, scope: trio.CancelScope) -> None:
+        task = entry.task
+        outcome: Union[Outcome, None] = None
+        try:
+            with scope:
+                self._set(entry, "working", None)
+                try:
+                    outcome = await self.runner(task, message, lambda text: None)
+                except TernError as exc:
+                    outcome = Outcome(state="failed", text=str(exc))
+                except Exception as exc:  # a bug in an agent kind: the task fails, tern goes on
+                    outcome = Outcome(state="failed", text=f"internal error: {type(exc).__name__}")
+        finally:
+            entry.running = False
+            entry.scope = None
+        if scope.cancelled_caught or outcome is None:
+            return  # cancel() already moved it to canceled
+        self._finish(entry, outcome)
+
+    def _finish(self, entry: _Entry, outcome: Outcome) -> None:
+        task = entry.task
+        if outcome.reply is not None:
+            outcome.reply.context_id, outcome.reply.task_id = task.context_id, task.id
+            task.history.append(outcome.reply)
+            self._set(entry, outcome.state, None)
+            return
+        if outcome.state == "completed":
+            artifacts = outcome.artifacts or [Artifact(parts=[{"text": outcome.text}], name="reply")]
+            for artifact in artifacts:
+                task.artifacts.append(artifact)
+                self._emit(entry, ArtifactEvent(task_id=task.id, context_id=task.context_id, artifact=artifact))
+            reply = _agent_text(outcome.text, task) if outcome.text else None
+            if reply is not None:
+                task.history.append(reply)
+            self._set(entry, "completed", None)
+        else:
+            status = _agent_text(outcome.text, task) if outcome.text else None
+            if status is not None and outcome.state in INTERRUPTED:
+                task.history.append(status)
+            self._set(entry, outcome.state, status)
+
+    # --- Cancel -----------------------------------------------------------------------------
+
+    def cancel(self, task_id: str) -> Task:
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            raise TaskNotFound(f"no task {task_id!r} (it never existed, or was evicted)")
+        if entry.task.terminal:
+            raise TaskNotCancelable(f"task {task_id} is already {entry.task.state}")
+        if entry.scope is not None:
+            entry.scope.cancel()  # the agent's work stops (a command agent's process is killed)
+        self._set(entry, "canceled", None)
+        return entry.task
+
+    # --- Events -----------------------------------------------------------------------------
+
+    def _set(self, entry: _Entry, state: str, message: Union[Message, None]) -> None:
+        task = entry.task
+        task.state, task.status_message, task.timestamp = state, message, time.time()
+        final = task.terminal or state in INTERRUPTED
+        self._emit(entry, StatusEvent(task_id=task.id, context_id=task.context_id, state=state, message=message,
+                                      timestamp=task.timestamp, final=final))
+        if final:
+            for channel in entry.subscribers:
+                channel.close()
+            entry.subscribers.clear()
+
+    def _emit(self, entry: _Entry, event: Event) -> None:
+        for channel in list(entry.subscribers):
+            try:
+                channel.send_nowait(event)
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                channel.close()  # too slow or gone: dropped, never waited for
+                entry.subscribers.remove(channel)
+        self._changed(entry)
+
+    def _changed(self, entry: _Entry) -> None:
+        entry.changed.set()
+        entry.changed = trio.Event()
+        if self.on_change is not None:
+            self.on_change(entry.task)
+
+    def subscribe(self, task_id: str) -> trio.MemoryReceiveChannel[Event]:
+        """Every event of the task from now on, until it is final (the channel ends)."""
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            raise TaskNotFound(f"no task {task_id!r} (it never existed, or was evicted)")
+        send, receive = trio.open_memory_channel[Event](SUBSCRIBER_EVENTS)
+        if entry.task.terminal:
+            send.close()
+        else:
+            entry.subscribers.append(send)
+        return receive
+
+    async def wait(self, task_id: str) -> Task:
+        """Until the task is terminal or waits for input."""
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            raise TaskNotFound(f"no task {task_id!r}")
+        while not (entry.task.terminal or (entry.task.state in INTERRUPTED and not entry.running)):
+            await entry.changed.wait()
+        return entry.task
+
+    async def events(self, task_id: str) -> AsyncIterator[Event]:
+        async with self.subscribe(task_id) as receive:
+            async for event in receive:
+                yield event
+
+
+def _agent_text(text: str, task: Union[Task, None] = None) -> Message:
+    message = Message(role="agent", parts=[{"text": text}])
+    if task is not None:
+        message.context_id, message.task_id = task.context_id, task.id
+    return message

@@ -1,0 +1,319 @@
+"""tern's A2A server: the three dialects' JSON-RPC methods and the seed's REST routes,
+over one task engine, on the daemon's HTTP server.
+
+Routes (``P`` = ``[a2a] listen_path``):
+
+- cards: ``/.well-known/agent-card.json`` (1.0 + 0.3 fields) and ``/.well-known/agent.json``
+  (0.1) for ``[a2a] default_agent``; ``P/{agent}/.well-known/agent-card.json``; ``GET P/agents``
+  (the seed's ``{agents, total}``). Public, with ETag, Cache-Control and Last-Modified.
+- JSON-RPC at each card's URL, ``P/{agent}`` (with or without the trailing slash: the 1.0
+  TCK posts to ``<url>/``), and at ``P`` for the default agent. The dialect comes from
+  the method: ``tasks/send`` is 0.1, ``message/send`` 0.3, ``SendMessage`` 1.0 (which
+  needs ``A2A-Version: 1.x``; none means 0.3, per the spec).
+- the seed's REST: ``POST P/tasks/send``, ``GET P/tasks/{id}``, ``POST P/tasks/{id}/cancel``.
+
+Everything but the cards needs the key (task contents are private).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from email.utils import formatdate
+from typing import Any, Union
+
+import msgspec
+import trio
+
+from runtime.a2a import dialects
+from runtime.a2a.dialects import BadMessage, Dialect
+from runtime.a2a.engine import A2aError, TaskEngine, TaskNotFound, UnsupportedOperation
+from runtime.a2a.model import Task
+from runtime.http.messages import HttpError, Request, Response, StreamResponse, json_response
+from runtime.wire import jsonrpc
+from runtime.wire.sse import encode_event
+
+__all__ = ["A2aEndpoint"]
+
+BLOCKING_WAIT_SECS = 300.0  # a blocking send returns the task as it is after this long
+_encoder = msgspec.json.Encoder()
+
+METHODS_01 = {"tasks/send", "tasks/sendSubscribe"}
+METHODS_03 = {"message/send", "message/stream", "tasks/resubscribe", "tasks/pushNotificationConfig/set",
+              "tasks/pushNotificationConfig/get", "tasks/pushNotificationConfig/list",
+              "tasks/pushNotificationConfig/delete", "agent/getAuthenticatedExtendedCard",
+              "tasks/pushNotification/set", "tasks/pushNotification/get"}
+METHODS_10 = {"SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask",
+              "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
+              "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig", "GetExtendedAgentCard"}
+SHARED = {"tasks/get", "tasks/cancel"}  # 0.1 and 0.3: answered in the task's own dialect
+_REASONS = {-32001: "TASK_NOT_FOUND", -32002: "TASK_NOT_CANCELABLE", -32003: "PUSH_NOTIFICATION_NOT_SUPPORTED",
+            -32004: "UNSUPPORTED_OPERATION", -32005: "CONTENT_TYPE_NOT_SUPPORTED", -32007:
+            "EXTENDED_AGENT_CARD_NOT_CONFIGURED", -32009: "VERSION_NOT_SUPPORTED"}
+
+
+class _Fault(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class A2aEndpoint:
+    def __init__(self, kernel: Any, engine: TaskEngine, *, secured: bool) -> None:
+        self.kernel = kernel
+        self.config = kernel.config
+        self.engine = engine
+        self.secured = secured
+        self.agents = {agent.name: agent for agent in self.config.agents}
+        self.default_agent = self.config.a2a.default_agent or (self.config.agents[0].name if self.config.agents else "")
+        self.started = time.time()
+
+    def add_routes(self, router: Any) -> None:
+        path = self.config.a2a.listen_path.rstrip("/")
+        public = {"auth": False, "guard_origin": False}
+        router.add("GET", "/.well-known/agent-card.json", self.default_card, **public, summary="A2A agent card (1.0)")
+        router.add("GET", "/.well-known/agent.json", self.default_legacy_card, **public,
+                   summary="A2A agent card (0.1 shape)")
+        router.add("GET", f"{path}/agents", self.list_agents, **public, summary="A2A: every agent's card")
+        router.add("GET", f"{path}/{{agent}}/.well-known/agent-card.json", self.agent_card, **public,
+                   summary="A2A: one agent's card")
+        for rpc_path in (path, f"{path}/"):
+            router.add("POST", rpc_path, self.rpc, summary="A2A JSON-RPC for the default agent")
+        router.add("POST", f"{path}/{{agent}}", self.rpc, summary="A2A JSON-RPC for one agent (also at its URL + /)")
+        router.add("POST", f"{path}/tasks/send", self.rest_send, summary="A2A (seed REST): send a task")
+        router.add("GET", f"{path}/tasks/{{id}}", self.rest_get, summary="A2A (seed REST): a task")
+        router.add("POST", f"{path}/tasks/{{id}}/cancel", self.rest_cancel, summary="A2A (seed REST): cancel a task")
+
+    # --- Cards ------------------------------------------------------------------------------
+
+    def _base(self, request: Request) -> str:
+        from runtime.a2a.cards import base_url
+
+        return base_url(self.config, self.kernel.http_bound, request.header(b"host"))
+
+    def _cached(self, request: Request, body: Any) -> Response:
+        data = _encoder.encode(body)
+        etag = '"' + hashlib.sha256(data).hexdigest()[:32] + '"'
+        headers = [(b"etag", etag.encode()), (b"cache-control", b"public, max-age=60"),
+                   (b"last-modified", formatdate(self.started, usegmt=True).encode())]
+        if request.header(b"if-none-match") == etag:
+            return Response(304, b"", headers)
+        return Response(200, data, headers)
+
+    def _agent(self, name: str) -> Any:
+        agent = self.agents.get(name)
+        if agent is None:
+            raise HttpError(404, f"no agent named {name!r}")
+        return agent
+
+    async def default_card(self, request: Request) -> Response:
+        from runtime.a2a.cards import card
+
+        return self._cached(request, card(self.config, self._agent(self.default_agent), self._base(request),
+                                          secured=self.secured))
+
+    async def default_legacy_card(self, request: Request) -> Response:
+        from runtime.a2a.cards import legacy_card
+
+        return self._cached(request, legacy_card(self.config, self._agent(self.default_agent), self._base(request),
+                                                 secured=self.secured))
+
+    async def agent_card(self, request: Request) -> Response:
+        from runtime.a2a.cards import card
+
+        return self._cached(request, card(self.config, self._agent(request.params["agent"]), self._base(request),
+                                          secured=self.secured))
+
+    async def list_agents(self, request: Request) -> Response:
+        from runtime.a2a.cards import card
+
+        base = self._base(request)
+        cards = [card(self.config, agent, base, secured=self.secured) for agent in self.config.agents]
+        return self._cached(request, {"agents": cards, "total": len(cards)})
+
+    # --- JSON-RPC ---------------------------------------------------------------------------
+
+    async def rpc(self, request: Request) -> Union[Response, StreamResponse]:
+        agent = request.params.get("agent", self.default_agent)
+        if agent not in self.agents:
+            raise HttpError(404, f"no agent named {agent!r}")
+        try:
+            message = jsonrpc.parse(request.body)
+        except jsonrpc.InvalidMessage as exc:
+            return json_response(msgspec.to_builtins(exc.to_response()))
+        if not isinstance(message, jsonrpc.Request):
+            return Response(202) if isinstance(message, jsonrpc.Notification) else Response(204)
+        params = message.params if isinstance(message.params, dict) else {}
+        method = message.method
+        dialect: Dialect = "1.0" if method in METHODS_10 else "0.1" if method in METHODS_01 else "0.3"
+        try:
+            if method in METHODS_10:
+                version = request.header(b"a2a-version") or _query_version(request.query) or "0.3"
+                if version.split(".")[0] != "1":
+                    raise _Fault(-32009, f"{method} is A2A 1.0: send the header A2A-Version: 1.0 (got {version!r}; "
+                                         "no header means 0.3)")
+            elif method not in METHODS_01 | METHODS_03 | SHARED:
+                raise _Fault(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
+            result = await self._call(method, params, agent, dialect, message.id)
+        except _Fault as fault:
+            return self._error(message.id, fault.code, fault.message, dialect)
+        except A2aError as exc:
+            return self._error(message.id, exc.code, str(exc), dialect)
+        except BadMessage as exc:
+            return self._error(message.id, jsonrpc.INVALID_PARAMS, str(exc), dialect)
+        if isinstance(result, StreamResponse):
+            return result
+        return Response(200, _encoder.encode({"jsonrpc": "2.0", "id": message.id, "result": result}))
+
+    def _error(self, msg_id: Any, code: int, text: str, dialect: Dialect) -> Response:
+        error: dict[str, Any] = {"code": code, "message": text}
+        if dialect == "1.0" and code in _REASONS:
+            error["data"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": _REASONS[code],
+                              "domain": "a2a-protocol.org"}]
+        return Response(200, _encoder.encode({"jsonrpc": "2.0", "id": msg_id, "error": error}))
+
+    async def _call(self, method: str, params: dict[str, Any], agent: str, dialect: Dialect, msg_id: Any) -> Any:
+        if method in ("tasks/send", "message/send", "SendMessage"):
+            return await self._send(params, agent, dialect)
+        if method in ("tasks/sendSubscribe", "message/stream", "SendStreamingMessage"):
+            task = self._start(params, agent, dialect)
+            return self._stream(task, dialect, msg_id, first=True)
+        if method in ("tasks/resubscribe", "SubscribeToTask"):
+            task = self.engine.get(_task_id(params))
+            if task.terminal:
+                raise UnsupportedOperation(f"task {task.id} is {task.state}: nothing more will happen to it")
+            return self._stream(task, self._dialect_of(task, dialect), msg_id, first=True)
+        if method in ("tasks/get", "GetTask"):
+            task = self.engine.get(_task_id(params))
+            return dialects.render_task(task, self._dialect_of(task, dialect),
+                                        history_length=_history_length(params))
+        if method in ("tasks/cancel", "CancelTask"):
+            task = self.engine.cancel(_task_id(params))
+            return dialects.render_task(task, self._dialect_of(task, dialect))
+        if method == "ListTasks":
+            return self._list(params)
+        if "ushNotification" in method:
+            raise _Fault(-32003, "push notifications are not supported by this tern (capabilities.pushNotifications "
+                                 "is false)")
+        if method in ("GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"):
+            raise _Fault(-32007, "this agent has no extended card")
+        raise _Fault(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
+
+    def _dialect_of(self, task: Task, asked: Dialect) -> Dialect:
+        """1.0 methods answer in 1.0; tasks/get and tasks/cancel in the task's own dialect."""
+        if asked == "1.0":
+            return "1.0"
+        return "0.1" if task.dialect == "0.1" else "0.3"
+
+    def _start(self, params: dict[str, Any], agent: str, dialect: Dialect) -> Task:
+        message = dialects.parse_message(params.get("message"))
+        if dialect == "0.1":  # the client chooses the task id; sessionId is the context
+            task_id = params.get("id")
+            if not isinstance(task_id, str) or not task_id:
+                raise BadMessage("tasks/send needs params.id (the task id, chosen by the client)")
+            if isinstance(params.get("sessionId"), str):
+                message.context_id = params["sessionId"]
+            try:
+                self.engine.get(task_id)
+                message.task_id = task_id
+            except TaskNotFound:
+                return self.engine.send(agent, message, task_id=task_id, dialect="0.1")
+        return self.engine.send(agent, message, dialect=dialect)
+
+    async def _send(self, params: dict[str, Any], agent: str, dialect: Dialect) -> Any:
+        task = self._start(params, agent, dialect)
+        configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
+        blocking = not configuration.get("returnImmediately", False) if dialect == "1.0" \
+            else configuration.get("blocking", True) is not False
+        if blocking:
+            with trio.move_on_after(BLOCKING_WAIT_SECS):
+                await self.engine.wait(task.id)
+        history_length = configuration.get("historyLength", params.get("historyLength"))
+        rendered = dialects.render_task(task, dialect, history_length=history_length
+                                        if isinstance(history_length, int) and history_length >= 0 else None)
+        return dialects.wrap_result(rendered, "task", dialect)
+
+    def _stream(self, task: Task, dialect: Dialect, msg_id: Any, *, first: bool) -> StreamResponse:
+        receive = self.engine.subscribe(task.id)
+        snapshot = dialects.wrap_result(dialects.render_task(task, dialect), "task", dialect)
+
+        def frame(result: Any) -> bytes:
+            return encode_event(_encoder.encode({"jsonrpc": "2.0", "id": msg_id, "result": result}).decode())
+
+        async def produce(send: trio.MemorySendChannel[bytes]) -> None:
+            async with receive:
+                if first:
+                    await send.send(frame(snapshot))
+                async for event in receive:
+                    await send.send(frame(dialects.render_event(event, dialect)))
+
+        return StreamResponse(produce)
+
+    def _list(self, params: dict[str, Any]) -> dict[str, Any]:
+        state = params.get("status")
+        tasks = self.engine.list(context_id=params.get("contextId") or None,
+                                 state=dialects.parse_state(state) if state else None)
+        size = params.get("pageSize") if isinstance(params.get("pageSize"), int) else 50
+        size = max(1, min(size, 100))
+        try:
+            start = int(params.get("pageToken") or 0)
+        except (TypeError, ValueError):
+            raise _Fault(jsonrpc.INVALID_PARAMS, "invalid pageToken") from None
+        page = tasks[start:start + size]
+        history_length = params.get("historyLength")
+        include = bool(params.get("includeArtifacts"))
+        return {"tasks": [dialects.render_task(t, "1.0", include_artifacts=include,
+                                               history_length=history_length if isinstance(history_length, int)
+                                               else None) for t in page],
+                "nextPageToken": str(start + size) if start + size < len(tasks) else "",
+                "pageSize": size, "totalSize": len(tasks)}
+
+    # --- The seed's REST routes (0.1 shapes, no JSON-RPC envelope) ---------------------------
+
+    async def rest_send(self, request: Request) -> Response:
+        body = request.json()
+        if not isinstance(body, dict):
+            raise HttpError(400, "expected a JSON object with id and message")
+        try:
+            return json_response(await self._send(body, self.default_agent, "0.1"))
+        except BadMessage as exc:
+            raise HttpError(400, str(exc)) from None
+        except A2aError as exc:
+            raise HttpError(404 if isinstance(exc, TaskNotFound) else 400, str(exc)) from None
+
+    async def rest_get(self, request: Request) -> Response:
+        try:
+            task = self.engine.get(request.params["id"])
+        except TaskNotFound as exc:
+            raise HttpError(404, str(exc)) from None
+        return json_response(dialects.render_task(task, "0.1"))
+
+    async def rest_cancel(self, request: Request) -> Response:
+        try:
+            task = self.engine.cancel(request.params["id"])
+        except TaskNotFound as exc:
+            raise HttpError(404, str(exc)) from None
+        except A2aError as exc:
+            raise HttpError(409, str(exc)) from None
+        return json_response(dialects.render_task(task, "0.1"))
+
+
+def _task_id(params: dict[str, Any]) -> str:
+    task_id = params.get("id")
+    if not isinstance(task_id, str) or not task_id:
+        raise BadMessage("params.id (the task id) is required")
+    return task_id
+
+
+def _history_length(params: dict[str, Any]) -> Union[int, None]:
+    value = params.get("historyLength")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _query_version(query: str) -> Union[str, None]:
+    for pair in query.split("&"):
+        key, _, value = pair.partition("=")
+        if key == "A2A-Version" and value:
+            return value
+    return None
+

@@ -1,0 +1,127 @@
+"""The task engine on its own: life cycle, multi-turn, cancel that stops the work,
+ordered events, slow subscribers, and the bounded store."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from runtime.a2a.engine import (InvalidTaskRequest, Outcome, StoreFull, TaskEngine, TaskNotCancelable, TaskNotFound,
+                                UnsupportedOperation)
+from runtime.a2a.model import ArtifactEvent, Message, StatusEvent, text_of
+
+
+def msg(text, task_id=None, context_id=None):
+    return Message(role="user", parts=[{"text": text}], task_id=task_id, context_id=context_id)
+
+
+async def scripted(task, message, on_text):
+    """'ask' waits for input, 'hang' runs until cancelled, 'boom' fails, else echo."""
+    text = text_of(message.parts)
+    if text == "ask":
+        return Outcome(state="input-required", text="which one?")
+    if text == "hang":
+        await trio.sleep_forever()
+    if text == "boom":
+        raise RuntimeError("kaput")
+    return Outcome(state="completed", text=f"echo: {text}")
+
+
+@pytest.fixture
+async def engine(nursery):
+    engine = TaskEngine(scripted, max_tasks=5)
+    await nursery.start(engine.run)
+    return engine
+
+
+async def test_life_cycle_and_events_in_order(engine):
+    task = engine.send("a", msg("hi"))
+    assert task.state == "submitted" and task.history[0].task_id == task.id
+    events = []
+    async for event in engine.events(task.id):
+        events.append(event)
+    assert [e.state if isinstance(e, StatusEvent) else "artifact" for e in events] == ["working", "artifact", "completed"]
+    assert isinstance(events[1], ArtifactEvent) and events[1].artifact.parts == [{"text": "echo: hi"}]
+    assert events[-1].final and task.state == "completed" and task.history[-1].role == "agent"
+
+
+async def test_multi_turn_through_input_required(engine):
+    task = engine.send("a", msg("ask"))
+    await engine.wait(task.id)
+    assert task.state == "input-required" and text_of(task.status_message.parts) == "which one?"
+    with pytest.raises(InvalidTaskRequest):
+        engine.send("a", msg("x", task_id=task.id, context_id="another-context"))
+    again = engine.send("a", msg("the red one", task_id=task.id))
+    assert again is task
+    await engine.wait(task.id)
+    assert task.state == "completed" and task.artifacts[-1].parts == [{"text": "echo: the red one"}]
+    assert [m.role for m in task.history] == ["user", "agent", "user", "agent"]
+    with pytest.raises(UnsupportedOperation):
+        engine.send("a", msg("more", task_id=task.id))  # terminal
+    with pytest.raises(TaskNotFound):
+        engine.send("a", msg("x", task_id="nope"))
+
+
+async def test_cancel_stops_the_work(engine):
+    task = engine.send("a", msg("hang"))
+    await trio.sleep(0.05)
+    assert task.state == "working"
+    engine.cancel(task.id)
+    assert task.state == "canceled"
+    await trio.sleep(0.05)
+    assert task.state == "canceled"  # the work was cancelled, not left to finish later
+    with pytest.raises(TaskNotCancelable):
+        engine.cancel(task.id)
+    with pytest.raises(TaskNotFound):
+        engine.cancel("nope")
+
+
+async def test_a_failing_agent_fails_its_task_only(engine):
+    task = engine.send("a", msg("boom"))
+    await engine.wait(task.id)
+    assert task.state == "failed" and "RuntimeError" in text_of(task.status_message.parts)
+    ok = engine.send("a", msg("fine"))
+    await engine.wait(ok.id)
+    assert ok.state == "completed"
+
+
+async def test_slow_subscriber_is_dropped_not_waited_for(nursery):
+    gate = trio.Event()
+
+    async def chatty(task, message, on_text):
+        await gate.wait()
+        return Outcome(text="x")
+
+    engine = TaskEngine(chatty)
+    await nursery.start(engine.run)
+    task = engine.send("a", msg("go"))
+    receive = engine.subscribe(task.id)
+    entry = engine._tasks[task.id]
+    for _ in range(300):  # more than the subscriber's buffer, never read
+        engine._emit(entry, StatusEvent(task_id=task.id, context_id=task.context_id, state="working"))
+    assert entry.subscribers == []
+    gate.set()
+    await engine.wait(task.id)
+    assert task.state == "completed"
+    await receive.aclose()
+
+
+async def test_store_is_bounded_evicting_terminal_tasks_in_insertion_order(engine):
+    done = []
+    for i in range(5):
+        task = engine.send("a", msg(f"t{i}"))
+        await engine.wait(task.id)
+        done.append(task.id)
+    newest = engine.send("a", msg("six"))
+    with pytest.raises(TaskNotFound):
+        engine.get(done[0])  # the oldest went first
+    assert engine.get(done[1]) and engine.get(newest.id)
+
+
+async def test_full_of_live_tasks_refuses_new_work(engine):
+    live = [engine.send("a", msg("hang")) for _ in range(5)]
+    with pytest.raises(StoreFull, match="unfinished"):
+        engine.send("a", msg("one more"))
+    engine.cancel(live[0].id)
+    assert engine.send("a", msg("now fits")).state == "submitted"
+    assert sum(engine.counts().values()) == 5
