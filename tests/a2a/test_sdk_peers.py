@@ -1,0 +1,60 @@
+"""The official a2a-sdk 1.x client against ``tern serve``: card, blocking send, get,
+multi-turn by contextId, list, cancel, stream; with and without an API key."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import peers
+from tests.mcp.server_harness import tern_env
+from tests.test_cli import ROOT
+
+CLIENT = str(ROOT / "tests" / "fixtures" / "a2a_sdk_client.py")
+KEY = "a2a-sdk-key-4321"
+
+
+@pytest.fixture(scope="module")
+def a2a_python():
+    try:
+        return str(peers.a2a_sdk_python())
+    except peers.PeerUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def serve(tmp, **env):
+    config = tmp / "config.toml"
+    config.write_text(f'[server]\nlisten = "127.0.0.1:0"\n[state]\ndir = "{tmp / "state"}"\n'
+                      '[a2a]\nenabled = true\ndefault_agent = "echo"\n[[agents]]\nname = "echo"\nkind = "echo"\n')
+    log = tmp / "serve.log"
+    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
+                               stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                               env=tern_env(tmp, **env), cwd=ROOT)
+    deadline = time.monotonic() + 20
+    while "serving on " not in log.read_text():
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    return process, log.read_text().split("serving on ", 1)[1].split()[0]
+
+
+@pytest.mark.parametrize("key", ["", KEY], ids=["no-key", "with-key"])
+def test_a2a_sdk_client_against_tern_serve(a2a_python, tmp_path, key):
+    process, url = serve(tmp_path, **({"TERN_API_KEY": key} if key else {}))
+    try:
+        done = subprocess.run([a2a_python, CLIENT, url, *([key] if key else [])], capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["card"] == {"name": "echo", "streaming": True, "interfaces": [["JSONRPC", "1.0"], ["JSONRPC", "0.3"]]}
+    assert seen["sent"]["state"] == 3 and seen["sent"]["artifact"] == "hello from the a2a-sdk"  # TASK_STATE_COMPLETED
+    assert seen["got"] == {"id_matches": True, "state": 3, "history": 2}
+    assert seen["same_context"] is True and seen["listed"] == 2
+    assert seen["cancel_completed"].startswith("TaskNotCancelableError")
+    assert seen["stream"] == ["task", "status_update", "artifact_update", "status_update"]
