@@ -51,6 +51,7 @@ def card(config: Config, agent: AgentConfig, base: str, *, secured: bool) -> dic
         "name": agent.name,
         "description": agent.description or f"a tern {agent.kind} agent",
         "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                                {"url": url + "/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
                                 {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
         "provider": {"organization": "tern", "url": base},
         "version": __version__,

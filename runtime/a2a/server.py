@@ -35,6 +35,7 @@ from runtime.wire.sse import encode_event
 
 __all__ = ["A2aEndpoint"]
 
+_REST = object()  # stands in for a JSON-RPC id: the answer goes out without an envelope
 BLOCKING_WAIT_SECS = 300.0  # a blocking send returns the task as it is after this long
 _encoder = msgspec.json.Encoder()
 
@@ -47,6 +48,9 @@ METHODS_10 = {"SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "Ca
               "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
               "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig", "GetExtendedAgentCard"}
 SHARED = {"tasks/get", "tasks/cancel"}  # 0.1 and 0.3: answered in the task's own dialect
+_HTTP_STATUS = {-32001: 404, -32002: 400, -32003: 400, -32004: 400, -32005: 400, -32006: 500, -32007: 400,
+                -32008: 400, -32009: 400, -32602: 400, -32600: 400, -32601: 404, -32700: 400, -32603: 500}
+_STATUS_NAME = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 500: "INTERNAL", 409: "FAILED_PRECONDITION"}
 _REASONS = {-32001: "TASK_NOT_FOUND", -32002: "TASK_NOT_CANCELABLE", -32003: "PUSH_NOTIFICATION_NOT_SUPPORTED",
             -32004: "UNSUPPORTED_OPERATION", -32005: "CONTENT_TYPE_NOT_SUPPORTED", -32007:
             "EXTENDED_AGENT_CARD_NOT_CONFIGURED", -32009: "VERSION_NOT_SUPPORTED"}
@@ -80,6 +84,14 @@ class A2aEndpoint:
         for rpc_path in (path, f"{path}/"):
             router.add("POST", rpc_path, self.rpc, summary="A2A JSON-RPC for the default agent")
         router.add("POST", f"{path}/{{agent}}", self.rpc, summary="A2A JSON-RPC for one agent (also at its URL + /)")
+        rest = f"{path}/{{agent}}/rest"
+        router.add("POST", f"{rest}/message:send", self.http_send, summary="A2A 1.0 HTTP+JSON: SendMessage")
+        router.add("POST", f"{rest}/message:stream", self.http_stream, summary="A2A 1.0 HTTP+JSON: SendStreamingMessage")
+        router.add("GET", f"{rest}/tasks", self.http_list, summary="A2A 1.0 HTTP+JSON: ListTasks")
+        router.add("GET", f"{rest}/tasks/{{op}}", self.http_task, summary="A2A 1.0 HTTP+JSON: GetTask, SubscribeToTask")
+        router.add("POST", f"{rest}/tasks/{{op}}", self.http_task, summary="A2A 1.0 HTTP+JSON: CancelTask, SubscribeToTask")
+        router.add("GET", f"{rest}/extendedAgentCard", self.http_extended_card,
+                   summary="A2A 1.0 HTTP+JSON: GetExtendedAgentCard")
         router.add("POST", f"{path}/tasks/send", self.rest_send, summary="A2A (seed REST): send a task")
         router.add("GET", f"{path}/tasks/{{id}}", self.rest_get, summary="A2A (seed REST): a task")
         router.add("POST", f"{path}/tasks/{{id}}/cancel", self.rest_cancel, summary="A2A (seed REST): cancel a task")
@@ -238,6 +250,8 @@ class A2aEndpoint:
         snapshot = dialects.wrap_result(dialects.render_task(task, dialect), "task", dialect)
 
         def frame(result: Any) -> bytes:
+            if msg_id is _REST:  # HTTP+JSON: the StreamResponse itself
+                return encode_event(_encoder.encode(result).decode())
             return encode_event(_encoder.encode({"jsonrpc": "2.0", "id": msg_id, "result": result}).decode())
 
         async def produce(send: trio.MemorySendChannel[bytes]) -> None:
@@ -267,6 +281,84 @@ class A2aEndpoint:
                                                else None) for t in page],
                 "nextPageToken": str(start + size) if start + size < len(tasks) else "",
                 "pageSize": size, "totalSize": len(tasks)}
+
+    # --- The 1.0 HTTP+JSON binding -------------------------------------------------------------
+
+    async def _http(self, request: Request, method: str, params: dict[str, Any]) -> Union[Response, StreamResponse]:
+        agent = request.params.get("agent", self.default_agent)
+        if agent not in self.agents:
+            raise HttpError(404, f"no agent named {agent!r}")
+        try:
+            version = request.header(b"a2a-version") or _query_version(request.query) or "0.3"
+            if version.split(".")[0] != "1":
+                raise _Fault(-32009, f"the HTTP+JSON binding here is A2A 1.0: send A2A-Version: 1.0 (got {version!r})")
+            result = await self._call(method, params, agent, "1.0", _REST)
+        except _Fault as fault:
+            return self._http_error(fault.code, fault.message)
+        except A2aError as exc:
+            return self._http_error(exc.code, str(exc))
+        except BadMessage as exc:
+            return self._http_error(jsonrpc.INVALID_PARAMS, str(exc))
+        if isinstance(result, StreamResponse):
+            return result
+        return Response(200, _encoder.encode(result))
+
+    def _http_error(self, code: int, text: str) -> Response:
+        status = _HTTP_STATUS.get(code, 500)
+        details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": _REASONS[code],
+                    "domain": "a2a-protocol.org"}] if code in _REASONS else []
+        return Response(status, _encoder.encode({"error": {"code": status, "status": _STATUS_NAME.get(status, "UNKNOWN"),
+                                                           "message": text, "details": details}}))
+
+    def _body(self, request: Request) -> dict[str, Any]:
+        try:
+            body = msgspec.json.decode(request.body) if request.body else {}
+        except msgspec.DecodeError:
+            raise HttpError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise HttpError(400, "the body must be a JSON object")
+        return body
+
+    async def http_send(self, request: Request) -> Union[Response, StreamResponse]:
+        return await self._http(request, "SendMessage", self._body(request))
+
+    async def http_stream(self, request: Request) -> Union[Response, StreamResponse]:
+        return await self._http(request, "SendStreamingMessage", self._body(request))
+
+    async def http_list(self, request: Request) -> Union[Response, StreamResponse]:
+        from urllib.parse import parse_qsl
+
+        params: dict[str, Any] = dict(parse_qsl(request.query))
+        for key in ("pageSize", "historyLength"):
+            if key in params:
+                try:
+                    params[key] = int(params[key])
+                except ValueError:
+                    return self._http_error(jsonrpc.INVALID_PARAMS, f"{key} must be an integer")
+        params["includeArtifacts"] = params.get("includeArtifacts", "").lower() == "true"
+        return await self._http(request, "ListTasks", params)
+
+    async def http_task(self, request: Request) -> Union[Response, StreamResponse]:
+        from urllib.parse import parse_qsl
+
+        task_id, _, verb = request.params["op"].partition(":")
+        query = dict(parse_qsl(request.query))
+        if request.method == "GET" and not verb:
+            params: dict[str, Any] = {"id": task_id}
+            if "historyLength" in query:
+                try:
+                    params["historyLength"] = int(query["historyLength"])
+                except ValueError:
+                    return self._http_error(jsonrpc.INVALID_PARAMS, "historyLength must be an integer")
+            return await self._http(request, "GetTask", params)
+        if verb == "subscribe":
+            return await self._http(request, "SubscribeToTask", {"id": task_id})
+        if verb == "cancel" and request.method == "POST":
+            return await self._http(request, "CancelTask", {"id": task_id, **self._body(request)})
+        raise HttpError(404, f"no route for {request.path}")
+
+    async def http_extended_card(self, request: Request) -> Union[Response, StreamResponse]:
+        return await self._http(request, "GetExtendedAgentCard", {})
 
     # --- The seed's REST routes (0.1 shapes, no JSON-RPC envelope) ---------------------------
 

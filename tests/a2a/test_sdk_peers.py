@@ -41,18 +41,19 @@ def serve(tmp, **env):
     return process, log.read_text().split("serving on ", 1)[1].split()[0]
 
 
-@pytest.mark.parametrize("key", ["", KEY], ids=["no-key", "with-key"])
-def test_a2a_sdk_client_against_tern_serve(a2a_python, tmp_path, key):
+@pytest.mark.parametrize("key,binding", [("", "JSONRPC"), (KEY, "JSONRPC"), ("", "HTTP+JSON"), (KEY, "HTTP+JSON")],
+                         ids=["jsonrpc", "jsonrpc-key", "http-json", "http-json-key"])
+def test_a2a_sdk_client_against_tern_serve(a2a_python, tmp_path, key, binding):
     process, url = serve(tmp_path, **({"TERN_API_KEY": key} if key else {}))
     try:
         done = subprocess.run([a2a_python, CLIENT, url, *([key] if key else [])], capture_output=True, text=True,
-                              timeout=120, stdin=subprocess.DEVNULL)
+                              timeout=120, stdin=subprocess.DEVNULL, env={"A2A_BINDING": binding, "PATH": "/usr/bin:/bin"})
     finally:
         process.terminate()
         process.wait(10)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["card"] == {"name": "echo", "streaming": True, "interfaces": [["JSONRPC", "1.0"], ["JSONRPC", "0.3"]]}
+    assert seen["card"] == {"name": "echo", "streaming": True, "interfaces": [["JSONRPC", "1.0"], ["HTTP+JSON", "1.0"], ["JSONRPC", "0.3"]]}
     assert seen["sent"]["state"] == 3 and seen["sent"]["artifact"] == "hello from the a2a-sdk"  # TASK_STATE_COMPLETED
     assert seen["got"] == {"id_matches": True, "state": 3, "history": 2}
     assert seen["same_context"] is True and seen["listed"] == 2

@@ -222,3 +222,30 @@ async def test_a_subscriber_that_disconnects_leaves_the_task_running(url):
         got = (await client.post(url + "/a2a", headers=V10, json=rpc("GetTask", {"id": task_id}))).json()
         assert got["result"]["status"]["state"] == "TASK_STATE_WORKING"  # a stream is a view, not the work
         await client.post(url + "/a2a", headers=V10, json=rpc("CancelTask", {"id": task_id}))
+
+
+async def test_http_json_binding(url):
+    rest = url + "/a2a/echo/rest"
+    async with httpx.AsyncClient(headers=V10) as client:
+        sent = (await client.post(rest + "/message:send", json={"message": message("rest")})).json()["task"]
+        assert sent["status"]["state"] == "TASK_STATE_COMPLETED"
+        got = await client.get(f"{rest}/tasks/{sent['id']}", params={"historyLength": 1})
+        assert got.json()["id"] == sent["id"] and len(got.json()["history"]) == 1
+        listed = (await client.get(rest + "/tasks", params={"contextId": sent["contextId"],
+                                                            "includeArtifacts": "true"})).json()
+        assert listed["totalSize"] == 1 and listed["tasks"][0]["artifacts"]
+        missing = await client.get(rest + "/tasks/nope")
+        assert missing.status_code == 404
+        assert missing.json()["error"]["status"] == "NOT_FOUND"
+        assert missing.json()["error"]["details"][0]["reason"] == "TASK_NOT_FOUND"
+        cancel = await client.post(f"{rest}/tasks/{sent['id']}:cancel")
+        assert cancel.status_code == 400 and cancel.json()["error"]["details"][0]["reason"] == "TASK_NOT_CANCELABLE"
+        streamed = [json.loads(line[5:]) for line in
+                    (await client.post(rest + "/message:stream", json={"message": message("s")})).text.splitlines()
+                    if line.startswith("data:")]
+        assert [next(iter(e)) for e in streamed] == ["task", "statusUpdate", "artifactUpdate", "statusUpdate"]
+        old = await client.post(rest + "/message:send", json={"message": message("x")}, headers={"A2A-Version": "0.3"})
+        assert old.status_code == 400 and old.json()["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
+        bad = await client.post(rest + "/message:send", json={"message": {"role": "ROLE_USER", "parts": []}})
+        assert bad.status_code == 400
+        assert (await client.get(rest + "/extendedAgentCard")).status_code == 400
