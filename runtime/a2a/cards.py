@@ -3,7 +3,7 @@
 One card per agent, in the 1.0 shape with the 0.3 compatibility fields (``url``,
 ``preferredTransport``, ``protocolVersion``, ``additionalInterfaces``) as the SDKs
 serve it, plus the legacy 0.1 shape for ``/.well-known/agent.json``. Capabilities say
-only what works: streaming yes, push notifications no (not in this build yet).
+only what works: streaming and push notifications (``push.py``).
 The ``url`` comes from ``[a2a] public_url``, else the concrete address tern listens
 on, else the Host the client used: never 0.0.0.0.
 """
@@ -55,7 +55,7 @@ def card(config: Config, agent: AgentConfig, base: str, *, secured: bool) -> dic
                                 {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
         "provider": {"organization": "tern", "url": base},
         "version": __version__,
-        "capabilities": {"streaming": True, "pushNotifications": False},
+        "capabilities": {"streaming": True, "pushNotifications": True},
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain"],
         "skills": skills(agent),
@@ -81,7 +81,7 @@ def legacy_card(config: Config, agent: AgentConfig, base: str, *, secured: bool)
         "url": agent_url(config, base, agent.name),
         "provider": {"organization": "tern", "url": base},
         "version": __version__,
-        "capabilities": {"streaming": True, "pushNotifications": False, "stateTransitionHistory": False},
+        "capabilities": {"streaming": True, "pushNotifications": True, "stateTransitionHistory": False},
         "defaultInputModes": ["text"],
         "defaultOutputModes": ["text"],
         "skills": [{**s, "inputModes": ["text"], "outputModes": ["text"]} for s in skills(agent)],

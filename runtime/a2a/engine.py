@@ -86,6 +86,7 @@ class TaskEngine:
         self.runner = runner
         self.max_tasks = max_tasks
         self.on_change = on_change  # persistence, metrics, the kernel's event bus
+        self.listeners: list[Callable[[Task, Event], None]] = []  # every event of every task (push)
         self._tasks: OrderedDict[str, _Entry] = OrderedDict()
         self._nursery: Union[trio.Nursery, None] = None
 
@@ -242,6 +243,8 @@ class TaskEngine:
             entry.subscribers.clear()
 
     def _emit(self, entry: _Entry, event: Event) -> None:
+        for listener in self.listeners:
+            listener(entry.task, event)
         for channel in list(entry.subscribers):
             try:
                 channel.send_nowait(event)

@@ -90,6 +90,12 @@ class A2aEndpoint:
         router.add("GET", f"{rest}/tasks", self.http_list, summary="A2A 1.0 HTTP+JSON: ListTasks")
         router.add("GET", f"{rest}/tasks/{{op}}", self.http_task, summary="A2A 1.0 HTTP+JSON: GetTask, SubscribeToTask")
         router.add("POST", f"{rest}/tasks/{{op}}", self.http_task, summary="A2A 1.0 HTTP+JSON: CancelTask, SubscribeToTask")
+        configs = f"{rest}/tasks/{{op}}/pushNotificationConfigs"
+        router.add("POST", configs, self.http_push, summary="A2A 1.0 HTTP+JSON: CreateTaskPushNotificationConfig")
+        router.add("GET", configs, self.http_push, summary="A2A 1.0 HTTP+JSON: ListTaskPushNotificationConfigs")
+        router.add("GET", f"{configs}/{{config}}", self.http_push, summary="A2A 1.0 HTTP+JSON: GetTaskPushNotificationConfig")
+        router.add("DELETE", f"{configs}/{{config}}", self.http_push,
+                   summary="A2A 1.0 HTTP+JSON: DeleteTaskPushNotificationConfig")
         router.add("GET", f"{rest}/extendedAgentCard", self.http_extended_card,
                    summary="A2A 1.0 HTTP+JSON: GetExtendedAgentCard")
         router.add("POST", f"{path}/tasks/send", self.rest_send, summary="A2A (seed REST): send a task")
@@ -188,7 +194,7 @@ class A2aEndpoint:
         if method in ("tasks/send", "message/send", "SendMessage"):
             return await self._send(params, agent, dialect)
         if method in ("tasks/sendSubscribe", "message/stream", "SendStreamingMessage"):
-            task = self._start(params, agent, dialect)
+            task = self._start_with_push(params, agent, dialect)
             return self._stream(task, dialect, msg_id, first=True)
         if method in ("tasks/resubscribe", "SubscribeToTask"):
             task = self.engine.get(_task_id(params))
@@ -205,10 +211,35 @@ class A2aEndpoint:
         if method == "ListTasks":
             return self._list(params)
         if "ushNotification" in method:
-            raise _Fault(-32003, "push notifications are not supported by this tern (capabilities.pushNotifications "
-                                 "is false)")
+            return self._push(method, params, dialect)
         if method in ("GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"):
             raise _Fault(-32007, "this agent has no extended card")
+        raise _Fault(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
+
+    def _push(self, method: str, params: dict[str, Any], dialect: Dialect) -> Any:
+        push = self.kernel.a2a_push
+        if method == "CreateTaskPushNotificationConfig":
+            raw = params.get("pushNotificationConfig") or params.get("config") or params
+            return push.set(_string(params, "taskId"), raw, "1.0")
+        if method == "GetTaskPushNotificationConfig":
+            return push.get(_string(params, "taskId"), params.get("id"), "1.0")
+        if method == "ListTaskPushNotificationConfigs":
+            return {"configs": push.list(_string(params, "taskId"), "1.0"), "nextPageToken": ""}
+        if method == "DeleteTaskPushNotificationConfig":
+            push.delete(_string(params, "taskId"), _string(params, "id"))
+            return {}
+        if method in ("tasks/pushNotificationConfig/set", "tasks/pushNotification/set"):
+            task_id = params.get("taskId") or params.get("id")
+            config = push.set(task_id if isinstance(task_id, str) else "", params.get("pushNotificationConfig"), "0.3")
+            return config if method.endswith("Config/set") else {"id": task_id, **{k: v for k, v in config.items()
+                                                                                  if k != "taskId"}}
+        if method in ("tasks/pushNotificationConfig/get", "tasks/pushNotification/get"):
+            return push.get(_task_id(params), params.get("pushNotificationConfigId"), "0.3")
+        if method == "tasks/pushNotificationConfig/list":
+            return push.list(_task_id(params), "0.3")
+        if method == "tasks/pushNotificationConfig/delete":
+            push.delete(_task_id(params), _string(params, "pushNotificationConfigId"))
+            return None
         raise _Fault(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
 
     def _dialect_of(self, task: Task, asked: Dialect) -> Dialect:
@@ -232,8 +263,21 @@ class A2aEndpoint:
                 return self.engine.send(agent, message, task_id=task_id, dialect="0.1")
         return self.engine.send(agent, message, dialect=dialect)
 
-    async def _send(self, params: dict[str, Any], agent: str, dialect: Dialect) -> Any:
+    def _start_with_push(self, params: dict[str, Any], agent: str, dialect: Dialect) -> Task:
         task = self._start(params, agent, dialect)
+        configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
+        webhook = (configuration.get("taskPushNotificationConfig") or configuration.get("pushNotificationConfig")
+                   or params.get("pushNotification"))
+        if webhook:  # registered before the work's first event goes out
+            try:
+                self.kernel.a2a_push.set(task.id, webhook, dialect)
+            except A2aError:
+                self.engine.cancel(task.id)
+                raise
+        return task
+
+    async def _send(self, params: dict[str, Any], agent: str, dialect: Dialect) -> Any:
+        task = self._start_with_push(params, agent, dialect)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
         blocking = not configuration.get("returnImmediately", False) if dialect == "1.0" \
             else configuration.get("blocking", True) is not False
@@ -357,6 +401,16 @@ class A2aEndpoint:
             return await self._http(request, "CancelTask", {"id": task_id, **self._body(request)})
         raise HttpError(404, f"no route for {request.path}")
 
+    async def http_push(self, request: Request) -> Union[Response, StreamResponse]:
+        task_id, config_id = request.params["op"], request.params.get("config")
+        if request.method == "POST":
+            return await self._http(request, "CreateTaskPushNotificationConfig", {**self._body(request), "taskId": task_id})
+        if request.method == "DELETE":
+            return await self._http(request, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": config_id})
+        if config_id:
+            return await self._http(request, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": config_id})
+        return await self._http(request, "ListTaskPushNotificationConfigs", {"taskId": task_id})
+
     async def http_extended_card(self, request: Request) -> Union[Response, StreamResponse]:
         return await self._http(request, "GetExtendedAgentCard", {})
 
@@ -395,6 +449,13 @@ def _task_id(params: dict[str, Any]) -> str:
     if not isinstance(task_id, str) or not task_id:
         raise BadMessage("params.id (the task id) is required")
     return task_id
+
+
+def _string(params: dict[str, Any], key: str) -> str:
+    value = params.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadMessage(f"params.{key} is required")
+    return value
 
 
 def _history_length(params: dict[str, Any]) -> Union[int, None]:

@@ -46,11 +46,16 @@ class Kernel:
         self.agents = Agents(config, self.pipeline, self.conversations)
         register_agent_tools(self.registry, lambda: self.agents)
         self.a2a: Any = None  # the A2A task engine, when [a2a] enabled
+        self.a2a_push: Any = None
         if config.a2a.enabled:
             from runtime.a2a.engine import TaskEngine
             from runtime.a2a.runner import agent_runner
 
+            from runtime.a2a.push import PushNotifier
+            from runtime.net.guard import AddressPolicy as Policy
+
             self.a2a = TaskEngine(agent_runner(self), max_tasks=config.a2a.max_tasks)
+            self.a2a_push = PushNotifier(self.a2a, Policy.from_security(config.security))
         self.http_bound: Any = None  # (host, port) once the daemon listens: the A2A cards' fallback URL
 
     def _publish_call(self, tool: str, outcome: str, seconds: float) -> None:
@@ -62,6 +67,7 @@ class Kernel:
             await nursery.start(self.mcp.run)
             if self.a2a is not None:
                 await nursery.start(self.a2a.run)
+                await nursery.start(self.a2a_push.run)
             task_status.started()
 
     async def call_tool(self, name: str, arguments: Any = None, *, timeout_secs: Any = None,

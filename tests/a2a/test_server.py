@@ -61,7 +61,7 @@ async def test_cards(url):
         assert body["name"] == "echo" and body["url"] == url + "/a2a/echo"  # the real address, never 0.0.0.0
         assert body["supportedInterfaces"][0] == {"url": url + "/a2a/echo", "protocolBinding": "JSONRPC",
                                                   "protocolVersion": "1.0"}
-        assert body["capabilities"] == {"streaming": True, "pushNotifications": False}
+        assert body["capabilities"] == {"streaming": True, "pushNotifications": True}
         assert body["protocolVersion"] == "0.3.0" and "securitySchemes" not in body
         assert card.headers["etag"] and card.headers["cache-control"] and card.headers["last-modified"]
         again = await client.get(url + "/.well-known/agent-card.json", headers={"If-None-Match": card.headers["etag"]})
@@ -191,8 +191,8 @@ async def test_bad_input(nursery, tmp_path):
         assert contradiction["error"]["code"] == -32602
         terminal = await call("SendMessage", {"message": message("c", taskId=done["id"])})
         assert terminal["error"]["code"] == -32004
-        push = await call("CreateTaskPushNotificationConfig", {"taskId": done["id"]})
-        assert push["error"]["code"] == -32003
+        push = await call("CreateTaskPushNotificationConfig", {"taskId": done["id"], "url": "http://169.254.169.254/"})
+        assert push["error"]["code"] == -32602 and "refused" in push["error"]["message"]  # the SSRF guard
         garbage = await client.post(url + "/a2a", content=b"{not json", headers={"Content-Type": "application/json"})
         assert garbage.json()["error"]["code"] == -32700
         huge = await client.post(url + "/a2a", headers=V10,
