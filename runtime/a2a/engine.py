@@ -82,10 +82,12 @@ class _Entry:
 
 
 class TaskEngine:
-    def __init__(self, runner: Runner, *, max_tasks: int = 1000, on_change: Union[Callable[[Task], None], None] = None) -> None:
+    def __init__(self, runner: Runner, *, max_tasks: int = 1000, on_change: Union[Callable[[Task], None], None] = None,
+                 on_evict: Union[Callable[[str], None], None] = None) -> None:
         self.runner = runner
         self.max_tasks = max_tasks
         self.on_change = on_change  # persistence, metrics, the kernel's event bus
+        self.on_evict = on_evict
         self.listeners: list[Callable[[Task, Event], None]] = []  # every event of every task (push)
         self._tasks: OrderedDict[str, _Entry] = OrderedDict()
         self._nursery: Union[trio.Nursery, None] = None
@@ -122,10 +124,13 @@ class TaskEngine:
     def load(self, tasks: list[Task]) -> None:
         """Tasks from a store that survived a restart (a live one there was cut off)."""
         for task in tasks:
-            if not task.terminal and task.state not in INTERRUPTED:
-                task.state, task.status_message = "failed", _agent_text("tern restarted while this task was running")
             self._tasks[task.id] = _Entry(task)
             self._tasks.move_to_end(task.id)
+            if not task.terminal and task.state not in INTERRUPTED:
+                task.state, task.status_message = "failed", _agent_text("tern restarted while this task was running", task)
+                task.timestamp = time.time()
+                if self.on_change is not None:
+                    self.on_change(task)
 
     # --- Starting and continuing ------------------------------------------------------------
 
@@ -174,6 +179,8 @@ class TaskEngine:
                 raise StoreFull(f"tern is holding {len(self._tasks)} unfinished tasks (the limit is {self.max_tasks}); "
                                 "try again when some finish")
             del self._tasks[victim]
+            if self.on_evict is not None:
+                self.on_evict(victim)
 
     async def _work(self, entry: _Entry, message: Message, scope: trio.CancelScope) -> None:
         task = entry.task

@@ -47,15 +47,11 @@ class Kernel:
         register_agent_tools(self.registry, lambda: self.agents)
         self.a2a: Any = None  # the A2A task engine, when [a2a] enabled
         self.a2a_push: Any = None
+        self.a2a_store: Any = None
         if config.a2a.enabled:
-            from runtime.a2a.engine import TaskEngine
-            from runtime.a2a.runner import agent_runner
+            from runtime.a2a.runner import build
 
-            from runtime.a2a.push import PushNotifier
-            from runtime.net.guard import AddressPolicy as Policy
-
-            self.a2a = TaskEngine(agent_runner(self), max_tasks=config.a2a.max_tasks)
-            self.a2a_push = PushNotifier(self.a2a, Policy.from_security(config.security))
+            self.a2a, self.a2a_push, self.a2a_store = build(self)
         self.http_bound: Any = None  # (host, port) once the daemon listens: the A2A cards' fallback URL
 
     def _publish_call(self, tool: str, outcome: str, seconds: float) -> None:
@@ -66,6 +62,8 @@ class Kernel:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.mcp.run)
             if self.a2a is not None:
+                if self.a2a_store is not None:
+                    await nursery.start(self.a2a_store.run)
                 await nursery.start(self.a2a.run)
                 await nursery.start(self.a2a_push.run)
             task_status.started()

@@ -125,3 +125,38 @@ async def test_full_of_live_tasks_refuses_new_work(engine):
     engine.cancel(live[0].id)
     assert engine.send("a", msg("now fits")).state == "submitted"
     assert sum(engine.counts().values()) == 5
+
+
+async def test_tasks_survive_a_restart_with_persist_tasks(tmp_path):
+    from runtime.config import A2aConfig, AgentConfig, Config, StateConfig
+    from runtime.kernel.kernel import Kernel
+
+    config = Config(agents=[AgentConfig(name="echo", kind="echo"),
+                            AgentConfig(name="sleepy", kind="command", command=["sh", "-c", "sleep 30"])],
+                    state=StateConfig(dir=str(tmp_path)),
+                    a2a=A2aConfig(enabled=True, persist_tasks=True, max_tasks=3))
+    kernel = Kernel(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(kernel.run)
+        done = kernel.a2a.send("echo", msg("keep me"))
+        await kernel.a2a.wait(done.id)
+        running = kernel.a2a.send("sleepy", msg("zz"))
+        await trio.sleep(0.1)
+        nursery.cancel_scope.cancel()  # the daemon stops; the store flushes on the way out
+    again = Kernel(config)
+    restored = again.a2a.get(done.id)
+    assert restored.state == "completed" and restored.artifacts[0].parts == [{"text": "keep me"}]
+    assert [m.role for m in restored.history] == ["user", "agent"]
+    cut_off = again.a2a.get(running.id)
+    assert cut_off.state == "failed" and "restarted" in text_of(cut_off.status_message.parts)
+    async with trio.open_nursery() as nursery:  # eviction reaches the file too
+        await nursery.start(again.run)
+        for i in range(3):
+            task = again.a2a.send("echo", msg(f"n{i}"))
+            await again.a2a.wait(task.id)
+        await again.a2a_store.flush()
+        nursery.cancel_scope.cancel()
+    third = Kernel(config)
+    with pytest.raises(TaskNotFound):
+        third.a2a.get(done.id)
+    assert sum(third.a2a.counts().values()) == 3
