@@ -80,7 +80,8 @@ def build_router(kernel: Any, *, metrics: Any = None, secured: bool = False) -> 
     async def openapi(request: Request) -> Response:
         from runtime.http.openapi import document
 
-        return json_response(document())
+        return json_response(document(a2a_path=config.a2a.listen_path if kernel.a2a is not None else None,
+                                      mcp=config.mcp_server.enabled))
 
     async def prometheus(request: Request) -> Response:
         from runtime.http.metrics import CONTENT_TYPE

@@ -19,7 +19,53 @@ def _ok(description: str, schema: Any = None, content_type: str = "application/j
             "401": _ERROR, "403": _ERROR, "429": _ERROR}
 
 
-def document() -> dict[str, Any]:
+def document(*, a2a_path: Any = None, mcp: bool = True) -> dict[str, Any]:
+    """The API as served: ``a2a_path`` (``[a2a] listen_path``) when A2A is on, the
+    ``/mcp`` endpoint when the MCP server is on."""
+    doc = _base()
+    if not mcp:
+        del doc["paths"]["/mcp"]
+    if a2a_path is not None:
+        doc["paths"].update(_a2a_paths(a2a_path.rstrip("/")))
+    return doc
+
+
+def _a2a_paths(p: str) -> dict[str, Any]:
+    public = {"security": []}
+    card = {"get": {"summary": "A2A agent card", **public, "responses": {"200": {"description": "the card",
+            "content": {"application/json": {"schema": {"type": "object"}}}}, "304": {"description": "not modified"}}}}
+    rpc = {"post": {"summary": "A2A JSON-RPC (0.1 tasks/*, 0.3 message/*, 1.0 SendMessage...; 1.0 needs A2A-Version)",
+                    "requestBody": {"required": True, "content": _JSON_OBJECT},
+                    "responses": _ok("a JSON-RPC response, or an SSE stream for the streaming methods")}}
+    rest = f"{p}/{{agent}}/rest"
+
+    def op(summary: str) -> dict[str, Any]:
+        return {"summary": summary, "responses": _ok(summary)}
+
+    return {
+        "/.well-known/agent-card.json": card,
+        "/.well-known/agent.json": card,
+        f"{p}/agents": {"get": {"summary": "A2A: every agent's card ({agents, total})", **public,
+                                "responses": _ok("cards")}},
+        f"{p}/{{agent}}/.well-known/agent-card.json": card,
+        p: rpc, f"{p}/": rpc, f"{p}/{{agent}}": rpc,
+        f"{rest}/message:send": {"post": op("A2A 1.0 HTTP+JSON SendMessage")},
+        f"{rest}/message:stream": {"post": op("A2A 1.0 HTTP+JSON SendStreamingMessage (SSE)")},
+        f"{rest}/tasks": {"get": op("A2A 1.0 HTTP+JSON ListTasks")},
+        f"{rest}/tasks/{{op}}": {"get": op("GetTask ({id}) or SubscribeToTask ({id}:subscribe)"),
+                                 "post": op("CancelTask ({id}:cancel) or SubscribeToTask ({id}:subscribe)")},
+        f"{rest}/tasks/{{op}}/pushNotificationConfigs": {"post": op("CreateTaskPushNotificationConfig"),
+                                                           "get": op("ListTaskPushNotificationConfigs")},
+        f"{rest}/tasks/{{op}}/pushNotificationConfigs/{{config}}": {"get": op("GetTaskPushNotificationConfig"),
+                                                                      "delete": op("DeleteTaskPushNotificationConfig")},
+        f"{rest}/extendedAgentCard": {"get": op("GetExtendedAgentCard")},
+        f"{p}/tasks/send": {"post": op("A2A (the seed's REST): send a task, 0.1 shapes")},
+        f"{p}/tasks/{{id}}": {"get": op("A2A (the seed's REST): a task")},
+        f"{p}/tasks/{{id}}/cancel": {"post": op("A2A (the seed's REST): cancel a task")},
+    }
+
+
+def _base() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "tern", "version": __version__,

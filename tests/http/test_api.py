@@ -41,14 +41,22 @@ async def start(nursery, cfg: Config, key: str = ""):
     return kernel, server, f"http://127.0.0.1:{bound[0][1]}"
 
 
-def test_openapi_names_exactly_the_routes():
-    kernel = Kernel(config())
+@pytest.mark.parametrize("a2a", [False, True], ids=["no-a2a", "a2a"])
+def test_openapi_names_exactly_the_routes(a2a):
+    from runtime.config import A2aConfig, AgentConfig
+
+    cfg = config()
+    if a2a:
+        cfg = Config(server=cfg.server, mcp_servers=cfg.mcp_servers, a2a=A2aConfig(enabled=True),
+                     agents=[AgentConfig(name="echo", kind="echo")])
+    kernel = Kernel(cfg)
     router = build_router(kernel, metrics=Metrics())
+    doc = document(a2a_path=cfg.a2a.listen_path if a2a else None)
     served = {(r.method.lower(), r.path) for r in router.routes}
-    described = {(method, path) for path, item in document()["paths"].items() for method in item}
+    described = {(method, path) for path, item in doc["paths"].items() for method in item}
     assert served == described
     for route in router.routes:  # public in the document means public in the router, and back
-        public = document()["paths"][route.path][route.method.lower()].get("security") == []
+        public = doc["paths"][route.path][route.method.lower()].get("security") == []
         assert public == (not route.auth)
 
 
