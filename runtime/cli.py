@@ -86,6 +86,33 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("agent", help="the agent's name")
     chat.add_argument("--context", metavar="ID", help="continue this conversation")
 
+    a2a = command("a2a", _needs_subcommand, "talk to an A2A agent: read its card, send it a message, get or "
+                                            "cancel a task (any dialect: 0.1, 0.3, 1.0)")
+    a2a_commands = a2a.add_subparsers(dest="a2a_command", metavar="SUBCOMMAND")
+    a2a_discover = command("discover", _lazy("cmd_a2a_discover", "cli_a2a"),
+                           "read an agent's card: name, dialect, endpoint, skills", a2a_commands)
+    a2a_send = command("send", _lazy("cmd_a2a_send", "cli_a2a"), "send an agent one message and print its reply",
+                       a2a_commands)
+    a2a_get = command("get", _lazy("cmd_a2a_get", "cli_a2a"), "show a task: its state and reply", a2a_commands)
+    a2a_cancel = command("cancel", _lazy("cmd_a2a_cancel", "cli_a2a"), "cancel a task", a2a_commands)
+    for sub in (a2a_discover, a2a_send, a2a_get, a2a_cancel):
+        sub.add_argument("url", metavar="URL", help="where the agent's card is: http://host:port, the agent's "
+                                                    "URL, or the card's URL")
+        if sub is a2a_send:
+            sub.add_argument("message", help="the message ('-' reads it from stdin)")
+        elif sub is not a2a_discover:
+            sub.add_argument("task_id", metavar="TASK_ID", help="the task's id")
+        sub.add_argument("--header", action="append", metavar="'NAME: VALUE'",
+                         help="send this header with every request, e.g. 'Authorization: Bearer ...' (repeatable)")
+        sub.add_argument("--dialect", choices=("0.1", "0.3", "1.0"), help="speak this A2A version "
+                                                                          "(default: what the card says)")
+        sub.add_argument("--timeout", type=float, metavar="SECS",
+                         help="how long to wait (default: [a2a] discovery_timeout_secs, 30 s; a send 300 s)")
+        sub.add_argument("--json", action="store_true", help="print JSON")
+    a2a_send.add_argument("--stream", action="store_true", help="print the task's events as they come")
+    a2a_send.add_argument("--context", metavar="ID", help="continue this conversation (contextId)")
+    a2a_send.add_argument("--task", metavar="ID", help="answer this task (one that waits for input)")
+
     audit = command("audit", _needs_subcommand, "read the audit log (one JSON line per tool call)")
     audit_commands = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND")
     tail = command("tail", _lazy("cmd_audit_tail"), "print the last audit records", audit_commands)
@@ -109,12 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
 # --- Commands ------------------------------------------------------------------------
 
 
-def _lazy(name: str) -> Handler:
-    """A handler from ``runtime.cli_tools``, imported only when that command runs."""
+def _lazy(name: str, module: str = "cli_tools") -> Handler:
+    """A handler from ``runtime.<module>``, imported only when that command runs."""
     def handler(args: argparse.Namespace) -> int:
-        from runtime import cli_tools
+        import importlib
 
-        return int(getattr(cli_tools, name)(args))
+        return int(getattr(importlib.import_module(f"runtime.{module}"), name)(args))
 
     handler.__name__ = name
     return handler

@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 from runtime.a2a.model import Artifact, ArtifactEvent, Message, StatusEvent, Task, now_iso
 
 __all__ = ["Dialect", "BadMessage", "parse_message", "render_task", "render_message", "render_event",
-           "render_state", "parse_state", "render_artifact", "parse_task", "parse_event", "MAX_PARTS"]
+           "render_state", "parse_state", "parse_time", "render_artifact", "parse_task", "parse_event", "MAX_PARTS"]
 
 Dialect = Literal["0.1", "0.3", "1.0"]
 MAX_PARTS = 1000
@@ -119,6 +119,22 @@ def _checked_base64(value: Any, index: int) -> str:
     return value
 
 
+def parse_time(value: Any) -> float:
+    """An ISO-8601 timestamp (``...Z`` or with an offset) as epoch seconds; now if absent or bad."""
+    import datetime
+    import time
+
+    if isinstance(value, str) and value:
+        try:
+            when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=datetime.timezone.utc)
+            return when.timestamp()
+        except ValueError:
+            pass
+    return time.time()
+
+
 def parse_state(value: Any) -> str:
     if isinstance(value, str):
         if value in _STATE_FROM_10:
@@ -136,7 +152,7 @@ def parse_task(obj: Any) -> Task:
         raise BadMessage("a task needs an id")
     status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
     task = Task(id=obj["id"], context_id=str(obj.get("contextId") or obj.get("sessionId") or ""), agent="",
-                state=parse_state(status.get("state")))
+                state=parse_state(status.get("state")), timestamp=parse_time(status.get("timestamp")))
     if isinstance(status.get("message"), dict):
         try:
             task.status_message = parse_message(status["message"])
@@ -155,8 +171,9 @@ def parse_task(obj: Any) -> Task:
                     parts.append(parse_part(part, i))
                 except BadMessage:
                     continue
-            task.artifacts.append(Artifact(parts=parts, artifact_id=str(item.get("artifactId") or item.get("index") or ""),
-                                           name=item.get("name"), description=item.get("description")))
+            artifact_id = item.get("artifactId") or (str(item["index"]) if "index" in item else "")
+            task.artifacts.append(Artifact(parts=parts, artifact_id=str(artifact_id), name=item.get("name"),
+                                           description=item.get("description")))
     return task
 
 
@@ -182,14 +199,16 @@ def parse_event(obj: Any) -> Union[Task, Message, StatusEvent, ArtifactEvent, No
                 message = None
         return StatusEvent(task_id=str(obj.get("taskId") or obj.get("id") or ""),
                            context_id=str(obj.get("contextId") or ""), state=parse_state(status.get("state")),
-                           message=message, final=bool(obj.get("final")))
+                           message=message, final=bool(obj.get("final")), timestamp=parse_time(status.get("timestamp")))
     if kind == "artifact-update" or (kind is None and "artifact" in obj):
         task = parse_task({"id": "x", "artifacts": [obj.get("artifact")]})
         if not task.artifacts:
             return None
+        flags = obj if "append" in obj or "lastChunk" in obj else obj["artifact"]  # 0.1 keeps them inside
         return ArtifactEvent(task_id=str(obj.get("taskId") or obj.get("id") or ""),
                              context_id=str(obj.get("contextId") or ""), artifact=task.artifacts[0],
-                             append=bool(obj.get("append")), last_chunk=bool(obj.get("lastChunk", True)))
+                             append=bool(flags.get("append")), last_chunk=bool(flags.get("lastChunk", True)),
+                             index=obj["artifact"].get("index", 0) if isinstance(obj["artifact"].get("index"), int) else 0)
     if kind == "task" or "id" in obj:
         return parse_task(obj)
     return None
@@ -295,7 +314,7 @@ def render_event(event: Union[StatusEvent, ArtifactEvent], dialect: Dialect) -> 
             return {"kind": "status-update", "taskId": event.task_id, "contextId": event.context_id,
                     "status": status, "final": event.final}
         return {"statusUpdate": {"taskId": event.task_id, "contextId": event.context_id, "status": status}}
-    artifact = render_artifact(event.artifact, dialect)
+    artifact = render_artifact(event.artifact, dialect, event.index)
     if dialect == "0.1":
         return {"id": event.task_id, "artifact": {**artifact, "append": event.append, "lastChunk": event.last_chunk}}
     body = {"taskId": event.task_id, "contextId": event.context_id, "artifact": artifact, "append": event.append,

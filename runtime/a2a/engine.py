@@ -212,7 +212,8 @@ class TaskEngine:
             artifacts = outcome.artifacts or [Artifact(parts=[{"text": outcome.text}], name="reply")]
             for artifact in artifacts:
                 task.artifacts.append(artifact)
-                self._emit(entry, ArtifactEvent(task_id=task.id, context_id=task.context_id, artifact=artifact))
+                self._emit(entry, ArtifactEvent(task_id=task.id, context_id=task.context_id, artifact=artifact,
+                                                index=len(task.artifacts) - 1))
             reply = _agent_text(outcome.text, task) if outcome.text else None
             if reply is not None:
                 task.history.append(reply)

@@ -89,6 +89,7 @@ class ArtifactEvent(msgspec.Struct, kw_only=True):
     artifact: Artifact
     append: bool = False
     last_chunk: bool = True
+    index: int = 0  # the artifact's position in the task (0.1 names artifacts by it)
 
 
 Event = Union[StatusEvent, ArtifactEvent]

@@ -28,7 +28,7 @@ import trio
 from runtime.a2a import dialects
 from runtime.a2a.dialects import BadMessage, Dialect
 from runtime.a2a.engine import A2aError, TaskEngine, TaskNotFound, UnsupportedOperation
-from runtime.a2a.model import Task
+from runtime.a2a.model import StatusEvent, Task
 from runtime.http.messages import HttpError, Request, Response, StreamResponse, json_response
 from runtime.wire import jsonrpc
 from runtime.wire.sse import encode_event
@@ -291,7 +291,11 @@ class A2aEndpoint:
 
     def _stream(self, task: Task, dialect: Dialect, msg_id: Any, *, first: bool) -> StreamResponse:
         receive = self.engine.subscribe(task.id)
-        snapshot = dialects.wrap_result(dialects.render_task(task, dialect), "task", dialect)
+        if dialect == "0.1":  # 0.1 streams carry only status and artifact events
+            snapshot = dialects.render_event(StatusEvent(task_id=task.id, context_id=task.context_id, state=task.state,
+                                                         timestamp=task.timestamp), dialect)
+        else:
+            snapshot = dialects.wrap_result(dialects.render_task(task, dialect), "task", dialect)
 
         def frame(result: Any) -> bytes:
             if msg_id is _REST:  # HTTP+JSON: the StreamResponse itself

@@ -87,3 +87,16 @@ def test_state_spellings():
     assert dialects.parse_state("cancelled") == "canceled"
     assert dialects.parse_state("TASK_STATE_AUTH_REQUIRED") == "auth-required"
     assert dialects.parse_state("nonsense") == "unknown"
+
+
+def test_artifact_flags_index_and_timestamps_survive_a_round_trip():
+    event = ArtifactEvent(task_id="t", context_id="c", artifact=Artifact(parts=[{"text": "x"}]), append=True,
+                          last_chunk=False, index=2)
+    for dialect in ("0.1", "0.3", "1.0"):
+        back = parse_event(render_event(event, dialect))
+        assert (back.append, back.last_chunk) == (True, False), dialect
+    assert render_event(event, "0.1")["artifact"]["index"] == 2
+    status = StatusEvent(task_id="t", context_id="c", state="working", timestamp=1_700_000_000.25)
+    assert abs(parse_event(render_event(status, "1.0")).timestamp - 1_700_000_000.25) < 0.001
+    task = dialects.parse_task({"id": "t", "artifacts": [{"index": 0, "parts": [{"type": "text", "text": "a"}]}]})
+    assert task.artifacts[0].artifact_id == "0"
