@@ -45,7 +45,7 @@ def build_router(kernel: Any, *, metrics: Any = None, secured: bool = False) -> 
             "mcp_servers": [{"name": s.name, "state": s.state, "tools": s.tool_count, "last_error": s.last_error,
                              "restarts": s.restarts} for s in kernel.mcp.statuses()],
             "mcp_server_states": states,
-            "a2a_peers": [{"name": a.name, "url": a.url} for a in config.a2a.external_agents],
+            "a2a_peers": kernel.external.statuses() if kernel.external is not None else [],
             "tasks": kernel.a2a.counts() if kernel.a2a is not None else {},
         })
 

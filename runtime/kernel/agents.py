@@ -12,7 +12,8 @@
   conversation so far and the tools its ``tools`` globs allow; up to ``max_iterations``
   model turns, every tool call through the pipeline (one run: one loop guard, one
   taint tracker). Text streams to ``on_text`` as it comes.
-- ``remote`` is not in this build yet: it answers with a clear error.
+- ``remote``: an ``[[a2a.external_agents]]`` entry reached over A2A (``a2a/external.py``),
+  in the conversation's contextId.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Agents:
         self.pipeline = pipeline
         self.conversations = conversations
         self._by_name = {agent.name: agent for agent in config.agents}
+        self.remote: Any = None  # ExternalAgents.send, when [a2a] external_agents are configured
 
     def get(self, name: str) -> AgentConfig:
         agent = self._by_name.get(name)
@@ -98,7 +100,19 @@ class Agents:
             return await self._command(agent, message, on_text, on_log)
         if agent.kind == "tool":
             return await self._tool(agent, message)
+        if agent.kind == "remote":
+            return await self._remote(agent, message, context_id)
         raise AgentError(f"agent {agent.name!r} is of kind {agent.kind!r}, which does not run in this build yet")
+
+    async def _remote(self, agent: AgentConfig, message: str, context_id: str) -> str:
+        """An A2A agent elsewhere; tern's conversation id is the remote contextId."""
+        if self.remote is None:
+            raise AgentError(f"agent {agent.name!r}: no [[a2a.external_agents]] entry named {agent.remote!r}")
+        try:
+            reply = await self.remote(agent.remote, message, context_id=context_id)
+        except TernError as exc:
+            raise AgentError(f"agent {agent.name!r}: {exc}") from None
+        return reply.text
 
     async def _command(self, agent: AgentConfig, message: str, on_text: Union[Callable[[str], None], None],
                        on_log: Union[Callable[[str, str], None], None]) -> str:

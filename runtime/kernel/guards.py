@@ -417,11 +417,12 @@ NETWORK_TOOLS = frozenset({"web_fetch", "agent_send"})
 
 def is_sensitive_sink(tool_name: str, *, remote_agent: bool = False) -> bool:
     """Whether untrusted content in this call's arguments needs the policy's consent:
-    ``shell_exec``, ``file_write``, and ``agent_send`` to a remote agent."""
-    return tool_name in SENSITIVE_SINKS or (remote_agent and tool_name == "agent_send")
+    ``shell_exec``, ``file_write``, and anything sent to a remote agent (``agent_send``
+    to a remote one, the ``a2a_*`` tools)."""
+    return tool_name in SENSITIVE_SINKS or (remote_agent and tool_name == "agent_send") or tool_name.startswith("a2a_")
 
 
 def is_untrusted_source(tool_name: str, *, mcp: bool = False) -> bool:
     """Whether this tool's results come from the network: MCP tools, ``web_fetch``,
-    and A2A replies (``agent_send``)."""
-    return mcp or tool_name in NETWORK_TOOLS
+    and A2A replies (``agent_send``, the ``a2a_*`` tools of external agents)."""
+    return mcp or tool_name in NETWORK_TOOLS or tool_name.startswith("a2a_")

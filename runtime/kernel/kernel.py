@@ -52,6 +52,14 @@ class Kernel:
             from runtime.a2a.runner import build
 
             self.a2a, self.a2a_push, self.a2a_store = build(self)
+        self.external: Any = None  # [a2a] external_agents: a2a_* tools and the remote agents' peers
+        if config.a2a.external_agents:
+            from runtime.a2a.external import ExternalAgents, register_tools
+            from runtime.net.guard import AddressPolicy as Policy
+
+            self.external = ExternalAgents(config, Policy.from_security(config.security), on_event=self.events.publish)
+            register_tools(self.registry, self.external)
+            self.agents.remote = self.external.send
         self.http_bound: Any = None  # (host, port) once the daemon listens: the A2A cards' fallback URL
 
     def _publish_call(self, tool: str, outcome: str, seconds: float) -> None:
@@ -61,6 +69,8 @@ class Kernel:
         """Run until cancelled; ``task_status.started()`` once booted (servers still connecting)."""
         async with trio.open_nursery() as nursery:
             await nursery.start(self.mcp.run)
+            if self.external is not None:
+                await nursery.start(self.external.run)
             if self.a2a is not None:
                 if self.a2a_store is not None:
                     await nursery.start(self.a2a_store.run)

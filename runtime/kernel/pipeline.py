@@ -109,7 +109,9 @@ class ToolPipeline:
         verdict = run.loop_guard.check(name, arguments)
         if verdict.action == "block":
             return _refused(verdict.reason), "loop_blocked"
-        if is_sensitive_sink(name):
+        remote = name == "agent_send" and any(a.name == arguments.get("agent") and a.kind == "remote"
+                                              for a in self.config.agents)
+        if is_sensitive_sink(name, remote_agent=remote):
             taint = run.taint.find(arguments)
             if taint is not None and not (agent is not None and agent.allow_tainted_sinks):
                 return _refused(f"refused: the arguments of {name} contain content from {taint.source} "

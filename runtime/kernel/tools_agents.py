@@ -1,6 +1,6 @@
 """``agent_list`` and ``agent_send``: agents asking other agents.
 
-``agent_send`` reaches local agents now (remote A2A agents arrive with the A2A client).
+``agent_send`` reaches every agent, local or ``remote`` (an A2A agent elsewhere).
 Agents calling agents could loop forever, so the depth of nested sends is capped
 (``MAX_DEPTH``), counted per task through a context variable.
 """

@@ -63,11 +63,11 @@ async def test_tool_agent(tmp_path):
         ("tool_call", "agent:clock", "invalid"), ("agent_message", None, "error")]
 
 
-async def test_unknown_agent_and_kinds_not_in_this_build(tmp_path):
+async def test_unknown_agent_and_a_remote_agent_without_its_peer(tmp_path):
     k = kernel(tmp_path, AgentConfig(name="far", kind="remote", remote="peer"))
     with pytest.raises(UnknownAgent, match="no agent named 'ghost'"):
         await k.agents.send("ghost", "hi")
-    with pytest.raises(AgentError, match="kind 'remote', which does not run in this build yet"):
+    with pytest.raises(AgentError, match="no \\[\\[a2a.external_agents\\]\\] entry named 'peer'"):
         await k.agents.send("far", "hi")
 
 
