@@ -8,8 +8,10 @@ Security and robustness, because the subprocess is someone else's code:
   and logged, the connection continues. Non-JSON lines are the session's to skip.
 - stderr is drained all the time into the log, bounded per line and rate-limited, so a
   chatty server can neither block on a full pipe nor flood tern's log.
-- Shutdown: close stdin, wait, SIGTERM the process group, wait, SIGKILL. On Linux the
-  child also gets PR_SET_PDEATHSIG, so it dies if tern is killed with SIGKILL.
+- Shutdown: close stdin, wait, SIGTERM the process group, wait, SIGKILL. If tern itself
+  is killed with SIGKILL, the server sees EOF on stdin, which the spec makes its signal
+  to exit. (Not PR_SET_PDEATHSIG: Linux ties it to the *thread* that forked, and trio
+  forks from worker threads that end after 10 idle seconds, which killed the server.)
 """
 
 from __future__ import annotations
@@ -49,16 +51,6 @@ def subprocess_env(names: list[str], source: Union[dict[str, str], None] = None)
     return {name: source[name] for name in wanted if name in source}
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: ask the kernel to SIGKILL this child when its parent dies."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
 class StdioTransport:
     """Spawns the server on ``start`` and moves NDJSON messages over its stdio."""
 
@@ -86,9 +78,7 @@ class StdioTransport:
         argv = [self.config.command, *self.config.args]
         options: dict[str, Any] = {}
         if sys.platform != "win32":
-            options["start_new_session"] = True
-            if sys.platform.startswith("linux"):
-                options["preexec_fn"] = _die_with_parent
+            options["start_new_session"] = True  # its own process group: shutdown signals reach its children
         try:
             self._process = await trio.lowlevel.open_process(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

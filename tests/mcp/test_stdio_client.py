@@ -164,3 +164,16 @@ async def test_close_leaves_no_child(fake_entry, nursery):
     await client.aclose()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_server_outlives_the_thread_that_spawned_it(fake_entry, nursery):
+    """Regression: PR_SET_PDEATHSIG tied the server's life to trio's spawning worker
+    thread, which exits after 10 idle seconds, so every server died at 10 s."""
+    import trio
+
+    from runtime.mcp.client import McpClient
+
+    client = await McpClient.connect(fake_entry(), nursery)
+    await trio.sleep(11.5)
+    assert (await client.call_tool("echo", {"message": "still here"})).text() == "still here"
+    await client.aclose()
