@@ -135,7 +135,7 @@ async def serve(config: Config, listen: Union[str, None] = None, *,
         log.warning("listening on %s with no API key: remote clients will be refused (403); "
                     "set [server] api_key_env to serve them", host)
     tls = _ssl_context(config)
-    kernel = Kernel(config)
+    kernel = Kernel(config, serve_a2a=True)
     metrics = Metrics()
     kernel.tool_observers.append(metrics.observe_tool_call)
     metrics.add_gauge_source("tern_mcp_server_up", "1 when the MCP server is ready, per state", ("server", "state"),

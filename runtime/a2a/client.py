@@ -278,7 +278,34 @@ class A2aClient:
             except httpx.HTTPError as exc:
                 raise _transport_error(exc, agent.url) from None
         log_wire("in", method, msg_id, len(raw), started, peer=f"a2a:{agent.name}")
+        if agent.dialect == "0.1" and status in (404, 405) and method in _SEED_REST:
+            return await self._seed_rest(agent, method, params, limit)
         return _result(raw, status, agent, method)
+
+    async def _seed_rest(self, agent: RemoteAgent, method: str, params: dict[str, Any], limit: float) -> Any:
+        """OpenFang's server has no JSON-RPC route, only the seed's REST ones answering a
+        bare task: ``POST {url}/tasks/send``, ``GET {url}/tasks/{id}``, ``POST .../cancel``."""
+        from urllib.parse import quote
+
+        base = agent.url.rstrip("/")
+        verb, path = _SEED_REST[method]
+        url = base + path.format(id=quote(str(params.get("id", "")), safe=""))
+        check_url(url, self.policy)
+        with _deadline(limit, f"{agent.name}: {method} (REST)"):
+            try:
+                async with self._http.stream(verb, url, content=json.dumps(params).encode() if verb == "POST" else None,
+                                             headers={"Content-Type": "application/json", "Accept": "application/json"},
+                                             timeout=httpx.Timeout(limit, connect=min(limit, 10.0))) as response:
+                    raw = await _read_capped(response, self.max_response_bytes, f"{agent.name}'s answer")
+                    status = response.status_code
+            except httpx.HTTPError as exc:
+                raise _transport_error(exc, url) from None
+        if status != 200:
+            raise A2aClientError(f"{agent.name}: {method}: HTTP {status} from {url}: {_snippet(raw) if raw else 'empty'}")
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise A2aClientError(f"{agent.name}: {method}: not JSON from {url}: {_snippet(raw)}") from None
 
     async def _stream(self, agent: RemoteAgent, method: str, params: dict[str, Any],
                       timeout: Union[float, None]) -> AsyncIterator[StreamEvent]:
@@ -469,6 +496,11 @@ def _remote(card: dict[str, Any], card_url: str, forced: Union[str, None]) -> Re
     return RemoteAgent(name=card["name"], url=url, dialect=dialect, card_url=card_url,
                        description=str(card.get("description") or ""), streaming=bool(capabilities.get("streaming")),
                        skills=skills, tenant=tenant if isinstance(tenant, str) and tenant else None, card=card)
+
+
+#: The seed's (OpenFang's) REST routes for a 0.1 peer without JSON-RPC.
+_SEED_REST = {"tasks/send": ("POST", "/tasks/send"), "tasks/get": ("GET", "/tasks/{id}"),
+              "tasks/cancel": ("POST", "/tasks/{id}/cancel")}
 
 
 def _result(raw: bytes, status: int, agent: RemoteAgent, method: str) -> Any:

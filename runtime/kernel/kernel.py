@@ -28,7 +28,9 @@ __all__ = ["Kernel"]
 
 
 class Kernel:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, serve_a2a: bool = False) -> None:
+        """``serve_a2a``: this kernel answers A2A tasks (the daemon, with ``[a2a] enabled``):
+        the task engine, push notifier and store exist only then."""
         from runtime.net.guard import AddressPolicy
 
         self.config = config
@@ -48,7 +50,7 @@ class Kernel:
         self.a2a: Any = None  # the A2A task engine, when [a2a] enabled
         self.a2a_push: Any = None
         self.a2a_store: Any = None
-        if config.a2a.enabled:
+        if serve_a2a and config.a2a.enabled:
             from runtime.a2a.runner import build
 
             self.a2a, self.a2a_push, self.a2a_store = build(self)

@@ -230,6 +230,11 @@ class McpServer:
             raise _Fault(jsonrpc.INVALID_PARAMS, "params.arguments must be an object")
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
+        if notify is None or (not isinstance(token, (str, int)) and not log_level):  # nothing to report: no reporter
+            try:
+                return await self.exposure.call(name, arguments, caller=peer.label)
+            except UnknownExposedTool:
+                raise _Fault(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name}") from None
         reporter = _Reporter(notify, token if isinstance(token, (str, int)) else None, log_level)
         result: Union[dict[str, Any], None] = None
         async with trio.open_nursery() as nursery:  # the reporter's notifications go out before the answer

@@ -41,7 +41,7 @@ async def start_tern(nursery, tmp_path, key=""):
               AgentConfig(name="sleepy", kind="command", command=["sh", "-c", "sleep 30"])]
     config = Config(agents=agents, state=StateConfig(dir=str(tmp_path)),
                     a2a=A2aConfig(enabled=True, default_agent="echo"))
-    kernel = Kernel(config)
+    kernel = Kernel(config, serve_a2a=True)
     await nursery.start(kernel.run)
     server = HttpServer(config.server, build_router(kernel, secured=bool(key)), Access(key))
     bound = await nursery.start(server.serve, "127.0.0.1", 0)

@@ -135,7 +135,7 @@ async def test_tasks_survive_a_restart_with_persist_tasks(tmp_path):
                             AgentConfig(name="sleepy", kind="command", command=["sh", "-c", "sleep 30"])],
                     state=StateConfig(dir=str(tmp_path)),
                     a2a=A2aConfig(enabled=True, persist_tasks=True, max_tasks=3))
-    kernel = Kernel(config)
+    kernel = Kernel(config, serve_a2a=True)
     async with trio.open_nursery() as nursery:
         await nursery.start(kernel.run)
         done = kernel.a2a.send("echo", msg("keep me"))
@@ -143,7 +143,7 @@ async def test_tasks_survive_a_restart_with_persist_tasks(tmp_path):
         running = kernel.a2a.send("sleepy", msg("zz"))
         await trio.sleep(0.1)
         nursery.cancel_scope.cancel()  # the daemon stops; the store flushes on the way out
-    again = Kernel(config)
+    again = Kernel(config, serve_a2a=True)
     restored = again.a2a.get(done.id)
     assert restored.state == "completed" and restored.artifacts[0].parts == [{"text": "keep me"}]
     assert [m.role for m in restored.history] == ["user", "agent"]
@@ -156,7 +156,7 @@ async def test_tasks_survive_a_restart_with_persist_tasks(tmp_path):
             await again.a2a.wait(task.id)
         await again.a2a_store.flush()
         nursery.cancel_scope.cancel()
-    third = Kernel(config)
+    third = Kernel(config, serve_a2a=True)
     with pytest.raises(TaskNotFound):
         third.a2a.get(done.id)
     assert sum(third.a2a.counts().values()) == 3

@@ -24,7 +24,7 @@ async def start(nursery, tmp_path, *, key="", max_tasks=1000):
               AgentConfig(name="sleepy", kind="command", command=["sh", "-c", "sleep 30"])]
     config = Config(agents=agents, state=StateConfig(dir=str(tmp_path)),
                     a2a=A2aConfig(enabled=True, default_agent="echo", max_tasks=max_tasks))
-    kernel = Kernel(config)
+    kernel = Kernel(config, serve_a2a=True)
     await nursery.start(kernel.run)
     server = HttpServer(config.server, build_router(kernel, secured=bool(key)), Access(key))
     bound = await nursery.start(server.serve, "127.0.0.1", 0)

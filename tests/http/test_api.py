@@ -49,7 +49,7 @@ def test_openapi_names_exactly_the_routes(a2a):
     if a2a:
         cfg = Config(server=cfg.server, mcp_servers=cfg.mcp_servers, a2a=A2aConfig(enabled=True),
                      agents=[AgentConfig(name="echo", kind="echo")])
-    kernel = Kernel(cfg)
+    kernel = Kernel(cfg, serve_a2a=True)
     router = build_router(kernel, metrics=Metrics())
     doc = document(a2a_path=cfg.a2a.listen_path if a2a else None)
     served = {(r.method.lower(), r.path) for r in router.routes}
