@@ -99,11 +99,8 @@ class Conversations:
         self._appends += 1
         if self._appends % CHECKPOINT_EVERY == 0:
             await trio.to_thread.run_sync(self._checkpoint)
-        else:
-            await trio.lowlevel.checkpoint()
 
     async def history(self, context_id: str, limit: int = MAX_MESSAGES) -> list[Message]:
-        await trio.lowlevel.checkpoint()
         return self._history(context_id, limit)
 
     def _checkpoint(self) -> None:

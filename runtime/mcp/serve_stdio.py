@@ -20,7 +20,7 @@ Behind the wire, one of two backends:
 
 On stdin EOF, requests still in flight get EOF_GRACE_SECS to finish (so
 ``printf ... | tern mcp`` answers its quick requests), then the rest are cancelled,
-queued output is flushed (briefly), and the process exits 0.
+and the process exits 0.
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ log = get_logger("mcp.serve")
 
 READ_BYTES = 65536
 MAX_INFLIGHT = 64  # concurrent requests; beyond this, stdin is not read until one finishes
-OUTBOX_MESSAGES = 1024
-FLUSH_ON_EXIT_SECS = 1.0
+WRITE_TIMEOUT_SECS = 30.0
 HEALTH_TIMEOUT_SECS = 1.0
 EOF_GRACE_SECS = 0.5
 
@@ -60,42 +59,55 @@ class StdioServer:
         self.send = send
         self.decoder = framing.AutoDecoder(max_message_bytes)
         self.max_message_bytes = max_message_bytes
-        self._outbox_send, self._outbox = trio.open_memory_channel[bytes](OUTBOX_MESSAGES)
-        self._flushed = trio.Event()
+        self._write_lock = trio.StrictFIFOLock()  # one message at a time, in order
+        self._broken = False
+        fileno = getattr(send, "fileno", None)
+        self._fd = fileno() if callable(fileno) else -1  # a pipe or file: the direct-write fast path
 
     async def serve(self) -> None:
-        """Until stdin ends (or the writer breaks): then cancel everything in flight."""
-        async with trio.open_nursery() as outer:
-            outer.start_soon(self._write)
-            async with trio.open_nursery() as nursery:
-                await self.backend.start(nursery, self.emit)
-                await self._read(nursery)
-                with trio.move_on_after(EOF_GRACE_SECS):
-                    await self.backend.pending.empty.wait()
-                nursery.cancel_scope.cancel()  # stdin EOF: what is still running ends unanswered
-            self._outbox_send.close()  # the writer flushes what is queued, then stops
-            with trio.move_on_after(FLUSH_ON_EXIT_SECS) as flush:
-                await self._flushed.wait()
-            if flush.cancelled_caught:
-                outer.cancel_scope.cancel()
+        """Until stdin ends: then what is still running gets EOF_GRACE_SECS, and is cancelled."""
+        async with trio.open_nursery() as nursery:
+            await self.backend.start(nursery, self.emit)
+            await self._read(nursery)
+            with trio.move_on_after(EOF_GRACE_SECS):
+                await self.backend.pending.empty.wait()
+            nursery.cancel_scope.cancel()  # stdin EOF: what is still running ends unanswered
 
     async def emit(self, body: bytes) -> None:
-        """Queue one message for stdout (waits when the client reads slowly)."""
+        """Write one message to stdout, whole and in order. The common case is one
+        non-blocking write; the rest waits its turn under a lock, shielded (a cancelled
+        caller cannot cut a frame short) and bounded by WRITE_TIMEOUT_SECS (a client
+        that stops reading is dropped)."""
+        if self._broken:
+            return
+        data = framing.encoder_for(self.decoder.framing or "ndjson")(body)
+        if self._fd >= 0 and not self._write_lock.locked():
+            try:
+                written = os.write(self._fd, data)
+            except BlockingIOError:
+                written = 0
+            except OSError as exc:
+                self._gone(exc)
+                return
+            if written == len(data):
+                await trio.lowlevel.checkpoint()
+                return
+            data = data[written:]
+            self._write_lock.acquire_nowait()  # no await since the write: nobody got in between
+        else:
+            await self._write_lock.acquire()
         try:
-            await self._outbox_send.send(body)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # shutting down
-
-    async def _write(self) -> None:
-        try:
-            async with self._outbox:
-                async for body in self._outbox:
-                    encode = framing.encoder_for(self.decoder.framing or "ndjson")
-                    await self.send.send_all(encode(body))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            log.info("stdout closed (%s): stopping", exc)
+            with trio.CancelScope(shield=True):
+                with trio.fail_after(WRITE_TIMEOUT_SECS):
+                    await self.send.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError) as exc:
+            self._gone(exc)
         finally:
-            self._flushed.set()
+            self._write_lock.release()
+
+    def _gone(self, exc: BaseException) -> None:
+        self._broken = True
+        log.info("stdout is gone (%s): answers are dropped until stdin ends", exc or "the write timed out")
 
     async def _read(self, nursery: trio.Nursery) -> None:
         while True:
