@@ -183,6 +183,9 @@ class A2aConfig(_Section):
     persist_tasks: bool = False
     discovery_timeout_secs: float = 30.0
     external_agents: list[ExternalAgent] = []
+    # The card at /.well-known/agent-card.json carries the 0.3 fields (url, protocolVersion,
+    # ...) next to the 1.0 ones, as the SDKs serve it; false serves a strict 1.0 card.
+    card_03_fields: bool = True
 
 
 # --- [[agents]] --------------------------------------------------------------------------
@@ -226,6 +229,9 @@ class AgentConfig(_Section):
     command: list[str] = []
     timeout_secs: float = 60.0
     max_output_bytes: int = 1 * MiB
+    # kind = "command" under A2A: stdout is JSON Lines of task events (docs/a2a-events.md)
+    # and the TERN_A2A_* variables say which message and task it is working on.
+    a2a_events: bool = False
     # kind = "tool": the one tool called with the message.
     tool: str = ""
     # kind = "remote": the external A2A agent (name from [[a2a.external_agents]]).

@@ -7,6 +7,7 @@ Stdlib only, so a pytest fixture can import it before anything else is installed
     node = peers.node24()              # Node 24 from the PyPI wheel
     js = peers.npm_servers()           # {"server-everything": .../dist/index.js, ...}
     a2a = peers.a2a_sdk_python()       # .peers/a2a-venv/bin/python (a2a-sdk 1.x + uvicorn)
+    py, tck = peers.a2a_tck()          # the A2A TCK (1.0 line): .peers/tck-venv python, .peers/a2a-tck
     peers.loopback_namespace_available()
 
 Every installer is idempotent: a marker file holding the pinned spec is the fast path
@@ -20,6 +21,8 @@ Environment knobs:
                            across CI runs on one machine)
     TERN_PEERS_NO_INSTALL  if set, never install: a missing peer raises PeerUnavailable
     TERN_PEERS_PYTHON      the interpreter that creates the venvs (default: sys.executable)
+    TERN_A2A_TCK_REPO      the git repository the A2A TCK is cloned from (it is not on PyPI;
+                           default: the local snapshot /work/.mirror/a2aproject+a2a-tck/repo)
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ __all__ = [
     "mcp_sdk_python", "node24", "node", "npm_servers", "a2a_sdk_python",
     "loopback_namespace_available", "loopback_namespace_prefix", "mcp_conformance", "mcp_inspector",
     "CONFORMANCE_VERSION", "INSPECTOR_VERSION",
+    "a2a_tck", "a2a_tck03", "A2A_TCK_REF", "A2A_TCK_COMMIT", "A2A_TCK03_REF", "A2A_TCK03_COMMIT",
 ]
 
 # Pins (checked against the registries 2026-11; bump together with the tests that use them).
@@ -54,6 +58,13 @@ UVICORN_VERSION = "0.54.0"
 NPM_SERVER_NAMES = ("server-everything", "server-filesystem", "server-memory")
 CONFORMANCE_VERSION = "0.2.0-alpha.12"  # the first to cover 2026-07-28; needs Node >= 22
 INSPECTOR_VERSION = "2.12.0"            # needs Node >= 22.19
+# The A2A TCK (a2aproject/a2a-tck) is not on PyPI: cloned from a git repository (TERN_A2A_TCK_REPO),
+# checked out at a pinned commit, installed editable (`pip install -e`, as its README says) into its venv.
+A2A_TCK_REPO_DEFAULT = "/work/.mirror/a2aproject+a2a-tck/repo"
+A2A_TCK_REF = "1.0-dev"                 # spec 1.0: run_tck.py --sut-host BASE [--transport] [--level]
+A2A_TCK_COMMIT = "357c4a87afa2818731590647cccbea31c31733a2"     # 1.0-dev, 2026-05-05
+A2A_TCK03_REF = "0.3.0.beta4"           # spec 0.3: run_tck.py --sut-url JSONRPC_URL --category ...
+A2A_TCK03_COMMIT = "eb1f804c27ea25db8805264d9ed2d7ca077a7776"   # tag 0.3.0.beta4 (= branch 0.3.x)
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = Path(os.environ.get("TERN_PEERS_DIR") or ROOT / ".peers").resolve()
@@ -264,6 +275,65 @@ def mcp_inspector(timeout: float = 900) -> list:
     return [str(node24()), str(entry)]
 
 
+def _a2a_tck_repo() -> Path:
+    return Path(os.environ.get("TERN_A2A_TCK_REPO") or A2A_TCK_REPO_DEFAULT)
+
+
+def _git_checkout(peer: str, repo: Path, commit: str, ref: str, dest: Path, log: Path,
+                  deadline: float) -> None:
+    """Clone ``repo`` into ``dest`` (replacing it) with ``commit`` checked out (detached)."""
+    git = shutil.which("git")
+    if not git:
+        raise PeerUnavailable(f"{peer}: needs git to clone {repo}, and there is no git on PATH")
+    if not repo.exists():
+        raise PeerUnavailable(f"{peer}: no A2A TCK repository at {repo} (the TCK is not on PyPI: "
+                              f"point TERN_A2A_TCK_REPO at a clone or snapshot of a2aproject/a2a-tck)")
+    try:
+        found = subprocess.run([git, "-C", repo, "cat-file", "-e", f"{commit}^{{commit}}"],
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PeerUnavailable(f"{peer}: cannot read the git repository {repo}: {exc}") from None
+    if not found:
+        raise PeerUnavailable(f"{peer}: {repo} has no commit {commit} ({ref}); update the snapshot "
+                              f"or point TERN_A2A_TCK_REPO at a newer clone of a2aproject/a2a-tck")
+    shutil.rmtree(dest, ignore_errors=True)
+    _run(peer, [git, "clone", "-q", "--no-checkout", repo, dest], log, deadline)
+    _run(peer, [git, "-c", "advice.detachedHead=false", "-C", dest, "checkout", "-q", commit], log,
+         deadline)
+
+
+def _tck(venv_name: str, checkout_name: str, ref: str, commit: str, timeout: float) -> tuple:
+    """``(python, checkout)``: ``.peers/<checkout_name>`` at ``commit``, installed editable into
+    ``.peers/<venv_name>`` (the marker lives in the venv; a missing checkout reinstalls both)."""
+    checkout = PEERS_DIR / checkout_name
+    spec = f"a2a-tck {ref} {commit}"
+
+    def install(target: Path, log: Path, deadline: float) -> None:
+        _git_checkout(venv_name, _a2a_tck_repo(), commit, ref, checkout, log, deadline)
+        _venv_install(venv_name, ["-e", checkout], target, log, deadline)
+
+    got = _ensure(venv_name, spec, lambda t: {"python": _bin(t, "python"),
+                                              "run_tck": checkout / "run_tck.py"}, install, timeout)
+    return Path(got["python"]), checkout
+
+
+def a2a_tck(timeout: float = 900) -> tuple:
+    """The A2A TCK for spec 1.0 (branch 1.0-dev): ``(python of .peers/tck-venv, .peers/a2a-tck)``.
+    Run it from the checkout (it writes ``reports/`` there)::
+
+        (cd CHECKOUT && PY run_tck.py --sut-host http://127.0.0.1:PORT --transport jsonrpc --level must)
+    """
+    return _tck("tck-venv", "a2a-tck", A2A_TCK_REF, A2A_TCK_COMMIT, timeout)
+
+
+def a2a_tck03(timeout: float = 900) -> tuple:
+    """The A2A TCK for spec 0.3 (tag 0.3.0.beta4): ``(python of .peers/tck03-venv, .peers/a2a-tck03)``::
+
+        (cd CHECKOUT && PY run_tck.py --sut-url JSONRPC_URL --category mandatory --transports jsonrpc)
+    """
+    return _tck("tck03-venv", "a2a-tck03", A2A_TCK03_REF, A2A_TCK03_COMMIT, timeout)
+
+
 _LOOPBACK_PROBE = 'ip link set lo up && python3 -c "import socket; s=socket.socket(); s.bind((\'0.0.0.0\',0))"'
 
 
@@ -291,10 +361,11 @@ def loopback_namespace_available() -> bool:
     return bool(loopback_namespace_prefix())
 
 
-if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns ...]: install and time
+if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns|tck|tck03 ...]: install, time
     which = sys.argv[1:] or ["mcp", "node24", "npm", "a2a", "ns"]
     jobs = {"mcp": mcp_sdk_python, "node24": node24, "npm": npm_servers, "a2a": a2a_sdk_python,
-            "ns": loopback_namespace_prefix, "conformance": mcp_conformance, "inspector": mcp_inspector}
+            "ns": loopback_namespace_prefix, "conformance": mcp_conformance, "inspector": mcp_inspector,
+            "tck": a2a_tck, "tck03": a2a_tck03}
     for key in which:
         t0 = time.monotonic()
         try:

@@ -59,17 +59,17 @@ def card(config: Config, agent: AgentConfig, base: str, *, secured: bool) -> dic
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain"],
         "skills": skills(agent),
-        # 0.3 compatibility fields, as the SDKs serve them alongside 1.0
-        "url": url,
-        "preferredTransport": "JSONRPC",
-        "protocolVersion": "0.3.0",
-        "additionalInterfaces": [{"url": url, "transport": "JSONRPC"}],
     }
+    compat = config.a2a.card_03_fields
+    if compat:  # 0.3 compatibility fields, as the SDKs serve them alongside 1.0
+        out.update({"url": url, "preferredTransport": "JSONRPC", "protocolVersion": "0.3.0",
+                    "additionalInterfaces": [{"url": url, "transport": "JSONRPC"}]})
     if secured:
-        out["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}, "type": "http",
-                                             "scheme": "bearer"}}
+        scheme: dict[str, Any] = {"httpAuthSecurityScheme": {"scheme": "Bearer"}}
+        out["securitySchemes"] = {"bearer": {**scheme, "type": "http", "scheme": "bearer"} if compat else scheme}
         out["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
-        out["security"] = [{"bearer": []}]
+        if compat:
+            out["security"] = [{"bearer": []}]
     return out
 
 

@@ -26,7 +26,7 @@ import trio
 from runtime.a2a.model import (INTERRUPTED, Artifact, ArtifactEvent, Event, Message, StatusEvent, Task, new_id)
 from runtime.errors import TernError
 
-__all__ = ["TaskEngine", "Outcome", "A2aError", "TaskNotFound", "TaskNotCancelable", "StoreFull", "InvalidTaskRequest",
+__all__ = ["TaskEngine", "Outcome", "TaskReport", "A2aError", "TaskNotFound", "TaskNotCancelable", "StoreFull", "InvalidTaskRequest",
            "UnsupportedOperation"]
 
 SUBSCRIBER_EVENTS = 256
@@ -59,15 +59,52 @@ class StoreFull(A2aError):
 
 
 class Outcome(msgspec.Struct, kw_only=True):
-    """What a piece of agent work ended in."""
+    """What a piece of agent work ended in. By default ``text`` becomes the completed
+    task's artifact (or the status message of any other state); with ``status_text``
+    it is the status message whatever the state, and only ``artifacts`` are artifacts."""
 
     state: str = "completed"  # completed | input-required | auth-required | failed | rejected
     text: str = ""
     artifacts: list[Artifact] = []
+    status_text: bool = False
     reply: Union[Message, None] = None  # answer with a Message instead of a task (1.0/0.3 allow it)
 
 
-Runner = Callable[[Task, Message, Callable[[str], None]], Awaitable[Outcome]]
+class TaskReport:
+    """What a runner may tell while it works: status updates and artifact chunks, which
+    go out as the task's events in order."""
+
+    def __init__(self, engine: "TaskEngine", entry: "_Entry") -> None:
+        self._engine, self._entry = engine, entry
+
+    def status(self, state: str, text: Union[str, None] = None) -> None:
+        task = self._entry.task
+        if state not in ("submitted", "working") or (state == task.state and not text):
+            return  # final states come with the Outcome; a repeat says nothing
+        self._engine._set(self._entry, state, _agent_text(text, task) if text else None)
+
+    def working(self) -> None:
+        self.status("working")
+
+    def artifact(self, artifact: Artifact, *, append: bool = False, last_chunk: bool = True) -> None:
+        """A chunk: with ``append`` its parts extend the artifact of the same id."""
+        task = self._entry.task
+        if task.state != "working":
+            self.working()
+        existing = next((a for a in task.artifacts if a.artifact_id == artifact.artifact_id), None) if append else None
+        if existing is not None:
+            existing.parts.extend(artifact.parts)
+            index = task.artifacts.index(existing)
+        else:
+            task.artifacts.append(Artifact(parts=list(artifact.parts), artifact_id=artifact.artifact_id,
+                                           name=artifact.name, description=artifact.description,
+                                           metadata=artifact.metadata))
+            index = len(task.artifacts) - 1
+        self._engine._emit(self._entry, ArtifactEvent(task_id=task.id, context_id=task.context_id, artifact=artifact,
+                                                      append=append, last_chunk=last_chunk, index=index))
+
+
+Runner = Callable[[Task, Message, TaskReport], Awaitable[Outcome]]
 
 
 class _Entry:
@@ -187,9 +224,8 @@ class TaskEngine:
         outcome: Union[Outcome, None] = None
         try:
             with scope:
-                self._set(entry, "working", None)
                 try:
-                    outcome = await self.runner(task, message, lambda text: None)
+                    outcome = await self.runner(task, message, TaskReport(self, entry))
                 except TernError as exc:
                     outcome = Outcome(state="failed", text=str(exc))
                 except Exception as exc:  # a bug in an agent kind: the task fails, tern goes on
@@ -206,7 +242,18 @@ class TaskEngine:
         if outcome.reply is not None:
             outcome.reply.context_id, outcome.reply.task_id = task.context_id, task.id
             task.history.append(outcome.reply)
+            task.reply = outcome.reply
             self._set(entry, outcome.state, None)
+            return
+        if outcome.status_text:
+            for artifact in outcome.artifacts:
+                task.artifacts.append(artifact)
+                self._emit(entry, ArtifactEvent(task_id=task.id, context_id=task.context_id, artifact=artifact,
+                                                index=len(task.artifacts) - 1))
+            status = _agent_text(outcome.text, task) if outcome.text else None
+            if status is not None:
+                task.history.append(status)
+            self._set(entry, outcome.state, status)
             return
         if outcome.state == "completed":
             artifacts = outcome.artifacts or [Artifact(parts=[{"text": outcome.text}], name="reply")]

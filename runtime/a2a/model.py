@@ -68,6 +68,7 @@ class Task(msgspec.Struct, kw_only=True):
     metadata: Union[dict[str, Any], None] = None
     created: float = msgspec.field(default_factory=time.time)
     dialect: str = ""  # the dialect it was created in: tasks/get answers 0.1 tasks in 0.1
+    reply: Union[Message, None] = None  # the agent answered with a Message, not a task result
 
     @property
     def terminal(self) -> bool:

@@ -155,14 +155,22 @@ class A2aEndpoint:
         agent = request.params.get("agent", self.default_agent)
         if agent not in self.agents:
             raise HttpError(404, f"no agent named {agent!r}")
+        content_type = (request.header(b"content-type") or "").split(";")[0].strip().lower()
+        if content_type and content_type != "application/json" and not content_type.endswith("+json"):
+            return self._error(None, -32005, f"Content-Type {content_type!r} is not supported: send application/json",
+                               "1.0")
         try:
             message = jsonrpc.parse(request.body)
         except jsonrpc.InvalidMessage as exc:
             return json_response(msgspec.to_builtins(exc.to_response()))
+        if isinstance(message, jsonrpc.Notification):  # A2A has no notifications: answer it, with id null
+            message = jsonrpc.Request(None, message.method, message.params)  # type: ignore[arg-type]
         if not isinstance(message, jsonrpc.Request):
-            return Response(202) if isinstance(message, jsonrpc.Notification) else Response(204)
+            return Response(204)  # a response from the client: nothing to say
         params = message.params if isinstance(message.params, dict) else {}
         method = message.method
+        if method in METHODS_10:
+            params = _json_names(params)
         dialect: Dialect = "1.0" if method in METHODS_10 else "0.1" if method in METHODS_01 else "0.3"
         try:
             if method in METHODS_10:
@@ -195,7 +203,7 @@ class A2aEndpoint:
             return await self._send(params, agent, dialect)
         if method in ("tasks/sendSubscribe", "message/stream", "SendStreamingMessage"):
             task = self._start_with_push(params, agent, dialect)
-            return self._stream(task, dialect, msg_id, first=True)
+            return self._stream(task, dialect, msg_id, first=True, new=True)
         if method in ("tasks/resubscribe", "SubscribeToTask"):
             task = self.engine.get(_task_id(params))
             if task.terminal:
@@ -284,12 +292,17 @@ class A2aEndpoint:
         if blocking:
             with trio.move_on_after(BLOCKING_WAIT_SECS):
                 await self.engine.wait(task.id)
+        if task.reply is not None and dialect != "0.1":  # the agent answered with a Message, not a task
+            reply = msgspec.structs.replace(task.reply, task_id=None)
+            return dialects.wrap_result(dialects.render_message(reply, dialect), "message", dialect)
         history_length = configuration.get("historyLength", params.get("historyLength"))
         rendered = dialects.render_task(task, dialect, history_length=history_length
                                         if isinstance(history_length, int) and history_length >= 0 else None)
         return dialects.wrap_result(rendered, "task", dialect)
 
-    def _stream(self, task: Task, dialect: Dialect, msg_id: Any, *, first: bool) -> StreamResponse:
+    def _stream(self, task: Task, dialect: Dialect, msg_id: Any, *, first: bool, new: bool = False) -> StreamResponse:
+        """The task's events as SSE. ``new``: the stream of a send, where the agent may
+        still answer with a Message (then that message is the whole stream)."""
         receive = self.engine.subscribe(task.id)
         if dialect == "0.1":  # 0.1 streams carry only status and artifact events
             snapshot = dialects.render_event(StatusEvent(task_id=task.id, context_id=task.context_id, state=task.state,
@@ -304,8 +317,23 @@ class A2aEndpoint:
 
         async def produce(send: trio.MemorySendChannel[bytes]) -> None:
             async with receive:
+                pending = None
+                if new and dialect != "0.1":
+                    # An agent may answer with a Message: then the stream is that one
+                    # message. So the task goes out only with its first event.
+                    try:
+                        pending = await receive.receive()
+                    except trio.EndOfChannel:
+                        pending = None
+                    if task.reply is not None:
+                        reply = msgspec.structs.replace(task.reply, task_id=None)
+                        await send.send(frame(dialects.wrap_result(dialects.render_message(reply, dialect),
+                                                                   "message", dialect)))
+                        return
                 if first:
                     await send.send(frame(snapshot))
+                if pending is not None:
+                    await send.send(frame(dialects.render_event(pending, dialect)))
                 async for event in receive:
                     await send.send(frame(dialects.render_event(event, dialect)))
 
@@ -460,6 +488,46 @@ def _string(params: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise BadMessage(f"params.{key} is required")
     return value
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
+def _fold(obj: Any) -> Any:
+    """One object's snake_case keys as camelCase (the camelCase one wins a tie)."""
+    if not isinstance(obj, dict):
+        return obj
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        name = _camel(key) if "_" in key else key
+        if name not in out or name == key:
+            out[name] = value
+    return out
+
+
+def _json_names(params: dict[str, Any]) -> dict[str, Any]:
+    """1.0 is ProtoJSON, whose parsers take the proto field names (``history_length``)
+    as well as the JSON names (``historyLength``): fold them where A2A defines fields,
+    never inside ``data`` or ``metadata``."""
+    out = _fold(params)
+    for key in ("configuration", "message", "config", "pushNotificationConfig"):
+        if isinstance(out.get(key), dict):
+            out[key] = _fold(out[key])
+    configuration = out.get("configuration")
+    if isinstance(configuration, dict):
+        for key in ("taskPushNotificationConfig", "pushNotificationConfig"):
+            if isinstance(configuration.get(key), dict):
+                configuration[key] = _fold(configuration[key])
+                if isinstance(configuration[key].get("authentication"), dict):
+                    configuration[key]["authentication"] = _fold(configuration[key]["authentication"])
+    if isinstance(out.get("authentication"), dict):
+        out["authentication"] = _fold(out["authentication"])
+    message = out.get("message")
+    if isinstance(message, dict) and isinstance(message.get("parts"), list):
+        message["parts"] = [_fold(part) for part in message["parts"]]
+    return out
 
 
 def _history_length(params: dict[str, Any]) -> Union[int, None]:

@@ -68,16 +68,18 @@ class Agents:
 
     async def send(self, name: str, message: str, *, context_id: Union[str, None] = None,
                    on_text: Union[Callable[[str], None], None] = None,
-                   on_log: Union[Callable[[str, str], None], None] = None) -> AgentReply:
+                   on_log: Union[Callable[[str, str], None], None] = None,
+                   env: Union[dict[str, str], None] = None) -> AgentReply:
         """Answer one message; the exchange is committed to the conversation before
         the reply is returned. ``on_text`` gets output as it comes (model text, a
-        command's stdout); ``on_log(level, line)`` a command's stderr lines."""
+        command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
+        added to a command agent's cleared environment."""
         agent = self.get(name)
         context_id = context_id or uuid.uuid4().hex
         started = time.perf_counter()
         outcome = "error"
         try:
-            text = await self._answer(agent, message, context_id, on_text, on_log)
+            text = await self._answer(agent, message, context_id, on_text, on_log, env)
             outcome = "ok"
         finally:
             if self.pipeline.audit is not None:
@@ -91,13 +93,14 @@ class Agents:
 
     async def _answer(self, agent: AgentConfig, message: str, context_id: str,
                       on_text: Union[Callable[[str], None], None],
-                      on_log: Union[Callable[[str, str], None], None]) -> str:
+                      on_log: Union[Callable[[str, str], None], None],
+                      env: Union[dict[str, str], None] = None) -> str:
         if agent.kind == "llm":
             return await self._llm(agent, message, context_id, on_text)
         if agent.kind == "echo":
             return message
         if agent.kind == "command":
-            return await self._command(agent, message, on_text, on_log)
+            return await self._command(agent, message, on_text, on_log, env)
         if agent.kind == "tool":
             return await self._tool(agent, message)
         if agent.kind == "remote":
@@ -115,14 +118,15 @@ class Agents:
         return reply.text
 
     async def _command(self, agent: AgentConfig, message: str, on_text: Union[Callable[[str], None], None],
-                       on_log: Union[Callable[[str, str], None], None]) -> str:
+                       on_log: Union[Callable[[str, str], None], None],
+                       env: Union[dict[str, str], None] = None) -> str:
         from runtime.mcp.stdio import subprocess_env
 
         if not agent.command:
             raise AgentError(f"agent {agent.name!r}: kind = \"command\" needs command = [...]")
         try:
             process = await trio.lowlevel.open_process(agent.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                       stderr=subprocess.PIPE, env=subprocess_env([]))
+                                                       stderr=subprocess.PIPE, env={**subprocess_env([]), **(env or {})})
         except OSError as exc:
             raise AgentError(f"agent {agent.name!r}: cannot run {agent.command[0]}: {exc.strerror or exc}") from None
         out, err = bytearray(), bytearray()

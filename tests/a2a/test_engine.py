@@ -15,8 +15,9 @@ def msg(text, task_id=None, context_id=None):
     return Message(role="user", parts=[{"text": text}], task_id=task_id, context_id=context_id)
 
 
-async def scripted(task, message, on_text):
+async def scripted(task, message, report):
     """'ask' waits for input, 'hang' runs until cancelled, 'boom' fails, else echo."""
+    report.working()
     text = text_of(message.parts)
     if text == "ask":
         return Outcome(state="input-required", text="which one?")
@@ -88,7 +89,8 @@ async def test_a_failing_agent_fails_its_task_only(engine):
 async def test_slow_subscriber_is_dropped_not_waited_for(nursery):
     gate = trio.Event()
 
-    async def chatty(task, message, on_text):
+    async def chatty(task, message, report):
+        report.working()
         await gate.wait()
         return Outcome(text="x")
 

@@ -249,3 +249,58 @@ async def test_http_json_binding(url):
         bad = await client.post(rest + "/message:send", json={"message": {"role": "ROLE_USER", "parts": []}})
         assert bad.status_code == 400
         assert (await client.get(rest + "/extendedAgentCard")).status_code == 400
+
+
+async def test_protocol_details_the_tck_checks(url):
+    async with httpx.AsyncClient(headers=V10) as client:
+        wrong_type = await client.post(url + "/a2a", content=b"{'not': json}", headers={"Content-Type": "text/plain"})
+        assert wrong_type.status_code == 200 and wrong_type.json()["error"]["code"] == -32005
+        no_id = (await client.post(url + "/a2a", json={"jsonrpc": "2.0", "method": "message/ssend", "params": {}})).json()
+        assert no_id["id"] is None and no_id["error"]["code"] == -32601  # A2A has no notifications
+        sent = (await client.post(url + "/a2a", json=rpc("SendMessage", {"message": message("x")}))).json()["result"]
+        snake = (await client.post(url + "/a2a", json=rpc("GetTask", {"id": sent["task"]["id"], "history_length": 0})))
+        assert "history" not in snake.json()["result"]  # proto field names work as ProtoJSON says
+        listed = (await client.post(url + "/a2a", json=rpc("ListTasks", {"context_id": sent["task"]["contextId"],
+                                                                          "page_size": 1}))).json()["result"]
+        assert listed["totalSize"] == 1 and listed["pageSize"] == 1
+
+
+async def test_a_command_agent_drives_its_task_with_events(nursery, tmp_path):
+    import sys
+
+    from runtime.config import A2aConfig, AgentConfig, Config, StateConfig
+    from tests.test_cli import ROOT
+
+    tck = [sys.executable, str(ROOT / "tests" / "fixtures" / "tck_agent.py")]
+    config = Config(agents=[AgentConfig(name="tck", kind="command", command=tck, a2a_events=True)],
+                    state=StateConfig(dir=str(tmp_path)), a2a=A2aConfig(enabled=True, default_agent="tck"))
+    kernel = Kernel(config, serve_a2a=True)
+    await nursery.start(kernel.run)
+    server = HttpServer(config.server, build_router(kernel), Access(""))
+    bound = await nursery.start(server.serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{bound[0][1]}/a2a"
+    async with httpx.AsyncClient(headers=V10, timeout=30) as client:
+        async def send(message_id, text="hi"):
+            return (await client.post(url, json=rpc("SendMessage", {"message": {
+                "messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}}))).json()["result"]
+
+        data = (await send("tck-artifact-data-1"))["task"]
+        assert data["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert data["artifacts"][0]["parts"] == [{"data": {"key": "value", "count": 42}}]
+        reply = await send("tck-message-response-1")
+        assert reply == {"message": {"messageId": reply["message"]["messageId"], "role": "ROLE_AGENT",
+                                     "parts": [{"text": "Direct message response"}],
+                                     "contextId": reply["message"]["contextId"]}}
+        waiting = (await send("tck-input-required-1"))["task"]
+        assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        chunked = [json.loads(line[5:])["result"] for line in (await client.post(url, json=rpc(
+            "SendStreamingMessage", {"message": {"messageId": "tck-stream-artifact-chunked-1", "role": "ROLE_USER",
+                                                 "parts": [{"text": "go"}]}}))).text.splitlines()
+                   if line.startswith("data:")]
+        updates = [e["artifactUpdate"] for e in chunked if "artifactUpdate" in e]
+        assert [(u["append"], u["lastChunk"]) for u in updates] == [(False, False), (True, True)]
+        streamed_message = [json.loads(line[5:])["result"] for line in (await client.post(url, json=rpc(
+            "SendStreamingMessage", {"message": {"messageId": "tck-message-response-2", "role": "ROLE_USER",
+                                                 "parts": [{"text": "go"}]}}))).text.splitlines()
+                            if line.startswith("data:")]
+        assert [next(iter(e)) for e in streamed_message] == ["message"]  # a message stream is that one message
