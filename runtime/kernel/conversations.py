@@ -5,7 +5,7 @@ restart or a ``kill -9`` of tern loses no message that was acknowledged (only a 
 loss can take the last moments; FULL cost 2 ms an exchange, measured). Appends and reads
 run on the event loop on one connection kept open (0.03 ms, less than a thread hop);
 the WAL checkpoint, which does fsync, runs in a worker thread every CHECKPOINT_EVERY
-appends. History is bounded per context in count and in bytes; the oldest
+appends, after dropping the least recently used conversations beyond ``max_contexts``. History is bounded per context in count and in bytes; the oldest
 messages go first.
 """
 
@@ -25,6 +25,7 @@ __all__ = ["Conversations", "Message"]
 MAX_MESSAGES = 200
 MAX_BYTES = 1024 * 1024
 CHECKPOINT_EVERY = 200
+MAX_CONTEXTS = 10_000  # conversations kept; the least recently used go first
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
     context_id TEXT NOT NULL,
@@ -46,8 +47,10 @@ class Message(msgspec.Struct, frozen=True):
 
 
 class Conversations:
-    def __init__(self, path: Union[str, Path], *, max_messages: int = MAX_MESSAGES, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, path: Union[str, Path], *, max_messages: int = MAX_MESSAGES, max_bytes: int = MAX_BYTES,
+                 max_contexts: int = MAX_CONTEXTS) -> None:
         self.path = Path(path)
+        self.max_contexts = max_contexts
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self._db: Union[sqlite3.Connection, None] = None
@@ -104,8 +107,14 @@ class Conversations:
         return self._history(context_id, limit)
 
     def _checkpoint(self) -> None:
+        """Housekeeping off the event loop: drop the least recently used conversations
+        beyond ``max_contexts`` (every A2A task or MCP call without a context starts
+        one), then checkpoint the WAL."""
         db = sqlite3.connect(self.path, timeout=10.0)
         try:
+            with db:
+                db.execute("DELETE FROM messages WHERE context_id NOT IN (SELECT context_id FROM messages "
+                           "GROUP BY context_id ORDER BY MAX(seq) DESC LIMIT ?)", (self.max_contexts,))
             db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:
             db.close()

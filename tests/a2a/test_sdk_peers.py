@@ -59,3 +59,51 @@ def test_a2a_sdk_client_against_tern_serve(a2a_python, tmp_path, key, binding):
     assert seen["same_context"] is True and seen["listed"] == 2
     assert seen["cancel_completed"].startswith("TaskNotCancelableError")
     assert seen["stream"] == ["task", "status_update", "artifact_update", "status_update"]
+
+
+@pytest.fixture(scope="module")
+def a2a03_python():
+    try:
+        return str(peers.a2a_sdk03_python())
+    except peers.PeerUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def test_a2a_sdk_0_3_client_against_tern_serve(a2a03_python, tmp_path):
+    process, url = serve(tmp_path)
+    try:
+        done = subprocess.run([a2a03_python, str(ROOT / "tests" / "fixtures" / "a2a_sdk03_client.py"), url],
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["card"]["protocolVersion"] == "0.3.0" and seen["card"]["url"] == url + "/a2a/echo"
+    assert seen["sent"] == {"kind": "Task", "state": "completed", "artifact": "hello from a2a-sdk 0.3"}
+    assert seen["got"] == {"id_matches": True, "history": 2} and seen["same_context"] is True
+    assert "-32002" in seen["cancel_completed"]
+    assert seen["stream"] == ["Task", "TaskStatusUpdateEvent", "TaskArtifactUpdateEvent", "TaskStatusUpdateEvent"]
+
+
+async def test_tern_client_against_an_a2a_sdk_0_3_server(a2a03_python):
+    from runtime.a2a.client import A2aClient, reply_text
+    from runtime.a2a.model import StatusEvent
+
+    process = subprocess.Popen([a2a03_python, str(ROOT / "tests" / "fixtures" / "a2a_sdk03_server.py"), "0"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("listening on "), line
+        url = line.split()[-1]
+        async with A2aClient() as client:
+            remote = await client.discover(url)
+            assert (remote.name, remote.dialect) == ("sdk03-echo", "0.3")
+            task = await client.send(remote, "hello 0.3")
+            assert task.state == "completed" and reply_text(task) == "echo: hello 0.3"
+            assert (await client.get(remote, task.id)).state == "completed"
+            events = [e async for e in client.stream(remote, "streamed")]
+            assert isinstance(events[-1], StatusEvent) and events[-1].state == "completed"
+    finally:
+        process.kill()
+        process.wait(10)

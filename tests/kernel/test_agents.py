@@ -117,3 +117,15 @@ async def test_agent_send_depth_is_capped(tmp_path):
     assert (await k.agents.send("n0", chain("n1", "e"))).text == "hi"  # two sends deep: fine
     with pytest.raises(AgentError, match="already 3 sends deep"):
         await k.agents.send("n0", chain("n1", "n2", "n3", "e"))
+
+
+async def test_the_number_of_conversations_is_bounded(tmp_path):
+    from runtime.kernel import conversations
+
+    store = Conversations(tmp_path / "c.sqlite3", max_contexts=3)
+    for i in range(conversations.CHECKPOINT_EVERY):  # the housekeeping runs every CHECKPOINT_EVERY appends
+        await store.append(f"ctx{i % 5}", Conversations.message("user", "a", f"m{i}"))
+    with sqlite3.connect(tmp_path / "c.sqlite3") as db:
+        kept = {row[0] for row in db.execute("SELECT DISTINCT context_id FROM messages")}
+    last = {f"ctx{i % 5}" for i in range(conversations.CHECKPOINT_EVERY - 3, conversations.CHECKPOINT_EVERY)}
+    assert kept == last  # the three most recently used
