@@ -493,3 +493,47 @@ async def test_cli_errors(tern_url, tmp_path):
     assert missing.returncode == 1 and "(TaskNotFound -32001)" in missing.stderr.decode()
     header = await tern_cli(tmp_path, "discover", tern_url, "--header", "no colon")
     assert header.returncode == 2 and "--header expects 'Name: value'" in header.stderr.decode()
+
+
+async def test_an_openfang_style_legacy_server(nursery):
+    """OpenFang's server (the seed's dialect): a 0.1 card at /.well-known/agent.json whose
+    url is .../a2a, no JSON-RPC route there, and the seed's REST routes answering a bare
+    task. tern's client falls back to them (OpenFang's own client cannot)."""
+    from runtime.config import ServerConfig
+    from runtime.http.access import Access as NoKey
+    from runtime.http.messages import Request, Response, json_response
+    from runtime.http.router import Router
+    from runtime.http.server import HttpServer as Server
+
+    tasks: dict = {}
+    router = Router()
+    base = {}
+
+    async def card(request: Request) -> Response:
+        return json_response({"name": "openfang-agent", "description": "legacy", "url": base["url"] + "/a2a",
+                              "version": "0.1.0", "capabilities": {"streaming": True, "pushNotifications": False},
+                              "skills": [], "defaultInputModes": ["text"], "defaultOutputModes": ["text"]})
+
+    async def send(request: Request) -> Response:
+        body = request.json()
+        text = next(p["text"] for p in body["message"]["parts"] if p.get("type") == "text")
+        task = {"id": body["id"], "sessionId": body.get("sessionId"), "status": {"state": "completed"},
+                "artifacts": [{"parts": [{"type": "text", "text": f"openfang: {text}"}], "index": 0}]}
+        tasks[body["id"]] = task
+        return json_response(task)  # a bare task: no JSON-RPC envelope
+
+    async def get(request: Request) -> Response:
+        return json_response(tasks[request.params["id"]])
+
+    router.add("GET", "/.well-known/agent.json", card, auth=False, guard_origin=False)
+    router.add("POST", "/a2a/tasks/send", send, auth=False, guard_origin=False)
+    router.add("GET", "/a2a/tasks/{id}", get, auth=False, guard_origin=False)
+    server = Server(ServerConfig(rate_limit_per_sec=0), router, NoKey(""))
+    bound = await nursery.start(server.serve, "127.0.0.1", 0)
+    base["url"] = f"http://127.0.0.1:{bound[0][1]}"
+    async with A2aClient() as client:
+        remote = await client.discover(base["url"])
+        assert (remote.dialect, remote.url) == ("0.1", base["url"] + "/a2a")
+        task = await client.send(remote, "hello")
+        assert isinstance(task, Task) and task.state == "completed" and reply_text(task) == "openfang: hello"
+        assert (await client.get(remote, task.id)).id == task.id
