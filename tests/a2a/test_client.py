@@ -9,7 +9,6 @@ import gzip
 import json
 import os
 import socket
-import subprocess
 import sys
 from contextlib import aclosing
 from pathlib import Path
@@ -20,16 +19,10 @@ import trio
 
 from runtime.a2a.client import A2aClient, A2aClientError, A2aTimeout, RemoteAgent, reply_text
 from runtime.a2a.model import ArtifactEvent, Message, StatusEvent, Task
-from runtime.config import A2aConfig, AgentConfig, Config, StateConfig
-from runtime.http.access import Access
-from runtime.http.api import build_router
-from runtime.http.server import HttpServer
-from runtime.kernel.kernel import Kernel
 from runtime.net.guard import BlockedAddress
-from tests import peers
+from tests.a2a.test_server import start
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-SDK_SERVER = ROOT / "tests" / "fixtures" / "a2a_sdk_server.py"
 DIALECTS = ["1.0", "0.3", "0.1"]
 
 
@@ -37,16 +30,7 @@ DIALECTS = ["1.0", "0.3", "0.1"]
 
 
 async def start_tern(nursery, tmp_path, key=""):
-    agents = [AgentConfig(name="echo", kind="echo", description="Echoes."),
-              AgentConfig(name="sleepy", kind="command", command=["sh", "-c", "sleep 30"])]
-    config = Config(agents=agents, state=StateConfig(dir=str(tmp_path)),
-                    a2a=A2aConfig(enabled=True, default_agent="echo"))
-    kernel = Kernel(config, serve_a2a=True)
-    await nursery.start(kernel.run)
-    server = HttpServer(config.server, build_router(kernel, secured=bool(key)), Access(key))
-    bound = await nursery.start(server.serve, "127.0.0.1", 0)
-    kernel.http_bound = ("127.0.0.1", bound[0][1])
-    return kernel, f"http://127.0.0.1:{bound[0][1]}"
+    return await start(nursery, tmp_path, key=key)  # the same in-process tern as the server tests
 
 
 @pytest.fixture
@@ -196,23 +180,6 @@ async def test_credentials_go_in_headers(nursery, tmp_path):
 
 
 # --- a real a2a-sdk 1.x server --------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sdk_url():
-    try:
-        python = str(peers.a2a_sdk_python())
-    except peers.PeerUnavailable as exc:
-        pytest.skip(str(exc))
-    process = subprocess.Popen([python, str(SDK_SERVER), "0"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    try:
-        line = process.stdout.readline()  # "listening on http://127.0.0.1:PORT" once bound
-        assert line.startswith("listening on "), line + process.stdout.read()
-        yield line.split()[-1]
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 async def test_sdk_server(sdk_url):

@@ -9,7 +9,6 @@ import trio
 
 from runtime.config import A2aConfig, AgentConfig, Config, ExternalAgent, StateConfig
 from runtime.kernel.kernel import Kernel
-from tests.a2a.test_client import sdk_url  # noqa: F401  (the a2a-sdk server fixture)
 from tests.a2a.test_server import start
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import trio
 
-from tests.mcp.server_harness import (INITIALIZED, META, MODERN, TernMcp, initialize, request, tern_env,
+from tests.mcp.server_harness import (META, MODERN, TernMcp, initialize, request, tern_env,
                                       write_config)
 from tests.test_cli import ROOT
 
