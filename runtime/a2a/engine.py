@@ -140,7 +140,7 @@ class TaskEngine:
     def get(self, task_id: str) -> Task:
         entry = self._tasks.get(task_id)
         if entry is None:
-            raise TaskNotFound(f"no task {task_id!r} (it never existed, or was evicted)")
+            raise TaskNotFound(f"task {task_id!r} not found (it never existed, or was evicted)")
         return entry.task
 
     def counts(self) -> dict[str, int]:
@@ -179,7 +179,7 @@ class TaskEngine:
         if message.task_id:
             entry = self._tasks.get(message.task_id)
             if entry is None:
-                raise TaskNotFound(f"no task {message.task_id!r} (it never existed, or was evicted)")
+                raise TaskNotFound(f"task {message.task_id!r} not found (it never existed, or was evicted)")
             task = entry.task
             if message.context_id and message.context_id != task.context_id:
                 raise InvalidTaskRequest(f"contextId {message.context_id!r} is not the context of task {task.id!r}")
@@ -276,7 +276,7 @@ class TaskEngine:
     def cancel(self, task_id: str) -> Task:
         entry = self._tasks.get(task_id)
         if entry is None:
-            raise TaskNotFound(f"no task {task_id!r} (it never existed, or was evicted)")
+            raise TaskNotFound(f"task {task_id!r} not found (it never existed, or was evicted)")
         if entry.task.terminal:
             raise TaskNotCancelable(f"task {task_id} is already {entry.task.state}")
         if entry.scope is not None:
@@ -318,7 +318,7 @@ class TaskEngine:
         """Every event of the task from now on, until it is final (the channel ends)."""
         entry = self._tasks.get(task_id)
         if entry is None:
-            raise TaskNotFound(f"no task {task_id!r} (it never existed, or was evicted)")
+            raise TaskNotFound(f"task {task_id!r} not found (it never existed, or was evicted)")
         send, receive = trio.open_memory_channel[Event](SUBSCRIBER_EVENTS)
         if entry.task.terminal:
             send.close()
@@ -330,7 +330,7 @@ class TaskEngine:
         """Until the task is terminal or waits for input."""
         entry = self._tasks.get(task_id)
         if entry is None:
-            raise TaskNotFound(f"no task {task_id!r}")
+            raise TaskNotFound(f"task {task_id!r} not found")
         while not (entry.task.terminal or (entry.task.state in INTERRUPTED and not entry.running)):
             await entry.changed.wait()
         return entry.task

@@ -124,7 +124,9 @@ class PushNotifier:
     def get(self, task_id: str, config_id: Union[str, None], dialect: Dialect) -> dict[str, Any]:
         self.engine.get(task_id)
         configs = self._configs.get(task_id, {})
-        config = configs.get(config_id) if config_id else next(iter(configs.values()), None)
+        config = configs.get(config_id) if config_id else None
+        if config is None and (not config_id or config_id == "default"):
+            config = next(iter(configs.values()), None)  # 0.3 clients ask for "default": the first one
         if config is None:
             raise ConfigNotFound(f"task {task_id} has no push notification config {config_id or ''}".rstrip())
         return config.render(dialect)

@@ -205,9 +205,14 @@ class A2aEndpoint:
             task = self._start_with_push(params, agent, dialect)
             return self._stream(task, dialect, msg_id, first=True, new=True)
         if method in ("tasks/resubscribe", "SubscribeToTask"):
-            task = self.engine.get(_task_id(params))
-            if task.terminal:
-                raise UnsupportedOperation(f"task {task.id} is {task.state}: nothing more will happen to it")
+            try:
+                task = self.engine.get(_task_id(params))
+                if task.terminal:
+                    raise UnsupportedOperation(f"task {task.id} is {task.state}: nothing more will happen to it")
+            except A2aError as exc:
+                if method == "SubscribeToTask":
+                    raise
+                return self._error_stream(msg_id, exc.code, str(exc))  # 0.3 clients read a stream: the error in it
             return self._stream(task, self._dialect_of(task, dialect), msg_id, first=True)
         if method in ("tasks/get", "GetTask"):
             task = self.engine.get(_task_id(params))
@@ -299,6 +304,15 @@ class A2aEndpoint:
         rendered = dialects.render_task(task, dialect, history_length=history_length
                                         if isinstance(history_length, int) and history_length >= 0 else None)
         return dialects.wrap_result(rendered, "task", dialect)
+
+    def _error_stream(self, msg_id: Any, code: int, text: str) -> StreamResponse:
+        event = encode_event(_encoder.encode({"jsonrpc": "2.0", "id": msg_id,
+                                              "error": {"code": code, "message": text}}).decode())
+
+        async def produce(send: trio.MemorySendChannel[bytes]) -> None:
+            await send.send(event)
+
+        return StreamResponse(produce)
 
     def _stream(self, task: Task, dialect: Dialect, msg_id: Any, *, first: bool, new: bool = False) -> StreamResponse:
         """The task's events as SSE. ``new``: the stream of a send, where the agent may

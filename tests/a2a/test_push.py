@@ -95,3 +95,22 @@ async def test_config_crud_in_each_dialect(nursery, tmp_path):
             refused = await call("CreateTaskPushNotificationConfig", {"taskId": task_id, "url": bad})
             assert refused["error"]["code"] == -32602, bad
         await call("CancelTask", {"id": task_id})
+
+
+async def test_0_3_details(nursery, tmp_path):
+    """What the 0.3 TCK's capabilities category checks: the "default" config id names the
+    first webhook, and resubscribing to an unknown task answers on a stream."""
+    _, url = await start(nursery, tmp_path)
+    hook, _ = await webhook(nursery)
+    async with httpx.AsyncClient() as client:
+        task = (await client.post(url + "/a2a/sleepy", json=rpc("message/send", {
+            "message": message("zz", "0.3"), "configuration": {"blocking": False}}))).json()["result"]
+        await client.post(url + "/a2a/sleepy", json=rpc("tasks/pushNotificationConfig/set", {
+            "taskId": task["id"], "pushNotificationConfig": {"url": hook}}))
+        got = (await client.post(url + "/a2a/sleepy", json=rpc("tasks/pushNotificationConfig/get", {
+            "id": task["id"], "pushNotificationConfigId": "default"}))).json()["result"]
+        assert got["pushNotificationConfig"]["url"] == hook
+        unknown = await client.post(url + "/a2a", json=rpc("tasks/resubscribe", {"id": "nope"}))
+        assert unknown.headers["content-type"].startswith("text/event-stream")
+        assert json.loads(unknown.text.split("data:", 1)[1])["error"]["code"] == -32001
+        await client.post(url + "/a2a/sleepy", json=rpc("tasks/cancel", {"id": task["id"]}))
