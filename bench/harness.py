@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-__all__ = ["Variant", "Result", "run_commands", "print_table"]
+__all__ = ["Variant", "Result", "run_commands", "print_table", "status_kib"]
 
 
 @dataclass
@@ -81,3 +81,18 @@ def print_table(title: str, results: Sequence[Result], baseline: int = 0) -> Non
     for r in results:
         print(f"| {r.label} | {r.median_ms:.1f} | {min(r.seconds) * 1000:.1f} | {max(r.seconds) * 1000:.1f} "
               f"| {r.median_rss_mib:.1f} | {r.median_ms / base:.2f}x |")
+
+
+def status_kib(pid: int, *fields: str) -> dict:
+    """Memory figures of a running process from ``/proc/<pid>/status`` (Linux), in KiB:
+    ``status_kib(pid, "VmRSS", "VmHWM")`` -> ``{"VmRSS": ..., "VmHWM": ...}``."""
+    found = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in fields:
+                found[name] = int(value.split()[0])
+    missing = set(fields) - set(found)
+    if missing:
+        raise RuntimeError(f"no {', '.join(sorted(missing))} in /proc/{pid}/status")
+    return found

@@ -42,6 +42,7 @@ from typing import Callable, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 import peers  # noqa: E402
+from harness import status_kib  # noqa: E402  (bench/ is sys.path[0] when a bench runs)
 
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 ROUTES = ("GET /health", "POST /api/echo")
@@ -181,11 +182,7 @@ class Server:
             return ""
 
     def rss_mb(self) -> float:
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024  # kB -> MB (MiB)
-        raise RuntimeError("no VmRSS line")
+        return status_kib(self.proc.pid, "VmRSS")["VmRSS"] / 1024  # KiB -> MiB
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 from runtime.config import McpServerEntry, StdioTransport  # noqa: E402
 from runtime.mcp.client import McpClient  # noqa: E402
 from tests import peers  # noqa: E402
+from harness import status_kib  # noqa: E402  (bench/ is sys.path[0] when a bench runs)
 
 PROTOCOL = "2025-11-25"
 TERN_TOOL = "tern_agent_echo"
@@ -174,16 +175,6 @@ class _Lines:
                 return message
 
 
-def _status_kib(pid: int) -> dict:
-    fields = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                fields[name] = int(value.split()[0])
-    return fields
-
-
 def handshake(setup: Setup, name: str) -> dict:
     """One spawn: seconds to the initialize answer, then memory once tools/list is answered."""
     argv, tool = setup.servers[name]
@@ -199,7 +190,7 @@ def handshake(setup: Setup, name: str) -> dict:
         tools = lines.answer(1)["result"]["tools"]
         if tool not in [t["name"] for t in tools]:
             raise SystemExit(f"{name}: tools/list has no {tool}: {[t['name'] for t in tools]}")
-        memory = _status_kib(proc.pid)
+        memory = status_kib(proc.pid, "VmRSS", "VmHWM")
         return {"init_s": seconds, "rss_kib": memory["VmRSS"], "hwm_kib": memory["VmHWM"]}
     finally:
         proc.stdin.close()

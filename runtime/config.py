@@ -476,17 +476,17 @@ def _semantic_problems(config: Config) -> list[str]:
 
 
 def _mcp_server_problems(config: Config) -> list[str]:
+    from runtime.mcp.names import agent_tool_name
+
     exposure = config.mcp_server
     problems = _positive(exposure, "mcp_server", ("page_size", "max_sessions", "session_idle_secs"))
-    names: list[str] = []
-    if exposure.expose_agents:
-        names += ["tern_agent_" + a.name.replace("-", "_") for a in config.agents]
+    agent_tools = [agent_tool_name(a.name) for a in config.agents]
+    names: list[str] = list(agent_tools) if exposure.expose_agents else []
     for i, preset in enumerate(exposure.presets):
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", preset.name):
             problems.append(f'mcp_server.presets[{i}].name: expected 1-128 of A-Z a-z 0-9 _ . -, '
                             f'got "{preset.name}"')
         names.append(preset.name)
-        agent_tools = {"tern_agent_" + a.name.replace("-", "_") for a in config.agents}
         if preset.tool.startswith("tern_agent_") and preset.tool not in agent_tools:
             problems.append(f'mcp_server.presets[{i}].tool: no agent is exposed as "{preset.tool}" '
                             f'(agents: {", ".join(sorted(agent_tools)) or "none"})')

@@ -149,13 +149,11 @@ class TaskEngine:
             counts[entry.task.state] = counts.get(entry.task.state, 0) + 1
         return counts
 
-    def list(self, *, context_id: Union[str, None] = None, state: Union[str, None] = None,
-             updated_after: Union[float, None] = None) -> list[Task]:
+    def list(self, *, context_id: Union[str, None] = None, state: Union[str, None] = None) -> list[Task]:
         """Newest status first."""
         found = [e.task for e in self._tasks.values()
                  if (context_id is None or e.task.context_id == context_id)
-                 and (state is None or e.task.state == state)
-                 and (updated_after is None or e.task.timestamp > updated_after)]
+                 and (state is None or e.task.state == state)]
         return sorted(found, key=lambda t: t.timestamp, reverse=True)
 
     def load(self, tasks: list[Task]) -> None:

@@ -19,8 +19,6 @@ __all__ = ["State", "TERMINAL", "INTERRUPTED", "Message", "Artifact", "Task", "S
 
 State = Literal["submitted", "working", "input-required", "completed", "canceled", "failed", "rejected",
                 "auth-required", "unknown"]
-STATES: tuple[str, ...] = ("submitted", "working", "input-required", "completed", "canceled", "failed", "rejected",
-                           "auth-required", "unknown")
 TERMINAL = frozenset({"completed", "canceled", "failed", "rejected"})
 #: The states where a task waits for its client: a blocking send returns there too.
 INTERRUPTED = frozenset({"input-required", "auth-required"})

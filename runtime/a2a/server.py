@@ -152,9 +152,7 @@ class A2aEndpoint:
     # --- JSON-RPC ---------------------------------------------------------------------------
 
     async def rpc(self, request: Request) -> Union[Response, StreamResponse]:
-        agent = request.params.get("agent", self.default_agent)
-        if agent not in self.agents:
-            raise HttpError(404, f"no agent named {agent!r}")
+        agent = self._agent(request.params.get("agent", self.default_agent)).name
         content_type = (request.header(b"content-type") or "").split(";")[0].strip().lower()
         if content_type and content_type != "application/json" and not content_type.endswith("+json"):
             return self._error(None, -32005, f"Content-Type {content_type!r} is not supported: send application/json",
@@ -174,10 +172,7 @@ class A2aEndpoint:
         dialect: Dialect = "1.0" if method in METHODS_10 else "0.1" if method in METHODS_01 else "0.3"
         try:
             if method in METHODS_10:
-                version = request.header(b"a2a-version") or _query_version(request.query) or "0.3"
-                if version.split(".")[0] != "1":
-                    raise _Fault(-32009, f"{method} is A2A 1.0: send the header A2A-Version: 1.0 (got {version!r}; "
-                                         "no header means 0.3)")
+                _require_1x(request, method)
             elif method not in METHODS_01 | METHODS_03 | SHARED:
                 raise _Fault(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
             result = await self._call(method, params, agent, dialect, message.id)
@@ -375,13 +370,9 @@ class A2aEndpoint:
     # --- The 1.0 HTTP+JSON binding -------------------------------------------------------------
 
     async def _http(self, request: Request, method: str, params: dict[str, Any]) -> Union[Response, StreamResponse]:
-        agent = request.params.get("agent", self.default_agent)
-        if agent not in self.agents:
-            raise HttpError(404, f"no agent named {agent!r}")
+        agent = self._agent(request.params.get("agent", self.default_agent)).name
         try:
-            version = request.header(b"a2a-version") or _query_version(request.query) or "0.3"
-            if version.split(".")[0] != "1":
-                raise _Fault(-32009, f"the HTTP+JSON binding here is A2A 1.0: send A2A-Version: 1.0 (got {version!r})")
+            _require_1x(request, f"the HTTP+JSON binding ({method})")
             result = await self._call(method, params, agent, "1.0", _REST)
         except _Fault as fault:
             return self._http_error(fault.code, fault.message)
@@ -547,6 +538,14 @@ def _json_names(params: dict[str, Any]) -> dict[str, Any]:
 def _history_length(params: dict[str, Any]) -> Union[int, None]:
     value = params.get("historyLength")
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _require_1x(request: Request, what: str) -> None:
+    """1.0 needs ``A2A-Version: 1.x`` (header or query parameter); none means 0.3."""
+    version = request.header(b"a2a-version") or _query_version(request.query) or "0.3"
+    if version.split(".")[0] != "1":
+        raise _Fault(-32009, f"{what} is A2A 1.0: send the header A2A-Version: 1.0 (got {version!r}; "
+                             "no header means 0.3)")
 
 
 def _query_version(query: str) -> Union[str, None]:

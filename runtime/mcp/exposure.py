@@ -20,10 +20,10 @@ from typing import Any, AsyncIterator, Callable, Union
 
 from runtime.config import AgentConfig, Config
 from runtime.kernel.registry import Tool
+from runtime.mcp.names import agent_tool_name
 
-__all__ = ["Exposure", "UnknownExposedTool", "agent_tool_name"]
+__all__ = ["Exposure", "UnknownExposedTool"]
 
-AGENT_PREFIX = "tern_agent_"
 NO_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": False}
 AGENT_INPUT = {
     "type": "object",
@@ -44,10 +44,6 @@ AGENT_OUTPUT = {
 
 class UnknownExposedTool(KeyError):
     """Not a tool this server exposes (a protocol error, -32602, per the spec)."""
-
-
-def agent_tool_name(agent: str) -> str:
-    return AGENT_PREFIX + agent.replace("-", "_")
 
 
 class Exposure:

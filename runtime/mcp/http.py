@@ -20,7 +20,6 @@ Every connection goes through the SSRF guard (``runtime.net.http.make_client``).
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 from contextlib import aclosing
@@ -34,25 +33,21 @@ from msgspec import UNSET
 from runtime.config import HttpTransport as HttpConfig
 from runtime.errors import ConfigError, ProtocolError
 from runtime.log import get_logger, log_wire, register_secret
-from runtime.mcp.protocol import Era
+from runtime.mcp.protocol import META_VERSION, NAMED_PARAMS, Era, header_value
 from runtime.mcp.session import TransportClosed
 from runtime.net.guard import AddressPolicy, check_url
 from runtime.net.http import make_client
 from runtime.wire import framing, jsonrpc
 from runtime.wire.sse import SseDecoder
 
-__all__ = ["StreamableHttpTransport", "HttpTransportBase", "expand_headers", "header_value"]
+__all__ = ["StreamableHttpTransport", "HttpTransportBase", "expand_headers"]
 
 log = get_logger("mcp.http")
 
 INBOX_MESSAGES = 256
 RESUME_ATTEMPTS = 3
-META_VERSION = "io.modelcontextprotocol/protocolVersion"
 ACCEPT = "application/json, text/event-stream"
-#: Which parameter names a request in the ``Mcp-Name`` header (2026-07-28).
-NAMED_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SAFE_HEADER = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?\Z")
 
 
 def expand_headers(headers: Mapping[str, str], server: str,
@@ -77,14 +72,6 @@ def expand_headers(headers: Mapping[str, str], server: str,
             register_secret(expanded)
         out[key] = expanded
     return out
-
-
-def header_value(text: str) -> str:
-    """A header-safe form of ``text``: as is when printable ASCII, else the
-    ``=?base64?...?=`` form the 2026-07-28 transport defines for unsafe values."""
-    if _SAFE_HEADER.match(text):
-        return text
-    return "=?base64?" + base64.b64encode(text.encode("utf-8")).decode("ascii") + "?="
 
 
 class _Envelope(msgspec.Struct):

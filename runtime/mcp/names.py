@@ -20,6 +20,7 @@ import re
 from typing import Iterable, NamedTuple
 
 __all__ = [
+    "agent_tool_name",
     "MAX_TOOL_NAME",
     "ToolName",
     "normalize",
@@ -104,3 +105,9 @@ def assign_names(pairs: Iterable[tuple[str, str]]) -> tuple[list[ToolName], list
         names.extend(renamed)
         collisions.append(renamed)
     return names, collisions
+
+
+def agent_tool_name(agent: str) -> str:
+    """The MCP tool tern's MCP server exposes an agent as: ``tern_agent_{name}``, with
+    ``-`` as ``_``."""
+    return "tern_agent_" + agent.replace("-", "_")

@@ -15,6 +15,7 @@ and hands it the results.
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any, Literal, Union
 
 import msgspec
@@ -27,6 +28,14 @@ __all__ = [
     "HANDSHAKE_VERSIONS",
     "ALL_VERSIONS",
     "META_PREFIX",
+    "META_VERSION",
+    "META_CAPABILITIES",
+    "HEADER_MISMATCH",
+    "MISSING_CAPABILITY",
+    "UNSUPPORTED_VERSION",
+    "NAMED_PARAMS",
+    "header_value",
+    "header_text",
     "Era",
     "McpTool",
     "CallResult",
@@ -48,7 +57,14 @@ MODERN_VERSION = "2026-07-28"
 HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 ALL_VERSIONS = (MODERN_VERSION, *HANDSHAKE_VERSIONS)
 META_PREFIX = "io.modelcontextprotocol/"
+META_VERSION = META_PREFIX + "protocolVersion"
+META_CAPABILITIES = META_PREFIX + "clientCapabilities"
+HEADER_MISMATCH = -32020
+MISSING_CAPABILITY = -32021
 UNSUPPORTED_VERSION = -32022
+#: Which parameter names a request in the ``Mcp-Name`` header (2026-07-28).
+NAMED_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+_SAFE_HEADER = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?\Z")
 
 Era = Literal["handshake", "modern"]
 
@@ -253,3 +269,22 @@ def content_to_text(content: list[dict[str, Any]], structured: Any = None) -> st
     if not parts and structured is not None:
         parts.append(msgspec.json.encode(structured).decode())
     return "\n".join(parts)
+
+
+def header_value(text: str) -> str:
+    """A header-safe form of ``text``: as is when printable ASCII, else the
+    ``=?base64?...?=`` form the 2026-07-28 transport defines for unsafe values."""
+    if _SAFE_HEADER.match(text):
+        return text
+    return "=?base64?" + base64.b64encode(text.encode("utf-8")).decode("ascii") + "?="
+
+
+def header_text(value: str) -> str:
+    """The text a header carries: the ``=?base64?...?=`` form decoded (a form that does
+    not decode becomes a value no body can match), anything else as is."""
+    if value.startswith("=?base64?") and value.endswith("?="):
+        try:
+            return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return "\0invalid"
+    return value

@@ -22,7 +22,6 @@ body size. Here:
 
 from __future__ import annotations
 
-import base64
 import secrets
 import time
 from collections import OrderedDict
@@ -32,31 +31,21 @@ import msgspec
 import trio
 
 from runtime.http.messages import Request, Response, StreamResponse
-from runtime.mcp.protocol import HANDSHAKE_VERSIONS, MODERN_VERSION
-from runtime.mcp.server import HEADER_MISMATCH, META_VERSION, MODERN_METHODS, UNSUPPORTED_VERSION, McpServer, Peer
+from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, HEADER_MISMATCH, META_VERSION, MISSING_CAPABILITY,
+                                  MODERN_VERSION, NAMED_PARAMS, UNSUPPORTED_VERSION, header_text)
+from runtime.mcp.server import MODERN_METHODS, McpServer, Peer
 from runtime.wire import jsonrpc
 from runtime.wire.sse import encode_event
 
 __all__ = ["McpHttpEndpoint"]
 
-NAMED_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 _STATUS_OF_CODE = {jsonrpc.METHOD_NOT_FOUND: 404, jsonrpc.INVALID_PARAMS: 400, HEADER_MISMATCH: 400,
-                   -32021: 400, -32022: 400, jsonrpc.INVALID_REQUEST: 400, jsonrpc.PARSE_ERROR: 400}
+                   MISSING_CAPABILITY: 400, UNSUPPORTED_VERSION: 400, jsonrpc.INVALID_REQUEST: 400, jsonrpc.PARSE_ERROR: 400}
 _encoder = msgspec.json.Encoder()
 
 
 def _rpc_error(status: int, code: int, message: str, msg_id: Any = None, data: Any = msgspec.UNSET) -> Response:
     return Response(status, jsonrpc.encode(jsonrpc.error_response(msg_id, code, message, data)))
-
-
-def _decode_header(value: str) -> str:
-    """The 2026-07-28 ``=?base64?...?=`` form, or the value itself."""
-    if value.startswith("=?base64?") and value.endswith("?="):
-        try:
-            return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            return "\0invalid"
-    return value
 
 
 class McpHttpEndpoint:
@@ -123,13 +112,13 @@ class McpHttpEndpoint:
             return (f"header mismatch: MCP-Protocol-Version is {header_version!r} but _meta says "
                     f"{meta.get(META_VERSION)!r}")
         method = request.header(b"mcp-method")
-        if method is None or _decode_header(method) != message.method:
+        if method is None or header_text(method) != message.method:
             return f"header mismatch: Mcp-Method is {method!r} but the body's method is {message.method!r}"
         named = NAMED_PARAMS.get(message.method)
         if named:
             name = request.header(b"mcp-name")
             expected = params.get(named) if isinstance(params, dict) else None
-            if name is None or _decode_header(name) != expected:
+            if name is None or header_text(name) != expected:
                 return f"header mismatch: Mcp-Name is {name!r} but the body names {expected!r}"
         return ""
 

@@ -33,18 +33,14 @@ from msgspec import UNSET
 from runtime import __version__
 from runtime.log import get_logger
 from runtime.mcp.exposure import Exposure, UnknownExposedTool
-from runtime.mcp.protocol import HANDSHAKE_VERSIONS, META_PREFIX, MODERN_VERSION
+from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, META_CAPABILITIES, META_PREFIX, META_VERSION, MODERN_VERSION,
+                                  UNSUPPORTED_VERSION)
 from runtime.wire import jsonrpc
 
-__all__ = ["McpServer", "Peer", "Notify", "LOG_LEVELS", "HEADER_MISMATCH", "UNSUPPORTED_VERSION", "MODERN_METHODS"]
+__all__ = ["McpServer", "Peer", "Notify", "LOG_LEVELS", "MODERN_METHODS"]
 
 log = get_logger("mcp.server")
 
-HEADER_MISMATCH = -32020
-MISSING_CAPABILITY = -32021
-UNSUPPORTED_VERSION = -32022
-META_VERSION = META_PREFIX + "protocolVersion"
-META_CAPABILITIES = META_PREFIX + "clientCapabilities"
 META_LOG_LEVEL = META_PREFIX + "logLevel"
 META_SERVER_INFO = META_PREFIX + "serverInfo"
 #: RFC 5424 severities, least to most severe, as MCP logging names them.
@@ -63,7 +59,6 @@ class Peer:
         self.label = label  # for the audit record: "mcp:stdio", "mcp:http:127.0.0.1"
         self.initialized = False  # an initialize request was answered
         self.version = ""
-        self.client_info: dict[str, Any] = {}
         self.log_level: Union[str, None] = None  # handshake era, set by logging/setLevel
         self.inflight: dict[Any, trio.CancelScope] = {}
         self.last_seen = time.monotonic()
@@ -82,7 +77,7 @@ class _Fault(Exception):
 
 
 class McpServer:
-    def __init__(self, kernel: Any, *, capabilities_extra: Union[dict[str, Any], None] = None) -> None:
+    def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
         self.exposure = Exposure(kernel)
         settings = kernel.config.mcp_server
@@ -91,8 +86,7 @@ class McpServer:
             "tern hosts agents. Each tern_agent_* tool sends that agent a message and returns its reply; "
             "pass the reply's context_id back to continue a conversation.")
         self.server_info = {"name": "tern", "title": "tern agent runtime", "version": __version__}
-        self.capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {},
-                                             **(capabilities_extra or {})}
+        self.capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
         # 2026-07-28 sends list changes only on subscriptions/listen, which tern does not serve.
         self.modern_capabilities = {"tools": {}, "logging": {}}
 
@@ -174,8 +168,6 @@ class McpServer:
             raise _Fault(jsonrpc.INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
         # The spec: echo the client's version if we support it, else offer our latest.
         peer.version = requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
-        info = params.get("clientInfo")
-        peer.client_info = info if isinstance(info, dict) else {}
         return {"protocolVersion": peer.version, "capabilities": self.capabilities,
                 "serverInfo": self.server_info, "instructions": self.instructions}
 
