@@ -109,21 +109,56 @@ def test_listen_errors_are_one_line(tmp_path):
     assert bad.returncode == 2 and "--listen" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_sigkill_loses_no_committed_message(daemon):
-    """A reply the API returned is on disk: kill -9 right after it, then read the store."""
+@pytest.fixture
+def model_url():
+    """An OpenAI-compatible endpoint on loopback that answers 'noted N', N being how many
+    messages the chat held (so a reply shows how much history the agent was given)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Chat(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            chat = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            reply = {"role": "assistant", "content": f"noted {len(chat['messages'])}"}
+            body = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": reply}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Chat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_sigkill_loses_no_committed_message(tmp_path, model_url):
+    """A reply the API returned is on disk: kill -9 right after it, then read the store.
+    (An llm agent: the kind that keeps its conversation.)"""
     import sqlite3
 
-    config, process, url, discovery = daemon
-    replies = []
-    for i in range(20):
-        response = httpx.post(url + "/api/agents/echo/message", json={"message": f"note {i}", "context_id": "ctx-1"})
-        assert response.status_code == 200, response.text
-        replies.append(response.json())
-    assert replies[-1] == {"agent": "echo", "context_id": "ctx-1", "text": "note 19"}
-    process.kill()
-    process.wait()
-    with sqlite3.connect(discovery.parent / "conversations.sqlite3") as db:
+    config = write_config(tmp_path)
+    with open(config, "a") as file:
+        file.write(f'[[agents]]\nname = "bot"\nkind = "llm"\n[agents.model]\nbase_url = "{model_url}"\n'
+                   'model = "m"\n')
+    process, url = start_daemon(config)
+    try:
+        replies = []
+        for i in range(20):
+            response = httpx.post(url + "/api/agents/bot/message", json={"message": f"note {i}", "context_id": "ctx-1"})
+            assert response.status_code == 200, response.text
+            replies.append(response.json())
+        assert replies[-1] == {"agent": "bot", "context_id": "ctx-1", "text": "noted 39"}
+    finally:
+        process.kill()
+        process.wait()
+    with sqlite3.connect(tmp_path / "state" / "conversations.sqlite3") as db:
         rows = db.execute("SELECT role, content FROM messages WHERE context_id = 'ctx-1' ORDER BY seq").fetchall()
-    assert len(rows) == 40 and rows[-2:] == [("user", "note 19"), ("agent", "note 19")]
-    bad = tern("run", "echo", "x", "--config", config)  # and a restarted tern reads it fine
-    assert bad.returncode == 0 and bad.stdout == "x\n"
+    assert len(rows) == 40 and rows[-2:] == [("user", "note 19"), ("agent", "noted 39")]
+    again = tern("run", "bot", "x", "--context", "ctx-1", "--config", config)  # a restarted tern reads all 40
+    assert again.returncode == 0 and again.stdout == "noted 41\n", again.stderr

@@ -1,5 +1,9 @@
-"""Agents: what answers a message. Every kind records the exchange in its conversation
-(``context_id``) and makes its tool calls through the pipeline.
+"""Agents: what answers a message. Every kind makes its tool calls through the pipeline
+and is audited (``agent_message``, with its ``context_id``); the kinds that read their
+conversation back (``llm``) also commit each exchange to it before replying. The others
+answer from the message alone, so storing their exchanges would be a write per message
+that nothing ever reads (a ``remote`` agent's history lives at the remote end, under the
+same contextId).
 
 - ``echo``: replies with the message (protocol demos and tests).
 - ``command``: runs a local program with the message on stdin, in a cleared environment
@@ -35,6 +39,7 @@ from runtime.kernel.pipeline import ToolPipeline
 __all__ = ["Agents", "AgentReply", "AgentError", "UnknownAgent"]
 
 READ_BYTES = 65536
+REMEMBERING_KINDS = frozenset({"llm"})  # the kinds whose replies depend on their conversation
 
 
 class AgentError(TernError):
@@ -70,8 +75,8 @@ class Agents:
                    on_text: Union[Callable[[str], None], None] = None,
                    on_log: Union[Callable[[str, str], None], None] = None,
                    env: Union[dict[str, str], None] = None) -> AgentReply:
-        """Answer one message; the exchange is committed to the conversation before
-        the reply is returned. ``on_text`` gets output as it comes (model text, a
+        """Answer one message; for an agent that remembers, the exchange is committed to
+        its conversation before the reply is returned. ``on_text`` gets output as it comes (model text, a
         command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
         added to a command agent's cleared environment."""
         agent = self.get(name)
@@ -86,7 +91,7 @@ class Agents:
                 self.pipeline.audit.record("agent_message", agent=name, context_id=context_id, outcome=outcome,
                                            ms=round((time.perf_counter() - started) * 1000, 3),
                                            chars_in=len(message))
-        if self.conversations is not None:
+        if self.conversations is not None and agent.kind in REMEMBERING_KINDS:
             await self.conversations.append(context_id, Conversations.message("user", name, message),
                                             Conversations.message("agent", name, text))
         return AgentReply(name, context_id, text)

@@ -20,6 +20,7 @@ import msgspec
 __all__ = ["AuditLog", "digest"]
 
 _encoder = msgspec.json.Encoder(order="sorted")
+RECHECK_EVERY = 256  # records between reads of the file's real size
 
 
 def digest(arguments: Any) -> str:
@@ -37,19 +38,28 @@ class AuditLog:
         self.max_bytes = max_bytes
         self.backups = backups
         self._fd = -1
+        self._size = 0  # the file's size as we last saw it, plus what we wrote since
+        self._unchecked = 0  # records written since the size was read from the file
 
     def _open(self) -> int:
         if self._fd < 0:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._size, self._unchecked = os.fstat(self._fd).st_size, 0
         return self._fd
 
     def record(self, kind: str, **fields: Any) -> None:
         line = _encoder.encode({"time": round(time.time(), 6), "kind": kind, **fields}) + b"\n"
         fd = self._open()
         os.write(fd, line)
-        if os.fstat(fd).st_size >= self.max_bytes:
-            self._rotate()
+        self._size += len(line)
+        self._unchecked += 1
+        # The size is counted, not read for every record (an fstat a record was a third of
+        # its cost); it is re-read now and then, as another tern may append to the file too.
+        if self._size >= self.max_bytes or self._unchecked >= RECHECK_EVERY:
+            self._size, self._unchecked = os.fstat(fd).st_size, 0
+            if self._size >= self.max_bytes:
+                self._rotate()
 
     def _rotate(self) -> None:
         """audit.jsonl -> .1 -> .2 ... (the oldest beyond ``backups`` is dropped)."""

@@ -8,7 +8,7 @@ it gets) rather than slowing the kernel down or growing memory.
 from __future__ import annotations
 
 import time
-from typing import Any, Union
+from typing import Any, Iterable, Union
 
 import trio
 
@@ -18,8 +18,9 @@ QUEUE_EVENTS = 256
 
 
 class Subscription:
-    def __init__(self, bus: "EventBus", size: int) -> None:
+    def __init__(self, bus: "EventBus", size: int, kinds: Union[frozenset[str], None] = None) -> None:
         self._bus = bus
+        self.kinds = kinds  # None: every event
         self._send, self.receive = trio.open_memory_channel[dict[str, Any]](size)
         self.dropped = 0
 
@@ -58,9 +59,12 @@ class EventBus:
             return
         event = {"type": kind, "time": time.time(), **(data or {})}
         for subscription in list(self._subscribers):
-            subscription.offer(event)
+            if subscription.kinds is None or kind in subscription.kinds:
+                subscription.offer(event)
 
-    def subscribe(self, size: int = QUEUE_EVENTS) -> Subscription:
-        subscription = Subscription(self, size)
+    def subscribe(self, size: int = QUEUE_EVENTS, *, kinds: Union[Iterable[str], None] = None) -> Subscription:
+        """A bounded queue of events; with ``kinds``, of those types only (a watcher that
+        wants MCP server changes is not woken by every tool call)."""
+        subscription = Subscription(self, size, frozenset(kinds) if kinds is not None else None)
         self._subscribers.add(subscription)
         return subscription

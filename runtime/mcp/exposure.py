@@ -85,10 +85,10 @@ class Exposure:
         """Yields each time the exposed set of names changes (MCP servers coming and
         going change the kernel tools an allowlist matches)."""
         known = self.names()
-        with self.kernel.events.subscribe() as events:
+        with self.kernel.events.subscribe(kinds=("mcp.server", "mcp.tools")) as events:
             while True:
-                event = await events.next()
-                if event.get("type") in ("mcp.server", "mcp.tools") and (names := self.names()) != known:
+                await events.next()
+                if (names := self.names()) != known:
                     known = names
                     yield
 

@@ -1,4 +1,4 @@
-"""Agents of the kinds in this build (echo, command, tool) and their conversations."""
+"""Agents of the kinds in this build (echo, command, tool, llm) and the conversations llm agents keep."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 import trio
 
-from runtime.config import AgentConfig, Config, StateConfig
+from runtime.config import AgentConfig, Config, ModelConfig, StateConfig
 from runtime.kernel.agents import AgentError, UnknownAgent
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.kernel import Kernel
@@ -21,14 +21,32 @@ def kernel(tmp_path, *agents: AgentConfig) -> Kernel:
     return Kernel(Config(agents=list(agents), state=StateConfig(dir=str(tmp_path))))
 
 
-async def test_echo_and_the_conversation_is_committed(tmp_path):
+async def test_echo_keeps_its_context_id_and_is_audited_but_stores_no_conversation(tmp_path):
+    """Only agents that read their conversation back (llm) store it: see docs/decisions.md."""
     k = kernel(tmp_path, AgentConfig(name="echo", kind="echo"))
     first = await k.agents.send("echo", "hello")
     second = await k.agents.send("echo", "again", context_id=first.context_id)
-    assert (first.text, second.context_id) == ("hello", first.context_id)
+    assert (first.text, second.text, second.context_id) == ("hello", "again", first.context_id)
+    assert await k.conversations.history(first.context_id) == []
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["context_id"], r["outcome"]) for r in records] == [
+        ("agent_message", first.context_id, "ok"), ("agent_message", first.context_id, "ok")]
+
+
+async def test_an_llm_agents_conversation_is_committed_privately(tmp_path):
+    from tests.scripted_llm import ScriptedLLM, whole
+
+    llm = ScriptedLLM(whole("Hi."), whole("Again."))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(llm.serve)
+        k = kernel(tmp_path, AgentConfig(name="bot", kind="llm",
+                                         model=ModelConfig(base_url=llm.url, model="m", timeout_secs=5)))
+        first = await k.agents.send("bot", "hello")
+        await k.agents.send("bot", "and?", context_id=first.context_id)
+        nursery.cancel_scope.cancel()
     history = await k.conversations.history(first.context_id)
-    assert [(m.role, m.content) for m in history] == [("user", "hello"), ("agent", "hello"),
-                                                      ("user", "again"), ("agent", "again")]
+    assert [(m.role, m.content) for m in history] == [("user", "hello"), ("agent", "Hi."),
+                                                      ("user", "and?"), ("agent", "Again.")]
     assert oct((tmp_path / "conversations.sqlite3").stat().st_mode & 0o777) == "0o600"
 
 

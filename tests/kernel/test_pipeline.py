@@ -136,6 +136,22 @@ def test_audit_rotates(tmp_path):
     assert last["n"] == 99 and oct((tmp_path / "audit.jsonl").stat().st_mode & 0o777) == "0o600"
 
 
+def test_audit_rotation_sees_another_processs_appends(tmp_path):
+    """The size is counted, and re-read every RECHECK_EVERY records: bytes another tern
+    appended to the same file count towards the limit too."""
+    from runtime.kernel import audit as audit_module
+
+    mine = AuditLog(tmp_path / "audit.jsonl", max_bytes=50_000, backups=1)
+    mine.record("tool_call", n=0)
+    with open(tmp_path / "audit.jsonl", "ab") as other:  # another process's records
+        other.write(b'{"kind": "tool_call"}' + b" " * 60_000 + b"\n")
+    for i in range(audit_module.RECHECK_EVERY):
+        mine.record("tool_call", n=i + 1)
+    mine.close()
+    assert (tmp_path / "audit.jsonl.1").exists()
+    assert (tmp_path / "audit.jsonl").stat().st_size < 50_000
+
+
 async def test_secrets_never_reach_a_log_line(tmp_path, monkeypatch):
     import logging
 
