@@ -34,6 +34,7 @@ from msgspec import UNSET
 
 from runtime.config import Config
 from runtime.log import get_logger
+from runtime.net.pipes import PipeReader, PipeWriter
 from runtime.wire import framing, jsonrpc
 
 __all__ = ["serve_stdio", "StdioServer", "LocalBackend", "RelayBackend", "daemon_url"]
@@ -59,11 +60,9 @@ class StdioServer:
         self.send = send
         self.decoder = framing.AutoDecoder(max_message_bytes)
         self.max_message_bytes = max_message_bytes
-        self._write_lock = trio.StrictFIFOLock()  # one message at a time, in order
+        self._reader = PipeReader(receive, READ_BYTES)
+        self._writer = PipeWriter(send, timeout_secs=WRITE_TIMEOUT_SECS)
         self._broken = False
-        self._fd = _fileno(send)  # a pipe or file: the direct-write fast path
-        self._in_fd = _fileno(receive)  # and the direct-read one
-        self._waited = False  # the last read waited for input (so it let the other tasks run)
 
     async def serve(self) -> None:
         """Until stdin ends: then what is still running gets EOF_GRACE_SECS, and is cancelled."""
@@ -75,35 +74,14 @@ class StdioServer:
             nursery.cancel_scope.cancel()  # stdin EOF: what is still running ends unanswered
 
     async def emit(self, body: bytes) -> None:
-        """Write one message to stdout, whole and in order. The common case is one
-        non-blocking write; the rest waits its turn under a lock, shielded (a cancelled
-        caller cannot cut a frame short) and bounded by WRITE_TIMEOUT_SECS (a client
-        that stops reading is dropped)."""
+        """Write one message to stdout, whole and in order (``PipeWriter``); a client that
+        is gone or stops reading for WRITE_TIMEOUT_SECS gets nothing more."""
         if self._broken:
             return
-        data = framing.encoder_for(self.decoder.framing or "ndjson")(body)
-        if self._fd >= 0 and not self._write_lock.locked():
-            try:
-                written = os.write(self._fd, data)
-            except BlockingIOError:
-                written = 0
-            except OSError as exc:
-                self._gone(exc)
-                return
-            if written == len(data):
-                return  # no checkpoint: the answer task ends here, and one more turn of the loop is 5% of a call
-            data = data[written:]
-            self._write_lock.acquire_nowait()  # no await since the write: nobody got in between
-        else:
-            await self._write_lock.acquire()
         try:
-            with trio.CancelScope(shield=True):
-                with trio.fail_after(WRITE_TIMEOUT_SECS):
-                    await self.send.send_all(data)
+            await self._writer.send_all(framing.encoder_for(self.decoder.framing or "ndjson")(body))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError) as exc:
             self._gone(exc)
-        finally:
-            self._write_lock.release()
 
     def _gone(self, exc: BaseException) -> None:
         self._broken = True
@@ -112,31 +90,16 @@ class StdioServer:
     async def _read(self, nursery: trio.Nursery) -> None:
         while True:
             try:
-                data = await self._receive_some()
+                data = await self._reader.receive_some()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 data = b""
             events = self.decoder.feed(data) if data else self.decoder.feed_eof()
-            for event in events:
+            for index, event in enumerate(events):
+                if index:  # a turn of the loop between messages read together: requests start in
+                    await trio.lowlevel.checkpoint()  # the order they came, and quick ones answer in it
                 await self._event(event)
             if not data:
                 return
-
-    async def _receive_some(self) -> bytes:
-        """``receive_some``, on a file descriptor without its extra turn of the event loop
-        before each read: a read that finds nothing waits (and so yields) anyway, and one
-        that did not wait yields before the next, so a flood of input cannot starve the
-        answers."""
-        if self._in_fd < 0:
-            return await self.receive.receive_some(READ_BYTES)
-        if not self._waited:
-            await trio.lowlevel.checkpoint()
-        self._waited = False
-        while True:
-            try:
-                return os.read(self._in_fd, READ_BYTES)
-            except BlockingIOError:
-                self._waited = True
-                await trio.lowlevel.wait_readable(self._in_fd)
 
     async def _event(self, event: framing.FramingEvent) -> None:
         if isinstance(event, framing.Frame):
@@ -311,11 +274,6 @@ async def daemon_url(config: Config) -> Union[str, None]:
             log.info("the daemon at %s does not answer (%s): serving in-process", record["url"], exc)
             return None
     return record["url"] if response.status_code == 200 else None
-
-
-def _fileno(stream: Any) -> int:
-    fileno = getattr(stream, "fileno", None)
-    return fileno() if callable(fileno) else -1
 
 
 def _stdio_streams() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:

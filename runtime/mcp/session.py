@@ -4,7 +4,9 @@ Many requests may be in flight at once; each waits on its own waiter (id -> wait
 and no lock is held across a call (writes are serialised by the transport, for the
 length of one write only). When the connection ends, every waiting call fails at once
 with ``ConnectionLost`` instead of sitting out its timeout. A call that passes its
-deadline sends ``notifications/cancelled`` and raises ``TernTimeout``.
+deadline sends ``notifications/cancelled`` and raises ``TernTimeout``. Deadlines are
+kept by one watchdog task per session rather than a cancel scope per call: a scope with
+a deadline was a quarter of the client's cost of a local call.
 
 Era negotiation with ``protocol = "auto"`` (fast against both kinds of server):
 
@@ -22,6 +24,7 @@ Era negotiation with ``protocol = "auto"`` (fast against both kinds of server):
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from typing import Any, Callable, Protocol, Union
 
@@ -71,14 +74,16 @@ class MessageTransport(Protocol):
 
 
 class _Waiter:
-    __slots__ = ("event", "result", "error", "method", "started")
+    __slots__ = ("event", "result", "error", "method", "started", "deadline", "expired")
 
-    def __init__(self, method: str) -> None:
+    def __init__(self, method: str, deadline: float) -> None:
         self.event = trio.Event()
         self.result: Any = None
         self.error: Union[BaseException, None] = None
         self.method = method
         self.started = time.perf_counter()
+        self.deadline = deadline  # trio.current_time() by which the answer must come
+        self.expired = False  # set by the watchdog, with the event
 
 
 NotificationHandler = Callable[[str, Any], None]  # called on the reader task: must not block
@@ -103,6 +108,9 @@ class McpSession:
         self._closed: Union[BaseException, None] = None
         self._nursery: Union[trio.Nursery, None] = None
         self._meta: Union[dict[str, Any], None] = None
+        self._watching = False  # the watchdog runs (inside ``run``)
+        self._watch_at = math.inf  # the deadline it sleeps until
+        self._watch_wake = trio.Event()  # set when a call needs it to wake sooner
         self.closed = trio.Event()
 
     @property
@@ -117,6 +125,8 @@ class McpSession:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                nursery.start_soon(self._watchdog)
+                self._watching = True
                 task_status.started()
                 while True:
                     try:
@@ -128,8 +138,24 @@ class McpSession:
                     self._dispatch(body)
                 nursery.cancel_scope.cancel()
         finally:
+            self._watching = False
             self._fail_all(ConnectionLost(f"MCP server '{self.name}' connection ended"))
             self.closed.set()
+
+    async def _watchdog(self) -> None:
+        """Sleeps until the earliest deadline of a waiting call (or until a call with an
+        earlier one starts), then expires every call past its deadline. A stream of calls
+        that all answer in time wakes it about once per timeout period."""
+        while True:
+            self._watch_at = min((w.deadline for w in self._pending.values()), default=math.inf)
+            with trio.move_on_at(self._watch_at):
+                await self._watch_wake.wait()
+            self._watch_wake = trio.Event()
+            now = trio.current_time()
+            for waiter in self._pending.values():
+                if waiter.deadline <= now and not waiter.event.is_set():
+                    waiter.expired = True
+                    waiter.event.set()
 
     def _fail_all(self, error: BaseException) -> None:
         if self._closed is None:
@@ -199,12 +225,14 @@ class McpSession:
         except SEND_ERRORS as exc:
             log.debug("MCP server '%s': could not send %s: %s", self.name, type(message).__name__, exc)
 
-    def _start(self, method: str, params: Any) -> tuple[Union[int, str], _Waiter]:
+    def _start(self, method: str, timeout: float = math.inf) -> tuple[Union[int, str], _Waiter]:
         if self._closed is not None:
             raise ConnectionLost(str(self._closed))
         request_id = next(self._ids)
-        waiter = _Waiter(method)
+        waiter = _Waiter(method, trio.current_time() + timeout)
         self._pending[request_id] = waiter
+        if waiter.deadline < self._watch_at:
+            self._watch_wake.set()
         return request_id, waiter
 
     def _params(self, params: Union[dict[str, Any], None]) -> Any:
@@ -216,29 +244,32 @@ class McpSession:
                       timeout_secs: Union[float, None] = None,
                       on_progress: Union[Callable[[dict[str, Any]], None], None] = None) -> Any:
         """Send a request and wait for its result; raise RpcError, TernTimeout or ConnectionLost."""
-        request_id, waiter = self._start(method, params)
+        timeout = self.timeout_secs if timeout_secs is None else timeout_secs
+        request_id, waiter = self._start(method, timeout)
         if on_progress is not None:
             params = dict(params or {})
             params["_meta"] = {**params.get("_meta", {}), "progressToken": request_id}
             self._progress[request_id] = on_progress
-        timeout = self.timeout_secs if timeout_secs is None else timeout_secs
         try:
             try:
                 await self.transport.send(jsonrpc.Request(request_id, method, self._params(params)))
             except SEND_ERRORS as exc:
                 raise ConnectionLost(f"MCP server '{self.name}' cannot be written to: {exc}") from None
-            with trio.move_on_after(timeout):
-                await waiter.event.wait()
+            if self._watching:
+                await waiter.event.wait()  # the watchdog ends the wait at the deadline
+            else:  # no reader yet (so no watchdog): only a timeout can end the wait
+                with trio.move_on_at(waiter.deadline):
+                    await waiter.event.wait()
         finally:
             self._progress.pop(request_id, None)
-            if not waiter.event.is_set():
+            if not waiter.event.is_set() or waiter.expired:
                 self._pending.pop(request_id, None)
                 if method != "initialize" and self._closed is None:
                     with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                         await self._send_quietly(jsonrpc.Notification(
                             "notifications/cancelled", self._params({"requestId": request_id,
                                                                       "reason": "timed out or cancelled"})))
-        if not waiter.event.is_set():
+        if not waiter.event.is_set() or waiter.expired:
             raise TernTimeout(f"MCP server '{self.name}' did not answer {method} within {timeout:g} s")
         if waiter.error is not None:
             raise waiter.error
@@ -285,8 +316,8 @@ class McpSession:
             except (RpcError, ProtocolError, TernTimeout) as exc:
                 log.debug("MCP server '%s': server/discover failed (%s); using initialize", self.name, exc)
                 return await self._initialize()
-        discover_id, discover = self._start("server/discover", None)
-        ping_id, ping = self._start("ping", None)
+        discover_id, discover = self._start("server/discover")  # bounded by the nursery's deadline below
+        ping_id, ping = self._start("ping")
         await self._send_quietly(jsonrpc.Request(discover_id, "server/discover",
                                                  protocol.with_meta(None, protocol.modern_meta())))
         await self._send_quietly(jsonrpc.Request(ping_id, "ping", UNSET))

@@ -29,6 +29,7 @@ from runtime.config import StdioTransport as StdioConfig
 from runtime.errors import ConnectionLost
 from runtime.log import get_logger, log_wire
 from runtime.mcp.protocol import Era
+from runtime.net.pipes import PipeReader, PipeWriter
 from runtime.mcp.session import TransportClosed
 from runtime.wire import framing, jsonrpc
 
@@ -42,6 +43,7 @@ STDERR_LINE_CHARS = 1000
 STDERR_LINES_PER_SEC = 20.0
 STDERR_BURST = 100
 READ_BYTES = 65536
+WRITE_TIMEOUT_SECS = 30.0  # a server that reads nothing of a message for this long is dropped
 
 
 def subprocess_env(names: list[str], source: Union[dict[str, str], None] = None) -> dict[str, str]:
@@ -65,7 +67,8 @@ class StdioTransport:
         self._decoder = framing.NdjsonDecoder(max_message_bytes)
         self._frames: deque[bytes] = deque()
         self._process: Any = None
-        self._write_lock = trio.Lock()
+        self._reader: Union[PipeReader, None] = None
+        self._writer: Union[PipeWriter, None] = None
         self._eof = False
         self.exit_code: Union[int, None] = None
 
@@ -86,27 +89,30 @@ class StdioTransport:
         except OSError as exc:
             raise ConnectionLost(f"cannot start MCP server '{self.name}' ({self.config.command}): "
                                  f"{exc.strerror or exc}") from None
+        self._reader = PipeReader(self._process.stdout, READ_BYTES)
+        self._writer = PipeWriter(self._process.stdin, timeout_secs=WRITE_TIMEOUT_SECS)
         nursery.start_soon(self._drain_stderr)
 
     async def send(self, message: jsonrpc.Message) -> None:
-        if self._process is None or self._process.stdin is None:
+        if self._writer is None:
             raise TransportClosed("not started")
         data = framing.encode_ndjson(jsonrpc.encode(message))
         log_wire("out", getattr(message, "method", None), getattr(message, "id", None), len(data),
                  peer=f"mcp:{self.name}")
-        async with self._write_lock:  # one write at a time; never held across a call
-            try:
-                await self._process.stdin.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise TransportClosed(f"stdin closed: {exc}") from None
+        try:  # one message at a time, whole; never held across a call
+            await self._writer.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise TransportClosed(f"stdin closed: {exc}") from None
+        except trio.TooSlowError:
+            raise TransportClosed(f"the server read nothing for {WRITE_TIMEOUT_SECS:g} s") from None
 
     async def receive(self) -> bytes:
         while not self._frames:
             if self._eof:
                 raise TransportClosed(await self._exit_description())
             try:
-                data = await self._process.stdout.receive_some(READ_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = await self._reader.receive_some()  # type: ignore[union-attr]
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 data = b""
             if not data:
                 self._eof = True

@@ -146,6 +146,19 @@ async def test_interleaved_calls_all_answered_by_id(tern):
     assert seen == {f"r{i}": f"m{i}" for i in range(30)}
 
 
+async def test_pipelined_requests_start_in_order_and_quick_ones_answer_in_it(tern):
+    """A client that writes everything at once (``printf ... | tern mcp``) gets initialize
+    answered first and the rest in order: requests read together start one by one."""
+    echo = [request(i, "tools/call", {"name": "tern_agent_echo", "arguments": {"message": f"m{i}"}})
+            for i in range(2, 12)]
+    await tern.send(initialize(0), {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    request(1, "tools/list"), *echo, request(12, "ping"))
+    replies = [await tern.receive() for _ in range(13)]
+    assert [reply["id"] for reply in replies] == list(range(13))
+    assert replies[0]["result"]["protocolVersion"] == "2025-11-25"
+    assert [r["result"]["content"][0]["text"] for r in replies[2:12]] == [f"m{i}" for i in range(2, 12)]
+
+
 async def test_content_length_framing_is_answered_in_kind(config, tmp_path):
     server = await TernMcp.start(config, tern_env(tmp_path), "--standalone", framing="content-length")
     try:

@@ -86,6 +86,33 @@ async def test_hang_times_out_and_sends_cancelled(fake_entry, nursery, tmp_path)
     assert cancelled and cancelled[0]["params"]["requestId"] == hang["id"]
 
 
+async def test_a_short_deadline_behind_a_long_one_still_expires_on_time(fake_entry, nursery):
+    """Deadlines are kept by the session's watchdog: a call with an earlier deadline than
+    every waiting one must wake it, and a caller's own cancellation still ends its call."""
+    client = await McpClient.connect(fake_entry(), nursery)
+    outcome = {}
+
+    async def long_call() -> None:
+        try:
+            await client.call_tool("hang", timeout_secs=30)
+        except (TernTimeout, ConnectionLost) as exc:  # lost: when the client closes, at the end
+            outcome["long"] = exc
+
+    nursery.start_soon(long_call)
+    await trio.sleep(0.1)
+    started = trio.current_time()
+    with pytest.raises(TernTimeout, match="within 0.3 s"):
+        await client.call_tool("hang", timeout_secs=0.3)
+    assert 0.25 < trio.current_time() - started < 2
+    with trio.move_on_after(0.2) as scope:  # the caller gives up first
+        await client.call_tool("hang", timeout_secs=30)
+    assert scope.cancelled_caught and "long" not in outcome
+    assert (await client.call_tool("echo", {"message": "still here"})).text() == "still here"
+    await client.aclose()
+    await trio.sleep(0.1)
+    assert isinstance(outcome["long"], ConnectionLost)  # it waited, on its 30 s, until the end
+
+
 async def test_garbage_and_a_20mb_line_are_skipped(fake_entry, nursery):
     client = await McpClient.connect(fake_entry("--garbage"), nursery)
     assert (await client.call_tool("echo", {"message": "ok"})).text() == "ok"
