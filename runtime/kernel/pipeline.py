@@ -33,7 +33,7 @@ __all__ = ["Run", "ToolPipeline"]
 
 class Run:
     """One agent run's state: which agent (None: an operator, e.g. ``tern call``), its
-    loop guard, and what untrusted content it has seen."""
+    loop guard, what untrusted content it has seen, and whether its caller gave up."""
 
     def __init__(self, agent: Union[AgentConfig, None] = None, *, max_calls: int = 50,
                  context: Union[ToolContext, None] = None) -> None:
@@ -41,6 +41,17 @@ class Run:
         self.context = context or ToolContext(agent=agent.name if agent else "")
         self.loop_guard = LoopGuard(max_calls=max_calls)
         self.taint = TaintTracker()
+        self.cancelled = False
+        self._scopes: set[trio.CancelScope] = set()  # the timeout scopes of its calls now running
+
+    def cancel(self) -> None:
+        """The caller gave up (an MCP client's notifications/cancelled, say): the call
+        running now stops, ends as "cancelled" (audited as such), and none starts again.
+        The pipeline's own timeout scope does the stopping, so a caller needs no scope
+        of its own per call."""
+        self.cancelled = True
+        for scope in self._scopes:
+            scope.cancel()
 
 
 def allowed(agent: Union[AgentConfig, None], tool: str) -> bool:
@@ -60,6 +71,7 @@ class ToolPipeline:
         for value in secret_values:  # the same secrets never reach a log line either
             register_secret(value)
         self.observers = observers if observers is not None else []  # (tool, outcome, seconds)
+        self._remote_agents = frozenset(a.name for a in config.agents if a.kind == "remote")
 
     def run(self, agent: Union[AgentConfig, None] = None, *, progress: Any = None, log: Any = None) -> Run:
         """A new run for ``agent`` (None: an operator), with its tool context: the agent's
@@ -93,6 +105,8 @@ class ToolPipeline:
     async def _call(self, name: str, tool: Union[Tool, None], untrusted: bool, arguments: dict[str, Any], run: Run,
                     timeout_secs: Union[float, None]) -> tuple[ToolResult, str]:
         agent = run.agent
+        if run.cancelled:
+            return _refused(f"{name} was not run: its caller cancelled"), "cancelled"
         if not allowed(agent, name):
             return _refused(f"agent '{agent.name}' may not call {name}: it is not in the agent's tools"), "denied"  # type: ignore[union-attr]
         if tool is None:  # unknown, or the tool of an MCP server that is down: say which
@@ -109,8 +123,7 @@ class ToolPipeline:
         verdict = run.loop_guard.check(name, arguments)
         if verdict.action == "block":
             return _refused(verdict.reason), "loop_blocked"
-        remote = name == "agent_send" and any(a.name == arguments.get("agent") and a.kind == "remote"
-                                              for a in self.config.agents)
+        remote = name == "agent_send" and arguments.get("agent") in self._remote_agents
         if is_sensitive_sink(name, remote_agent=remote):
             taint = run.taint.find(arguments)
             if taint is not None and not (agent is not None and agent.allow_tainted_sinks):
@@ -118,11 +131,16 @@ class ToolPipeline:
                                 f"({taint.path}), which is untrusted; sensitive tools do not take it"), "tainted"
         limit = timeout_secs or self.config.tools.timeouts.get(name, self.config.tools.timeout_secs)
         with trio.move_on_after(limit) as scope:
+            run._scopes.add(scope)
             try:
                 result = await self.registry.call(name, arguments, timeout_secs=limit, context=run.context)
             except TernError as exc:
                 return _refused(self.redactor.redact(f"{name} failed: {exc}")), "error"
+            finally:
+                run._scopes.discard(scope)
         if scope.cancelled_caught:
+            if run.cancelled:
+                return _refused(f"{name} was cancelled by its caller"), "cancelled"
             return _refused(f"{name} did not finish within {limit:g} s"), "timeout"
         text = self.redactor.redact(truncate(result.text, self.config.tools.max_result_chars))
         if verdict.action == "warn":

@@ -98,8 +98,15 @@ def _json_equal(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _child(path: str, key: str) -> str:
-    return f"{path}.{key}" if key.isidentifier() else f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+def _where(path: Any) -> str:
+    """A path as text. Below the top, paths are kept as (parent, key) pairs and written
+    out only for a problem: most calls have none, and the check runs on every call."""
+    if isinstance(path, str):
+        return path
+    parent, key = path
+    if isinstance(key, int):
+        return f"{_where(parent)}[{key}]"
+    return f"{_where(parent)}.{key}" if key.isidentifier() else f"{_where(parent)}[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def validate(instance: Any, schema: Any, path: str = "arguments") -> list[str]:
@@ -118,31 +125,31 @@ def _add(problems: list[str], message: str) -> None:
         raise _Stop
 
 
-def _check(value: Any, schema: Any, path: str, depth: int, problems: list[str]) -> None:
+def _check(value: Any, schema: Any, path: Any, depth: int, problems: list[str]) -> None:
     if schema is False:
-        _add(problems, f"{path}: no value is allowed here")
+        _add(problems, f"{_where(path)}: no value is allowed here")
         return
     if not isinstance(schema, dict):
         return  # true, or not a schema we understand: accept
     if depth > MAX_DEPTH:
-        _add(problems, f"{path}: nested deeper than {MAX_DEPTH} levels")
+        _add(problems, f"{_where(path)}: nested deeper than {MAX_DEPTH} levels")
         return
 
     expected = schema.get("type")
     if expected is not None:
         names = expected if isinstance(expected, list) else (expected,)
-        if not any(_is_type(value, n) for n in names):
+        if not (_is_type(value, expected) if isinstance(expected, str) else any(_is_type(value, n) for n in names)):
             wanted = " or ".join(str(n) for n in names)
-            _add(problems, f"{path}: expected {wanted}, got {json_type(value)}")
+            _add(problems, f"{_where(path)}: expected {wanted}, got {json_type(value)}")
             return  # the remaining keywords would only repeat the complaint
 
     if "enum" in schema:
         options = schema["enum"]
         if isinstance(options, list) and not any(_json_equal(value, o) for o in options):
             shown = ", ".join(_show(o, 30) for o in options[:10]) + (", ..." if len(options) > 10 else "")
-            _add(problems, f"{path}: expected one of {shown}, got {_show(value)}")
+            _add(problems, f"{_where(path)}: expected one of {shown}, got {_show(value)}")
     if "const" in schema and not _json_equal(value, schema["const"]):
-        _add(problems, f"{path}: expected {_show(schema['const'])}, got {_show(value)}")
+        _add(problems, f"{_where(path)}: expected {_show(schema['const'])}, got {_show(value)}")
 
     if isinstance(value, str):
         _check_string(value, schema, path, problems)
@@ -154,12 +161,12 @@ def _check(value: Any, schema: Any, path: str, depth: int, problems: list[str]) 
         _check_array(value, schema, path, depth, problems)
 
 
-def _check_string(value: str, schema: dict[str, Any], path: str, problems: list[str]) -> None:
+def _check_string(value: str, schema: dict[str, Any], path: Any, problems: list[str]) -> None:
     low, high = schema.get("minLength"), schema.get("maxLength")
     if isinstance(low, int) and len(value) < low:
-        _add(problems, f"{path}: expected at least {low} characters, got {len(value)}")
+        _add(problems, f"{_where(path)}: expected at least {low} characters, got {len(value)}")
     if isinstance(high, int) and len(value) > high:
-        _add(problems, f"{path}: expected at most {high} characters, got {len(value)}")
+        _add(problems, f"{_where(path)}: expected at most {high} characters, got {len(value)}")
 
 
 def _bound(schema: dict[str, Any], key: str) -> Any:
@@ -171,20 +178,20 @@ _NUMBER_BOUNDS = (("minimum", operator.lt, "at least"), ("maximum", operator.gt,
                   ("exclusiveMinimum", operator.le, "more than"), ("exclusiveMaximum", operator.ge, "less than"))
 
 
-def _check_number(value: float, schema: dict[str, Any], path: str, problems: list[str]) -> None:
+def _check_number(value: float, schema: dict[str, Any], path: Any, problems: list[str]) -> None:
     for key, fails, words in _NUMBER_BOUNDS:
         bound = _bound(schema, key)
         if bound is not None and fails(value, bound):
-            _add(problems, f"{path}: expected {words} {bound}, got {_show(value)}")
+            _add(problems, f"{_where(path)}: expected {words} {bound}, got {_show(value)}")
 
 
-def _check_object(value: dict[str, Any], schema: dict[str, Any], path: str, depth: int,
+def _check_object(value: dict[str, Any], schema: dict[str, Any], path: Any, depth: int,
                   problems: list[str]) -> None:
     required = schema.get("required")
     if isinstance(required, list):
         for name in required:
             if isinstance(name, str) and name not in value:
-                _add(problems, f"{path}: missing required property {_show(name)}")
+                _add(problems, f"{_where(path)}: missing required property {_show(name)}")
     properties = schema.get("properties")
     if not isinstance(properties, dict):
         properties = {}
@@ -194,12 +201,12 @@ def _check_object(value: dict[str, Any], schema: dict[str, Any], path: str, dept
     for key, item in value.items():
         sub = properties.get(key)
         if sub is not None:
-            _check(item, sub, _child(path, str(key)), depth + 1, problems)
+            _check(item, sub, (path, str(key)), depth + 1, problems)
         elif extra is False:
-            _add(problems, f"{path}: unexpected property {_show(key)}"
+            _add(problems, f"{_where(path)}: unexpected property {_show(key)}"
                            f"{_allowed(properties)}")
         elif isinstance(extra, dict):
-            _check(item, extra, _child(path, str(key)), depth + 1, problems)
+            _check(item, extra, (path, str(key)), depth + 1, problems)
 
 
 def _allowed(properties: dict[str, Any]) -> str:
@@ -210,14 +217,14 @@ def _allowed(properties: dict[str, Any]) -> str:
     return f" (allowed: {shown})"
 
 
-def _check_array(value: list[Any] | tuple[Any, ...], schema: dict[str, Any], path: str, depth: int,
+def _check_array(value: list[Any] | tuple[Any, ...], schema: dict[str, Any], path: Any, depth: int,
                  problems: list[str]) -> None:
     low, high = schema.get("minItems"), schema.get("maxItems")
     if isinstance(low, int) and len(value) < low:
-        _add(problems, f"{path}: expected at least {low} items, got {len(value)}")
+        _add(problems, f"{_where(path)}: expected at least {low} items, got {len(value)}")
     if isinstance(high, int) and len(value) > high:
-        _add(problems, f"{path}: expected at most {high} items, got {len(value)}")
+        _add(problems, f"{_where(path)}: expected at most {high} items, got {len(value)}")
     items = schema.get("items")
     if isinstance(items, dict) or items is False:
         for index, item in enumerate(value):
-            _check(item, items, f"{path}[{index}]", depth + 1, problems)
+            _check(item, items, (path, index), depth + 1, problems)

@@ -16,7 +16,7 @@ redaction, audit): an agent tool is ``agent_send`` to that agent.
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, AsyncIterator, Callable, Union
+from typing import Any, AsyncIterator
 
 from runtime.config import AgentConfig, Config
 from runtime.kernel.registry import Tool
@@ -118,17 +118,17 @@ class Exposure:
 
     # --- Calling ------------------------------------------------------------------------
 
-    async def call(self, name: str, arguments: dict[str, Any], *, caller: str,
-                   progress: Union[Callable[[str], None], None] = None,
-                   log: Union[Callable[[str, str], None], None] = None) -> dict[str, Any]:
-        """Run one exposed tool through the pipeline; returns an MCP ``CallToolResult``.
-        Raises UnknownExposedTool for a name this server does not expose."""
+    async def call(self, name: str, arguments: dict[str, Any], *, caller: str, run: Any = None) -> dict[str, Any]:
+        """Run one exposed tool through the pipeline, in ``run`` (a ``pipeline.run()``:
+        its progress and log callbacks, and ``run.cancel()`` for the caller to give up);
+        returns an MCP ``CallToolResult``. Raises UnknownExposedTool for a name this
+        server does not expose."""
         preset = self._presets.get(name) if name not in self._agents else None
         if preset is not None:  # named explicitly in the config: allowed without a glob
             name, arguments = preset.tool, dict(preset.arguments)
         agent = self._agents.get(name)
         pipeline = self.kernel.pipeline
-        run = pipeline.run(None, progress=progress, log=log)
+        run = run or pipeline.run(None)
         if agent is not None:
             message = arguments.get("message")
             if not isinstance(message, str):

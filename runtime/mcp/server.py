@@ -60,12 +60,16 @@ class Peer:
         self.initialized = False  # an initialize request was answered
         self.version = ""
         self.log_level: Union[str, None] = None  # handshake era, set by logging/setLevel
-        self.inflight: dict[Any, trio.CancelScope] = {}
+        self.inflight: dict[Any, Any] = {}  # request id -> the pipeline Run of its tools/call
         self.last_seen = time.monotonic()
 
     def cancel_all(self) -> None:
-        for scope in list(self.inflight.values()):
-            scope.cancel()
+        for run in list(self.inflight.values()):
+            run.cancel()
+
+
+class _Cancelled(Exception):
+    """The client cancelled this request: it gets no reply."""
 
 
 class _Fault(Exception):
@@ -100,31 +104,25 @@ class McpServer:
             return None
         if not isinstance(message, jsonrpc.Request):
             return None  # a response or error from the client: we never send requests
-        scope = trio.CancelScope()
-        if message.method != "initialize":  # initialize cannot be cancelled
-            peer.inflight[message.id] = scope
         try:
-            with scope:
-                return jsonrpc.Response(message.id, await self._request(message, peer, notify))
+            return jsonrpc.Response(message.id, await self._request(message, peer, notify))
+        except _Cancelled:
+            return None  # no reply, as the spec says
         except _Fault as fault:
             return jsonrpc.error_response(message.id, fault.code, fault.message, fault.data)
         except Exception as exc:  # a bug of ours: answer it, log it, keep serving
             log.exception("MCP %s (id %r) failed", message.method, message.id)
             return jsonrpc.error_response(message.id, jsonrpc.INTERNAL_ERROR,
                                           f"internal error: {type(exc).__name__}")
-        finally:
-            if peer.inflight.get(message.id) is scope:
-                del peer.inflight[message.id]
-        return None  # cancelled: no reply, as the spec says
 
     def _notification(self, message: jsonrpc.Notification, peer: Peer) -> None:
         params = message.params if isinstance(message.params, dict) else {}
         if message.method == "notifications/initialized":
             peer.initialized = True
         elif message.method == "notifications/cancelled":
-            scope = peer.inflight.get(params.get("requestId"))
-            if scope is not None:
-                scope.cancel()
+            run = peer.inflight.get(params.get("requestId"))
+            if run is not None:
+                run.cancel()
         # every other notification (roots/list_changed, progress, ...) needs nothing from us
 
     async def _request(self, request: jsonrpc.Request, peer: Peer, notify: Union[Notify, None]) -> Any:
@@ -160,7 +158,7 @@ class McpServer:
                 raise _Fault(jsonrpc.INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
             peer.log_level = level
             return {}
-        return await self._call(params, peer, notify, peer.log_level)
+        return await self._call(request.id, params, peer, notify, peer.log_level)
 
     def _initialize(self, params: dict[str, Any], peer: Peer) -> dict[str, Any]:
         requested = params.get("protocolVersion")
@@ -190,7 +188,7 @@ class McpServer:
             result = {**self._tools_page(params), "cacheScope": "private", "ttlMs": LIST_TTL_MS}
         elif method == "tools/call":
             level = meta.get(META_LOG_LEVEL)
-            result = await self._call(params, peer, notify, level if level in LOG_LEVELS else None)
+            result = await self._call(request.id, params, peer, notify, level if level in LOG_LEVELS else None)
         else:
             raise _Fault(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
         result["resultType"] = "complete"
@@ -210,8 +208,10 @@ class McpServer:
             page["nextCursor"] = _encode_cursor(end)
         return page
 
-    async def _call(self, params: dict[str, Any], peer: Peer, notify: Union[Notify, None],
+    async def _call(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Union[Notify, None],
                     log_level: Union[str, None]) -> dict[str, Any]:
+        """One tools/call, in a pipeline Run that ``notifications/cancelled`` (or the end
+        of the session) cancels through ``peer.inflight``."""
         name = params.get("name")
         if not isinstance(name, str):
             raise _Fault(jsonrpc.INVALID_PARAMS, "tools/call needs params.name (a string)")
@@ -222,26 +222,41 @@ class McpServer:
             raise _Fault(jsonrpc.INVALID_PARAMS, "params.arguments must be an object")
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
-        if notify is None or (not isinstance(token, (str, int)) and not log_level):  # nothing to report: no reporter
-            try:
-                return await self.exposure.call(name, arguments, caller=peer.label)
-            except UnknownExposedTool:
-                raise _Fault(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name}") from None
-        reporter = _Reporter(notify, token if isinstance(token, (str, int)) else None, log_level)
-        result: Union[dict[str, Any], None] = None
-        async with trio.open_nursery() as nursery:  # the reporter's notifications go out before the answer
-            nursery.start_soon(reporter.run)
-            try:
-                result = await self.exposure.call(name, arguments, caller=peer.label,
-                                                  progress=reporter.progress if reporter.token is not None else None,
-                                                  log=reporter.log if log_level else None)
-            except UnknownExposedTool:
-                pass
-            finally:
-                await reporter.finish()
-        if result is None:
-            raise _Fault(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name}")
+        reporter = None
+        if notify is not None and (isinstance(token, (str, int)) or log_level):  # something to report
+            reporter = _Reporter(notify, token if isinstance(token, (str, int)) else None, log_level)
+            run = self.kernel.pipeline.run(None, progress=reporter.progress if reporter.token is not None else None,
+                                           log=reporter.log if log_level else None)
+        else:
+            run = self.kernel.pipeline.run(None)
+        peer.inflight[request_id] = run
+        try:
+            if reporter is None:
+                result = await self._exposed(name, arguments, peer, run)
+            else:
+                fault: Union[_Fault, None] = None
+                async with trio.open_nursery() as nursery:  # the reporter's notifications go out before the answer
+                    nursery.start_soon(reporter.run)
+                    try:
+                        result = await self._exposed(name, arguments, peer, run)
+                    except _Fault as exc:
+                        fault = exc  # raised outside the nursery, not as an exception group
+                    finally:
+                        await reporter.finish()
+                if fault is not None:
+                    raise fault
+        finally:
+            if peer.inflight.get(request_id) is run:
+                del peer.inflight[request_id]
+        if run.cancelled:
+            raise _Cancelled
         return result
+
+    async def _exposed(self, name: str, arguments: dict[str, Any], peer: Peer, run: Any) -> dict[str, Any]:
+        try:
+            return await self.exposure.call(name, arguments, caller=peer.label, run=run)
+        except UnknownExposedTool:
+            raise _Fault(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name}") from None
 
 
 class _Reporter:

@@ -82,6 +82,25 @@ async def test_capability_validation_and_audit(tmp_path):
     assert log[0]["agent"] == "a" and log[3]["agent"] is None and log[0]["arguments"].startswith("sha256:") and "hi" not in json.dumps(log)
 
 
+async def test_a_run_its_caller_cancels_stops_its_call_and_is_audited_as_cancelled(tmp_path):
+    pipeline = ToolPipeline(registry(), config(tmp_path), audit=AuditLog(tmp_path / "audit.jsonl"))
+    run = pipeline.run()
+    outcome = {}
+
+    async def call() -> None:
+        outcome["result"] = await pipeline.call("slow", {}, run=run)
+
+    with trio.fail_after(3):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call)
+            await trio.sleep(0.1)
+            run.cancel()
+    assert outcome["result"].is_error and "slow was cancelled by its caller" in outcome["result"].text
+    again = await pipeline.call("echo", {"text": "x"}, run=run)
+    assert again.is_error and "its caller cancelled" in again.text
+    assert [r["outcome"] for r in records(tmp_path)] == ["cancelled", "cancelled"]
+
+
 async def test_timeout_truncation_and_redaction(tmp_path):
     pipeline = ToolPipeline(registry(), config(tmp_path, timeouts={"slow": 0.2}, max_result_chars=1000))
     with trio.fail_after(3):
