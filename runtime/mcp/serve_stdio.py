@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
+from collections import deque
 from typing import Any, Awaitable, Callable, Union
 
 import trio
@@ -63,12 +64,17 @@ class StdioServer:
         self._reader = PipeReader(receive, READ_BYTES)
         self._writer = PipeWriter(send, timeout_secs=WRITE_TIMEOUT_SECS)
         self._broken = False
+        self._events: deque[framing.FramingEvent] = deque()  # read, not yet handled
+        self._eof = trio.Event()
+        self._nursery: Union[trio.Nursery, None] = None
 
     async def serve(self) -> None:
         """Until stdin ends: then what is still running gets EOF_GRACE_SECS, and is cancelled."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             await self.backend.start(nursery, self.emit)
-            await self._read(nursery)
+            nursery.start_soon(self._read)
+            await self._eof.wait()
             with trio.move_on_after(EOF_GRACE_SECS):
                 await self.backend.pending.empty.wait()
             nursery.cancel_scope.cancel()  # stdin EOF: what is still running ends unanswered
@@ -87,21 +93,35 @@ class StdioServer:
         self._broken = True
         log.info("stdout is gone (%s): answers are dropped until stdin ends", exc or "the write timed out")
 
-    async def _read(self, nursery: trio.Nursery) -> None:
-        while True:
-            try:
-                data = await self._reader.receive_some()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                data = b""
-            events = self.decoder.feed(data) if data else self.decoder.feed_eof()
-            for index, event in enumerate(events):
-                if index:  # a turn of the loop between messages read together: requests start in
-                    await trio.lowlevel.checkpoint()  # the order they came, and quick ones answer in it
-                await self._event(event)
-            if not data:
-                return
+    async def _read(self) -> None:
+        """The reader: handles messages in order until the backend takes one that needs
+        time (a tools/call). Then a new reader carries on, and this task stays with that
+        request (leader/follower): no hand-off to another task and no extra turn of the
+        event loop before the answer, which measured 0.02 ms of a 0.2 ms call."""
+        handed_off = False
 
-    async def _event(self, event: framing.FramingEvent) -> None:
+        def hand_off() -> None:
+            nonlocal handed_off
+            handed_off = True
+            self._nursery.start_soon(self._read)  # type: ignore[union-attr]
+
+        while not handed_off:
+            while not self._events:
+                try:
+                    data = await self._reader.receive_some()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    data = b""
+                self._events.extend(self.decoder.feed(data) if data else self.decoder.feed_eof())
+                if not data:
+                    self._eof.set()  # serve() starts the grace period; the last message is handled here
+                    while self._events:
+                        await self._event(self._events.popleft(), _stay)
+                    return
+            await self._event(self._events.popleft(), hand_off)
+
+    async def _event(self, event: framing.FramingEvent, hand_off: Callable[[], None]) -> None:
+        """One framed message to the backend; it calls ``hand_off`` before it waits on
+        anything, so that reading goes on in another task."""
         if isinstance(event, framing.Frame):
             try:
                 message = jsonrpc.parse(event.body)
@@ -109,7 +129,7 @@ class StdioServer:
                 log.info("bad message on stdin: %s", exc)
                 await self.emit(jsonrpc.encode(exc.to_response()))
                 return
-            await self.backend.submit(message)
+            await self.backend.submit(message, hand_off)
         elif isinstance(event, framing.Oversized):
             msg_id = jsonrpc.sniff_id(event.head)
             log.warning("dropped a %d-byte message on stdin (limit %d)", event.size_bytes, self.max_message_bytes)
@@ -121,6 +141,10 @@ class StdioServer:
             log.warning("skipped %d bytes on stdin: %s", event.size_bytes, event.reason)
             await self.emit(jsonrpc.encode(jsonrpc.error_response(None, jsonrpc.PARSE_ERROR,
                                                                   f"parse error: {event.reason}")))
+
+
+def _stay() -> None:
+    """The hand-off once stdin has ended: there is nothing more to read."""
 
 
 class _Pending:
@@ -160,25 +184,24 @@ class LocalBackend:
         self._nursery, self._emit = nursery, emit
         nursery.start_soon(self._watch_tools)
 
-    async def submit(self, message: Any) -> None:
-        assert self._nursery is not None
-        if isinstance(message, jsonrpc.Request):
-            try:
-                self._slots.acquire_nowait()  # the common case, without a turn of the loop
-            except trio.WouldBlock:
-                await self._slots.acquire()  # backpressure: stdin waits for a free slot
-            self.pending.add(message.id)
-            self._nursery.start_soon(self._answer, message)
-        else:
+    async def submit(self, message: Any, hand_off: Callable[[], None]) -> None:
+        """Notifications at once; a request in this task, after handing reading to a new
+        reader (at most MAX_INFLIGHT at a time: beyond that, stdin waits for a slot)."""
+        if not isinstance(message, jsonrpc.Request):
             await self.server.handle(message, self.peer, self._notify)
-
-    async def _answer(self, request: jsonrpc.Request) -> None:
+            return
         try:
-            reply = await self.server.handle(request, self.peer, self._notify)
+            self._slots.acquire_nowait()  # the common case, without a turn of the loop
+        except trio.WouldBlock:
+            await self._slots.acquire()  # backpressure: no reader until a slot is free
+        self.pending.add(message.id)
+        try:
+            hand_off()
+            reply = await self.server.handle(message, self.peer, self._notify)
             if reply is not None:
                 await self._emit(jsonrpc.encode(reply))  # type: ignore[misc]
         finally:
-            self.pending.done(request.id)
+            self.pending.done(message.id)
             self._slots.release()
 
     async def _notify(self, notification: dict[str, Any]) -> None:
@@ -212,7 +235,9 @@ class RelayBackend:
         await self.transport.start(nursery)
         nursery.start_soon(self._pump)
 
-    async def submit(self, message: Any) -> None:
+    async def submit(self, message: Any, hand_off: Callable[[], None]) -> None:
+        """Forward the message; a relayed request is answered by ``_pump``, so the reader
+        never needs to hand off."""
         from runtime.mcp.session import TransportClosed
 
         if isinstance(message, jsonrpc.Request):
