@@ -43,7 +43,8 @@ __all__ = ["serve_stdio", "StdioServer", "LocalBackend", "RelayBackend", "daemon
 log = get_logger("mcp.serve")
 
 READ_BYTES = 65536
-MAX_INFLIGHT = 64  # concurrent requests; beyond this, stdin is not read until one finishes
+MAX_INFLIGHT = 64  # tool calls running at once; one more is refused with SERVER_BUSY
+SERVER_BUSY = -32000  # JSON-RPC's range for implementation-defined server errors
 WRITE_TIMEOUT_SECS = 30.0
 HEALTH_TIMEOUT_SECS = 1.0
 EOF_GRACE_SECS = 0.5
@@ -175,7 +176,7 @@ class LocalBackend:
         self.kernel = kernel
         self.server = McpServer(kernel)
         self.peer = Peer("mcp:stdio")
-        self._slots = trio.Semaphore(MAX_INFLIGHT)
+        self._running = 0  # tools/call requests being answered
         self.pending = _Pending()
         self._nursery: Union[trio.Nursery, None] = None
         self._emit: Union[Emit, None] = None
@@ -185,15 +186,21 @@ class LocalBackend:
         nursery.start_soon(self._watch_tools)
 
     async def submit(self, message: Any, hand_off: Callable[[], None]) -> None:
-        """Notifications at once; a request in this task, after handing reading to a new
-        reader (at most MAX_INFLIGHT at a time: beyond that, stdin waits for a slot)."""
-        if not isinstance(message, jsonrpc.Request):
-            await self.server.handle(message, self.peer, self._notify)
+        """Everything but tools/call is answered at once, by the reader. A tools/call
+        runs in this task after handing reading to a new reader; at most MAX_INFLIGHT run
+        at a time, and one more is refused with SERVER_BUSY rather than made to wait:
+        stdin is always read, so cancellations and EOF still get through."""
+        if not isinstance(message, jsonrpc.Request) or message.method != "tools/call":
+            reply = await self.server.handle(message, self.peer, self._notify)
+            if reply is not None:
+                await self._emit(jsonrpc.encode(reply))  # type: ignore[misc]
             return
-        try:
-            self._slots.acquire_nowait()  # the common case, without a turn of the loop
-        except trio.WouldBlock:
-            await self._slots.acquire()  # backpressure: no reader until a slot is free
+        if self._running >= MAX_INFLIGHT:
+            await self._emit(jsonrpc.encode(jsonrpc.error_response(  # type: ignore[misc]
+                message.id, SERVER_BUSY, f"server busy: {MAX_INFLIGHT} tool calls are running; "
+                                         "send this one again when one of them has finished")))
+            return
+        self._running += 1
         self.pending.add(message.id)
         try:
             hand_off()
@@ -202,7 +209,7 @@ class LocalBackend:
                 await self._emit(jsonrpc.encode(reply))  # type: ignore[misc]
         finally:
             self.pending.done(message.id)
-            self._slots.release()
+            self._running -= 1
 
     async def _notify(self, notification: dict[str, Any]) -> None:
         await self._emit(jsonrpc.encode(jsonrpc.Notification(notification["method"],  # type: ignore[misc]

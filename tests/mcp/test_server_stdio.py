@@ -159,6 +159,27 @@ async def test_pipelined_requests_start_in_order_and_quick_ones_answer_in_it(ter
     assert [r["result"]["content"][0]["text"] for r in replies[2:12]] == [f"m{i}" for i in range(2, 12)]
 
 
+async def test_beyond_max_inflight_a_call_is_refused_and_stdin_is_still_read(tern):
+    """64 slow calls run; the 65th is refused at once, a ping is still answered, a cancel
+    still gets through (and frees a slot), and stdin EOF still ends the server."""
+    from runtime.mcp.serve_stdio import MAX_INFLIGHT, SERVER_BUSY
+
+    await tern.handshake()
+    slow = [request(i, "tools/call", {"name": "tern_agent_slow_poke", "arguments": {"message": ""}})
+            for i in range(1, MAX_INFLIGHT + 1)]
+    await tern.send(*slow, request("one-more", "tools/call", {"name": "tern_agent_echo", "arguments": {"message": "x"}}))
+    refused, _ = await tern.answer("one-more")
+    assert refused["error"]["code"] == SERVER_BUSY and "busy" in refused["error"]["message"]
+    assert (await tern.call("ping", "ping"))["result"] == {}
+    await tern.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+    await trio.sleep(0.3)
+    again = await tern.call("again", "tools/call", {"name": "tern_agent_echo", "arguments": {"message": "y"}})
+    assert again["result"]["content"][0]["text"] == "y"
+    started = time.monotonic()
+    assert await tern.close() == 0  # stdin EOF: the calls in flight are cancelled
+    assert time.monotonic() - started < 5
+
+
 async def test_content_length_framing_is_answered_in_kind(config, tmp_path):
     server = await TernMcp.start(config, tern_env(tmp_path), "--standalone", framing="content-length")
     try:
