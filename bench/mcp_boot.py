@@ -44,8 +44,8 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from runtime.config import McpServerEntry, StdioTransport  # noqa: E402
-from runtime.mcp.session import PING_GRACE_SECS  # noqa: E402
-from runtime.mcp.supervisor import McpSupervisor  # noqa: E402
+from runtime.mcp.client.session import PING_GRACE_SECS  # noqa: E402
+from runtime.mcp.client.supervisor import McpSupervisor  # noqa: E402
 from tests import peers  # noqa: E402
 
 TARGET = 1.3

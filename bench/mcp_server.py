@@ -22,7 +22,7 @@ Measures (rounds interleaved tern, SDK, tern, SDK, ... so machine drift favours 
 2. memory: after initialize, notifications/initialized and an answered tools/list,
    VmRSS and VmHWM from /proc/<pid>/status of the spawned server (the python process
    itself, for both); median of the same runs.
-3. tools/call echo with tern's own client (runtime.mcp.client.McpClient, protocol pinned
+3. tools/call echo with tern's own client (runtime.mcp.client.client.McpClient, protocol pinned
    to 2025-11-25, as bench/mcp_stdio.py does): each call timed alone, median over
    --calls sequential calls x --rounds connections (after 200 warm-up calls); the same
    client against the SDK server (--sdk-calls per round) for the SDK column.
@@ -63,7 +63,7 @@ except ImportError:  # plain python3 without the dev venv: re-run under the venv
 
 sys.path.insert(0, str(ROOT))
 from runtime.config import McpServerEntry, StdioTransport  # noqa: E402
-from runtime.mcp.client import McpClient  # noqa: E402
+from runtime.mcp.client.client import McpClient  # noqa: E402
 from tests import peers  # noqa: E402
 from harness import status_kib  # noqa: E402  (bench/ is sys.path[0] when a bench runs)
 

@@ -26,7 +26,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from runtime.config import McpServerEntry, StdioTransport  # noqa: E402
-from runtime.mcp.client import McpClient  # noqa: E402
+from runtime.mcp.client.client import McpClient  # noqa: E402
 
 ECHO = str(ROOT / "bench" / "echo_server.py")
 

@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 from runtime.config import AgentConfig, Config, StateConfig  # noqa: E402
 from runtime.kernel.audit import AuditLog  # noqa: E402
 from runtime.kernel.pipeline import ToolPipeline  # noqa: E402
-from runtime.kernel.registry import Tool, ToolRegistry, ToolResult  # noqa: E402
+from runtime.ports import Tool, ToolResult
+from runtime.kernel.registry import ToolRegistry  # noqa: E402
 
 NOOP = Tool("noop", "does nothing", {"type": "object", "properties": {"n": {"type": "integer"}}})
 RESULT = ToolResult("ok")

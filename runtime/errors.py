@@ -11,7 +11,10 @@ the HTTP server maps ``http_status``, the JSON-RPC servers map ``rpc_code``.
     ├── ProtocolError      a peer broke a protocol (bad JSON, bad framing, bad shape)
     │   └── RpcError       a JSON-RPC error object, to send or received
     ├── ConnectionLost     a peer went away (EOF, crash) while we needed it
-    └── TernTimeout        a wait passed its deadline
+    ├── TernTimeout        a wait passed its deadline
+    ├── UnknownTool        no tool has this name (or its source no longer has it)
+    ├── UnknownAgent       no agent has this name
+    └── AgentError         an agent could not answer (its command failed, ...)
 
 Messages are written for the person who will read them: what happened, and what to
 do. They never contain secrets.
@@ -28,6 +31,9 @@ __all__ = [
     "RpcError",
     "ConnectionLost",
     "TernTimeout",
+    "UnknownTool",
+    "UnknownAgent",
+    "AgentError",
     "single_leaf",
 ]
 
@@ -89,6 +95,24 @@ class TernTimeout(TernError):
 
 class ConnectionLost(TernError):
     """A peer's connection ended (EOF, crash, reset); calls waiting on it fail at once."""
+
+    http_status = 502
+
+
+class UnknownTool(TernError):
+    """No tool has this name."""
+
+    http_status = 404
+
+
+class UnknownAgent(TernError):
+    """No agent has this name."""
+
+    http_status = 404
+
+
+class AgentError(TernError):
+    """The agent could not answer (its command failed, its tool refused, ...)."""
 
     http_status = 502
 

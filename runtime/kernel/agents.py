@@ -32,28 +32,15 @@ import msgspec
 import trio
 
 from runtime.config import AgentConfig, Config
-from runtime.errors import TernError
+from runtime.errors import AgentError, TernError, UnknownAgent
+from runtime.ports import AgentReply
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.pipeline import ToolPipeline
 
-__all__ = ["Agents", "AgentReply", "AgentError", "UnknownAgent"]
+__all__ = ["Agents"]
 
 READ_BYTES = 65536
 REMEMBERING_KINDS = frozenset({"llm"})  # the kinds whose replies depend on their conversation
-
-
-class AgentError(TernError):
-    """The agent could not answer (its command failed, its tool refused, ...)."""
-
-
-class UnknownAgent(TernError):
-    """No agent has this name."""
-
-
-class AgentReply(msgspec.Struct, frozen=True):
-    agent: str
-    context_id: str
-    text: str
 
 
 class Agents:
@@ -125,7 +112,7 @@ class Agents:
     async def _command(self, agent: AgentConfig, message: str, on_text: Union[Callable[[str], None], None],
                        on_log: Union[Callable[[str, str], None], None],
                        env: Union[dict[str, str], None] = None) -> str:
-        from runtime.mcp.stdio import subprocess_env
+        from runtime.mcp.client.stdio import subprocess_env
 
         if not agent.command:
             raise AgentError(f"agent {agent.name!r}: kind = \"command\" needs command = [...]")

@@ -9,7 +9,8 @@ from typing import Any, Union
 
 from runtime.config import Config
 from runtime.kernel import tools_net, tools_shell
-from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
+from runtime.ports import Tool, ToolContext, ToolResult
+from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.tools_files import register_file_tools
 from runtime.kernel.tools_memory import register_memory_tools
 

@@ -20,17 +20,16 @@ from runtime.kernel.audit import AuditLog
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.events import EventBus
 from runtime.kernel.pipeline import ToolPipeline
-from runtime.kernel.registry import ToolRegistry, ToolResult
+from runtime.kernel.registry import ToolRegistry
+from runtime.ports import ToolResult
 from runtime.kernel.tools_agents import register_agent_tools
-from runtime.mcp.supervisor import McpSupervisor
+from runtime.mcp.client.supervisor import McpSupervisor
 
 __all__ = ["Kernel"]
 
 
 class Kernel:
-    def __init__(self, config: Config, *, serve_a2a: bool = False) -> None:
-        """``serve_a2a``: this kernel answers A2A tasks (the daemon, with ``[a2a] enabled``):
-        the task engine, push notifier and store exist only then."""
+    def __init__(self, config: Config) -> None:
         from runtime.net.guard import AddressPolicy
 
         self.config = config
@@ -38,7 +37,7 @@ class Kernel:
         self.started = time.time()
         self.mcp = McpSupervisor(config.mcp_servers, policy=AddressPolicy.from_security(config.security),
                                  on_event=self.events.publish)
-        self.registry = ToolRegistry(self.mcp)
+        self.registry = ToolRegistry([self.mcp.source()])
         register_builtins(self.registry, config)
         self.tool_observers: list[Any] = [self._publish_call]  # (tool, outcome, seconds): metrics, events
         audit = AuditLog(Path(config.state.dir) / "audit.jsonl") if config.state.dir else None
@@ -47,22 +46,14 @@ class Kernel:
         self.conversations = Conversations(state / "conversations.sqlite3") if state else None
         self.agents = Agents(config, self.pipeline, self.conversations)
         register_agent_tools(self.registry, lambda: self.agents)
-        self.a2a: Any = None  # the A2A task engine, when [a2a] enabled
-        self.a2a_push: Any = None
-        self.a2a_store: Any = None
-        if serve_a2a and config.a2a.enabled:
-            from runtime.a2a.runner import build
-
-            self.a2a, self.a2a_push, self.a2a_store = build(self)
         self.external: Any = None  # [a2a] external_agents: a2a_* tools and the remote agents' peers
         if config.a2a.external_agents:
-            from runtime.a2a.external import ExternalAgents, register_tools
+            from runtime.a2a.client.external import ExternalAgents, register_tools
             from runtime.net.guard import AddressPolicy as Policy
 
             self.external = ExternalAgents(config, Policy.from_security(config.security), on_event=self.events.publish)
             register_tools(self.registry, self.external)
             self.agents.remote = self.external.send
-        self.http_bound: Any = None  # (host, port) once the daemon listens: the A2A cards' fallback URL
 
     def _publish_call(self, tool: str, outcome: str, seconds: float) -> None:
         self.events.publish("tool.call", {"tool": tool, "outcome": outcome, "ms": round(seconds * 1000, 3)})
@@ -73,11 +64,6 @@ class Kernel:
             await nursery.start(self.mcp.run)
             if self.external is not None:
                 await nursery.start(self.external.run)
-            if self.a2a is not None:
-                if self.a2a_store is not None:
-                    await nursery.start(self.a2a_store.run)
-                await nursery.start(self.a2a.run)
-                await nursery.start(self.a2a_push.run)
             task_status.started()
 
     async def call_tool(self, name: str, arguments: Any = None, *, timeout_secs: Any = None,

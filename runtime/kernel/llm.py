@@ -114,7 +114,7 @@ class ChatClient:
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             from runtime.net.guard import AddressPolicy
-            from runtime.net.http import make_client
+            from runtime.net.outbound import make_client
 
             self._client = make_client(AddressPolicy(), timeout=self.model.timeout_secs)
         return self._client

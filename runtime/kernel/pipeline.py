@@ -25,7 +25,8 @@ from runtime.log import register_secret
 from runtime.kernel.audit import AuditLog, digest
 from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
                                    secret_env_values, truncate)
-from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
+from runtime.ports import Tool, ToolContext, ToolResult
+from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.schema import validate
 
 __all__ = ["Run", "ToolPipeline"]
@@ -72,6 +73,12 @@ class ToolPipeline:
             register_secret(value)
         self.observers = observers if observers is not None else []  # (tool, outcome, seconds)
         self._remote_agents = frozenset(a.name for a in config.agents if a.kind == "remote")
+
+    def tools(self) -> list[Tool]:
+        return self.registry.tools()
+
+    def get(self, name: str) -> Union[Tool, None]:
+        return self.registry.get(name)
 
     def run(self, agent: Union[AgentConfig, None] = None, *, progress: Any = None, log: Any = None) -> Run:
         """A new run for ``agent`` (None: an operator), with its tool context: the agent's

@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextvars
 from typing import Any, Callable
 
-from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
+from runtime.ports import Tool, ToolContext, ToolResult
+from runtime.kernel.registry import ToolRegistry
 
 __all__ = ["register_agent_tools", "MAX_DEPTH"]
 
@@ -37,7 +38,7 @@ def register_agent_tools(registry: ToolRegistry, agents: Callable[[], Any]) -> N
                           structured=[{"name": a.name, "kind": a.kind, "description": a.description} for a in hosted])
 
     async def agent_send(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        from runtime.kernel.agents import AgentError, UnknownAgent
+        from runtime.errors import AgentError, UnknownAgent
 
         name = arguments["agent"]
         if name == context.agent:

@@ -24,7 +24,8 @@ from typing import Any, Callable, Iterator
 
 import trio
 
-from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
+from runtime.ports import Tool, ToolContext, ToolResult
+from runtime.kernel.registry import ToolRegistry
 
 __all__ = ["FILE_TOOLS", "register_file_tools", "file_read", "file_write", "file_list", "file_search"]
 

@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 import trio
 
-from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
+from runtime.ports import Tool, ToolContext, ToolResult
+from runtime.kernel.registry import ToolRegistry
 
 __all__ = ["MEMORY_TOOLS", "register_memory_tools", "memory_store", "memory_recall", "memory_list", "like_pattern"]
 

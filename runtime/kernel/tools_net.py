@@ -4,7 +4,7 @@ The model picks the URL, so the address policy is strict by default: private net
 AND loopback are refused (whatever ``[security] block_private_networks`` and
 ``block_loopback`` say) unless ``[security] web_fetch_allow_private = true``; metadata
 and link-local addresses are refused always. The guard runs at connect time
-(``runtime.net.http.make_client``), on the resolved address, for every hop.
+(``runtime.net.outbound.make_client``), on the resolved address, for every hop.
 
 - Redirects: the client follows none; this tool follows up to ``MAX_REDIRECTS`` by
   hand, each hop a new request through the same guard, and only to http(s) URLs.
@@ -36,7 +36,8 @@ import trio
 from runtime import __version__
 from runtime.config import Config
 from runtime.errors import TernError
-from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
+from runtime.ports import Tool, ToolContext, ToolResult
+from runtime.kernel.registry import ToolRegistry
 from runtime.net.guard import AddressPolicy, BlockedAddress, check_url
 
 __all__ = ["WEB_FETCH", "MAX_REDIRECTS", "HtmlText", "html_to_text", "policy_for", "make_web_fetch", "register"]
@@ -306,7 +307,7 @@ def _render(response: Any, body: bytes, total: int, cut: bool, max_bytes: int) -
 
 def make_web_fetch(config: Config, *, client_factory: Any = None) -> Any:
     """The web_fetch handler for ``config``. ``client_factory(policy, timeout)`` makes the
-    HTTP client (default: ``runtime.net.http.make_client``, the guarded one)."""
+    HTTP client (default: ``runtime.net.outbound.make_client``, the guarded one)."""
     policy = policy_for(config)
     timeout = config.tools.web_fetch_timeout_secs
     max_bytes = config.tools.web_fetch_max_bytes
@@ -315,7 +316,7 @@ def make_web_fetch(config: Config, *, client_factory: Any = None) -> Any:
         url = arguments["url"].strip()
         max_chars = arguments.get("max_chars")
         if client_factory is None:
-            from runtime.net.http import make_client
+            from runtime.net.outbound import make_client
 
             client = make_client(policy, timeout=timeout, headers={"User-Agent": f"tern/{__version__} (web_fetch)"})
         else:

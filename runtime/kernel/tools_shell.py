@@ -41,8 +41,9 @@ from typing import Any, Union
 import trio
 
 from runtime.config import Config
-from runtime.kernel.registry import Tool, ToolContext, ToolRegistry, ToolResult
-from runtime.mcp.stdio import subprocess_env
+from runtime.ports import Tool, ToolContext, ToolResult
+from runtime.kernel.registry import ToolRegistry
+from runtime.mcp.client.stdio import subprocess_env
 
 __all__ = ["STDOUT_CAP", "STDERR_CAP", "shell_exec_tool", "resolve_program", "make_shell_exec", "register"]
 

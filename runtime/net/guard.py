@@ -5,7 +5,7 @@ A URL from a model, a config file or a peer must not reach the cloud metadata se
 and loopback. Checking the URL's host name is not enough: a public name can resolve to
 169.254.169.254, and resolve differently the second time (DNS rebinding). So the check
 runs on the addresses themselves, at connect time: ``resolve_checked`` resolves once,
-checks every address, and ``runtime.net.http`` connects only to an address it returned.
+checks every address, and ``runtime.net.outbound`` connects only to an address it returned.
 
 Metadata, link-local, unspecified, multicast and reserved addresses are always blocked;
 private networks and loopback follow ``[security]``. IPv6 forms that carry an IPv4

@@ -17,7 +17,7 @@ import httpcore
 import pytest
 import trio
 
-from runtime.a2a.client import A2aClient, A2aClientError, A2aTimeout, RemoteAgent, reply_text
+from runtime.a2a.client.client import A2aClient, A2aClientError, A2aTimeout, RemoteAgent, reply_text
 from runtime.a2a.model import ArtifactEvent, Message, StatusEvent, Task
 from runtime.net.guard import BlockedAddress
 from tests.a2a.test_server import start
@@ -467,10 +467,10 @@ async def test_an_openfang_style_legacy_server(nursery):
     url is .../a2a, no JSON-RPC route there, and the seed's REST routes answering a bare
     task. tern's client falls back to them (OpenFang's own client cannot)."""
     from runtime.config import ServerConfig
-    from runtime.http.access import Access as NoKey
-    from runtime.http.messages import Request, Response, json_response
-    from runtime.http.router import Router
-    from runtime.http.server import HttpServer as Server
+    from runtime.httpd.access import Access as NoKey
+    from runtime.httpd.messages import Request, Response, json_response
+    from runtime.httpd.router import Router
+    from runtime.httpd.server import HttpServer as Server
 
     tasks: dict = {}
     router = Router()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from runtime.a2a.engine import (InvalidTaskRequest, Outcome, StoreFull, TaskEngine, TaskNotCancelable, TaskNotFound,
+from runtime.a2a.server.engine import (InvalidTaskRequest, Outcome, StoreFull, TaskEngine, TaskNotCancelable, TaskNotFound,
                                 UnsupportedOperation)
 from runtime.a2a.model import ArtifactEvent, Message, StatusEvent, text_of
 
@@ -131,34 +131,34 @@ async def test_full_of_live_tasks_refuses_new_work(engine):
 
 async def test_tasks_survive_a_restart_with_persist_tasks(tmp_path):
     from runtime.config import A2aConfig, AgentConfig, Config, StateConfig
-    from runtime.kernel.kernel import Kernel
+    from runtime.host.node import Node
 
     config = Config(agents=[AgentConfig(name="echo", kind="echo"),
                             AgentConfig(name="sleepy", kind="command", command=["sh", "-c", "sleep 30"])],
                     state=StateConfig(dir=str(tmp_path)),
                     a2a=A2aConfig(enabled=True, persist_tasks=True, max_tasks=3))
-    kernel = Kernel(config, serve_a2a=True)
+    kernel = Node(config)
     async with trio.open_nursery() as nursery:
         await nursery.start(kernel.run)
-        done = kernel.a2a.send("echo", msg("keep me"))
-        await kernel.a2a.wait(done.id)
-        running = kernel.a2a.send("sleepy", msg("zz"))
+        done = kernel.a2a.engine.send("echo", msg("keep me"))
+        await kernel.a2a.engine.wait(done.id)
+        running = kernel.a2a.engine.send("sleepy", msg("zz"))
         await trio.sleep(0.1)
         nursery.cancel_scope.cancel()  # the daemon stops; the store flushes on the way out
-    again = Kernel(config, serve_a2a=True)
-    restored = again.a2a.get(done.id)
+    again = Node(config)
+    restored = again.a2a.engine.get(done.id)
     assert restored.state == "completed" and restored.artifacts[0].parts == [{"text": "keep me"}]
     assert [m.role for m in restored.history] == ["user", "agent"]
-    cut_off = again.a2a.get(running.id)
+    cut_off = again.a2a.engine.get(running.id)
     assert cut_off.state == "failed" and "restarted" in text_of(cut_off.status_message.parts)
     async with trio.open_nursery() as nursery:  # eviction reaches the file too
         await nursery.start(again.run)
         for i in range(3):
-            task = again.a2a.send("echo", msg(f"n{i}"))
-            await again.a2a.wait(task.id)
-        await again.a2a_store.flush()
+            task = again.a2a.engine.send("echo", msg(f"n{i}"))
+            await again.a2a.engine.wait(task.id)
+        await again.a2a.store.flush()
         nursery.cancel_scope.cancel()
-    third = Kernel(config, serve_a2a=True)
+    third = Node(config)
     with pytest.raises(TaskNotFound):
-        third.a2a.get(done.id)
-    assert sum(third.a2a.counts().values()) == 3
+        third.a2a.engine.get(done.id)
+    assert sum(third.a2a.engine.counts().values()) == 3

@@ -45,7 +45,7 @@ async def test_unreachable_and_blocked_peers_fail_clearly_without_blocking_boot(
     with trio.fail_after(10):
         gone = await kernel.call_tool("a2a_gone", {"message": "hi"})
     assert gone.is_error and "gone" in gone.text
-    from runtime.kernel.agents import AgentError
+    from runtime.errors import AgentError
 
     with pytest.raises(AgentError, match="169.254.169.254|blocked|refused"):
         await kernel.agents.send("relay", "hi")

@@ -10,10 +10,10 @@ import httpx
 import trio
 
 from runtime.config import ServerConfig
-from runtime.http.access import Access
-from runtime.http.messages import Request, Response
-from runtime.http.router import Router
-from runtime.http.server import HttpServer
+from runtime.httpd.access import Access
+from runtime.httpd.messages import Request, Response
+from runtime.httpd.router import Router
+from runtime.httpd.server import HttpServer
 from tests.a2a.test_server import V10, message, rpc, start
 
 
@@ -64,7 +64,7 @@ async def test_a_failing_webhook_is_retried(nursery, tmp_path):
     await wait_for(received, 3)
     headers, first = received[0]
     assert first["kind"] == "status-update" and headers["authorization"] == "Bearer c-98765"
-    assert kernel.a2a_push.delivered == 3 and kernel.a2a_push.failed == 0
+    assert kernel.a2a.push.delivered == 3 and kernel.a2a.push.failed == 0
 
 
 async def test_config_crud_in_each_dialect(nursery, tmp_path):

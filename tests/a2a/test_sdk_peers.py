@@ -87,7 +87,7 @@ def test_a2a_sdk_0_3_client_against_tern_serve(a2a03_python, tmp_path):
 
 
 async def test_tern_client_against_an_a2a_sdk_0_3_server(a2a03_python):
-    from runtime.a2a.client import A2aClient, reply_text
+    from runtime.a2a.client.client import A2aClient, reply_text
     from runtime.a2a.model import StatusEvent
 
     process = subprocess.Popen([a2a03_python, str(ROOT / "tests" / "fixtures" / "a2a_sdk03_server.py"), "0"],

@@ -10,10 +10,10 @@ import pytest
 import trio
 
 from runtime.config import A2aConfig, AgentConfig, Config, StateConfig
-from runtime.http.access import Access
-from runtime.http.api import build_router
-from runtime.http.server import HttpServer
-from runtime.kernel.kernel import Kernel
+from runtime.httpd.access import Access
+from runtime.host.api import build_router
+from runtime.httpd.server import HttpServer
+from runtime.host.node import Node
 
 KEY = "a2a-test-key-5678"
 V10 = {"A2A-Version": "1.0"}
@@ -24,7 +24,7 @@ async def start(nursery, tmp_path, *, key="", max_tasks=1000):
               AgentConfig(name="sleepy", kind="command", command=["sh", "-c", "sleep 30"])]
     config = Config(agents=agents, state=StateConfig(dir=str(tmp_path)),
                     a2a=A2aConfig(enabled=True, default_agent="echo", max_tasks=max_tasks))
-    kernel = Kernel(config, serve_a2a=True)
+    kernel = Node(config)
     await nursery.start(kernel.run)
     server = HttpServer(config.server, build_router(kernel, secured=bool(key)), Access(key))
     bound = await nursery.start(server.serve, "127.0.0.1", 0)
@@ -207,7 +207,7 @@ async def test_bad_input(nursery, tmp_path):
             "message": message("one too many"), "configuration": {"returnImmediately": True}}))).json()
         assert "unfinished" in refused["error"]["message"]
         assert (await client.get(url + "/health")).status_code == 200
-        assert kernel.a2a.counts().get("working", 0) + kernel.a2a.counts().get("submitted", 0) == 3
+        assert kernel.a2a.engine.counts().get("working", 0) + kernel.a2a.engine.counts().get("submitted", 0) == 3
 
 
 async def test_a_subscriber_that_disconnects_leaves_the_task_running(url):
@@ -274,9 +274,9 @@ async def test_a_command_agent_drives_its_task_with_events(nursery, tmp_path):
     tck = [sys.executable, str(ROOT / "tests" / "fixtures" / "tck_agent.py")]
     config = Config(agents=[AgentConfig(name="tck", kind="command", command=tck, a2a_events=True)],
                     state=StateConfig(dir=str(tmp_path)), a2a=A2aConfig(enabled=True, default_agent="tck"))
-    kernel = Kernel(config, serve_a2a=True)
-    await nursery.start(kernel.run)
-    server = HttpServer(config.server, build_router(kernel), Access(""))
+    node = Node(config)
+    await nursery.start(node.run)
+    server = HttpServer(config.server, build_router(node), Access(""))
     bound = await nursery.start(server.serve, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{bound[0][1]}/a2a"
     async with httpx.AsyncClient(headers=V10, timeout=30) as client:

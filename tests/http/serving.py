@@ -16,11 +16,11 @@ import httpx
 import trio
 
 from runtime.config import ServerConfig
-from runtime.http.access import Access
-from runtime.http.messages import Request, Response, StreamResponse
-from runtime.http.ratelimit import RateLimiter
-from runtime.http.router import Router
-from runtime.http.server import HttpServer
+from runtime.httpd.access import Access
+from runtime.httpd.messages import Request, Response, StreamResponse
+from runtime.httpd.ratelimit import RateLimiter
+from runtime.httpd.router import Router
+from runtime.httpd.server import HttpServer
 
 OK_BODY = b'{"ok":true}'
 

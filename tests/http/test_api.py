@@ -12,13 +12,13 @@ import trio
 from trio_websocket import open_websocket_url
 
 from runtime.config import Config, McpServerEntry, ServerConfig, StdioTransport
-from runtime.http.access import Access
-from runtime.http.api import build_router
-from runtime.http.metrics import Metrics
-from runtime.http.openapi import document
-from runtime.http.ratelimit import RateLimiter
-from runtime.http.server import HttpServer
-from runtime.kernel.kernel import Kernel
+from runtime.httpd.access import Access
+from runtime.host.api import build_router
+from runtime.httpd.metrics import Metrics
+from runtime.host.openapi import document
+from runtime.httpd.ratelimit import RateLimiter
+from runtime.httpd.server import HttpServer
+from runtime.host.node import Node
 from tests.mcp.conftest import FAKE
 
 KEY = "s3cret-key-for-tests"
@@ -30,11 +30,12 @@ def config(**server) -> Config:
 
 
 async def start(nursery, cfg: Config, key: str = ""):
-    kernel = Kernel(cfg)
+    node = Node(cfg)
+    kernel = node.kernel
     metrics = Metrics()
     kernel.tool_observers.append(metrics.observe_tool_call)
     await nursery.start(kernel.run)
-    server = HttpServer(cfg.server, build_router(kernel, metrics=metrics), Access(key), metrics=metrics,
+    server = HttpServer(cfg.server, build_router(node, metrics=metrics), Access(key), metrics=metrics,
                         limiter=RateLimiter(cfg.server.rate_limit_per_sec, cfg.server.rate_limit_burst))
     bound = await nursery.start(server.serve, "127.0.0.1", 0)
     await kernel.mcp.wait_settled()
@@ -49,8 +50,7 @@ def test_openapi_names_exactly_the_routes(a2a):
     if a2a:
         cfg = Config(server=cfg.server, mcp_servers=cfg.mcp_servers, a2a=A2aConfig(enabled=True),
                      agents=[AgentConfig(name="echo", kind="echo")])
-    kernel = Kernel(cfg, serve_a2a=True)
-    router = build_router(kernel, metrics=Metrics())
+    router = build_router(Node(cfg), metrics=Metrics())
     doc = document(a2a_path=cfg.a2a.listen_path if a2a else None)
     served = {(r.method.lower(), r.path) for r in router.routes}
     described = {(method, path) for path, item in doc["paths"].items() for method in item}
@@ -190,12 +190,12 @@ async def test_tls(nursery, tmp_path):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
                     "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
                    check=True, capture_output=True, timeout=60)
-    from runtime.daemon import _ssl_context
+    from runtime.host.daemon import _ssl_context
 
     cfg = config(tls_cert=str(cert), tls_key=str(key))
-    kernel = Kernel(cfg)
-    await nursery.start(kernel.run)
-    server = HttpServer(cfg.server, build_router(kernel), Access(""), ssl_context=_ssl_context(cfg))
+    node = Node(cfg)
+    await nursery.start(node.run)
+    server = HttpServer(cfg.server, build_router(node), Access(""), ssl_context=_ssl_context(cfg))
     bound = await nursery.start(server.serve, "127.0.0.1", 0)
     trusted = ssl.create_default_context(cafile=str(cert))
     async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{bound[0][1]}", verify=trusted) as client:

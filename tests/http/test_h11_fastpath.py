@@ -3,7 +3,7 @@
 import h11
 import pytest
 
-from runtime.http.server import _H11, _head
+from runtime.httpd.server import _H11, _head
 
 REQUESTS = [
     b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime import __version__
-from runtime.http.metrics import CONTENT_TYPE, DURATION_BUCKETS, Metrics
+from runtime.httpd.metrics import CONTENT_TYPE, DURATION_BUCKETS, Metrics
 
 # --- a small, strict parser for text format 0.0.4 ---------------------------------------
 

@@ -26,10 +26,10 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.http import server as server_module
-from runtime.http.access import Access
-from runtime.http.messages import HttpError, Request
-from runtime.http.ratelimit import RateLimiter
+from runtime.httpd import server as server_module
+from runtime.httpd.access import Access
+from runtime.httpd.messages import HttpError, Request
+from runtime.httpd.ratelimit import RateLimiter
 from tests.http.serving import (
     OK_BODY,
     RawClient,

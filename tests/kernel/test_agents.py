@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from runtime.config import AgentConfig, Config, ModelConfig, StateConfig
-from runtime.kernel.agents import AgentError, UnknownAgent
+from runtime.errors import AgentError, UnknownAgent
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.kernel import Kernel
 

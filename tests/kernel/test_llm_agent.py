@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from runtime.config import AgentConfig, Config, ModelConfig, StateConfig, ToolsConfig
-from runtime.kernel.agents import AgentError
+from runtime.errors import AgentError
 from runtime.kernel.kernel import Kernel
 from tests.scripted_llm import ScriptedLLM, call_chunk, sse, text_chunk, whole
 

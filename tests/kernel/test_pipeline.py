@@ -12,8 +12,9 @@ from runtime.config import AgentConfig, Config, McpServerEntry, SecurityConfig, 
 from runtime.kernel.audit import AuditLog
 from runtime.kernel.builtins import register_builtins
 from runtime.kernel.pipeline import ToolPipeline
-from runtime.kernel.registry import Tool, ToolRegistry, ToolResult
-from runtime.mcp.supervisor import McpSupervisor
+from runtime.ports import Tool, ToolResult
+from runtime.kernel.registry import ToolRegistry
+from runtime.mcp.client.supervisor import McpSupervisor
 from tests.mcp.conftest import FAKE
 
 SECRET = "sk-live-0123456789abcdef"
@@ -44,7 +45,7 @@ async def file_write(arguments, context):
 
 
 def registry(mcp=None) -> ToolRegistry:
-    reg = ToolRegistry(mcp)
+    reg = ToolRegistry([mcp.source()] if mcp is not None else [])
     register_builtins(reg)
     reg._builtins.pop("file_write")  # the fake below records what reaches the sink
     reg.register(Tool("echo", "", {"type": "object", "properties": {"text": {"type": "string"}},

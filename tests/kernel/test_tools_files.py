@@ -11,7 +11,8 @@ from runtime.config import AgentConfig, Config, StateConfig
 from runtime.kernel import tools_files
 from runtime.kernel.builtins import register_builtins
 from runtime.kernel.pipeline import ToolPipeline
-from runtime.kernel.registry import ToolContext, ToolRegistry
+from runtime.ports import ToolContext
+from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.tools_files import file_list, file_read, file_search, file_write
 
 

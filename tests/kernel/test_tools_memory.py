@@ -11,7 +11,8 @@ import trio
 from runtime.config import AgentConfig, Config, StateConfig
 from runtime.kernel.builtins import register_builtins
 from runtime.kernel.pipeline import ToolPipeline
-from runtime.kernel.registry import ToolContext, ToolRegistry
+from runtime.ports import ToolContext
+from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.tools_memory import like_pattern, memory_list, memory_recall, memory_store
 
 

@@ -13,7 +13,8 @@ import trio
 from runtime.config import Config, SecurityConfig, ToolsConfig
 from runtime.kernel import tools_net
 from runtime.kernel.pipeline import ToolPipeline
-from runtime.kernel.registry import ToolContext, ToolRegistry
+from runtime.ports import ToolContext
+from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.tools_net import html_to_text, make_web_fetch
 
 CTX = ToolContext(agent="a")

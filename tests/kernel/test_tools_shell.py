@@ -13,7 +13,8 @@ import trio
 from runtime.config import Config, ToolsConfig
 from runtime.kernel import tools_shell
 from runtime.kernel.pipeline import ToolPipeline
-from runtime.kernel.registry import ToolContext, ToolRegistry
+from runtime.ports import ToolContext
+from runtime.kernel.registry import ToolRegistry
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX programs and process groups")
 

@@ -17,8 +17,8 @@ import trio
 
 from runtime.config import HttpTransport, McpServerEntry, SseTransport
 from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernTimeout
-from runtime.mcp.client import McpClient
-from runtime.mcp.http import StreamableHttpTransport
+from runtime.mcp.client.client import McpClient
+from runtime.mcp.client.streamable_http import StreamableHttpTransport
 from runtime.mcp.protocol import header_value
 
 INIT_RESULT = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},

@@ -13,7 +13,7 @@ import trio
 
 from runtime.config import HttpTransport, McpServerEntry, SseTransport
 from runtime.errors import ConfigError, ConnectionLost, RpcError, TernTimeout
-from runtime.mcp.client import McpClient
+from runtime.mcp.client.client import McpClient
 from runtime.net.guard import AddressPolicy, BlockedAddress
 from tests.mcp.conftest import SDK_SERVER
 from tests.netns import isolated_server

@@ -3,7 +3,7 @@ server built on the official Python SDK, in both protocol eras."""
 
 import pytest
 
-from runtime.mcp.client import McpClient
+from runtime.mcp.client.client import McpClient
 from tests.mcp.conftest import SDK_SERVER, stdio_entry
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from runtime.config import (AgentConfig, Config, McpPreset, McpServerExposure, ModelConfig, StateConfig,
                             parse_config)
 from runtime.kernel.kernel import Kernel
-from runtime.mcp.server import McpServer, Peer
+from runtime.mcp.server.dispatch import McpServer, Peer
 from runtime.wire import jsonrpc
 from tests.scripted_llm import ScriptedLLM, sse, text_chunk
 
@@ -16,6 +16,11 @@ def call(msg_id, name, arguments, token=None):
     if token is not None:
         params["_meta"] = {"progressToken": token}
     return jsonrpc.Request(msg_id, "tools/call", params)
+
+
+def _ports(kernel: Kernel):
+    """The ports the composition root hands the MCP server: the pipeline and the event bus."""
+    return kernel.pipeline, kernel.events
 
 
 async def ready(server: McpServer) -> Peer:
@@ -30,7 +35,7 @@ async def test_llm_agent_text_streams_as_progress(nursery, tmp_path):
     await nursery.start(llm.serve)
     agent = AgentConfig(name="bot", kind="llm", model=ModelConfig(base_url=llm.url, model="m", timeout_secs=5))
     kernel = Kernel(Config(agents=[agent], state=StateConfig(dir=str(tmp_path))))
-    server = McpServer(kernel)
+    server = McpServer(kernel.config, kernel.pipeline, kernel.events)
     peer = await ready(server)
     sent = []
 
@@ -49,7 +54,7 @@ async def test_pagination_walks_every_tool_once(tmp_path):
     agents = [AgentConfig(name=f"a{i}", kind="echo") for i in range(5)]
     config = Config(agents=agents, mcp_server=McpServerExposure(page_size=2, tools=["time_*"]),
                     state=StateConfig(dir=str(tmp_path)))
-    server = McpServer(Kernel(config))
+    server = McpServer(config, *_ports(Kernel(config)))
     peer = await ready(server)
     names, cursor, pages = [], None, 0
     while True:
@@ -71,7 +76,7 @@ async def test_presets_and_the_allowlist(tmp_path):
                     mcp_server=McpServerExposure(presets=[
                         McpPreset(name="clock", tool="time_now"),
                         McpPreset(name="hello", tool="tern_agent_echo", arguments={"message": "hello"})]))
-    server = McpServer(Kernel(config))
+    server = McpServer(config, *_ports(Kernel(config)))
     peer = await ready(server)
     listed = (await server.handle(jsonrpc.Request(1, "tools/list", {}), peer, None)).result["tools"]
     assert [t["name"] for t in listed] == ["tern_agent_echo", "clock", "hello"]

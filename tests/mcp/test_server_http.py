@@ -12,10 +12,10 @@ import pytest
 import trio
 
 from runtime.config import load_config
-from runtime.http.access import Access
-from runtime.http.api import build_router
-from runtime.http.server import HttpServer
-from runtime.kernel.kernel import Kernel
+from runtime.httpd.access import Access
+from runtime.host.api import build_router
+from runtime.httpd.server import HttpServer
+from runtime.host.node import Node
 from tests.mcp.server_harness import META, MODERN, initialize, request, write_config
 
 BOTH = "application/json, text/event-stream"
@@ -24,9 +24,9 @@ KEY = "mcp-test-key-1234"
 
 async def start(nursery, tmp_path, *, mcp_server: str = 'tools = ["time_now"]', key: str = ""):
     config = load_config(str(write_config(tmp_path, mcp_server=mcp_server))).config
-    kernel = Kernel(config)
-    await nursery.start(kernel.run)
-    server = HttpServer(config.server, build_router(kernel), Access(key))
+    node = Node(config)
+    await nursery.start(node.run)
+    server = HttpServer(config.server, build_router(node), Access(key))
     bound = await nursery.start(server.serve, "127.0.0.1", 0)
     return f"http://127.0.0.1:{bound[0][1]}/mcp"
 

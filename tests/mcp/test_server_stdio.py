@@ -162,7 +162,7 @@ async def test_pipelined_requests_start_in_order_and_quick_ones_answer_in_it(ter
 async def test_beyond_max_inflight_a_call_is_refused_and_stdin_is_still_read(tern):
     """64 slow calls run; the 65th is refused at once, a ping is still answered, a cancel
     still gets through (and frees a slot), and stdin EOF still ends the server."""
-    from runtime.mcp.serve_stdio import MAX_INFLIGHT, SERVER_BUSY
+    from runtime.mcp.server.stdio import MAX_INFLIGHT, SERVER_BUSY
 
     await tern.handshake()
     slow = [request(i, "tools/call", {"name": "tern_agent_slow_poke", "arguments": {"message": ""}})
@@ -257,7 +257,7 @@ async def test_stdin_eof_cancels_in_flight_calls_and_exits_0(tern):
 
 def test_stray_prints_go_to_stderr_not_the_protocol_stream():
     script = ("import trio, sys\n"
-              "from runtime.mcp.serve_stdio import _stdio_streams\n"
+              "from runtime.host.mcp_stdio import _stdio_streams\n"
               "async def main():\n"
               "    stdin, stdout = _stdio_streams()\n"
               "    print('a stray print', flush=True)\n"

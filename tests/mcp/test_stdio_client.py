@@ -7,8 +7,8 @@ import pytest
 import trio
 
 from runtime.errors import ConnectionLost, TernTimeout
-from runtime.mcp.client import McpClient
-from runtime.mcp.stdio import subprocess_env
+from runtime.mcp.client.client import McpClient
+from runtime.mcp.client.stdio import subprocess_env
 
 
 async def test_handshake_pagination_and_call(fake_entry, nursery):
@@ -198,7 +198,7 @@ async def test_server_outlives_the_thread_that_spawned_it(fake_entry, nursery):
     thread, which exits after 10 idle seconds, so every server died at 10 s."""
     import trio
 
-    from runtime.mcp.client import McpClient
+    from runtime.mcp.client.client import McpClient
 
     client = await McpClient.connect(fake_entry(), nursery)
     await trio.sleep(11.5)

@@ -10,8 +10,9 @@ import trio
 from runtime.config import McpServerEntry, StdioTransport
 from runtime.errors import ConnectionLost
 from runtime.kernel.builtins import register_builtins
-from runtime.kernel.registry import ToolRegistry, UnknownTool
-from runtime.mcp.supervisor import McpSupervisor
+from runtime.kernel.registry import ToolRegistry
+from runtime.errors import UnknownTool
+from runtime.mcp.client.supervisor import McpSupervisor
 from tests.mcp.conftest import FAKE
 
 
@@ -68,7 +69,7 @@ async def test_calls_to_a_server_that_is_not_ready_fail_with_its_state(nursery):
     await wait_state(supervisor, "slow", "restarting", "connecting")
     with pytest.raises(ConnectionLost, match=r"MCP server 'slow' is restarting \(.*exited with code 9"):
         await supervisor.call("mcp_slow_echo", {"message": "x"})
-    registry = ToolRegistry(supervisor)
+    registry = ToolRegistry([supervisor.source()])
     with pytest.raises(ConnectionLost, match="is restarting"):
         await registry.call("mcp_slow_echo", {"message": "x"})
     with pytest.raises(UnknownTool):
@@ -134,7 +135,7 @@ async def test_list_changed_refreshes_tools(nursery):
 
 async def test_registry_merges_builtins_and_mcp_and_routes(nursery):
     supervisor = await start(nursery, fake("srv"))
-    registry = ToolRegistry(supervisor)
+    registry = ToolRegistry([supervisor.source()])
     register_builtins(registry)
     await supervisor.wait_settled()
     tools = {t.name: t for t in registry.tools()}

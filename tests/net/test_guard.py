@@ -1,4 +1,4 @@
-"""runtime.net.guard and runtime.net.http: the SSRF guard, alone and inside the client."""
+"""runtime.net.guard and runtime.net.outbound: the SSRF guard, alone and inside the client."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from runtime.net.guard import (
     check_url,
     resolve_checked,
 )
-from runtime.net.http import GuardedBackend, make_client
+from runtime.net.outbound import GuardedBackend, make_client
 from runtime.net.tls import ssl_context
 
 OPEN = AddressPolicy()

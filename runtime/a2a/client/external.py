@@ -1,0 +1,144 @@
+"""``[a2a] external_agents``: A2A agents elsewhere, for tern's own agents to use.
+
+Each is discovered at boot in the background (``discovery_timeout_secs``, failures
+logged, boot never waits) and again on first use if that failed. It then serves as:
+
+- the tool ``a2a_{name}`` (one ``message``, an optional ``context_id``), which goes
+  through the kernel's tool pipeline like any tool; its replies count as untrusted
+  network content for taint tracking;
+- the target of ``kind = "remote"`` agents (``remote = "{name}"``), so ``tern run``,
+  ``agent_send``, MCP and A2A clients reach it like a local agent.
+
+Every request goes through tern's guarded HTTP client (metadata and link-local
+addresses refused, DNS pinned per connection); header values may use ``${VAR}``.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import AsyncExitStack
+from typing import Any, Union
+
+import msgspec
+import trio
+
+from runtime.config import Config, ExternalAgent
+from runtime.errors import TernError
+from runtime.log import get_logger
+
+__all__ = ["ExternalAgents", "RemoteReply", "tool_name"]
+
+log = get_logger("a2a.external")
+
+
+class RemoteReply(msgspec.Struct, frozen=True):
+    text: str
+    context_id: str
+    state: str
+    task_id: str = ""
+
+
+def tool_name(name: str) -> str:
+    return "a2a_" + name.replace("-", "_")
+
+
+class _Peer:
+    def __init__(self, entry: ExternalAgent) -> None:
+        self.entry = entry
+        self.client: Any = None
+        self.remote: Any = None
+        self.error = ""
+        self.state = "discovering"
+        self.lock = trio.Lock()
+        self.since = time.time()
+
+
+class ExternalAgents:
+    def __init__(self, config: Config, policy: Any, *, on_event: Any = None) -> None:
+        self.config = config
+        self.policy = policy
+        self.on_event = on_event
+        self.timeout = config.a2a.discovery_timeout_secs
+        self.peers = {entry.name: _Peer(entry) for entry in config.a2a.external_agents if entry.enabled}
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from runtime.a2a.client.client import A2aClient
+        from runtime.net.headers import expand_headers
+
+        async with AsyncExitStack() as stack:
+            for peer in self.peers.values():
+                try:
+                    headers = expand_headers(peer.entry.headers, f"a2a.external_agents '{peer.entry.name}'")
+                except TernError as exc:  # an unset ${VAR}: this peer only
+                    peer.state, peer.error = "failed", str(exc)
+                    continue
+                peer.client = await stack.enter_async_context(
+                    A2aClient(policy=self.policy, timeout=self.timeout, headers=headers))
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                for peer in self.peers.values():
+                    if peer.client is not None:
+                        nursery.start_soon(self._discover, peer)
+                await trio.sleep_forever()
+
+    async def _discover(self, peer: _Peer) -> Any:
+        async with peer.lock:
+            if peer.remote is not None:
+                return peer.remote
+            try:
+                peer.remote = await peer.client.discover(peer.entry.url, timeout=self.timeout)
+            except (TernError, OSError) as exc:
+                peer.state, peer.error, peer.since = "failed", str(exc), time.time()
+                log.warning("A2A agent '%s' at %s: discovery failed: %s", peer.entry.name, peer.entry.url, exc)
+            else:
+                peer.state, peer.error, peer.since = "ready", "", time.time()
+                log.info("A2A agent '%s': %s, dialect %s", peer.entry.name, peer.remote.url, peer.remote.dialect)
+            if self.on_event is not None:
+                self.on_event("a2a.peer", {"name": peer.entry.name, "state": peer.state, "error": peer.error})
+            return peer.remote
+
+    async def send(self, name: str, text: str, *, context_id: Union[str, None] = None) -> RemoteReply:
+        """One blocking exchange with the named peer (discovering it first if needed)."""
+        from runtime.a2a.client.client import reply_text
+        from runtime.a2a.model import Task
+
+        peer = self.peers.get(name)
+        if peer is None:
+            raise TernError(f"no A2A agent named {name!r} in [a2a] external_agents")
+        if peer.client is None:
+            raise TernError(f"A2A agent {name!r} is not usable: {peer.error}")
+        remote = peer.remote or await self._discover(peer)
+        if remote is None:
+            raise TernError(f"A2A agent {name!r} at {peer.entry.url} cannot be reached: {peer.error}")
+        result = await peer.client.send(remote, text, context_id=context_id)
+        if isinstance(result, Task):
+            if result.state in ("failed", "rejected", "canceled"):
+                raise TernError(f"A2A agent {name!r}: the task {result.state}: {reply_text(result) or 'no reason given'}")
+            return RemoteReply(reply_text(result), result.context_id or context_id or "", result.state, result.id)
+        return RemoteReply(reply_text(result), result.context_id or context_id or "", "completed")
+
+    def statuses(self) -> list[dict[str, Any]]:
+        return [{"name": name, "url": peer.entry.url, "state": peer.state, "error": peer.error,
+                 "dialect": peer.remote.dialect if peer.remote else None,
+                 "endpoint": peer.remote.url if peer.remote else None} for name, peer in self.peers.items()]
+
+
+def register_tools(registry: Any, external: ExternalAgents) -> None:
+    """``a2a_{name}`` for every external agent, through the pipeline like any tool."""
+    from runtime.ports import Tool, ToolContext, ToolResult
+
+    for name, peer in external.peers.items():
+        description = f"Ask the A2A agent {name} ({peer.entry.url}) and get its reply."
+
+        async def handler(arguments: dict[str, Any], context: ToolContext, _name: str = name) -> ToolResult:
+            try:
+                reply = await external.send(_name, arguments["message"], context_id=arguments.get("context_id"))
+            except TernError as exc:
+                return ToolResult(str(exc), is_error=True)
+            return ToolResult(reply.text, structured={"reply": reply.text, "context_id": reply.context_id,
+                                                      "state": reply.state})
+
+        registry.register(Tool(tool_name(name), description, {
+            "type": "object", "additionalProperties": False, "required": ["message"],
+            "properties": {"message": {"type": "string", "maxLength": 100_000},
+                           "context_id": {"type": "string", "maxLength": 200}}}), handler)

@@ -1,0 +1,189 @@
+"""A2A push notifications: webhooks a client registers per task, which tern POSTs each
+status and artifact event to.
+
+- Each config gets its own bounded queue and one delivery task, so events reach a
+  webhook in order and a slow webhook delays nobody else; past the bound the oldest
+  waiting event is dropped (and logged).
+- A delivery is retried with backoff (``ATTEMPTS``, 0.5 s doubling) on a connection
+  error, a timeout or a 5xx/429; a 4xx is final.
+- URLs pass the SSRF guard twice: checked when registered (a clear error at once), and
+  every connection goes through tern's guarded HTTP client (no DNS-rebinding gap).
+- The body is the event in the dialect the config was registered in (1.0: a
+  ``StreamResponse``); the token goes in ``X-A2A-Notification-Token``, credentials
+  in ``Authorization``. Tokens and credentials are registered as secrets (never logged).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Union
+
+import msgspec
+import trio
+
+from runtime.a2a import dialects
+from runtime.a2a.dialects import Dialect
+from runtime.a2a.server.engine import A2aError, InvalidTaskRequest, TaskEngine
+from runtime.a2a.model import Event, Task
+from runtime.log import get_logger, register_secret
+
+__all__ = ["PushNotifier", "ConfigNotFound"]
+
+log = get_logger("a2a.push")
+
+ATTEMPTS = 4
+QUEUE_EVENTS = 64
+MAX_CONFIGS_PER_TASK = 10
+TIMEOUT_SECS = 10.0
+_encoder = msgspec.json.Encoder()
+
+
+class ConfigNotFound(A2aError):
+    code = -32001  # the spec has no own code: TaskNotFound's is what the SDKs answer
+
+
+class _Config:
+    def __init__(self, config_id: str, task_id: str, url: str, token: str, auth: dict[str, Any], dialect: Dialect) -> None:
+        self.id, self.task_id, self.url, self.token, self.auth, self.dialect = config_id, task_id, url, token, auth, dialect
+        self.send, self.receive = trio.open_memory_channel[Any](QUEUE_EVENTS)
+
+    def render(self, dialect: Dialect) -> dict[str, Any]:
+        if dialect == "1.0":
+            out: dict[str, Any] = {"id": self.id, "taskId": self.task_id, "url": self.url}
+            if self.token:
+                out["token"] = self.token
+            if self.auth:
+                out["authentication"] = self.auth
+            return out
+        config: dict[str, Any] = {"id": self.id, "url": self.url}
+        if self.token:
+            config["token"] = self.token
+        if self.auth:
+            config["authentication"] = {"schemes": [self.auth.get("scheme", "Bearer")],
+                                        **({"credentials": self.auth["credentials"]} if "credentials" in self.auth else {})}
+        return {"taskId": self.task_id, "pushNotificationConfig": config}
+
+
+class PushNotifier:
+    def __init__(self, engine: TaskEngine, policy: Any) -> None:
+        self.engine = engine
+        self.policy = policy
+        self._configs: dict[str, dict[str, _Config]] = {}
+        self._ids = itertools.count(1)
+        self._nursery: Union[trio.Nursery, None] = None
+        self._client: Any = None
+        self.delivered = 0
+        self.failed = 0
+        engine.listeners.append(self._on_event)
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from runtime.net.outbound import make_client
+
+        async with make_client(self.policy, timeout=TIMEOUT_SECS) as client:
+            self._client = client
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+
+    # --- Configs ------------------------------------------------------------------------------
+
+    def set(self, task_id: str, raw: Any, dialect: Dialect) -> dict[str, Any]:
+        """Register a webhook from its wire form (any dialect); returns it rendered."""
+        from runtime.net.guard import BlockedAddress, check_url
+
+        task = self.engine.get(task_id)
+        if not isinstance(raw, dict):
+            raise InvalidTaskRequest("the push notification config must be an object")
+        url = raw.get("url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise InvalidTaskRequest("the push notification config needs an http(s) url")
+        try:
+            check_url(url, self.policy)
+        except (BlockedAddress, ValueError) as exc:
+            raise InvalidTaskRequest(f"webhook {url} refused: {exc}") from None
+        configs = self._configs.setdefault(task.id, {})
+        config_id = str(raw.get("id") or f"push-{next(self._ids)}")
+        if config_id not in configs and len(configs) >= MAX_CONFIGS_PER_TASK:
+            raise InvalidTaskRequest(f"task {task.id} has {MAX_CONFIGS_PER_TASK} webhooks already")
+        auth = raw.get("authentication") if isinstance(raw.get("authentication"), dict) else {}
+        scheme = auth.get("scheme") or (auth.get("schemes") or [None])[0]
+        auth = {k: v for k, v in (("scheme", scheme), ("credentials", auth.get("credentials"))) if isinstance(v, str)}
+        token = raw.get("token") if isinstance(raw.get("token"), str) else ""
+        for secret in (token, auth.get("credentials", "")):
+            register_secret(secret)
+        old = configs.pop(config_id, None)
+        if old is not None:
+            old.send.close()
+        config = _Config(config_id, task.id, url, token, auth, dialect)
+        configs[config_id] = config
+        assert self._nursery is not None, "PushNotifier.run() first"
+        self._nursery.start_soon(self._deliver, config)
+        return config.render(dialect)
+
+    def get(self, task_id: str, config_id: Union[str, None], dialect: Dialect) -> dict[str, Any]:
+        self.engine.get(task_id)
+        configs = self._configs.get(task_id, {})
+        config = configs.get(config_id) if config_id else None
+        if config is None and (not config_id or config_id == "default"):
+            config = next(iter(configs.values()), None)  # 0.3 clients ask for "default": the first one
+        if config is None:
+            raise ConfigNotFound(f"task {task_id} has no push notification config {config_id or ''}".rstrip())
+        return config.render(dialect)
+
+    def list(self, task_id: str, dialect: Dialect) -> list[dict[str, Any]]:
+        self.engine.get(task_id)
+        return [c.render(dialect) for c in self._configs.get(task_id, {}).values()]
+
+    def delete(self, task_id: str, config_id: str) -> None:
+        self.engine.get(task_id)
+        config = self._configs.get(task_id, {}).pop(config_id, None)
+        if config is not None:  # deleting what is not there succeeds: delete is idempotent
+            config.send.close()
+
+    # --- Delivery ------------------------------------------------------------------------------
+
+    def _on_event(self, task: Task, event: Event) -> None:
+        for config in list(self._configs.get(task.id, {}).values()):
+            try:
+                config.send.send_nowait(event)
+            except trio.WouldBlock:
+                log.warning("webhook %s for task %s is too slow: an event was dropped", config.url, task.id)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                pass
+        if task.terminal:  # nothing more will come: let the queues drain and the workers end
+            for config in self._configs.pop(task.id, {}).values():
+                config.send.close()
+
+    async def _deliver(self, config: _Config) -> None:
+        async with config.receive:
+            async for event in config.receive:
+                await self._post(config, _encoder.encode(dialects.render_event(event, config.dialect)))
+
+    async def _post(self, config: _Config, body: bytes) -> None:
+        import httpx
+
+        headers = {"Content-Type": "application/json"}
+        if config.token:
+            headers["X-A2A-Notification-Token"] = config.token
+        if config.auth.get("credentials"):
+            headers["Authorization"] = f"{config.auth.get('scheme') or 'Bearer'} {config.auth['credentials']}"
+        delay = 0.5
+        for attempt in range(1, ATTEMPTS + 1):
+            why = ""
+            try:
+                with trio.fail_after(TIMEOUT_SECS):
+                    response = await self._client.post(config.url, content=body, headers=headers)
+                if response.status_code < 300:
+                    self.delivered += 1
+                    return
+                why = f"HTTP {response.status_code}"
+                if response.status_code < 500 and response.status_code != 429:
+                    break  # the webhook refuses it: retrying will not help
+            except (httpx.HTTPError, trio.TooSlowError, OSError) as exc:
+                why = str(exc) or type(exc).__name__
+            if attempt < ATTEMPTS:
+                await trio.sleep(delay)
+                delay *= 2
+        self.failed += 1
+        log.warning("webhook %s for task %s: delivery failed (%s)", config.url, config.task_id, why)

@@ -1,0 +1,140 @@
+"""How an A2A task runs a tern agent, through the kernel's ``AgentPort``: the message
+goes to the agent as text, in the conversation named by the task's contextId, and the
+reply completes the task. ``A2aService`` holds the engine, push notifier and optional
+store that the composition root starts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+
+from runtime.a2a.dialects import BadMessage, parse_part
+from runtime.a2a.server.engine import Outcome, TaskReport
+from runtime.a2a.model import Artifact, Message, Task, text_of
+from runtime.config import Config
+from runtime.ports import AgentPort
+
+FINAL_STATES = {"completed", "input-required", "auth-required", "failed", "rejected"}
+
+__all__ = ["agent_runner", "A2aService"]
+
+
+def agent_runner(agents: AgentPort) -> Any:
+    """The engine's runner: a task's message goes to the tern agent as text, in the
+    conversation named by the task's contextId. A command agent with ``a2a_events``
+    drives the task itself (``events_agent``)."""
+    from runtime.errors import AgentError, UnknownAgent
+
+    async def run(task: Task, message: Message, report: TaskReport) -> Outcome:
+        agent = agents.get(task.agent)
+        if agent.kind == "command" and agent.a2a_events:
+            return await _events_agent(agents, task, message, report)
+        report.working()
+        try:
+            reply = await agents.send(task.agent, text_of(message.parts), context_id=task.context_id)
+        except (AgentError, UnknownAgent) as exc:
+            return Outcome(state="failed", text=str(exc))
+        return Outcome(state="completed", text=reply.text)
+
+    return run
+
+
+async def _events_agent(agents: AgentPort, task: Task, message: Message, report: TaskReport) -> Outcome:
+    """A command agent speaking JSON Lines (docs/a2a-events.md): events as it works, the
+    outcome on its last line. It learns which message and task from ``TERN_A2A_*``."""
+    from runtime.errors import AgentError
+
+    env = {"TERN_A2A_MESSAGE_ID": message.message_id, "TERN_A2A_TASK_ID": task.id,
+           "TERN_A2A_CONTEXT_ID": task.context_id, "TERN_A2A_DIALECT": task.dialect or ""}
+    last: dict[str, Any] = {}
+    problems: list[str] = []
+
+    def on_line(line: str) -> None:
+        line = line.strip()
+        if not line:
+            return
+        try:
+            event = json.loads(line)
+        except ValueError:
+            problems.append(f"not JSON: {line[:80]}")
+            return
+        if not isinstance(event, dict):
+            problems.append(f"not an object: {line[:80]}")
+            return
+        try:
+            if event.get("event") == "status":
+                report.status(str(event.get("state")), event.get("text") if isinstance(event.get("text"), str) else None)
+            elif event.get("event") == "artifact":
+                report.artifact(_artifact(event.get("artifact")), append=bool(event.get("append")),
+                                last_chunk=bool(event.get("lastChunk", True)))
+            else:
+                last.clear()
+                last.update(event)
+        except BadMessage as exc:
+            problems.append(str(exc))
+
+    try:
+        await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, on_text=on_line,
+                                 env=env)
+    except AgentError as exc:
+        return Outcome(state="failed", text=str(exc))
+    if last.get("message"):
+        try:
+            parts = [parse_part(p, i) for i, p in enumerate(last.get("parts") or [{"text": str(last.get("text", ""))}])]
+        except BadMessage as exc:
+            return Outcome(state="failed", text=f"the agent's reply is not valid A2A: {exc}")
+        return Outcome(reply=Message(role="agent", parts=parts))
+    state = last.get("state")
+    if state not in FINAL_STATES:
+        why = "; ".join(problems[-3:]) or "its last line names no final state"
+        return Outcome(state="failed", text=f"the agent ended without an outcome ({why})", status_text=True)
+    try:
+        artifacts = [_artifact(a) for a in last.get("artifacts") or []]
+    except BadMessage as exc:
+        return Outcome(state="failed", text=f"the agent's artifacts are not valid A2A: {exc}", status_text=True)
+    return Outcome(state=state, text=str(last.get("text") or ""), artifacts=artifacts, status_text=True)
+
+
+def _artifact(obj: Any) -> Artifact:
+    if not isinstance(obj, dict) or not isinstance(obj.get("parts"), list):
+        raise BadMessage("an artifact needs parts")
+    artifact = Artifact(parts=[parse_part(p, i) for i, p in enumerate(obj["parts"])], name=obj.get("name"),
+                        description=obj.get("description"))
+    if obj.get("artifactId"):
+        artifact.artifact_id = str(obj["artifactId"])
+    return artifact
+
+
+class A2aService:
+    """The A2A server's moving parts: the task engine, its push notifier, and the task
+    store when ``[a2a] persist_tasks`` (tasks loaded from it before anything runs)."""
+
+    def __init__(self, config: Config, agents: AgentPort) -> None:
+        from pathlib import Path
+
+        from runtime.a2a.server.engine import TaskEngine
+        from runtime.a2a.server.push import PushNotifier
+        from runtime.net.guard import AddressPolicy
+
+        self.store: Any = None
+        if config.a2a.persist_tasks and config.state.dir:
+            from runtime.a2a.server.store import TaskStore
+
+            self.store = TaskStore(Path(config.state.dir) / "a2a_tasks.sqlite3")
+        store = self.store
+        self.engine = TaskEngine(agent_runner(agents), max_tasks=config.a2a.max_tasks,
+                                 on_change=store.changed if store else None, on_evict=store.evicted if store else None)
+        if store is not None:
+            self.engine.load(store.load())
+        self.push = PushNotifier(self.engine, AddressPolicy.from_security(config.security))
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; ``task_status.started()`` once the parts are up."""
+        async with trio.open_nursery() as nursery:
+            if self.store is not None:
+                await nursery.start(self.store.run)
+            await nursery.start(self.engine.run)
+            await nursery.start(self.push.run)
+            task_status.started()

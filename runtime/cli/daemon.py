@@ -1,0 +1,104 @@
+"""``tern status`` and ``tern events``: clients of the running daemon (found through
+its discovery file)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from runtime.cli.common import Commands
+
+
+def add_commands(commands: Commands) -> None:
+    commands.add("status", cmd_status, "show the running daemon's state (from its discovery file)")
+    events = commands.add("events", cmd_events, "print the running daemon's events as they happen")
+    events.add_argument("--json", action="store_true", help="one JSON object per line (default: readable lines)")
+
+
+def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """The running daemon's discovery record and the headers to call it with."""
+    from runtime.config import load_config
+    from runtime.host.daemon import api_key, read_discovery
+    from runtime.errors import TernError
+
+    config = load_config(getattr(args, "config", None)).config
+    record, why = read_discovery(config)
+    if record is None:
+        raise TernError(why)
+    key = api_key(config)
+    return record, ({"Authorization": f"Bearer {key}"} if key else {})
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import trio
+
+    from runtime.errors import TernError
+
+    record, headers = _daemon(args)
+
+    async def fetch() -> Any:
+        import httpx
+
+        from runtime.net.guard import AddressPolicy
+        from runtime.net.outbound import make_client
+
+        async with make_client(AddressPolicy(), timeout=5.0) as client:
+            try:
+                response = await client.get(record["url"] + "/api/status", headers=headers)
+            except httpx.HTTPError as exc:
+                raise TernError(f"the daemon (pid {record['pid']}) at {record['url']} does not answer: {exc}") from None
+        if response.status_code != 200:
+            raise TernError(f"the daemon at {record['url']} answered HTTP {response.status_code}: {response.text[:200]}")
+        return response.json()
+
+    status = trio.run(fetch)
+    print(f"tern {status['version']} at {record['url']} (pid {record['pid']}), up {status['uptime_secs']:.0f} s")
+    print(f"  agents: {', '.join(a['name'] for a in status['agents']) or 'none'}")
+    for server in status["mcp_servers"]:
+        error = f": {server['last_error']}" if server["last_error"] and server["state"] != "ready" else ""
+        print(f"  MCP server {server['name']}: {server['state']}, {server['tools']} tools{error}")
+    print(f"  A2A peers: {', '.join(p['name'] for p in status['a2a_peers']) or 'none'}")
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    """Until Ctrl-C (exit 130) or the daemon stops (exit 0)."""
+    import trio
+
+    from runtime.errors import TernError
+
+    record, headers = _daemon(args)
+    url = record["url"].replace("http", "ws", 1) + "/api/events"
+
+    async def follow() -> None:
+        from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
+
+        try:
+            async with open_websocket_url(url, extra_headers=[(k.encode(), v.encode()) for k, v in headers.items()],
+                                          connect_timeout=5) as socket:
+                while True:
+                    try:
+                        message = await socket.get_message()
+                    except ConnectionClosed:
+                        return
+                    print(message if args.json else _event_line(json.loads(message)), flush=True)
+        except (HandshakeError, OSError) as exc:
+            raise TernError(f"cannot follow events at {url}: {exc}") from None
+
+    trio.run(follow)
+    return 0
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    import time
+
+    stamp = time.strftime("%H:%M:%S", time.localtime(event.get("time", time.time())))
+    kind = event.get("type", "?")
+    if kind == "mcp.server":
+        error = f" ({event['last_error']})" if event.get("last_error") else ""
+        return f"{stamp} MCP server {event.get('name')}: {event.get('state')}{error}"
+    if kind == "tool.call":
+        return f"{stamp} tool {event.get('tool')}: {event.get('outcome')} in {event.get('ms')} ms"
+    rest = {k: v for k, v in event.items() if k not in ("type", "time")}
+    return f"{stamp} {kind} {json.dumps(rest)}"

@@ -1,0 +1,79 @@
+"""``tern mcp``: tern's agents as MCP tools over stdio; ``tern mcp servers`` and
+``tern mcp import`` for people setting up their MCP servers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from runtime.cli.common import Commands, all_ready, print_json, status_line, with_kernel
+from runtime.errors import UsageError
+
+
+def add_commands(commands: Commands) -> None:
+    mcp = commands.add("mcp", cmd_mcp, "serve tern's agents as MCP tools over stdio (for desktop assistants and IDEs)")
+    mcp.add_argument("--standalone", action="store_true",
+                     help="serve from an in-process kernel even when a tern daemon is running "
+                          "(default: relay to the daemon)")
+    sub = commands.group(mcp, "mcp_command")
+    servers = sub.add("servers", cmd_mcp_servers,
+                      "connect every configured MCP server and show its state and last error")
+    servers.add_argument("--json", action="store_true", help="print JSON")
+    imported = sub.add("import", cmd_mcp_import,
+                       "convert a Claude Desktop / Cursor / VS Code mcpServers JSON file to [[mcp_servers]] TOML")
+    imported.add_argument("file", help="the JSON file ('-' for stdin)")
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    import trio
+
+    from runtime.config import load_config
+    from runtime.host.mcp_stdio import serve_stdio
+
+    from runtime.errors import UsageError
+
+    config = load_config(getattr(args, "config", None)).config
+    if not config.mcp_server.enabled:
+        raise UsageError("the MCP server is off in this config ([mcp_server] enabled = false)")
+    trio.run(lambda: serve_stdio(config, relay=False if args.standalone else None))
+    return 0
+
+
+def cmd_mcp_servers(args: argparse.Namespace) -> int:
+    from runtime.mcp.client.supervisor import servers_report
+
+    async def work(kernel: Any) -> int:
+        if args.json:
+            print_json(servers_report(kernel.config, kernel.mcp))
+        else:
+            statuses = kernel.mcp.statuses()
+            if not statuses:
+                print("no [[mcp_servers]] in the config")
+            for status in statuses:
+                print(f"{status.name}: {status_line(status)}")
+        return 0 if all_ready(kernel) else 1
+
+    return with_kernel(args, work)
+
+
+def cmd_mcp_import(args: argparse.Namespace) -> int:
+    """Print the TOML on stdout (append it to config.toml); warnings go to stderr."""
+    from runtime.mcp.importer import import_mcp_json
+
+    if args.file == "-":
+        text, label = sys.stdin.read(), "<stdin>"
+    else:
+        try:
+            with open(args.file, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"cannot read {args.file}: it is not UTF-8 text") from None
+        label = args.file
+    result = import_mcp_json(text, label)
+    for warning in result.warnings:
+        print(f"tern: warning: {warning}", file=sys.stderr)
+    print(result.toml, end="" if result.toml.endswith("\n") else "\n")
+    return 0

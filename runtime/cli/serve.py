@@ -1,0 +1,23 @@
+"""``tern serve``: the daemon (kernel, MCP client connections, HTTP API, A2A)."""
+
+from __future__ import annotations
+
+import argparse
+
+from runtime.cli.common import Commands
+
+
+def add_commands(commands: Commands) -> None:
+    serve = commands.add("serve", cmd_serve, "run the daemon: kernel, MCP client connections, HTTP API, A2A")
+    serve.add_argument("--listen", metavar="HOST:PORT", help="override [server] listen")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import trio
+
+    from runtime.config import load_config
+    from runtime.host.daemon import serve
+
+    config = load_config(getattr(args, "config", None)).config
+    trio.run(serve, config, args.listen)
+    return 0

@@ -1,0 +1,123 @@
+"""The daemon's HTTP API: health, status, tools, MCP servers, agents, events, metrics.
+
+Every route is declared here with its policy; ``openapi.py`` describes the same routes
+and a test keeps the two in step. A2A and ``POST /mcp`` add their routes to the same
+router when they are enabled.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Union
+
+import msgspec
+
+from runtime import __version__
+from runtime.httpd.messages import HttpError, Request, Response, json_response
+from runtime.host.node import Node
+from runtime.httpd.router import Router
+
+__all__ = ["build_router"]
+
+_HEALTH = Response(200, b'{"status":"ok"}')
+
+
+class _MessageIn(msgspec.Struct, forbid_unknown_fields=True):
+    message: str
+    context_id: Union[str, None] = None
+
+
+def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> Router:
+    """Every route; ``secured``: an API key is configured (the A2A cards say so)."""
+    router = Router()
+    config = node.config
+    kernel = node.kernel
+
+    async def health(request: Request) -> Response:
+        return _HEALTH
+
+    async def status(request: Request) -> Response:
+        states: dict[str, int] = {}
+        for server in kernel.mcp.statuses():
+            states[server.state] = states.get(server.state, 0) + 1
+        return json_response({
+            "version": __version__,
+            "uptime_secs": round(time.time() - kernel.started, 3),
+            "agents": [{"name": a.name, "kind": a.kind} for a in config.agents],
+            "mcp_servers": [{"name": s.name, "state": s.state, "tools": s.tool_count, "last_error": s.last_error,
+                             "restarts": s.restarts} for s in kernel.mcp.statuses()],
+            "mcp_server_states": states,
+            "a2a_peers": kernel.external.statuses() if kernel.external is not None else [],
+            "tasks": node.a2a.engine.counts() if node.a2a is not None else {},
+        })
+
+    async def tools(request: Request) -> Response:
+        return json_response({"tools": [msgspec.structs.asdict(t) for t in kernel.registry.tools()]})
+
+    async def mcp_servers(request: Request) -> Response:
+        from runtime.mcp.client.supervisor import servers_report
+
+        return json_response(servers_report(config, kernel.mcp))
+
+    async def agents(request: Request) -> Response:
+        return json_response({"agents": [{"name": a.name, "kind": a.kind, "description": a.description,
+                                          "tools": a.tools} for a in config.agents]})
+
+    async def agent_message(request: Request) -> Response:
+        from runtime.errors import AgentError, UnknownAgent
+
+        body = request.json(_MessageIn)
+        try:
+            reply = await kernel.agents.send(request.params["name"], body.message, context_id=body.context_id)
+        except UnknownAgent as exc:
+            raise HttpError(404, str(exc)) from None
+        except AgentError as exc:
+            raise HttpError(502, f"the agent could not answer: {exc}") from None
+        return json_response(reply)
+
+    async def echo(request: Request) -> Response:
+        request.json()  # validate: a load test must not be able to echo garbage
+        return Response(200, request.body)
+
+    async def openapi(request: Request) -> Response:
+        from runtime.host.openapi import document
+
+        return json_response(document(a2a_path=config.a2a.listen_path if node.a2a is not None else None,
+                                      mcp=config.mcp_server.enabled))
+
+    async def prometheus(request: Request) -> Response:
+        from runtime.httpd.metrics import CONTENT_TYPE
+
+        if metrics is None:
+            raise HttpError(404, "metrics are off")
+        return Response(200, metrics.render().encode(), content_type=CONTENT_TYPE.encode())
+
+    async def events(request: Request, socket: Any) -> None:
+        import json
+
+        with kernel.events.subscribe() as subscription:
+            await socket.send(json.dumps({"type": "hello", "version": __version__}))
+            while True:
+                event = await subscription.next()
+                await socket.send(json.dumps(event, default=str))
+
+    router.add("GET", "/health", health, auth=False, guard_origin=False, summary="liveness")
+    router.add("GET", "/api/status", status, summary="version, uptime, agents, MCP server states, A2A peers")
+    router.add("GET", "/api/tools", tools, summary="every tool agents can call")
+    router.add("GET", "/api/mcp/servers", mcp_servers, summary="configured and connected MCP servers")
+    router.add("GET", "/api/agents", agents, summary="configured agents")
+    router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, summary="send an agent a message")
+    router.add("POST", "/api/echo", echo, summary="answer the JSON body back (load tests, client checks)")
+    router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
+    router.add("GET", "/api/events", events, websocket=True, summary="kernel events over a WebSocket")
+    router.add("GET", "/metrics", prometheus, summary="Prometheus metrics")
+    if node.a2a is not None:
+        from runtime.a2a.server.endpoint import A2aEndpoint
+
+        A2aEndpoint(config, node.a2a, secured=secured, bound=lambda: node.http_bound).add_routes(router)
+    if config.mcp_server.enabled:
+        from runtime.mcp.server.dispatch import McpServer
+        from runtime.mcp.server.streamable_http import McpHttpEndpoint
+
+        McpHttpEndpoint(McpServer(config, kernel.pipeline, kernel.events), config.mcp_server).add_routes(router)
+    return router

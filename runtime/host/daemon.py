@@ -1,0 +1,177 @@
+"""``tern serve``: the kernel and the HTTP server in one process, until a signal.
+
+SIGINT or SIGTERM starts a graceful shutdown (stop accepting, finish requests within
+``shutdown_grace_secs``, close MCP servers); a second signal cancels at once. A
+discovery file (``daemon.json`` in the state directory, mode 0600: pid, URL, start
+time) tells ``tern status`` and ``tern events`` where the daemon is; it is removed on
+a clean exit and recognised as stale when its pid is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import sys
+import time
+from pathlib import Path
+from typing import Any, Union
+
+import trio
+
+from runtime import __version__
+from runtime.config import Config, parse_listen
+from runtime.errors import ConfigError, UsageError
+from runtime.log import get_logger, register_secret
+
+__all__ = ["serve", "api_key", "read_discovery", "discovery_path"]
+
+log = get_logger("daemon")
+DISCOVERY_FILE = "daemon.json"
+
+
+def api_key(config: Config) -> str:
+    """The configured key: ``api_key``, else the variable ``api_key_env`` names (may be unset)."""
+    key = config.server.api_key or (os.environ.get(config.server.api_key_env, "") if config.server.api_key_env else "")
+    if key:
+        register_secret(key)
+    return key
+
+
+def discovery_path(config: Config) -> Path:
+    return Path(config.state.dir) / DISCOVERY_FILE
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_discovery(config: Config) -> tuple[Union[dict[str, Any], None], str]:
+    """(the live daemon's record, "") or (None, why not)."""
+    path = discovery_path(config)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        pid = int(record["pid"])
+    except FileNotFoundError:
+        return None, f"no tern daemon is running (no {path})"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return None, f"unreadable discovery file {path}: {exc}"
+    if not _pid_alive(pid):
+        return None, f"stale discovery file {path}: pid {pid} is gone (the daemon did not exit cleanly)"
+    return record, ""
+
+
+def _write_discovery(config: Config, url: str) -> Path:
+    path = discovery_path(config)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    record, why = read_discovery(config)
+    if record is not None and record.get("pid") != os.getpid():
+        raise UsageError(f"another tern daemon (pid {record['pid']}, {record.get('url')}) uses the state "
+                         f"directory {path.parent}; stop it or set [state] dir")
+    temp = path.with_suffix(f".{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump({"pid": os.getpid(), "url": url, "started": time.time(), "version": __version__}, handle)
+    os.replace(temp, path)
+    return path
+
+
+def _ssl_context(config: Config) -> Union[ssl.SSLContext, None]:
+    server = config.server
+    if not (server.tls_cert or server.tls_key):
+        return None
+    if not (server.tls_cert and server.tls_key):
+        raise ConfigError("[server] tls_cert and tls_key go together: set both or neither")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(server.tls_cert, server.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"[server] tls_cert/tls_key: cannot load them: {exc}") from None
+    return context
+
+
+def _url(host: str, port: int, tls: bool) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"{'https' if tls else 'http'}://{shown}:{port}"
+
+
+async def _signals(server: Any, cancel: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            if not server._terminating.is_set():
+                log.warning("%s: shutting down (again to stop at once)", signal.Signals(signum).name)
+                server.shutdown()
+            else:
+                cancel.cancel()
+
+
+async def serve(config: Config, listen: Union[str, None] = None, *,
+                task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Run the daemon until a signal (or cancellation); ``task_status`` gets the URL."""
+    from runtime.httpd.access import Access, is_loopback
+    from runtime.host.api import build_router
+    from runtime.httpd.metrics import Metrics
+    from runtime.httpd.ratelimit import RateLimiter
+    from runtime.httpd.server import HttpServer
+    from runtime.host.node import Node
+
+    try:
+        host, port = parse_listen(listen or config.server.listen)
+    except ValueError as exc:
+        raise UsageError(f"--listen: {exc}") from None
+    key = api_key(config)
+    loopback = host == "localhost" or is_loopback(host)
+    if not key and config.server.allow_unauthenticated_remote and not loopback:
+        log.warning("SECURITY: listening on %s with no API key and allow_unauthenticated_remote = true: "
+                    "ANYONE who can reach this port can use every agent and tool", host)
+    elif not key and not loopback:
+        log.warning("listening on %s with no API key: remote clients will be refused (403); "
+                    "set [server] api_key_env to serve them", host)
+    tls = _ssl_context(config)
+    node = Node(config)
+    kernel = node.kernel
+    metrics = Metrics()
+    kernel.tool_observers.append(metrics.observe_tool_call)
+    metrics.add_gauge_source("tern_mcp_server_up", "1 when the MCP server is ready, per state", ("server", "state"),
+                             lambda: [((s.name, s.state), 1.0 if s.state == "ready" else 0.0)
+                                      for s in kernel.mcp.statuses()])
+    access = Access(key, allow_unauthenticated_remote=config.server.allow_unauthenticated_remote,
+                    loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
+                    cors_origins=config.server.cors_origins)
+    limiter = RateLimiter(config.server.rate_limit_per_sec, config.server.rate_limit_burst)
+    if node.a2a is not None:
+        engine = node.a2a.engine
+        metrics.add_gauge_source("tern_a2a_tasks", "A2A tasks in the store, per state", ("state",),
+                                 lambda: [((state,), float(n)) for state, n in engine.counts().items()])
+    server = HttpServer(config.server, build_router(node, metrics=metrics, secured=bool(key)), access, limiter=limiter,
+                        metrics=metrics, ssl_context=tls)
+    discovery: Union[Path, None] = None
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node.run)
+            try:
+                bound = await nursery.start(server.serve, host, port)
+            except OSError as exc:
+                raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+            url = _url(host, bound[0][1], tls is not None)
+            node.http_bound = (host, bound[0][1])
+            discovery = _write_discovery(config, url)
+            nursery.start_soon(_signals, server, nursery.cancel_scope)
+            log.info("tern %s serving on %s (pid %d)", __version__, url, os.getpid())
+            print(f"tern: serving on {url}", file=sys.stderr, flush=True)
+            task_status.started(url)
+            await server.wait_stopped()
+            nursery.cancel_scope.cancel()
+    finally:
+        if discovery is not None:
+            try:
+                discovery.unlink()
+            except OSError:
+                pass

@@ -1,0 +1,143 @@
+"""``tern mcp``: choose how to answer, then serve the stdio shell.
+
+A running daemon (its discovery file is live and it answers ``/health``) makes
+``tern mcp`` a relay: each message goes to the daemon's ``POST /mcp`` with the key,
+through tern's own Streamable HTTP client transport, and everything the daemon sends
+comes back on stdout. Otherwise a kernel boots in-process and ``LocalBackend`` answers
+over its ports.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+from typing import Any, Callable, Union
+
+import trio
+
+from runtime.config import Config
+from runtime.log import get_logger
+from runtime.mcp.server.stdio import Emit, LocalBackend, Pending, StdioServer
+from runtime.wire import jsonrpc
+
+__all__ = ["serve_stdio", "RelayBackend", "daemon_url"]
+
+log = get_logger("mcp.serve")
+
+HEALTH_TIMEOUT_SECS = 1.0
+
+
+class RelayBackend:
+    """Forwards to a running daemon's ``POST /mcp`` (see the module docstring)."""
+
+    def __init__(self, url: str, key: str, *, timeout_secs: float = 60.0) -> None:
+        from runtime.mcp.client.streamable_http import StreamableHttpTransport
+        from runtime.net.guard import AddressPolicy
+
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.url = url
+        self.transport = StreamableHttpTransport("daemon", SimpleNamespace(url=url, headers=headers),
+                                                 policy=AddressPolicy(), timeout_secs=timeout_secs, environ={})
+        self._initialize_ids: set[Any] = set()
+        self.pending = Pending()
+        self._emit: Union[Emit, None] = None
+
+    async def start(self, nursery: trio.Nursery, emit: Emit) -> None:
+        self._emit = emit
+        await self.transport.start(nursery)
+        nursery.start_soon(self._pump)
+
+    async def submit(self, message: Any, hand_off: Callable[[], None]) -> None:
+        """Forward the message; a relayed request is answered by ``_pump``, so the reader
+        never needs to hand off."""
+        from runtime.mcp.client.session import TransportClosed
+
+        if isinstance(message, jsonrpc.Request):
+            self.pending.add(message.id)
+            if message.method == "initialize":
+                self._initialize_ids.add(message.id)
+        try:
+            await self.transport.send(message)
+        except TransportClosed as exc:
+            if isinstance(message, jsonrpc.Request):
+                self.pending.done(message.id)
+                await self._emit(jsonrpc.encode(jsonrpc.error_response(  # type: ignore[misc]
+                    message.id, jsonrpc.INTERNAL_ERROR, f"the tern daemon at {self.url} is unreachable: {exc}")))
+
+    async def _pump(self) -> None:
+        from runtime.mcp.client.session import TransportClosed
+
+        while True:
+            try:
+                body = await self.transport.receive()
+            except TransportClosed as exc:
+                log.warning("the tern daemon at %s is gone: %s", self.url, exc)
+                return
+            if self._initialize_ids:
+                self._note_version(body)
+            await self._emit(body)  # type: ignore[misc]
+            if self.pending.ids and b'"method"' not in body[:64]:
+                self.pending.done(jsonrpc.sniff_id(body[:256]))
+
+    def _note_version(self, body: bytes) -> None:
+        try:
+            message = jsonrpc.parse(body)
+        except jsonrpc.InvalidMessage:
+            return
+        if isinstance(message, jsonrpc.Response) and message.id in self._initialize_ids:
+            self._initialize_ids.discard(message.id)
+            version = message.result.get("protocolVersion") if isinstance(message.result, dict) else None
+            if isinstance(version, str):
+                self.transport.set_protocol_version(version, "handshake")
+
+
+async def daemon_url(config: Config) -> Union[str, None]:
+    """The running daemon's URL if its discovery file is live and it answers /health."""
+    from runtime.host.daemon import read_discovery
+
+    record, _why = read_discovery(config)
+    if record is None or not isinstance(record.get("url"), str):
+        return None
+    import httpx
+
+    from runtime.net.guard import AddressPolicy
+    from runtime.net.outbound import make_client
+
+    async with make_client(AddressPolicy(), timeout=HEALTH_TIMEOUT_SECS) as client:
+        try:
+            with trio.fail_after(HEALTH_TIMEOUT_SECS):
+                response = await client.get(record["url"] + "/health")
+        except (httpx.HTTPError, trio.TooSlowError) as exc:
+            log.info("the daemon at %s does not answer (%s): serving in-process", record["url"], exc)
+            return None
+    return record["url"] if response.status_code == 200 else None
+
+
+def _stdio_streams() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
+    """Private copies of fds 0 and 1, then fd 1 -> stderr, so only we write the protocol."""
+    stdin = trio.lowlevel.FdStream(os.dup(0))
+    stdout = trio.lowlevel.FdStream(os.dup(1))
+    os.dup2(2, 1)
+    return stdin, stdout
+
+
+async def serve_stdio(config: Config, *, relay: Union[bool, None] = None) -> None:
+    """``tern mcp``: relay to a running daemon if there is one (``relay=None``: look),
+    else serve from an in-process kernel."""
+    from runtime.host.daemon import api_key
+
+    url = await daemon_url(config) if relay is not False else None
+    stdin, stdout = _stdio_streams()
+    if url is not None:
+        log.info("relaying to the tern daemon at %s", url)
+        await StdioServer(RelayBackend(url + "/mcp", api_key(config)), stdin, stdout).serve()
+        return
+    from runtime.kernel.kernel import Kernel
+    from runtime.mcp.server.dispatch import McpServer
+
+    kernel = Kernel(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(kernel.run)
+        server = McpServer(config, kernel.pipeline, kernel.events)
+        await StdioServer(LocalBackend(server), stdin, stdout).serve()
+        nursery.cancel_scope.cancel()

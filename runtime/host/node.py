@@ -1,0 +1,36 @@
+"""One tern node as the daemon runs it: the kernel, and the A2A server's moving parts
+when ``[a2a] enabled``. This is where the kernel's objects are handed to the protocol
+servers as ports; ``tern mcp`` and the CLI commands need only a ``Kernel``."""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import trio
+
+from runtime.config import Config
+from runtime.kernel.kernel import Kernel
+
+__all__ = ["Node"]
+
+
+class Node:
+    def __init__(self, config: Config, *, serve_a2a: bool = True) -> None:
+        """``serve_a2a``: this node answers A2A tasks (with ``[a2a] enabled``): the task
+        engine, push notifier and store exist only then."""
+        self.config = config
+        self.kernel = Kernel(config)
+        self.a2a: Any = None  # an A2aService
+        if serve_a2a and config.a2a.enabled:
+            from runtime.a2a.server.runner import A2aService
+
+            self.a2a = A2aService(config, self.kernel.agents)
+        self.http_bound: Union[tuple[str, int], None] = None  # once the daemon listens: the cards' fallback URL
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; ``task_status.started()`` once booted (MCP servers still connecting)."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.kernel.run)
+            if self.a2a is not None:
+                await nursery.start(self.a2a.run)
+            task_status.started()

@@ -1,0 +1,114 @@
+"""Who may call: the API key, the loopback rule, Host and Origin checks, CORS.
+
+- A key (``api_key`` or the variable named by ``api_key_env``) is accepted as
+  ``Authorization: Bearer KEY`` (the scheme is case-insensitive, as RFC 7235 says) or
+  ``X-API-Key: KEY``, compared in constant time. Never from a query string: a request
+  that tries gets a 401 saying so, and query strings are never logged.
+- With no key configured, only loopback clients get in, unless
+  ``allow_unauthenticated_remote`` is set (and then boot logs a warning).
+- DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 sends
+  ``Host: evil.example``. So on a loopback listener the Host must be a loopback name
+  (or one of ``allowed_hosts``), and a browser ``Origin`` must be this server's own or
+  one of ``cors_origins``; otherwise 403 (421 would also fit Host, 403 is what the MCP
+  spec asks for Origin, and one status keeps clients simple).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from typing import Union
+from urllib.parse import urlsplit
+
+from runtime.httpd.messages import HttpError, Request
+
+__all__ = ["Access", "is_loopback"]
+
+_QUERY_KEYS = ("api_key=", "apikey=", "key=", "token=", "access_token=")
+_LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+def _host_name(value: str) -> str:
+    """``example.com:8080`` -> ``example.com``; ``[::1]:80`` -> ``[::1]``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[: value.find("]") + 1]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class Access:
+    def __init__(self, api_key: str, *, allow_unauthenticated_remote: bool = False, loopback_listener: bool = True,
+                 allowed_hosts: Union[list[str], None] = None, cors_origins: Union[list[str], None] = None) -> None:
+        self._key = api_key.encode() if api_key else b""
+        self.allow_unauthenticated_remote = allow_unauthenticated_remote
+        self.loopback_listener = loopback_listener
+        self.allowed_hosts = {h.lower() for h in (allowed_hosts or [])}
+        self.cors_origins = {o.rstrip("/").lower() for o in (cors_origins or [])}
+
+    @property
+    def has_key(self) -> bool:
+        return bool(self._key)
+
+    def authenticate(self, request: Request, client_is_loopback: bool) -> None:
+        """Raise HttpError(401/403) unless the request may use a key-protected route."""
+        if request.query and any(k in request.query.lower() for k in _QUERY_KEYS):
+            raise HttpError(401, "API keys are not accepted in the query string; "
+                            "send Authorization: Bearer KEY or X-API-Key: KEY")
+        if not self._key:
+            if client_is_loopback or self.allow_unauthenticated_remote:
+                return
+            raise HttpError(403, "this tern has no API key configured, so it serves loopback clients only; "
+                            "set [server] api_key_env to serve remote clients")
+        presented = self._presented(request)
+        if presented is None:
+            raise HttpError(401, "an API key is required: Authorization: Bearer KEY or X-API-Key: KEY",
+                            [(b"www-authenticate", b'Bearer realm="tern"')])
+        if not hmac.compare_digest(presented, self._key):
+            raise HttpError(401, "the API key is not valid", [(b"www-authenticate", b'Bearer error="invalid_token"')])
+
+    @staticmethod
+    def _presented(request: Request) -> Union[bytes, None]:
+        for name, value in request.headers:
+            if name == b"authorization":
+                scheme, _, token = value.strip().partition(b" ")
+                if scheme.lower() == b"bearer" and token.strip():
+                    return token.strip()
+                return b"\0invalid"  # another scheme: never matches, and no fallback to X-API-Key
+            if name == b"x-api-key":
+                return value.strip()
+        return None
+
+    def check_origin(self, request: Request) -> None:
+        """Host and Origin checks against DNS rebinding (routes with ``guard_origin``)."""
+        host = request.header(b"host") or ""
+        name = _host_name(host)
+        if self.allowed_hosts:
+            if name not in self.allowed_hosts and host.lower() not in self.allowed_hosts:
+                raise HttpError(403, f"Host {host!r} is not in [server] allowed_hosts")
+        elif self.loopback_listener and name not in _LOOPBACK_NAMES and not is_loopback(name.strip("[]")):
+            raise HttpError(403, f"Host {host!r} is not a loopback name; a loopback tern only answers "
+                            "requests addressed to localhost (set [server] allowed_hosts to add names)")
+        origin = request.header(b"origin")
+        if origin is not None and not self.origin_allowed(origin, host):
+            raise HttpError(403, f"Origin {origin!r} is not allowed (add it to [server] cors_origins)")
+
+    def origin_allowed(self, origin: str, host: str) -> bool:
+        origin = origin.rstrip("/").lower()
+        if origin in self.cors_origins or "*" in self.cors_origins:
+            return True
+        parts = urlsplit(origin)
+        return bool(parts.netloc) and parts.netloc == host.lower()
+
+    def cors_headers(self, request: Request) -> list[tuple[bytes, bytes]]:
+        """CORS response headers for an allowed cross-origin browser request."""
+        origin = request.header(b"origin")
+        if origin is None or origin.rstrip("/").lower() not in self.cors_origins and "*" not in self.cors_origins:
+            return []
+        return [(b"access-control-allow-origin", origin.encode("latin-1")), (b"vary", b"Origin")]

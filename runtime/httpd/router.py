@@ -1,0 +1,90 @@
+"""Routing: method + path -> route, with ``{name}`` path parameters.
+
+Static paths are one dict lookup (the hot path: ``/health``, ``/mcp``); only paths
+with parameters are matched segment by segment. Each route carries its policy: whether
+it needs the API key, its rate-limit cost, whether the Host/Origin checks apply, and
+whether it is a WebSocket endpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Union
+from urllib.parse import unquote
+
+from runtime.httpd.messages import HttpError, Request
+
+__all__ = ["Route", "Router"]
+
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+class Route:
+    __slots__ = ("method", "path", "handler", "auth", "cost", "guard_origin", "websocket", "summary")
+
+    def __init__(self, method: str, path: str, handler: Handler, *, auth: bool = True, cost: float = 1.0,
+                 guard_origin: bool = True, websocket: bool = False, summary: str = "") -> None:
+        self.method = method
+        self.path = path  # the template, e.g. /api/agents/{name}/message; also the metrics label
+        self.handler = handler
+        self.auth = auth
+        self.cost = cost
+        self.guard_origin = guard_origin
+        self.websocket = websocket
+        self.summary = summary
+
+
+class Router:
+    def __init__(self) -> None:
+        self._static: dict[str, dict[str, Route]] = {}
+        self._dynamic: list[tuple[list[str], dict[str, Route]]] = []
+        self.routes: list[Route] = []
+
+    def add(self, method: str, path: str, handler: Handler, **policy: Any) -> Route:
+        route = Route(method, path, handler, **policy)
+        self.routes.append(route)
+        if "{" not in path:
+            methods = self._static.setdefault(path, {})
+        else:
+            segments = path.strip("/").split("/")
+            for existing, methods in self._dynamic:
+                if existing == segments:
+                    break
+            else:
+                methods = {}
+                self._dynamic.append((segments, methods))
+        if method in methods:
+            raise ValueError(f"route {method} {path} defined twice")
+        methods[method] = route
+        return route
+
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
+        """The route and its path parameters; HttpError 404, or 405 with ``Allow``."""
+        methods = self._static.get(path)
+        params: dict[str, str] = {}
+        if methods is None:
+            methods = self._match_dynamic(path, params)
+            if methods is None:
+                raise HttpError(404, f"no route for {path}")
+        route = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
+        if route is None:
+            allowed = sorted(set(methods) | ({"HEAD"} if "GET" in methods else set()))
+            raise HttpError(405, f"{method} is not allowed on {path}",
+                            [(b"allow", ", ".join(allowed).encode())])
+        return route, params
+
+    def _match_dynamic(self, path: str, params: dict[str, str]) -> Union[dict[str, Route], None]:
+        parts = path.strip("/").split("/")
+        for segments, methods in self._dynamic:
+            if len(segments) != len(parts):
+                continue
+            for pattern, part in zip(segments, parts):
+                if pattern[:1] == "{":
+                    if not part:
+                        break
+                    params[pattern[1:-1]] = unquote(part)
+                elif pattern != part:
+                    break
+            else:
+                return methods
+            params.clear()
+        return None

@@ -1,0 +1,116 @@
+"""WebSocket endpoints on the HTTP port, through wsproto (h11 parsed the upgrade).
+
+The handler gets a ``ServerWebSocket`` it can ``send`` text to; a reader task next to
+it answers pings, honours the client's close, and refuses client messages larger than
+``MAX_CLIENT_MESSAGE`` (tern's sockets are for pushing events out). The socket is
+closed with 1001 when the server shuts down, and every write has a timeout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h11
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, CloseConnection, Message, Ping, Request as WsRequest
+
+from runtime.httpd.messages import Request
+
+__all__ = ["ServerWebSocket", "serve_websocket"]
+
+MAX_CLIENT_MESSAGE = 64 * 1024
+WRITE_TIMEOUT_SECS = 10.0
+
+
+class ServerWebSocket:
+    def __init__(self, stream: trio.abc.Stream, ws: WSConnection) -> None:
+        self._stream = stream
+        self._ws = ws
+        self._lock = trio.Lock()
+        self.closed = trio.Event()
+
+    async def _write(self, data: bytes) -> None:
+        async with self._lock:
+            with trio.fail_after(WRITE_TIMEOUT_SECS):
+                await self._stream.send_all(data)
+
+    async def send(self, text: str) -> None:
+        if self.closed.is_set():
+            raise trio.ClosedResourceError("the WebSocket is closed")
+        from wsproto.events import TextMessage
+
+        await self._write(self._ws.send(TextMessage(data=text)))
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        if not self.closed.is_set():
+            self.closed.set()
+            try:
+                await self._write(self._ws.send(CloseConnection(code=code, reason=reason)))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError, Exception):
+                pass
+
+    async def read_loop(self) -> None:
+        """Answer pings and closes until the client leaves."""
+        size = 0
+        while not self.closed.is_set():
+            data = await self._stream.receive_some(65536)
+            if not data:
+                self.closed.set()
+                return
+            self._ws.receive_data(data)
+            for event in self._ws.events():
+                if isinstance(event, Ping):
+                    await self._write(self._ws.send(event.response()))
+                elif isinstance(event, CloseConnection):
+                    self.closed.set()
+                    try:
+                        await self._write(self._ws.send(event.response()))
+                    except Exception:
+                        pass
+                    return
+                elif isinstance(event, Message):
+                    size = 0 if event.message_finished else size + len(event.data)
+                    if size > MAX_CLIENT_MESSAGE:
+                        await self.close(1009, "message too big")
+                        return
+
+
+async def serve_websocket(stream: trio.abc.Stream, conn: h11.Connection, request: Request,
+                          terminating: trio.Event) -> None:
+    ws = WSConnection(ConnectionType.SERVER)
+    ws.initiate_upgrade_connection(request.headers, request.path)
+    leftover, _ = conn.trailing_data
+    for event in ws.events():
+        if isinstance(event, WsRequest):
+            with trio.fail_after(WRITE_TIMEOUT_SECS):
+                await stream.send_all(ws.send(AcceptConnection()))
+    if leftover:
+        ws.receive_data(leftover)
+    socket = ServerWebSocket(stream, ws)
+
+    async def run(nursery: Any) -> None:
+        try:
+            await request.route.handler(request, socket)
+        except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError, OSError):
+            socket.closed.set()  # the client left, or stopped reading: the socket is done
+        finally:
+            await socket.close(1000)
+            nursery.cancel_scope.cancel()
+
+    async def watch(nursery: Any) -> None:
+        await terminating.wait()
+        await socket.close(1001, "server shutting down")
+        nursery.cancel_scope.cancel()
+
+    async def read(nursery: Any) -> None:
+        try:
+            await socket.read_loop()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            socket.closed.set()
+        nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, nursery)
+        nursery.start_soon(watch, nursery)
+        nursery.start_soon(read, nursery)

@@ -1,0 +1,207 @@
+"""The stdio transport: an MCP server as a supervised subprocess speaking NDJSON.
+
+Security and robustness, because the subprocess is someone else's code:
+
+- The environment is cleared and rebuilt from PATH, HOME and the temp-dir variables
+  (plus the Windows profile variables), and only the names listed in ``env``.
+- stdout is framed by ``NdjsonDecoder`` with a size cap: an oversized line is drained
+  and logged, the connection continues. Non-JSON lines are the session's to skip.
+- stderr is drained all the time into the log, bounded per line and rate-limited, so a
+  chatty server can neither block on a full pipe nor flood tern's log.
+- Shutdown: close stdin, wait, SIGTERM the process group, wait, SIGKILL. If tern itself
+  is killed with SIGKILL, the server sees EOF on stdin, which the spec makes its signal
+  to exit. (Not PR_SET_PDEATHSIG: Linux ties it to the *thread* that forked, and trio
+  forks from worker threads that end after 10 idle seconds, which killed the server.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import deque
+from typing import Any, Union
+
+import trio
+
+from runtime.config import StdioTransport as StdioConfig
+from runtime.errors import ConnectionLost
+from runtime.log import get_logger, log_wire
+from runtime.mcp.protocol import Era
+from runtime.net.pipes import PipeReader, PipeWriter
+from runtime.mcp.client.session import TransportClosed
+from runtime.wire import framing, jsonrpc
+
+__all__ = ["StdioTransport", "subprocess_env", "BASE_ENV_NAMES"]
+
+log = get_logger("mcp.stdio")
+
+BASE_ENV_NAMES = ("PATH", "HOME", "TMP", "TEMP", "TMPDIR")
+WINDOWS_ENV_NAMES = ("APPDATA", "LOCALAPPDATA", "USERPROFILE", "SystemRoot", "HOMEDRIVE", "HOMEPATH")
+STDERR_LINE_CHARS = 1000
+STDERR_LINES_PER_SEC = 20.0
+STDERR_BURST = 100
+READ_BYTES = 65536
+WRITE_TIMEOUT_SECS = 30.0  # a server that reads nothing of a message for this long is dropped
+
+
+def subprocess_env(names: list[str], source: Union[dict[str, str], None] = None) -> dict[str, str]:
+    """A cleared environment: the base names plus ``names``, where they are set."""
+    source = dict(os.environ) if source is None else source
+    wanted = list(BASE_ENV_NAMES) + (list(WINDOWS_ENV_NAMES) if sys.platform == "win32" else []) + list(names)
+    return {name: source[name] for name in wanted if name in source}
+
+
+class StdioTransport:
+    """Spawns the server on ``start`` and moves NDJSON messages over its stdio."""
+
+    probe = "parallel"  # send server/discover and ping together (see session.py)
+
+    def __init__(self, name: str, config: StdioConfig, env_names: list[str], *,
+                 max_message_bytes: int = framing.MAX_MESSAGE_BYTES, grace_secs: float = 2.0) -> None:
+        self.name = name
+        self.config = config
+        self.env_names = env_names
+        self.grace_secs = grace_secs
+        self._decoder = framing.NdjsonDecoder(max_message_bytes)
+        self._frames: deque[bytes] = deque()
+        self._process: Any = None
+        self._reader: Union[PipeReader, None] = None
+        self._writer: Union[PipeWriter, None] = None
+        self._eof = False
+        self.exit_code: Union[int, None] = None
+
+    @property
+    def pid(self) -> Union[int, None]:
+        return None if self._process is None else self._process.pid
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Spawn the process and start draining its stderr in ``nursery``."""
+        argv = [self.config.command, *self.config.args]
+        options: dict[str, Any] = {}
+        if sys.platform != "win32":
+            options["start_new_session"] = True  # its own process group: shutdown signals reach its children
+        try:
+            self._process = await trio.lowlevel.open_process(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=subprocess_env(self.env_names), cwd=self.config.cwd or None, **options)
+        except OSError as exc:
+            raise ConnectionLost(f"cannot start MCP server '{self.name}' ({self.config.command}): "
+                                 f"{exc.strerror or exc}") from None
+        self._reader = PipeReader(self._process.stdout, READ_BYTES)
+        self._writer = PipeWriter(self._process.stdin, timeout_secs=WRITE_TIMEOUT_SECS)
+        nursery.start_soon(self._drain_stderr)
+
+    async def send(self, message: jsonrpc.Message) -> None:
+        if self._writer is None:
+            raise TransportClosed("not started")
+        data = framing.encode_ndjson(jsonrpc.encode(message))
+        log_wire("out", getattr(message, "method", None), getattr(message, "id", None), len(data),
+                 peer=f"mcp:{self.name}")
+        try:  # one message at a time, whole; never held across a call
+            await self._writer.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise TransportClosed(f"stdin closed: {exc}") from None
+        except trio.TooSlowError:
+            raise TransportClosed(f"the server read nothing for {WRITE_TIMEOUT_SECS:g} s") from None
+
+    async def receive(self) -> bytes:
+        while not self._frames:
+            if self._eof:
+                raise TransportClosed(await self._exit_description())
+            try:
+                data = await self._reader.receive_some()  # type: ignore[union-attr]
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            if not data:
+                self._eof = True
+                events = self._decoder.feed_eof()
+            else:
+                events = self._decoder.feed(data)
+            for event in events:
+                if isinstance(event, framing.Frame):
+                    self._frames.append(event.body)
+                elif isinstance(event, framing.Oversized):
+                    log.warning("MCP server '%s' sent a %d-byte message, over the limit; dropped",
+                                self.name, event.size_bytes)
+                else:
+                    log.warning("MCP server '%s' sent unframed bytes (%s); skipped", self.name, event.reason)
+        return self._frames.popleft()
+
+    async def _exit_description(self) -> str:
+        with trio.move_on_after(0.5):
+            self.exit_code = await self._process.wait()
+        if self.exit_code is None:
+            return "stdout closed"
+        return f"process exited with code {self.exit_code}"
+
+    def set_protocol_version(self, version: str, era: Era) -> None:
+        pass  # stdio carries no per-message version
+
+    async def _drain_stderr(self) -> None:
+        """Log stderr line by line: each line cut to a bound, at most ~20 lines/s."""
+        stream = self._process.stderr
+        pending = b""
+        tokens = float(STDERR_BURST)
+        last = trio.current_time()
+        suppressed = 0
+        while True:
+            try:
+                data = await stream.receive_some(READ_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                break
+            lines = (pending + data).split(b"\n")
+            pending = lines.pop()[-STDERR_LINE_CHARS:]
+            now = trio.current_time()
+            tokens = min(STDERR_BURST, tokens + (now - last) * STDERR_LINES_PER_SEC)
+            last = now
+            for line in lines:
+                if tokens < 1:
+                    suppressed += 1
+                    continue
+                tokens -= 1
+                if suppressed:
+                    log.info("MCP server '%s' stderr: (%d lines suppressed)", self.name, suppressed)
+                    suppressed = 0
+                text = line[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip()
+                if text:
+                    log.info("MCP server '%s' stderr: %s", self.name, text)
+        if suppressed:
+            log.info("MCP server '%s' stderr: (%d lines suppressed)", self.name, suppressed)
+
+    async def aclose(self) -> None:
+        """Close stdin, then SIGTERM, then SIGKILL; always reap the process."""
+        process = self._process
+        if process is None:
+            return
+        with trio.CancelScope(shield=True):
+            if process.stdin is not None:
+                try:
+                    await process.stdin.aclose()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+            for sig in (None, signal.SIGTERM, signal.SIGKILL):
+                if sig is not None and process.returncode is None:
+                    self._signal_group(process, sig)
+                with trio.move_on_after(self.grace_secs):
+                    self.exit_code = await process.wait()
+                if process.returncode is not None:
+                    break
+            if process.returncode is not None and sys.platform != "win32":
+                self._signal_group(process, signal.SIGKILL)  # leftovers of the group, if any
+            for stream in (process.stdout, process.stderr):
+                if stream is not None:
+                    await stream.aclose()
+
+    @staticmethod
+    def _signal_group(process: Any, sig: int) -> None:
+        try:
+            if sys.platform == "win32":
+                process.kill() if sig == signal.SIGKILL else process.terminate()
+            else:
+                os.killpg(process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass

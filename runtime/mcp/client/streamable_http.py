@@ -1,0 +1,398 @@
+"""The Streamable HTTP transport (MCP 2025-03-26 and later, both eras).
+
+Each request is its own POST, run as its own task, so many calls are in flight at once
+and a slow one blocks nobody. The answer is JSON or an SSE stream; everything the
+stream carries (server requests and notifications before the response, then the
+response) goes to the session in order. Whatever goes wrong with one POST (an HTTP
+error, a stream that ends without an answer) becomes a JSON-RPC error for that request
+id, so the caller gets a clear error at once. If the server cannot be reached at all,
+the transport closes and the supervisor reconnects.
+
+Handshake era: ``Mcp-Session-Id`` is echoed; a 404 for a known session re-runs the
+``initialize`` exchange once, transparently, and retries the request; the optional GET
+stream carries server notifications; ``DELETE`` ends the session on close.
+Modern era (2026-07-28): every POST carries ``MCP-Protocol-Version`` equal to its
+``_meta`` version, ``Mcp-Method`` and, for named calls, ``Mcp-Name``; closing the
+response stream is how a request is cancelled.
+
+Every connection goes through the SSRF guard (``runtime.net.outbound.make_client``).
+"""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from typing import Any, AsyncIterator, Mapping, Union
+
+import httpx
+import msgspec
+import trio
+from msgspec import UNSET
+
+from runtime.config import HttpTransport as HttpConfig
+from runtime.errors import ProtocolError
+from runtime.log import get_logger, log_wire
+from runtime.mcp.protocol import META_VERSION, NAMED_PARAMS, Era, header_value
+from runtime.mcp.client.session import TransportClosed
+from runtime.net.guard import AddressPolicy, check_url
+from runtime.net.headers import expand_headers
+from runtime.net.outbound import make_client
+from runtime.wire import framing, jsonrpc
+from runtime.wire.sse import SseDecoder
+
+__all__ = ["StreamableHttpTransport", "HttpTransportBase"]
+
+log = get_logger("mcp.http")
+
+INBOX_MESSAGES = 256
+RESUME_ATTEMPTS = 3
+ACCEPT = "application/json, text/event-stream"
+
+
+class _Envelope(msgspec.Struct):
+    """Just enough of a message to route it: responses have an id and no method."""
+
+    id: Any = None
+    method: Union[str, None] = None
+
+
+_envelope = msgspec.json.Decoder(_Envelope)
+
+
+def _response_id(body: bytes) -> Any:
+    try:
+        env = _envelope.decode(body)
+    except msgspec.DecodeError:
+        return None
+    return env.id if env.method is None else None
+
+
+class _NoAnswer(Exception):
+    """A POST produced no response for its request; the text says why."""
+
+
+class HttpTransportBase:
+    """What both HTTP transports share: where, how (headers with ``${VAR}`` expanded,
+    the SSRF policy, limits), and the inbox the session reads from."""
+
+    def __init__(self, name: str, config: Union[HttpConfig, Any], *, policy: AddressPolicy = AddressPolicy(),
+                 timeout_secs: float = 30.0, max_message_bytes: int = framing.MAX_MESSAGE_BYTES,
+                 environ: Union[Mapping[str, str], None] = None) -> None:
+        self.name = name
+        self.url = config.url
+        self.policy = policy
+        self.timeout_secs = timeout_secs
+        self.max_message_bytes = max_message_bytes
+        self._headers = expand_headers(config.headers, f"mcp_servers '{name}'", environ)
+        self._client: Union[httpx.AsyncClient, None] = None
+        self._inbox_send, self._inbox = trio.open_memory_channel[bytes](INBOX_MESSAGES)
+
+
+class StreamableHttpTransport(HttpTransportBase):
+    """One MCP server reached over Streamable HTTP."""
+
+    probe = "sequential"  # POST server/discover; a legacy server refuses it at once
+
+    def __init__(self, name: str, config: HttpConfig, **options: Any) -> None:
+        super().__init__(name, config, **options)
+        self._tasks: Union[trio.Nursery, None] = None
+        self._stopped = trio.Event()
+        self._broken = ""
+        self._inflight: dict[Any, trio.CancelScope] = {}
+        self.session_id: Union[str, None] = None
+        self._version: Union[str, None] = None
+        self._era: Union[Era, None] = None
+        self._initialize_body: Union[bytes, None] = None
+        self._generation = 0
+        self._reinit_lock = trio.Lock()
+
+    # --- Life cycle ---------------------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        check_url(self.url, self.policy)  # a clear error before any connection
+        self._client = make_client(self.policy, timeout=self.timeout_secs)
+        await nursery.start(self._run)
+
+    async def _run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as tasks:
+            self._tasks = tasks
+            task_status.started()
+            await self._stopped.wait()
+            tasks.cancel_scope.cancel()
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            if self._stopped.is_set():
+                return
+            if self.session_id and self._client is not None:
+                with trio.move_on_after(2.0):
+                    try:
+                        await self._client.delete(self.url, headers=self._request_headers(None))
+                    except httpx.HTTPError as exc:
+                        log.debug("MCP server '%s': DELETE of the session failed: %s", self.name, exc)
+            self._stopped.set()
+            self._inbox_send.close()
+            if self._client is not None:
+                await self._client.aclose()
+
+    def _break(self, reason: str) -> None:
+        """The server cannot be reached: end the connection so the supervisor acts."""
+        if not self._broken:
+            self._broken = reason
+            log.warning("MCP server '%s': %s", self.name, reason)
+        self._inbox_send.close()
+
+    def set_protocol_version(self, version: str, era: Era) -> None:
+        self._version, self._era = version, era
+
+    # --- Moving messages ----------------------------------------------------------------
+
+    async def receive(self) -> bytes:
+        try:
+            return await self._inbox.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise TransportClosed(self._broken or "transport closed") from None
+
+    async def _deliver(self, body: bytes) -> None:
+        try:
+            await self._inbox_send.send(body)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # closing: nobody is listening any more
+
+    async def send(self, message: jsonrpc.Message) -> None:
+        if self._tasks is None or self._stopped.is_set() or self._broken:
+            raise TransportClosed(self._broken or "transport closed")
+        body = jsonrpc.encode(message)
+        log_wire("out", getattr(message, "method", None), getattr(message, "id", None), len(body),
+                 peer=f"mcp:{self.name}")
+        if isinstance(message, jsonrpc.Request):
+            if message.method == "initialize":
+                self._initialize_body = body
+            scope = trio.CancelScope()
+            self._inflight[message.id] = scope
+            self._tasks.start_soon(self._request_task, message, body, scope)
+            return
+        if isinstance(message, jsonrpc.Notification) and message.method == "notifications/cancelled":
+            params = message.params if isinstance(message.params, dict) else {}
+            scope = self._inflight.pop(params.get("requestId"), None)
+            if scope is not None:
+                scope.cancel()
+            if self._era == "modern":
+                return  # 2026-07-28: closing the response stream is the cancellation
+        await self._post_one_way(message, body)
+        if isinstance(message, jsonrpc.Notification) and message.method == "notifications/initialized":
+            self._tasks.start_soon(self._listen)
+
+    async def _post_one_way(self, message: jsonrpc.Message, body: bytes) -> None:
+        """Notifications and responses: the server answers 202 and no body."""
+        assert self._client is not None
+        try:
+            with trio.fail_after(self.timeout_secs):
+                response = await self._client.post(self.url, content=body, headers=self._request_headers(message))
+        except (httpx.HTTPError, trio.TooSlowError) as exc:
+            raise TransportClosed(f"POST failed: {exc or type(exc).__name__}") from None
+        if response.status_code >= 400:
+            log.warning("MCP server '%s' refused a %s with HTTP %d", self.name,
+                        getattr(message, "method", "response"), response.status_code)
+
+    def _request_headers(self, message: Union[jsonrpc.Message, None]) -> dict[str, str]:
+        headers = {**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"}
+        version = self._version
+        if isinstance(message, (jsonrpc.Request, jsonrpc.Notification)):
+            params = message.params if isinstance(message.params, dict) else {}
+            meta = params.get("_meta")
+            if isinstance(meta, dict) and isinstance(meta.get(META_VERSION), str):
+                version = meta[META_VERSION]  # 2026-07-28: the header equals _meta
+                headers["Mcp-Method"] = header_value(message.method)
+                named = NAMED_PARAMS.get(message.method)
+                if named and isinstance(params.get(named), str):
+                    headers["Mcp-Name"] = header_value(params[named])
+        if version:
+            headers["MCP-Protocol-Version"] = version
+        if self.session_id and self._era != "modern":
+            headers["Mcp-Session-Id"] = self.session_id
+        return headers
+
+    # --- One request --------------------------------------------------------------------
+
+    async def _request_task(self, request: jsonrpc.Request, body: bytes, scope: trio.CancelScope) -> None:
+        try:
+            with scope:
+                try:
+                    await self._exchange(request, body)
+                except _NoAnswer as exc:
+                    await self._fail(request, str(exc))
+                except httpx.TransportError as exc:
+                    await self._fail(request, f"cannot reach {self.url}: {exc or type(exc).__name__}")
+                    if isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)):
+                        self._break(f"cannot reach {self.url}: {exc}")
+                except ProtocolError as exc:  # e.g. an oversized SSE event
+                    await self._fail(request, str(exc))
+        finally:
+            self._inflight.pop(request.id, None)
+
+    async def _fail(self, request: jsonrpc.Request, text: str) -> None:
+        await self._deliver(jsonrpc.encode(jsonrpc.error_response(request.id, -32603, text)))
+
+    async def _exchange(self, request: jsonrpc.Request, body: bytes, *, retried: bool = False) -> None:
+        assert self._client is not None
+        generation = self._generation
+        headers = self._request_headers(request)
+        async with self._client.stream("POST", self.url, content=body, headers=headers) as response:
+            self._note_session(response, request)
+            if response.status_code == 404 and "Mcp-Session-Id" in headers and not retried:
+                await response.aclose()
+                if await self._reinitialize(generation):
+                    await self._exchange(request, body, retried=True)
+                    return
+            answered = False
+            last_event_id, retry_ms = "", None
+            async with aclosing(self._messages(response, request)) as messages:
+                async for message in messages:
+                    if isinstance(message, tuple):  # the stream ended: how to resume it
+                        last_event_id, retry_ms = message
+                        break
+                    await self._deliver(message)
+                    if _response_id(message) == request.id:
+                        answered = True
+                        break
+        if not answered and last_event_id and self._era != "modern":
+            answered = await self._resume(request, last_event_id, retry_ms)
+        if not answered:
+            raise _NoAnswer(self._no_answer_text(response))
+
+    def _no_answer_text(self, response: httpx.Response) -> str:
+        status = response.status_code
+        if status in (401, 403):
+            return (f"HTTP {status} from {self.url}: the server wants credentials "
+                    "(set headers in [mcp_servers.transport])")
+        if status >= 400:
+            return f"HTTP {status} from {self.url}"
+        return f"HTTP {status} from {self.url} with no JSON-RPC answer"
+
+    def _note_session(self, response: httpx.Response, request: jsonrpc.Request) -> None:
+        session_id = response.headers.get("mcp-session-id")
+        if session_id and request.method == "initialize":
+            self.session_id = session_id
+
+    async def _messages(self, response: httpx.Response, request: jsonrpc.Request) -> AsyncIterator[Any]:
+        """Each JSON-RPC message in a response body, JSON or SSE, size-bounded. An SSE
+        stream that ends yields ``(last_event_id, retry_ms)`` last."""
+        content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type == "text/event-stream" and response.status_code == 200:
+            decoder = SseDecoder(self.max_message_bytes)
+            async for chunk in response.aiter_raw():
+                for event in decoder.feed(chunk):
+                    if event.event == "message" and event.data.strip():
+                        yield event.data.encode("utf-8")
+            yield (decoder.last_event_id, decoder.retry)
+            return
+        if response.status_code == 202:
+            return
+        data = bytearray()
+        async for chunk in response.aiter_raw():
+            data += chunk
+            if len(data) > self.max_message_bytes:
+                raise _NoAnswer(f"the answer from {self.url} is larger than {self.max_message_bytes} bytes")
+        if not data.strip():
+            return
+        body = bytes(data)
+        # A JSON-RPC error about this request may come with any status (2026-07-28
+        # answers an unknown method with 404 and -32601). An error with a null id
+        # (the SDK's "missing session") is still about this POST: re-address it.
+        try:
+            message = jsonrpc.parse(body)
+        except jsonrpc.InvalidMessage:
+            if response.status_code < 400:
+                log.warning("MCP server '%s' answered %s with a body that is not JSON-RPC",
+                            self.name, request.method)
+            return
+        if isinstance(message, jsonrpc.ErrorResponse) and message.id is None:
+            message = jsonrpc.ErrorResponse(id=request.id, error=message.error)
+            body = jsonrpc.encode(message)
+        yield body
+
+    async def _resume(self, request: jsonrpc.Request, last_event_id: str, retry_ms: Union[int, None]) -> bool:
+        """SSE polling (SEP-1699): the server closed the stream early; GET it again
+        with ``Last-Event-ID`` until the answer arrives (a few attempts)."""
+        assert self._client is not None
+        for _ in range(RESUME_ATTEMPTS):
+            await trio.sleep(min((retry_ms or 1000) / 1000, 5.0))
+            headers = {**self._request_headers(None), "Last-Event-ID": last_event_id}
+            headers.pop("Content-Type", None)
+            async with self._client.stream("GET", self.url, headers=headers) as response:
+                if response.status_code != 200:
+                    return False
+                async with aclosing(self._messages(response, request)) as messages:
+                    async for message in messages:
+                        if isinstance(message, tuple):
+                            last_event_id, retry_ms = message[0] or last_event_id, message[1]
+                            break
+                        await self._deliver(message)
+                        if _response_id(message) == request.id:
+                            return True
+        return False
+
+    async def _reinitialize(self, generation: int) -> bool:
+        """The server forgot our session (404): run ``initialize`` again, once."""
+        async with self._reinit_lock:
+            if generation != self._generation:
+                return True  # another request already did it
+            if self._initialize_body is None or self._client is None:
+                return False
+            log.info("MCP server '%s' expired session %s; initializing again", self.name, self.session_id)
+            self.session_id = None
+            init = jsonrpc.parse(self._initialize_body)
+            assert isinstance(init, jsonrpc.Request)
+            try:
+                with trio.fail_after(self.timeout_secs):
+                    async with self._client.stream("POST", self.url, content=self._initialize_body,
+                                                   headers=self._request_headers(init)) as response:
+                        self._note_session(response, init)
+                        ok = False
+                        async with aclosing(self._messages(response, init)) as messages:
+                            async for message in messages:
+                                if not isinstance(message, tuple) and _response_id(message) == init.id:
+                                    ok = isinstance(jsonrpc.parse(message), jsonrpc.Response)
+                                    break
+                    if not ok:
+                        return False
+                    await self._post_one_way(jsonrpc.Notification("notifications/initialized", UNSET),
+                                             jsonrpc.encode(jsonrpc.Notification("notifications/initialized",
+                                                                                 UNSET)))
+            except (httpx.HTTPError, trio.TooSlowError, TransportClosed, ProtocolError) as exc:
+                log.warning("MCP server '%s': initializing again failed: %s", self.name, exc)
+                return False
+            self._generation += 1
+            return True
+
+    # --- The optional GET stream (handshake era) ----------------------------------------
+
+    async def _listen(self) -> None:
+        """Server-initiated messages on a standing GET stream, if the server offers one;
+        reconnects with ``Last-Event-ID`` and backoff, stops at 405 or any 4xx."""
+        assert self._client is not None
+        backoff, last_event_id = 1.0, ""
+        stand_in = jsonrpc.Request(0, "(GET stream)", UNSET)
+        while not self._stopped.is_set() and self._era == "handshake":
+            headers = self._request_headers(None)
+            headers.pop("Content-Type", None)
+            headers["Accept"] = "text/event-stream"
+            if last_event_id:
+                headers["Last-Event-ID"] = last_event_id
+            try:
+                async with self._client.stream("GET", self.url, headers=headers,
+                                               timeout=httpx.Timeout(self.timeout_secs, read=None)) as response:
+                    if response.status_code != 200:
+                        log.debug("MCP server '%s' offers no GET stream (HTTP %d)", self.name, response.status_code)
+                        return
+                    backoff = 1.0
+                    async with aclosing(self._messages(response, stand_in)) as messages:
+                        async for message in messages:
+                            if isinstance(message, tuple):
+                                last_event_id = message[0] or last_event_id
+                                break
+                            await self._deliver(message)
+            except (httpx.HTTPError, ProtocolError, _NoAnswer) as exc:
+                log.debug("MCP server '%s': GET stream ended: %s", self.name, exc)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, 30.0)

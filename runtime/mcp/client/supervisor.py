@@ -1,0 +1,327 @@
+"""Supervises every configured MCP server: connect, watch, restart, report.
+
+Each server is its own task in one nursery, so boot connects them all at once and a
+slow or broken server delays nobody. A connection that ends (crash, EOF, unreachable
+host) has already failed its in-flight calls (the session does that at once); the
+supervisor then restarts it with exponential backoff (0.5 s, 1 s, 2 s ... capped at
+30 s). ``max_restarts`` bounds *consecutive* failures: a connection that stayed ready
+for ``STABLE_SECS`` resets the budget, so a server that crashes once a day is not
+given up on after five days.
+
+The tool list of a ready server is kept current (``notifications/tools/list_changed``
+triggers a debounced re-list) and filtered by ``tools_include`` / ``tools_exclude``
+globs, which match the tool's own name or its ``mcp_{server}_{tool}`` name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from typing import Any, Callable, Literal, Union
+
+import msgspec
+import trio
+
+from runtime.config import Config, McpServerEntry, masked
+from runtime.errors import ConnectionLost, UnknownTool, single_leaf
+from runtime.log import get_logger
+from runtime.mcp import names as mcp_names
+from runtime.mcp.client.client import McpClient
+from runtime.mcp.protocol import CallResult, McpTool
+from runtime.ports import Tool, ToolResult
+
+__all__ = ["McpSupervisor", "McpToolSource", "ServerStatus", "State", "McpToolEntry", "servers_report"]
+
+log = get_logger("mcp")
+
+State = Literal["connecting", "ready", "restarting", "failed", "stopped", "disabled"]
+STABLE_SECS = 60.0
+REFRESH_DEBOUNCE_SECS = 0.1
+
+
+class ServerStatus(msgspec.Struct):
+    """What ``tern mcp servers`` and ``GET /api/mcp/servers`` show for one server."""
+
+    name: str
+    transport: str
+    state: State = "connecting"
+    last_error: str = ""
+    restarts: int = 0
+    tool_count: int = 0
+    protocol_version: str = ""
+    era: str = ""
+    server_name: str = ""
+    ready_since: Union[float, None] = None
+
+
+class McpToolEntry(msgspec.Struct, frozen=True):
+    """One MCP tool under its namespaced name."""
+
+    name: str  # mcp_{server}_{tool}
+    server: str
+    tool: McpTool  # tool.name is the original name, used for the call
+
+
+class _Server:
+    def __init__(self, entry: McpServerEntry) -> None:
+        self.entry = entry
+        self.status = ServerStatus(entry.name, entry.transport.__struct_config__.tag,  # type: ignore[arg-type]
+                                   state="connecting" if entry.enabled else "disabled")
+        self.client: Union[McpClient, None] = None
+        self.tools: list[McpTool] = []
+        self.settled = trio.Event()  # the first attempt is over, either way
+        self.refresh = trio.Event()
+        if not entry.enabled:
+            self.settled.set()
+
+
+def _wanted(entry: McpServerEntry, tool: str) -> bool:
+    full = mcp_names.format_mcp_tool_name(entry.name, tool)
+
+    def matches(patterns: list[str]) -> bool:
+        return any(fnmatch.fnmatchcase(tool, p) or fnmatch.fnmatchcase(full, p) for p in patterns)
+
+    if entry.tools_include and not matches(entry.tools_include):
+        return False
+    return not matches(entry.tools_exclude)
+
+
+class McpSupervisor:
+    """Start ``run`` in a nursery; it returns at once (``task_status``) and keeps the
+    servers connected until cancelled or ``aclose``-d."""
+
+    def __init__(self, entries: list[McpServerEntry], *, policy: Any = None, roots: Union[list[str], None] = None,
+                 on_event: Union[Callable[[str, dict[str, Any]], None], None] = None,
+                 backoff_base: float = 0.5, backoff_max: float = 30.0) -> None:
+        self._servers = {entry.name: _Server(entry) for entry in entries}
+        self.policy = policy
+        self.roots = roots
+        self.on_event = on_event  # (kind, data): state changes, for the kernel's event bus
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._tools: dict[str, McpToolEntry] = {}
+        self.collisions: list[list[mcp_names.ToolName]] = []
+        self._cancel = trio.CancelScope()
+
+    # --- Queries ------------------------------------------------------------------------
+
+    def statuses(self) -> list[ServerStatus]:
+        return [server.status for server in self._servers.values()]
+
+    def status(self, name: str) -> ServerStatus:
+        return self._servers[name].status
+
+    def tools(self) -> list[McpToolEntry]:
+        return list(self._tools.values())
+
+    def tool(self, name: str) -> Union[McpToolEntry, None]:
+        return self._tools.get(name)
+
+    async def wait_settled(self, timeout_secs: Union[float, None] = None) -> None:
+        """Wait until every server's first connection attempt is over (ready or not)."""
+        with trio.move_on_after(self._settle_timeout() if timeout_secs is None else timeout_secs):
+            for server in self._servers.values():
+                await server.settled.wait()
+
+    def _settle_timeout(self) -> float:
+        return max((s.entry.timeout_secs for s in self._servers.values()), default=0.0) + 5.0
+
+    # --- Calls --------------------------------------------------------------------------
+
+    async def call(self, name: str, arguments: Union[dict[str, Any], None] = None, *,
+                   timeout_secs: Union[float, None] = None,
+                   on_progress: Union[Callable[[dict[str, Any]], None], None] = None) -> CallResult:
+        """Call a namespaced tool; a server that is not ready fails at once, with its state."""
+        entry = self._tools.get(name)
+        if entry is None:
+            owner = self.owner(name)
+            if owner is None or self._servers[owner].status.state == "ready":
+                raise UnknownTool(f"no tool named {name!r}")
+            raise self._not_ready(owner)
+        handle = self._servers[entry.server]
+        client = handle.client
+        if client is None or handle.status.state != "ready":
+            raise self._not_ready(entry.server)
+        return await client.call_tool(entry.tool.name, arguments, timeout_secs=timeout_secs,
+                                      on_progress=on_progress)
+
+    def owner(self, name: str) -> Union[str, None]:
+        """The configured server a namespaced name belongs to, ready or not (so a call
+        to a restarting server's tool says so, instead of "no such tool")."""
+        entry = self._tools.get(name)
+        return entry.server if entry else mcp_names.extract_mcp_server(name, self._servers)
+
+    def _set_state(self, server: _Server, state: State, *, force: bool = False) -> None:
+        if force or server.status.state != state:
+            server.status.state = state
+            if self.on_event is not None:
+                self.on_event("mcp.server", msgspec.structs.asdict(server.status))
+
+    def _not_ready(self, server: str) -> ConnectionLost:
+        status = self._servers[server].status
+        detail = f" ({status.last_error})" if status.last_error else ""
+        return ConnectionLost(f"MCP server '{server}' is {status.state}{detail}")
+
+    def source(self) -> "McpToolSource":
+        return McpToolSource(self)
+
+    # --- Supervision --------------------------------------------------------------------
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            with self._cancel:
+                async with trio.open_nursery() as nursery:
+                    for server in self._servers.values():
+                        if server.entry.enabled:
+                            nursery.start_soon(self._supervise, server)
+                    task_status.started()
+                    await trio.sleep_forever()  # until cancelled, even if every server failed
+        finally:
+            for server in self._servers.values():
+                if server.status.state not in ("disabled", "failed"):
+                    self._set_state(server, "stopped")
+                server.settled.set()
+
+    async def aclose(self) -> None:
+        self._cancel.cancel()
+
+    async def _supervise(self, server: _Server) -> None:
+        entry, status = server.entry, server.status
+        failures = 0
+        while True:
+            self._set_state(server, "connecting" if failures == 0 and status.restarts == 0 else "restarting")
+            error = await self._connection(server)
+            status.last_error = error
+            server.settled.set()
+            if status.ready_since is not None and time.monotonic() - status.ready_since >= STABLE_SECS:
+                failures = 0
+            status.ready_since = None
+            failures += 1
+            if entry.restart == "never" or failures > entry.max_restarts:
+                self._set_state(server, "failed")
+                log.error("MCP server '%s' failed: %s%s", entry.name, error,
+                          "" if entry.restart == "never" else f" (gave up after {entry.max_restarts} restarts)")
+                return
+            delay = min(self.backoff_base * 2 ** (failures - 1), self.backoff_max)
+            status.restarts += 1
+            self._set_state(server, "restarting", force=True)  # now with the error and count
+            log.warning("MCP server '%s' is down (%s); restarting in %.1f s", entry.name, error, delay)
+            await trio.sleep(delay)
+
+    async def _connection(self, server: _Server) -> str:
+        """One connection's life: connect, list tools, serve until it ends. Returns why it ended."""
+        entry = server.entry
+        server.refresh = trio.Event()
+
+        def notified(method: str, params: Any) -> None:
+            if method == "notifications/tools/list_changed":
+                server.refresh.set()
+
+        client: Union[McpClient, None] = None
+        try:
+            async with trio.open_nursery() as nursery:
+                client = await McpClient.connect(entry, nursery, roots=self.roots, on_notification=notified,
+                                                 policy=self.policy)
+                try:
+                    await self._list(server, client)
+                    info = client.info
+                    status = server.status
+                    status.last_error, status.ready_since = "", time.monotonic()
+                    status.protocol_version, status.era, status.server_name = info.version, info.era, info.name or ""
+                    self._set_state(server, "ready")
+                    server.client = client
+                    server.settled.set()
+                    nursery.start_soon(self._refresher, server, client)
+                    await client.closed.wait()
+                finally:
+                    server.client = None
+                    if server.status.state == "ready":
+                        self._set_state(server, "restarting")
+                    self._set_tools(server, [])
+                    await client.aclose()
+                    nursery.cancel_scope.cancel()
+        except Exception as exc:  # one server's failure must never take down the others
+            leaf = single_leaf(exc)
+            return str(leaf) or type(leaf).__name__
+        closed = client.session.close_reason if client is not None else None
+        return str(closed) if closed is not None else "the connection ended"
+
+    async def _refresher(self, server: _Server, client: McpClient) -> None:
+        while True:
+            await server.refresh.wait()
+            await trio.sleep(REFRESH_DEBOUNCE_SECS)  # a burst of notifications: one re-list
+            server.refresh = trio.Event()
+            try:
+                await self._list(server, client)
+            except Exception as exc:
+                log.warning("MCP server '%s': re-listing tools failed: %s", server.entry.name, single_leaf(exc))
+            else:
+                if self.on_event is not None:
+                    self.on_event("mcp.tools", {"server": server.entry.name, "tools": server.status.tool_count})
+
+    async def _list(self, server: _Server, client: McpClient) -> None:
+        tools = [tool for tool in await client.list_tools() if _wanted(server.entry, tool.name)]
+        self._set_tools(server, tools)
+        log.info("MCP server '%s': %d tools", server.entry.name, len(tools))
+
+    def _set_tools(self, server: _Server, tools: list[McpTool]) -> None:
+        server.tools = tools
+        server.status.tool_count = len(tools)
+        self._rename()
+
+    def _rename(self) -> None:
+        """Namespaced names for all servers' tools together: collisions across servers
+        (server ``a_b`` tool ``c`` against server ``a`` tool ``b_c``) are caught too."""
+        by_pair = {(s.entry.name, t.name): t for s in self._servers.values() for t in s.tools}
+        assigned, collisions = mcp_names.assign_names(by_pair)
+        for group in collisions:
+            if group not in self.collisions:
+                log.warning("MCP tool names collide: %s; each was given a distinct suffixed name",
+                            ", ".join(f"{n.server}/{n.tool} -> {n.name}" for n in group))
+        self.collisions = collisions
+        self._tools = {n.name: McpToolEntry(n.name, n.server, by_pair[(n.server, n.tool)]) for n in assigned}
+
+
+def servers_report(config: Config, supervisor: Any) -> dict[str, Any]:
+    """The seed's ``GET /api/mcp/servers`` shape (``configured``, ``connected``), with
+    each server's state, last error and restart count added."""
+    by_server: dict[str, list[dict[str, str]]] = {}
+    for entry in supervisor.tools():
+        description = f"[MCP:{entry.server}] {entry.tool.description}".rstrip()
+        by_server.setdefault(entry.server, []).append({"name": entry.name, "description": description})
+    connected = []
+    for status in supervisor.statuses():
+        tools = by_server.get(status.name, [])
+        connected.append({"name": status.name, "tools_count": len(tools), "tools": tools,
+                          "connected": status.state == "ready", "state": status.state,
+                          "last_error": status.last_error, "restarts": status.restarts,
+                          "protocol_version": status.protocol_version})
+    return {"configured": masked(config).get("mcp_servers", []), "connected": connected}
+
+
+class McpToolSource:
+    """The supervised servers' tools as the kernel's registry sees them
+    (``runtime.ports.ToolSource``)."""
+
+    def __init__(self, supervisor: McpSupervisor) -> None:
+        self.supervisor = supervisor
+
+    def tools(self) -> list[Tool]:
+        return [_as_tool(entry) for entry in self.supervisor.tools()]
+
+    def get(self, name: str) -> Union[Tool, None]:
+        entry = self.supervisor.tool(name)
+        return None if entry is None else _as_tool(entry)
+
+    def owns(self, name: str) -> bool:
+        return self.supervisor.owner(name) is not None
+
+    async def call(self, name: str, arguments: dict[str, Any], *,
+                   timeout_secs: Union[float, None] = None) -> ToolResult:
+        result = await self.supervisor.call(name, arguments, timeout_secs=timeout_secs)
+        return ToolResult(result.text(), result.is_error, result.structured_content, result.content)
+
+
+def _as_tool(entry: McpToolEntry) -> Tool:
+    return Tool(entry.name, f"[MCP:{entry.server}] {entry.tool.description}".rstrip(), entry.tool.input_schema,
+                source="mcp", server=entry.server, original_name=entry.tool.name)

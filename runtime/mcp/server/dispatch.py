@@ -1,0 +1,347 @@
+"""tern's MCP server protocol: one dispatcher for both eras, under any transport.
+
+The transports (``serve_stdio.py``, ``serve_http.py``) parse JSON-RPC, keep a
+``Peer`` per connection (stdio) or per ``Mcp-Session-Id`` (HTTP), and hand each
+message to :meth:`McpServer.handle` with a way to send notifications related to it
+(progress, log messages). ``handle`` returns the response, or None for notifications
+and cancelled requests (the spec says a cancelled request gets no reply).
+
+Eras are chosen per message, as a dual-era server must:
+
+- a request whose ``params._meta`` carries ``io.modelcontextprotocol/protocolVersion``
+  is **2026-07-28**: checked on its own (-32022 for another version, -32602 without
+  client capabilities), answered with ``resultType`` and ``_meta`` serverInfo; no
+  ``ping``, no ``logging/setLevel`` (the level comes per request in ``_meta``);
+- anything else is the **handshake** era: ``initialize`` negotiates (the client's
+  version if we speak it, else our latest), then ``tools/*``, ``ping`` and
+  ``logging/setLevel``; requests before ``initialize`` get -32600 (ping excepted).
+
+Tool failures are ``isError`` results; unknown tools and malformed params are JSON-RPC
+errors (-32602), as the spec says.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any, Awaitable, Callable, Union
+
+import msgspec
+import trio
+from msgspec import UNSET
+
+from runtime import __version__
+from runtime.config import Config
+from runtime.log import get_logger
+from runtime.ports import EventPort, ToolPort
+from runtime.mcp.server.exposure import Exposure, UnknownExposedTool
+from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, META_CAPABILITIES, META_PREFIX, META_VERSION, MODERN_VERSION,
+                                  UNSUPPORTED_VERSION)
+from runtime.wire import jsonrpc
+
+__all__ = ["McpServer", "Peer", "Notify", "LOG_LEVELS", "MODERN_METHODS"]
+
+log = get_logger("mcp.server")
+
+META_LOG_LEVEL = META_PREFIX + "logLevel"
+META_SERVER_INFO = META_PREFIX + "serverInfo"
+#: RFC 5424 severities, least to most severe, as MCP logging names them.
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+PROGRESS_INTERVAL_SECS = 0.05  # progress notifications are coalesced to at most 20 a second
+LIST_TTL_MS = 30_000
+MODERN_METHODS = ("server/discover", "tools/list", "tools/call")
+
+Notify = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Peer:
+    """One client as the server sees it: a stdio connection or an HTTP MCP session."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label  # for the audit record: "mcp:stdio", "mcp:http:127.0.0.1"
+        self.initialized = False  # an initialize request was answered
+        self.version = ""
+        self.log_level: Union[str, None] = None  # handshake era, set by logging/setLevel
+        self.inflight: dict[Any, Any] = {}  # request id -> the pipeline Run of its tools/call
+        self.last_seen = time.monotonic()
+
+    def cancel_all(self) -> None:
+        for run in list(self.inflight.values()):
+            run.cancel()
+
+
+class _Cancelled(Exception):
+    """The client cancelled this request: it gets no reply."""
+
+
+class _Fault(Exception):
+    """A JSON-RPC error to answer with."""
+
+    def __init__(self, code: int, message: str, data: Any = UNSET) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+
+class McpServer:
+    """The MCP dispatcher over the kernel's ports: ``tools`` (the pipeline) and
+    ``events`` (to see the exposed set change)."""
+
+    def __init__(self, config: Config, tools: ToolPort, events: EventPort) -> None:
+        self.tools = tools
+        self.exposure = Exposure(config, tools, events)
+        settings = config.mcp_server
+        self.page_size = max(1, settings.page_size)
+        self.instructions = settings.instructions or (
+            "tern hosts agents. Each tern_agent_* tool sends that agent a message and returns its reply; "
+            "pass the reply's context_id back to continue a conversation.")
+        self.server_info = {"name": "tern", "title": "tern agent runtime", "version": __version__}
+        self.capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
+        # 2026-07-28 sends list changes only on subscriptions/listen, which tern does not serve.
+        self.modern_capabilities = {"tools": {}, "logging": {}}
+
+    # --- Entry point --------------------------------------------------------------------
+
+    async def handle(self, message: Any, peer: Peer, notify: Union[Notify, None]) -> Any:
+        """Answer one parsed message: a jsonrpc Response/ErrorResponse, or None."""
+        peer.last_seen = time.monotonic()
+        if isinstance(message, jsonrpc.Notification):
+            self._notification(message, peer)
+            return None
+        if not isinstance(message, jsonrpc.Request):
+            return None  # a response or error from the client: we never send requests
+        try:
+            return jsonrpc.Response(message.id, await self._request(message, peer, notify))
+        except _Cancelled:
+            return None  # no reply, as the spec says
+        except _Fault as fault:
+            return jsonrpc.error_response(message.id, fault.code, fault.message, fault.data)
+        except Exception as exc:  # a bug of ours: answer it, log it, keep serving
+            log.exception("MCP %s (id %r) failed", message.method, message.id)
+            return jsonrpc.error_response(message.id, jsonrpc.INTERNAL_ERROR,
+                                          f"internal error: {type(exc).__name__}")
+
+    def _notification(self, message: jsonrpc.Notification, peer: Peer) -> None:
+        params = message.params if isinstance(message.params, dict) else {}
+        if message.method == "notifications/initialized":
+            peer.initialized = True
+        elif message.method == "notifications/cancelled":
+            run = peer.inflight.get(params.get("requestId"))
+            if run is not None:
+                run.cancel()
+        # every other notification (roots/list_changed, progress, ...) needs nothing from us
+
+    async def _request(self, request: jsonrpc.Request, peer: Peer, notify: Union[Notify, None]) -> Any:
+        params = request.params if isinstance(request.params, dict) else {}
+        if request.params is not UNSET and not isinstance(request.params, dict):
+            raise _Fault(jsonrpc.INVALID_PARAMS, "params must be an object")
+        meta = params.get("_meta")
+        if isinstance(meta, dict) and META_VERSION in meta:
+            return await self._modern(request, params, meta, peer, notify)
+        return await self._handshake(request, params, peer, notify)
+
+    # --- Handshake era ------------------------------------------------------------------
+
+    async def _handshake(self, request: jsonrpc.Request, params: dict[str, Any], peer: Peer,
+                         notify: Union[Notify, None]) -> Any:
+        method = request.method
+        if method == "initialize":
+            return self._initialize(params, peer)
+        if method == "ping":
+            return {}
+        if method == "server/discover":
+            raise _Fault(jsonrpc.INVALID_PARAMS, f"server/discover needs _meta[{META_VERSION!r}]")
+        if method not in ("tools/list", "tools/call", "logging/setLevel"):
+            raise _Fault(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
+        if not peer.initialized and not peer.version:
+            raise _Fault(jsonrpc.INVALID_REQUEST, "not initialized: send initialize first (or, for "
+                                                  f"{MODERN_VERSION}, put {META_VERSION} in params._meta)")
+        if method == "tools/list":
+            return self._tools_page(params)
+        if method == "logging/setLevel":
+            level = params.get("level")
+            if level not in LOG_LEVELS:
+                raise _Fault(jsonrpc.INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
+            peer.log_level = level
+            return {}
+        return await self._call(request.id, params, peer, notify, peer.log_level)
+
+    def _initialize(self, params: dict[str, Any], peer: Peer) -> dict[str, Any]:
+        requested = params.get("protocolVersion")
+        if not isinstance(requested, str):
+            raise _Fault(jsonrpc.INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
+        # The spec: echo the client's version if we support it, else offer our latest.
+        peer.version = requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
+        return {"protocolVersion": peer.version, "capabilities": self.capabilities,
+                "serverInfo": self.server_info, "instructions": self.instructions}
+
+    # --- 2026-07-28 ---------------------------------------------------------------------
+
+    async def _modern(self, request: jsonrpc.Request, params: dict[str, Any], meta: dict[str, Any], peer: Peer,
+                      notify: Union[Notify, None]) -> Any:
+        version = meta.get(META_VERSION)
+        if version != MODERN_VERSION:
+            raise _Fault(UNSUPPORTED_VERSION, "Unsupported protocol version",
+                         {"supported": [MODERN_VERSION], "requested": version})
+        if not isinstance(meta.get(META_CAPABILITIES), dict):
+            raise _Fault(jsonrpc.INVALID_PARAMS, f"_meta[{META_CAPABILITIES!r}] (an object) is required")
+        method = request.method
+        if method == "server/discover":
+            result = {"supportedVersions": [MODERN_VERSION, *HANDSHAKE_VERSIONS],
+                      "capabilities": self.modern_capabilities,
+                      "instructions": self.instructions, "cacheScope": "private", "ttlMs": LIST_TTL_MS}
+        elif method == "tools/list":
+            result = {**self._tools_page(params), "cacheScope": "private", "ttlMs": LIST_TTL_MS}
+        elif method == "tools/call":
+            level = meta.get(META_LOG_LEVEL)
+            result = await self._call(request.id, params, peer, notify, level if level in LOG_LEVELS else None)
+        else:
+            raise _Fault(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
+        result["resultType"] = "complete"
+        result["_meta"] = {META_SERVER_INFO: self.server_info}
+        return result
+
+    # --- Tools --------------------------------------------------------------------------
+
+    def _tools_page(self, params: dict[str, Any]) -> dict[str, Any]:
+        tools = self.exposure.tools()
+        start = _decode_cursor(params.get("cursor"))
+        if start > len(tools):
+            raise _Fault(jsonrpc.INVALID_PARAMS, "invalid cursor")
+        end = start + self.page_size
+        page: dict[str, Any] = {"tools": tools[start:end]}
+        if end < len(tools):
+            page["nextCursor"] = _encode_cursor(end)
+        return page
+
+    async def _call(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Union[Notify, None],
+                    log_level: Union[str, None]) -> dict[str, Any]:
+        """One tools/call, in a pipeline Run that ``notifications/cancelled`` (or the end
+        of the session) cancels through ``peer.inflight``."""
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise _Fault(jsonrpc.INVALID_PARAMS, "tools/call needs params.name (a string)")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise _Fault(jsonrpc.INVALID_PARAMS, "params.arguments must be an object")
+        meta = params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        reporter = None
+        if notify is not None and (isinstance(token, (str, int)) or log_level):  # something to report
+            reporter = _Reporter(notify, token if isinstance(token, (str, int)) else None, log_level)
+            run = self.tools.run(None, progress=reporter.progress if reporter.token is not None else None,
+                                           log=reporter.log if log_level else None)
+        else:
+            run = self.tools.run(None)
+        peer.inflight[request_id] = run
+        try:
+            if reporter is None:
+                result = await self._exposed(name, arguments, peer, run)
+            else:
+                fault: Union[_Fault, None] = None
+                async with trio.open_nursery() as nursery:  # the reporter's notifications go out before the answer
+                    nursery.start_soon(reporter.run)
+                    try:
+                        result = await self._exposed(name, arguments, peer, run)
+                    except _Fault as exc:
+                        fault = exc  # raised outside the nursery, not as an exception group
+                    finally:
+                        await reporter.finish()
+                if fault is not None:
+                    raise fault
+        finally:
+            if peer.inflight.get(request_id) is run:
+                del peer.inflight[request_id]
+        if run.cancelled:
+            raise _Cancelled
+        return result
+
+    async def _exposed(self, name: str, arguments: dict[str, Any], peer: Peer, run: Any) -> dict[str, Any]:
+        try:
+            return await self.exposure.call(name, arguments, caller=peer.label, run=run)
+        except UnknownExposedTool:
+            raise _Fault(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name}") from None
+
+
+class _Reporter:
+    """Progress and log notifications for one call. The tool's callbacks never block:
+    they queue (bounded; extra log lines are dropped) and one task sends, coalescing
+    progress to at most one notification per PROGRESS_INTERVAL_SECS."""
+
+    def __init__(self, notify: Union[Notify, None], token: Union[str, int, None], log_level: Union[str, None]) -> None:
+        self.notify = notify
+        self.token = token if notify is not None else None
+        self.min_level = LOG_LEVELS.index(log_level) if log_level in LOG_LEVELS else len(LOG_LEVELS)
+        self._send, self._receive = trio.open_memory_channel[tuple[str, Any]](256)
+        self._sent = 0
+        self._done = trio.Event()
+
+    def progress(self, text: str) -> None:
+        self._offer(("progress", text))
+
+    def log(self, level: str, text: str) -> None:
+        if self.notify is not None and level in LOG_LEVELS and LOG_LEVELS.index(level) >= self.min_level:
+            self._offer(("log", {"level": level, "logger": "tern", "data": text}))
+
+    def _offer(self, item: tuple[str, Any]) -> None:
+        try:
+            self._send.send_nowait(item)
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            pass  # a flood: drop rather than block the tool
+
+    async def run(self) -> None:
+        if self.token is not None:
+            await self._progress("started")
+        async with self._receive:
+            async for kind, value in self._receive:
+                if kind == "log":
+                    await self._emit({"method": "notifications/message", "params": value})
+                    continue
+                latest = value
+                with trio.move_on_after(PROGRESS_INTERVAL_SECS):
+                    await self._done.wait()  # the call ended: flush now, don't make it wait
+                while True:  # coalesce whatever arrived meanwhile
+                    try:
+                        kind, value = self._receive.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    if kind == "log":
+                        await self._emit({"method": "notifications/message", "params": value})
+                    else:
+                        latest = value
+                await self._progress(latest)
+
+    async def finish(self) -> None:
+        self._done.set()
+        self._send.close()
+
+    async def _progress(self, text: str) -> None:
+        self._sent += 1
+        await self._emit({"method": "notifications/progress",
+                          "params": {"progressToken": self.token, "progress": self._sent,
+                                     "message": text.strip()[-200:] or "working"}})
+
+    async def _emit(self, notification: dict[str, Any]) -> None:
+        if self.notify is None:
+            return
+        try:
+            await self.notify(notification)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client is gone: its call is about to be cancelled too
+
+
+def _encode_cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(msgspec.json.encode({"o": offset})).decode("ascii")
+
+
+def _decode_cursor(cursor: Any) -> int:
+    if cursor is None:
+        return 0
+    try:
+        offset = msgspec.json.decode(base64.urlsafe_b64decode(cursor.encode("ascii")))["o"]
+    except Exception:
+        raise _Fault(jsonrpc.INVALID_PARAMS, "invalid cursor") from None
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise _Fault(jsonrpc.INVALID_PARAMS, "invalid cursor")
+    return offset

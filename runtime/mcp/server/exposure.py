@@ -1,0 +1,167 @@
+"""What tern's MCP server offers (``tern mcp``, ``POST /mcp``), and how a call runs.
+
+- Every agent is the tool ``tern_agent_{name}`` (``-`` becomes ``_``): a required
+  ``message`` and an optional ``context_id`` to continue a conversation; the reply is
+  text content, and ``{reply, context_id}`` structured content (its ``outputSchema``).
+- Kernel tools only when ``[mcp_server] tools`` names them by glob: nothing is exposed
+  by default beyond the agents (OpenFang's ``/mcp`` hands shell and file writes to
+  anyone with the key; tern does not).
+- ``[[mcp_server.presets]]``: a fixed call (an exposed tool plus fixed arguments)
+  published as a tool with no arguments.
+
+Every call goes through the kernel's tool pipeline (validation, timeout, truncation,
+redaction, audit): an agent tool is ``agent_send`` to that agent.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any, AsyncIterator
+
+from runtime.config import AgentConfig, Config
+from runtime.ports import EventPort, Tool, ToolPort
+from runtime.mcp.names import agent_tool_name
+
+__all__ = ["Exposure", "UnknownExposedTool"]
+
+NO_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": False}
+AGENT_INPUT = {
+    "type": "object",
+    "properties": {
+        "message": {"type": "string", "description": "What to ask or tell the agent."},
+        "context_id": {"type": "string", "description": "The context_id of an earlier reply, to continue "
+                                                        "that conversation; leave it out to start a new one."},
+    },
+    "required": ["message"],
+    "additionalProperties": False,
+}
+AGENT_OUTPUT = {
+    "type": "object",
+    "properties": {"reply": {"type": "string"}, "context_id": {"type": "string"}},
+    "required": ["reply", "context_id"],
+}
+
+
+class UnknownExposedTool(KeyError):
+    """Not a tool this server exposes (a protocol error, -32602, per the spec)."""
+
+
+class Exposure:
+    """The exposed tool set, computed live from the kernel's tools (MCP tools come and go)."""
+
+    def __init__(self, config: Config, tools: ToolPort, events: EventPort) -> None:
+        self.config = config
+        self.kernel_tools = tools
+        self.events = events
+        settings = self.config.mcp_server
+        self._agents: dict[str, AgentConfig] = {}
+        if settings.expose_agents:
+            for agent in self.config.agents:
+                self._agents.setdefault(agent_tool_name(agent.name), agent)
+        self._presets = {preset.name: preset for preset in settings.presets}
+
+    # --- Listing ------------------------------------------------------------------------
+
+    def tools(self) -> list[dict[str, Any]]:
+        """Every exposed tool as MCP describes one, in a stable order: agents, kernel
+        tools, presets."""
+        listed = [self._agent_tool(name, agent) for name, agent in self._agents.items()]
+        taken = set(self._agents)
+        for tool in self._kernel_tools():
+            if tool.name not in taken:
+                taken.add(tool.name)
+                listed.append({"name": tool.name, "description": tool.description,
+                               "inputSchema": _object_schema(tool.input_schema)})
+        for name, preset in self._presets.items():
+            if name not in taken:
+                taken.add(name)
+                listed.append({"name": name, "description": preset.description or f"Calls {preset.tool}.",
+                               "inputSchema": NO_ARGUMENTS})
+        return listed
+
+    def names(self) -> frozenset[str]:
+        return frozenset(tool["name"] for tool in self.tools())
+
+    async def changes(self) -> AsyncIterator[None]:
+        """Yields each time the exposed set of names changes (MCP servers coming and
+        going change the kernel tools an allowlist matches)."""
+        known = self.names()
+        with self.events.subscribe(kinds=("mcp.server", "mcp.tools")) as events:
+            while True:
+                await events.next()
+                if (names := self.names()) != known:
+                    known = names
+                    yield
+
+    def _kernel_tools(self) -> list[Tool]:
+        patterns = self.config.mcp_server.tools
+        if not patterns:
+            return []
+        return [tool for tool in self.kernel_tools.tools()
+                if any(fnmatch.fnmatchcase(tool.name, pattern) for pattern in patterns)]
+
+    def _kernel_tool_allowed(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.config.mcp_server.tools)
+
+    @staticmethod
+    def _agent_tool(name: str, agent: AgentConfig) -> dict[str, Any]:
+        description = agent.description or f"The tern agent {agent.name} ({agent.kind})."
+        return {
+            "name": name,
+            "title": f"tern agent {agent.name}",
+            "description": f"{description} Send it a message; the reply includes a context_id to "
+                           f"continue the conversation.",
+            "inputSchema": AGENT_INPUT,
+            "outputSchema": AGENT_OUTPUT,
+            "annotations": {"readOnlyHint": False, "destructiveHint": agent.kind in ("command", "llm"),
+                            "openWorldHint": agent.kind in ("llm", "remote")},
+        }
+
+    # --- Calling ------------------------------------------------------------------------
+
+    async def call(self, name: str, arguments: dict[str, Any], *, caller: str, run: Any = None) -> dict[str, Any]:
+        """Run one exposed tool through the pipeline, in ``run`` (a ``pipeline.run()``:
+        its progress and log callbacks, and ``run.cancel()`` for the caller to give up);
+        returns an MCP ``CallToolResult``. Raises UnknownExposedTool for a name this
+        server does not expose."""
+        preset = self._presets.get(name) if name not in self._agents else None
+        if preset is not None:  # named explicitly in the config: allowed without a glob
+            name, arguments = preset.tool, dict(preset.arguments)
+        agent = self._agents.get(name)
+        pipeline = self.kernel_tools
+        run = run or pipeline.run(None)
+        if agent is not None:
+            message = arguments.get("message")
+            if not isinstance(message, str):
+                return _error_result("invalid arguments: message (a string) is required")
+            extra = sorted(set(arguments) - {"message", "context_id"})
+            if extra:
+                return _error_result(f"invalid arguments: unexpected {', '.join(extra)}")
+            forwarded = {"agent": agent.name, "message": message}
+            if arguments.get("context_id") is not None:
+                forwarded["context_id"] = arguments["context_id"]
+            result = await pipeline.call("agent_send", forwarded, run=run, caller=caller)
+        elif (preset is not None or self._kernel_tool_allowed(name)) and pipeline.get(name) is not None:
+            result = await pipeline.call(name, arguments, run=run, caller=caller)
+        else:
+            raise UnknownExposedTool(name)
+        return _call_result(result)
+
+
+def _object_schema(schema: Any) -> dict[str, Any]:
+    """MCP requires an object schema, never null."""
+    if isinstance(schema, dict) and schema.get("type") == "object":
+        return schema
+    return {"type": "object", **(schema if isinstance(schema, dict) else {})}
+
+
+def _call_result(result: Any) -> dict[str, Any]:
+    content = result.content or [{"type": "text", "text": result.text}]
+    out: dict[str, Any] = {"content": content, "isError": bool(result.is_error)}
+    if isinstance(result.structured, dict) and not result.is_error:
+        out["structuredContent"] = result.structured
+    return out
+
+
+def _error_result(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}

@@ -1,0 +1,39 @@
+"""Configured request headers with ``${VAR}`` references, for every outgoing client
+(MCP servers, external A2A agents)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping, Union
+
+from runtime.errors import ConfigError
+from runtime.log import register_secret
+
+__all__ = ["expand_headers"]
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_headers(headers: Mapping[str, str], owner: str,
+                   environ: Union[Mapping[str, str], None] = None) -> dict[str, str]:
+    """Header values with ``${VAR}`` taken from tern's environment.
+
+    An unset variable is a configuration error, not an empty credential; expanded
+    values are registered as secrets so no log line can show them.
+    """
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for key, value in headers.items():
+        def lookup(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in env:
+                raise ConfigError(f"{owner}: header {key} needs ${{{name}}}, "
+                                  "which is not set in tern's environment")
+            return env[name]
+
+        expanded = _VAR.sub(lookup, value)
+        if expanded != value:
+            register_secret(expanded)
+        out[key] = expanded
+    return out

@@ -1,0 +1,139 @@
+"""Ports: what crosses between the kernel and the protocols, as small typed interfaces.
+
+Two directions, one module:
+
+- **Up** (the kernel, as a protocol server sees it): ``ToolPort`` (list tools, find one,
+  call it through the one pipeline in a ``Run``), ``AgentPort`` (run an agent message),
+  ``EventPort`` (subscribe to kernel events). The MCP and A2A servers import these,
+  never the kernel; the composition root (``runtime.host``) hands them the kernel's
+  objects, and tests hand them small fakes.
+- **Down** (a tool source, as the kernel sees it): ``ToolSource``, which the MCP client
+  supervisor and the external A2A agents implement.
+
+The value types that cross (``Tool``, ``ToolResult``, ``ToolContext``, ``AgentReply``)
+live here too, so neither side imports the other for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, ContextManager, Iterable, Literal, Protocol, Union
+
+import msgspec
+
+__all__ = [
+    "Tool", "ToolResult", "ToolContext", "AgentReply", "Handler", "TextSink",
+    "Run", "ToolPort", "AgentPort", "EventPort", "Subscription", "ToolSource",
+]
+
+Source = Literal["builtin", "mcp", "a2a"]
+TextSink = Callable[[str], None]  # a non-blocking callback that takes text as it comes
+
+
+class Tool(msgspec.Struct, frozen=True):
+    """A tool as agents (and LLMs, and MCP clients) see it."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    source: Source = "builtin"
+    server: str = ""  # MCP tools: the configured server
+    original_name: str = ""  # MCP tools: the name the server knows it by
+
+
+class ToolResult(msgspec.Struct):
+    """What a call returns to its caller. ``is_error`` is a tool error for the model to
+    read (the tool ran and failed), not a fault of tern."""
+
+    text: str
+    is_error: bool = False
+    structured: Any = None
+    content: list[dict[str, Any]] = []
+
+
+class ToolContext(msgspec.Struct, frozen=True):
+    """Who is calling, for tools that act on the caller's own things: the agent's
+    name, its workspace directory (file tools stay inside it), tern's state directory.
+    A caller that can show a long call's life (the MCP server) sets ``progress(text)``
+    (output as it comes) and ``log(level, text)``: plain callbacks that never block."""
+
+    agent: str = ""
+    workspace: str = ""
+    state_dir: str = ""
+    progress: Any = None
+    log: Any = None
+
+
+class AgentReply(msgspec.Struct, frozen=True):
+    """An agent's answer to one message, and the conversation it belongs to."""
+
+    agent: str
+    context_id: str
+    text: str
+
+
+Handler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
+
+
+class Run(Protocol):
+    """One run of calls (an agent's, or one protocol request's): the caller may give up."""
+
+    cancelled: bool
+
+    def cancel(self) -> None: ...
+
+
+class ToolPort(Protocol):
+    """The kernel's tools through the one pipeline (guards, timeouts, redaction, audit)."""
+
+    def tools(self) -> list[Tool]: ...
+
+    def get(self, name: str) -> Union[Tool, None]: ...
+
+    def run(self, agent: Any = None, *, progress: Union[TextSink, None] = None,
+            log: Union[Callable[[str, str], None], None] = None) -> Run: ...
+
+    async def call(self, name: str, arguments: Any = None, *, run: Any = None,
+                   timeout_secs: Union[float, None] = None, caller: str = "") -> ToolResult: ...
+
+
+class AgentPort(Protocol):
+    """The kernel's agents: look one up (``UnknownAgent``), send it a message (``AgentError``)."""
+
+    def get(self, name: str) -> Any: ...
+
+    async def send(self, name: str, message: str, *, context_id: Union[str, None] = None,
+                   on_text: Union[TextSink, None] = None, on_log: Union[Callable[[str, str], None], None] = None,
+                   env: Union[dict[str, str], None] = None) -> AgentReply: ...
+
+
+class Subscription(Protocol):
+    async def next(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class EventPort(Protocol):
+    """The kernel's event bus: bounded subscriptions that never slow a publisher."""
+
+    def subscribe(self, size: int = ..., *, kinds: Union[Iterable[str], None] = None) -> ContextManager[Any]: ...
+
+    def publish(self, kind: str, data: Union[dict[str, Any], None] = None) -> None: ...
+
+
+class ToolSource(Protocol):
+    """A live set of tools the kernel does not own (an MCP server's, say): the set
+    changes as the source connects and reconnects. ``call`` of a name the source no
+    longer has raises ``runtime.errors.UnknownTool``."""
+
+    def tools(self) -> list[Tool]: ...
+
+    def get(self, name: str) -> Union[Tool, None]: ...
+
+    def owns(self, name: str) -> bool:
+        """The name is this source's, whether or not the tool is there right now (a
+        restarting server's tool fails with the server's state, not "no such tool")."""
+        ...
+
+    async def call(self, name: str, arguments: dict[str, Any], *,
+                   timeout_secs: Union[float, None] = None) -> ToolResult: ...
+
