@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runtime.cli.common import Commands, print_json, with_kernel
+
+if TYPE_CHECKING:  # the type only: the kernel is imported when a command runs
+    from runtime.kernel.kernel import Kernel
 
 
 def add_commands(commands: Commands) -> None:
@@ -27,7 +30,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     message = sys.stdin.read() if args.message == "-" else args.message
 
-    async def work(kernel: Any) -> int:
+    async def work(kernel: Kernel) -> int:
         streamed: list[str] = []
 
         def show(piece: str) -> None:
@@ -58,7 +61,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     from runtime.errors import AgentError
 
-    async def work(kernel: Any) -> int:
+    async def work(kernel: Kernel) -> int:
         kernel.agents.get(args.agent)  # an unknown agent fails before the first prompt
         context_id = args.context
         print(f"chatting with {args.agent} (Ctrl-D or /quit to end)", file=sys.stderr)

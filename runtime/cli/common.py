@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+
+if TYPE_CHECKING:  # the type only: the kernel is imported when a command runs
+    from runtime.kernel.kernel import Kernel
 
 __all__ = ["Commands", "Handler", "needs_subcommand", "with_kernel", "print_json", "status_line", "all_ready"]
 
@@ -37,7 +40,7 @@ def needs_subcommand(args: argparse.Namespace) -> int:
     raise UsageError(f"'tern {args.command}' needs a subcommand; see 'tern {args.command} --help'")
 
 
-def with_kernel(args: argparse.Namespace, work: Callable[[Any], Awaitable[T]]) -> T:
+def with_kernel(args: argparse.Namespace, work: Callable[[Kernel], Awaitable[T]]) -> T:
     """Boot a kernel for one command, wait until every MCP server's first connection
     attempt is over, run ``work(kernel)``, and shut everything down again."""
     import trio
@@ -76,5 +79,5 @@ def status_line(status: Any) -> str:
     return f"{line}: {status.last_error}" if status.last_error and status.state != "ready" else line
 
 
-def all_ready(kernel: Any) -> bool:
+def all_ready(kernel: Kernel) -> bool:
     return all(s.state in ("ready", "disabled") for s in kernel.mcp.statuses())

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runtime.cli.common import Commands, all_ready, print_json, status_line, with_kernel
 from runtime.errors import UsageError
+
+if TYPE_CHECKING:  # the type only: the kernel is imported when a command runs
+    from runtime.kernel.kernel import Kernel
 
 
 def add_commands(commands: Commands) -> None:
@@ -43,7 +46,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_mcp_servers(args: argparse.Namespace) -> int:
     from runtime.mcp.client.supervisor import servers_report
 
-    async def work(kernel: Any) -> int:
+    async def work(kernel: Kernel) -> int:
         if args.json:
             print_json(servers_report(kernel.config, kernel.mcp))
         else:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runtime.cli.common import Commands, all_ready, print_json, status_line, with_kernel
 from runtime.errors import UsageError
+
+if TYPE_CHECKING:  # the type only: the kernel is imported when a command runs
+    from runtime.kernel.kernel import Kernel
 
 
 def add_commands(commands: Commands) -> None:
@@ -25,7 +28,7 @@ def add_commands(commands: Commands) -> None:
 def cmd_tools(args: argparse.Namespace) -> int:
     """Every tool with its server and the server's state; exit 1 if a server is not ready."""
 
-    async def work(kernel: Any) -> int:
+    async def work(kernel: Kernel) -> int:
         tools = kernel.registry.tools()
         statuses = kernel.mcp.statuses()
         if args.json:
@@ -63,7 +66,7 @@ def cmd_call(args: argparse.Namespace) -> int:
     if not isinstance(arguments, dict):
         raise UsageError("--args must be a JSON object, e.g. --args '{\"path\": \"notes.txt\"}'")
 
-    async def work(kernel: Any) -> int:
+    async def work(kernel: Kernel) -> int:
         result = await kernel.call_tool(args.tool, arguments, timeout_secs=args.timeout, caller="cli")
         if args.json:
             print_json(result)

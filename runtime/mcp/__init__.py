@@ -1,6 +1,10 @@
-"""MCP: the client side (external servers' tools for tern's agents) and, later, the
-server side (tern's agents for desktop assistants and IDEs).
+"""MCP, both directions.
 
-Pure protocol code lives in ``names`` and ``protocol`` (sans-IO); trio code in the
-``client``/``transports`` modules moves bytes and owns time.
+- ``protocol``, ``names``: sans-IO facts both sides share (both eras' messages and
+  results, ``mcp_{server}_{tool}`` and ``tern_agent_{name}`` names).
+- ``client/``: tern as an MCP client: external servers' tools for tern's agents
+  (stdio, Streamable HTTP and legacy SSE transports, the supervisor). Below the kernel.
+- ``server/``: tern as an MCP server: tern's agents and chosen tools for desktop
+  assistants and IDEs (``tern mcp``, ``POST /mcp``). Above the kernel, which it sees
+  only through ``runtime.ports``.
 """
