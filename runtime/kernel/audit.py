@@ -1,5 +1,5 @@
-"""The audit log: one JSON line per tool call (later also agent messages and task
-transitions), in ``<state dir>/audit.jsonl``, rotated by size.
+"""The audit log: one JSON line per tool call and per agent message, in
+``<state dir>/audit.jsonl``, rotated by size.
 
 Each record is one ``os.write`` on an ``O_APPEND`` descriptor: a line is written whole
 or not at all, even with two processes appending, and a crash loses nothing already

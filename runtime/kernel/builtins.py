@@ -1,6 +1,6 @@
-"""Built-in tools: ``time_now`` here, the file tools (confined to the caller's workspace)
-and the memory tools (SQLite in the state directory) in their own modules. The pipeline
-guards them all; the web and shell tools arrive later."""
+"""Built-in tools: ``time_now`` here; the file tools (confined to the caller's workspace),
+the memory tools (SQLite in the state directory), ``web_fetch`` and ``shell_exec`` in
+their own modules. The pipeline guards them all."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The one tool pipeline every caller goes through (agents, ``tern call``, later the MCP
-server and A2A):
+"""The one tool pipeline every caller goes through (agents, ``tern call``, the MCP server,
+A2A tasks through their agents):
 
     capability -> arguments vs inputSchema -> loop guard -> taint check -> timeout ->
     execution -> truncation -> redaction -> taint labelling -> audit record

@@ -1,6 +1,6 @@
 """tern's MCP server protocol: one dispatcher for both eras, under any transport.
 
-The transports (``serve_stdio.py``, ``serve_http.py``) parse JSON-RPC, keep a
+The transports (``stdio.py``, ``streamable_http.py``) parse JSON-RPC, keep a
 ``Peer`` per connection (stdio) or per ``Mcp-Session-Id`` (HTTP), and hand each
 message to :meth:`McpServer.handle` with a way to send notifications related to it
 (progress, log messages). ``handle`` returns the response, or None for notifications
