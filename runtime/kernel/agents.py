@@ -112,7 +112,7 @@ class Agents:
     async def _command(self, agent: AgentConfig, message: str, on_text: Union[Callable[[str], None], None],
                        on_log: Union[Callable[[str, str], None], None],
                        env: Union[dict[str, str], None] = None) -> str:
-        from runtime.mcp.client.stdio import subprocess_env
+        from runtime.net.process import subprocess_env
 
         if not agent.command:
             raise AgentError(f"agent {agent.name!r}: kind = \"command\" needs command = [...]")

@@ -43,7 +43,7 @@ import trio
 from runtime.config import Config
 from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry
-from runtime.mcp.client.stdio import subprocess_env
+from runtime.net.process import subprocess_env
 
 __all__ = ["STDOUT_CAP", "STDERR_CAP", "shell_exec_tool", "resolve_program", "make_shell_exec", "register"]
 
