@@ -7,7 +7,9 @@ same contextId).
 
 - ``echo``: replies with the message (protocol demos and tests).
 - ``command``: runs a local program with the message on stdin, in a cleared environment
-  (as for MCP servers), with a timeout and an output cap; replies with its stdout.
+  and a session of its own (``runtime.net.process``, as for MCP servers), with a timeout
+  and an output cap; replies with its stdout. However the call ends, the program and
+  everything it started are killed.
   Its stdout lines stream to ``on_text`` and its stderr lines to ``on_log`` as they come.
 - ``tool``: one fixed tool call. A message that is a JSON object is the arguments;
   otherwise it fills the tool's one string parameter (``file_list`` -> ``path``), or
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from typing import Any, Callable, Union
 
@@ -36,6 +37,7 @@ from runtime.errors import AgentError, TernError, UnknownAgent
 from runtime.ports import AgentReply
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.pipeline import ToolPipeline
+from runtime.net.process import shutdown, spawn, subprocess_env
 
 __all__ = ["Agents"]
 
@@ -112,13 +114,10 @@ class Agents:
     async def _command(self, agent: AgentConfig, message: str, on_text: Union[Callable[[str], None], None],
                        on_log: Union[Callable[[str, str], None], None],
                        env: Union[dict[str, str], None] = None) -> str:
-        from runtime.mcp.client.stdio import subprocess_env
-
         if not agent.command:
             raise AgentError(f"agent {agent.name!r}: kind = \"command\" needs command = [...]")
         try:
-            process = await trio.lowlevel.open_process(agent.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                       stderr=subprocess.PIPE, env={**subprocess_env([]), **(env or {})})
+            process = await spawn(agent.command, env={**subprocess_env([]), **(env or {})})
         except OSError as exc:
             raise AgentError(f"agent {agent.name!r}: cannot run {agent.command[0]}: {exc.strerror or exc}") from None
         out, err = bytearray(), bytearray()
@@ -152,10 +151,7 @@ class Agents:
                     nursery.start_soon(drain, process.stderr, err, 4096, on_log and (lambda line: on_log("info", line)))
                 await process.wait()
         finally:
-            if process.returncode is None:
-                process.kill()
-                with trio.CancelScope(shield=True):
-                    await process.wait()
+            await shutdown(process, grace_secs=0)  # at once, with whatever it started
         if scope.cancelled_caught:
             raise AgentError(f"agent {agent.name!r}: {agent.command[0]} did not finish within {agent.timeout_secs:g} s")
         if process.returncode != 0:

@@ -18,14 +18,15 @@ Refused: relative paths with a slash (``./x``, ``bin/x``), any ``..`` or ``.``
 component, NUL bytes. The resolved file is passed as the executable, ``argv``
 unchanged.
 
-The environment is cleared (``subprocess_env([])``: PATH, HOME and the temp-dir
-variables only). The working directory is the workspace, or ``cwd`` inside it (realpath
-and commonpath, so ``..`` and symlinks out are refused). The timeout is
+The environment is cleared (``runtime.net.process.subprocess_env([])``: PATH, HOME and
+the temp-dir variables only). The working directory is the workspace, or ``cwd`` inside
+it (realpath and commonpath, so ``..`` and symlinks out are refused). The timeout is
 ``min(timeout_secs, [tools] timeouts.shell_exec or timeout_secs)``; the program runs in
-its own session and its whole process group is killed on timeout, on cancellation and
-when it exits (leftover children would otherwise hold the pipes open). stdout is kept
-up to 1 MiB, stderr up to 64 KiB; beyond that output is read and discarded, so the
-program does not block on a full pipe, and the result says how much was cut.
+its own session and its whole process group is killed at once on timeout, on
+cancellation and when it exits (leftover children would otherwise hold the pipes open;
+``runtime.net.process.shutdown`` with no grace). stdout is kept up to 1 MiB, stderr up
+to 64 KiB; beyond that output is read and discarded, so the program does not block on a
+full pipe, and the result says how much was cut.
 
 Result: ``exit code N\\n--- stdout ---\\n...\\n--- stderr ---\\n...``, a tool error when
 N != 0 or on timeout.
@@ -43,7 +44,7 @@ import trio
 from runtime.config import Config
 from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry
-from runtime.mcp.client.stdio import subprocess_env
+from runtime.net.process import shutdown, signal_group, spawn, subprocess_env
 
 __all__ = ["STDOUT_CAP", "STDERR_CAP", "shell_exec_tool", "resolve_program", "make_shell_exec", "register"]
 
@@ -170,16 +171,6 @@ async def _feed(stream: Any, data: bytes) -> None:
         pass  # the program exited or closed its stdin without reading it all
 
 
-def _kill_group(process: Any) -> None:
-    try:
-        if os.name == "posix":
-            os.killpg(process.pid, signal.SIGKILL)
-        else:  # pragma: no cover
-            process.kill()
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-
-
 def _exit_text(code: Union[int, None]) -> str:
     if code is not None and code < 0:
         try:
@@ -206,11 +197,8 @@ def make_shell_exec(config: Config) -> Any:
             return ToolResult(f"shell_exec: {refused}", is_error=True)
         stdin = arguments.get("stdin")
         try:
-            process = await trio.lowlevel.open_process(
-                argv, executable=executable, cwd=cwd, env=env,
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=os.name == "posix")
+            process = await spawn(argv, executable=executable, cwd=cwd, env=env,
+                                  stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
         except OSError as error:
             return ToolResult(f"shell_exec: cannot start {argv[0]!r}: {error.strerror or error}", is_error=True)
         out, err = _Capture(STDOUT_CAP), _Capture(STDERR_CAP)
@@ -222,14 +210,9 @@ def make_shell_exec(config: Config) -> Any:
                     if stdin is not None:
                         nursery.start_soon(_feed, process.stdin, stdin.encode("utf-8", errors="replace"))
                     await process.wait()
-                    _kill_group(process)  # children left behind would hold the pipes open
+                    signal_group(process, signal.SIGKILL)  # children left behind would hold the pipes open
         finally:
-            _kill_group(process)
-            with trio.CancelScope(shield=True):
-                for stream in (process.stdin, process.stdout, process.stderr):
-                    if stream is not None:
-                        await stream.aclose()
-                await process.wait()
+            await shutdown(process, grace_secs=0)
         if scope.cancelled_caught:
             head = f"timed out after {timeout:g} s; killed"
         else:

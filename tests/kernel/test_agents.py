@@ -13,6 +13,7 @@ from runtime.config import AgentConfig, Config, ModelConfig, StateConfig
 from runtime.errors import AgentError, UnknownAgent
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.kernel import Kernel
+from tests.processes import gone, pid_in
 
 PY = sys.executable
 
@@ -67,6 +68,35 @@ async def test_command_agent(tmp_path, monkeypatch):
         await k.agents.send("fail", "x")
     cut = (await k.agents.send("flood", "")).text
     assert cut.startswith("x" * 1000) and cut.endswith("[output cut at 1000 bytes]")
+
+
+def grandchild_agent(tmp_path, **options) -> AgentConfig:
+    """sh starts a sleep that would outlive it, writes its pid, and waits for it."""
+    return AgentConfig(name="spawner", kind="command",
+                       command=["sh", "-c", f"sleep 300 & echo $! > {tmp_path / 'pid'}; wait"], **options)
+
+
+async def test_a_command_agents_grandchild_dies_with_it_on_timeout(tmp_path):
+    k = kernel(tmp_path, grandchild_agent(tmp_path, timeout_secs=1))
+    with trio.fail_after(5), pytest.raises(AgentError, match="did not finish within 1 s"):
+        await k.agents.send("spawner", "x")
+    assert await gone(await pid_in(tmp_path / "pid"))
+
+
+async def test_a_command_agents_grandchild_dies_with_it_on_cancel(tmp_path):
+    k = kernel(tmp_path, grandchild_agent(tmp_path))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(k.agents.send, "spawner", "x")
+        grandchild = await pid_in(tmp_path / "pid")
+        nursery.cancel_scope.cancel()
+    assert await gone(grandchild)
+
+
+async def test_a_command_agent_leaves_no_child_behind_when_it_exits(tmp_path):
+    k = kernel(tmp_path, AgentConfig(name="daemonizer", kind="command",
+                                     command=["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"]))
+    grandchild = int((await k.agents.send("daemonizer", "")).text)
+    assert await gone(grandchild)
 
 
 async def test_tool_agent(tmp_path):

@@ -15,6 +15,7 @@ from runtime.kernel import tools_shell
 from runtime.kernel.pipeline import ToolPipeline
 from runtime.ports import ToolContext
 from runtime.kernel.registry import ToolRegistry
+from tests.processes import gone, pid_in
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX programs and process groups")
 
@@ -182,3 +183,21 @@ async def test_cancellation_kills_the_program(ctx):
     pid = int(open(os.path.join(ctx.workspace, "pid")).read())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+GRANDCHILD = ["sh", "-c", "sleep 300 & echo $! > pid; wait"]  # a sleep that would outlive sh
+
+
+async def test_a_grandchild_dies_on_timeout(ctx):
+    with trio.fail_after(5):
+        result = await shell("sh")({"argv": GRANDCHILD, "timeout_secs": 1}, ctx)
+    assert result.is_error and result.text.startswith("timed out after 1 s; killed")
+    assert await gone(await pid_in(os.path.join(ctx.workspace, "pid")))
+
+
+async def test_a_grandchild_dies_on_cancel(ctx):
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(shell("sh"), {"argv": GRANDCHILD}, ctx)
+        grandchild = await pid_in(os.path.join(ctx.workspace, "pid"))
+        nursery.cancel_scope.cancel()
+    assert await gone(grandchild)

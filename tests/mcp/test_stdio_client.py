@@ -8,7 +8,6 @@ import trio
 
 from runtime.errors import ConnectionLost, TernTimeout
 from runtime.mcp.client.client import McpClient
-from runtime.mcp.client.stdio import subprocess_env
 
 
 async def test_handshake_pagination_and_call(fake_entry, nursery):
@@ -166,12 +165,6 @@ async def test_environment_is_cleared(fake_entry, nursery, monkeypatch):
     assert "TERN_TEST_SECRET" not in env
     assert env["TERN_TEST_PASSED"] == "visible"
     assert set(env) - {"PATH", "HOME", "TMP", "TEMP", "TMPDIR", "TERN_TEST_PASSED", "LC_CTYPE"} == set()
-
-
-def test_subprocess_env_keeps_only_the_allowed_names():
-    source = {"PATH": "/bin", "HOME": "/h", "TMPDIR": "/t", "AWS_SECRET_ACCESS_KEY": "x", "GITHUB_TOKEN": "y"}
-    assert subprocess_env(["GITHUB_TOKEN", "UNSET_NAME"], source) == {
-        "PATH": "/bin", "HOME": "/h", "TMPDIR": "/t", "GITHUB_TOKEN": "y"}
 
 
 async def test_many_calls_in_flight_on_one_connection(fake_entry, nursery):

@@ -8,18 +8,14 @@ Security and robustness, because the subprocess is someone else's code:
   and logged, the connection continues. Non-JSON lines are the session's to skip.
 - stderr is drained all the time into the log, bounded per line and rate-limited, so a
   chatty server can neither block on a full pipe nor flood tern's log.
-- Shutdown: close stdin, wait, SIGTERM the process group, wait, SIGKILL. If tern itself
-  is killed with SIGKILL, the server sees EOF on stdin, which the spec makes its signal
-  to exit. (Not PR_SET_PDEATHSIG: Linux ties it to the *thread* that forked, and trio
-  forks from worker threads that end after 10 idle seconds, which killed the server.)
+- Start and shutdown are ``runtime.net.process``'s: its own session; close stdin, wait,
+  SIGTERM the process group, wait, SIGKILL. If tern itself is killed with SIGKILL, the
+  server sees EOF on stdin, which the spec makes its signal to exit (not
+  PR_SET_PDEATHSIG, which killed every server after 10 s: see ``runtime.net.process``).
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections import deque
 from typing import Any, Union
 
@@ -29,28 +25,20 @@ from runtime.config import StdioTransport as StdioConfig
 from runtime.errors import ConnectionLost
 from runtime.log import get_logger, log_wire
 from runtime.mcp.protocol import Era
+from runtime.net.process import shutdown, spawn, subprocess_env
 from runtime.net.pipes import PipeReader, PipeWriter
 from runtime.mcp.client.session import TransportClosed
 from runtime.wire import framing, jsonrpc
 
-__all__ = ["StdioTransport", "subprocess_env", "BASE_ENV_NAMES"]
+__all__ = ["StdioTransport"]
 
 log = get_logger("mcp.stdio")
 
-BASE_ENV_NAMES = ("PATH", "HOME", "TMP", "TEMP", "TMPDIR")
-WINDOWS_ENV_NAMES = ("APPDATA", "LOCALAPPDATA", "USERPROFILE", "SystemRoot", "HOMEDRIVE", "HOMEPATH")
 STDERR_LINE_CHARS = 1000
 STDERR_LINES_PER_SEC = 20.0
 STDERR_BURST = 100
 READ_BYTES = 65536
 WRITE_TIMEOUT_SECS = 30.0  # a server that reads nothing of a message for this long is dropped
-
-
-def subprocess_env(names: list[str], source: Union[dict[str, str], None] = None) -> dict[str, str]:
-    """A cleared environment: the base names plus ``names``, where they are set."""
-    source = dict(os.environ) if source is None else source
-    wanted = list(BASE_ENV_NAMES) + (list(WINDOWS_ENV_NAMES) if sys.platform == "win32" else []) + list(names)
-    return {name: source[name] for name in wanted if name in source}
 
 
 class StdioTransport:
@@ -79,13 +67,8 @@ class StdioTransport:
     async def start(self, nursery: trio.Nursery) -> None:
         """Spawn the process and start draining its stderr in ``nursery``."""
         argv = [self.config.command, *self.config.args]
-        options: dict[str, Any] = {}
-        if sys.platform != "win32":
-            options["start_new_session"] = True  # its own process group: shutdown signals reach its children
         try:
-            self._process = await trio.lowlevel.open_process(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=subprocess_env(self.env_names), cwd=self.config.cwd or None, **options)
+            self._process = await spawn(argv, env=subprocess_env(self.env_names), cwd=self.config.cwd or None)
         except OSError as exc:
             raise ConnectionLost(f"cannot start MCP server '{self.name}' ({self.config.command}): "
                                  f"{exc.strerror or exc}") from None
@@ -173,35 +156,6 @@ class StdioTransport:
             log.info("MCP server '%s' stderr: (%d lines suppressed)", self.name, suppressed)
 
     async def aclose(self) -> None:
-        """Close stdin, then SIGTERM, then SIGKILL; always reap the process."""
-        process = self._process
-        if process is None:
-            return
-        with trio.CancelScope(shield=True):
-            if process.stdin is not None:
-                try:
-                    await process.stdin.aclose()
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                    pass
-            for sig in (None, signal.SIGTERM, signal.SIGKILL):
-                if sig is not None and process.returncode is None:
-                    self._signal_group(process, sig)
-                with trio.move_on_after(self.grace_secs):
-                    self.exit_code = await process.wait()
-                if process.returncode is not None:
-                    break
-            if process.returncode is not None and sys.platform != "win32":
-                self._signal_group(process, signal.SIGKILL)  # leftovers of the group, if any
-            for stream in (process.stdout, process.stderr):
-                if stream is not None:
-                    await stream.aclose()
-
-    @staticmethod
-    def _signal_group(process: Any, sig: int) -> None:
-        try:
-            if sys.platform == "win32":
-                process.kill() if sig == signal.SIGKILL else process.terminate()
-            else:
-                os.killpg(process.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """Close stdin, then SIGTERM, then SIGKILL the group; always reap the process."""
+        if self._process is not None:
+            self.exit_code = await shutdown(self._process, grace_secs=self.grace_secs)
