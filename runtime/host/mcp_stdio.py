@@ -88,7 +88,7 @@ class RelayBackend:
             self._initialize_ids.discard(message.id)
             version = message.result.get("protocolVersion") if isinstance(message.result, dict) else None
             if isinstance(version, str):
-                self.transport.set_protocol_version(version, "handshake")
+                self.transport.connection.negotiated(version, "handshake")
 
 
 async def daemon_url(config: Config) -> Union[str, None]:

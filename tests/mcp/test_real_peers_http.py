@@ -67,7 +67,7 @@ async def test_python_sdk_streamable_http(sdk_http, nursery, protocol, era, vers
     client = await McpClient.connect(http_entry(url, protocol=protocol), nursery)
     assert (client.info.era, client.info.version) == (era, version)
     transport = client.session.transport
-    assert (transport.session_id is not None) == (era == "handshake")
+    assert (transport.connection.session_id is not None) == (era == "handshake")
     tools = {t.name for t in await client.list_tools()}
     assert {"add", "shout", "slow"} <= tools
     result = await client.call_tool("add", {"a": 20, "b": 22})  # modern: Mcp-Method and Mcp-Name checked
@@ -107,13 +107,13 @@ async def test_http_session_expiry_reinitializes(sdk_python, nursery):
     process = start_sdk_http(sdk_python, port)
     try:
         client = await McpClient.connect(http_entry(url, protocol="2025-11-25"), nursery)
-        first_session = client.session.transport.session_id
+        first_session = client.session.transport.connection.session_id
         assert (await client.call_tool("add", {"a": 1, "b": 2})).text() == "3"
         process.kill()
         process.wait()
         process = start_sdk_http(sdk_python, port)
         assert (await client.call_tool("add", {"a": 2, "b": 2})).text() == "4"
-        assert client.session.transport.session_id not in (None, first_session)
+        assert client.session.transport.connection.session_id not in (None, first_session)
         await client.aclose()
     finally:
         process.kill()
@@ -170,7 +170,7 @@ async def test_server_everything_streamable_http(npm, node, nursery, tmp_path):
         client = await McpClient.connect(http_entry(f"{base}/mcp", name="everything"), nursery,
                                          roots=[str(tmp_path)])
         assert client.info.era == "handshake"  # discover refused at once, then initialize
-        assert client.session.transport.session_id
+        assert client.session.transport.connection.session_id
         tools = {t.name for t in await client.list_tools()}
         assert {"echo", "get-sum", "trigger-long-running-operation", "get-roots-list"} <= tools
         assert (await client.call_tool("echo", {"message": "over http"})).text() == "Echo: over http"

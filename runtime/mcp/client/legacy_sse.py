@@ -18,9 +18,9 @@ import trio
 from runtime.config import SseTransport as SseConfig
 from runtime.errors import ConnectionLost, ProtocolError
 from runtime.log import get_logger, log_wire
-from runtime.mcp.client.streamable_http import HttpTransportBase
-from runtime.mcp.protocol import Era
+from runtime.mcp.client.connection import McpConnection
 from runtime.mcp.client.session import TransportClosed
+from runtime.mcp.client.streamable_http import HttpTransportBase
 from runtime.net.guard import check_url
 from runtime.net.outbound import make_client
 from runtime.wire import jsonrpc
@@ -40,10 +40,9 @@ def _origin(url: str) -> tuple[str, str, Union[int, None]]:
 class LegacySseTransport(HttpTransportBase):
     """One MCP server reached over HTTP+SSE."""
 
-    probe = "initialize"  # this transport only exists in the handshake era
-
     def __init__(self, name: str, config: SseConfig, **options: Any) -> None:
         super().__init__(name, config, **options)
+        self.connection = McpConnection("initialize")  # this transport only exists in the handshake era
         self._cancel = trio.CancelScope()
         self._ended = ""
         self.endpoint: Union[str, None] = None
@@ -117,7 +116,7 @@ class LegacySseTransport(HttpTransportBase):
                  peer=f"mcp:{self.name}")
         try:
             with trio.fail_after(self.timeout_secs):
-                response = await self._client.post(self.endpoint, content=body,
+                response = await self._client.post(self.endpoint, content=body,  # 2024-11-05: no version header
                                                    headers={**self._headers, "Content-Type": "application/json"})
         except (httpx.HTTPError, trio.TooSlowError) as exc:
             raise TransportClosed(f"POST to {self.endpoint} failed: {exc or type(exc).__name__}") from None
@@ -129,9 +128,6 @@ class LegacySseTransport(HttpTransportBase):
             return await self._inbox.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise TransportClosed(self._ended or "transport closed") from None
-
-    def set_protocol_version(self, version: str, era: Era) -> None:
-        pass  # the 2024-11-05 transport carries no version header
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):

@@ -19,6 +19,9 @@ Era negotiation with ``protocol = "auto"`` (fast against both kinds of server):
 - **Streamable HTTP**: POST ``server/discover``; a legacy server answers with an HTTP
   error at once.
 - **Legacy HTTP+SSE** exists only in the handshake era: straight to ``initialize``.
+
+What to send and what each answer means is decided by the transport's sans-IO
+``McpConnection`` (``connection.py``); this module does the sending and the waiting.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from typing import Any, Callable, Protocol, Union
 import trio
 from msgspec import UNSET
 
-from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernTimeout
+from runtime.errors import ConnectionLost, RpcError, TernTimeout
 from runtime.log import get_logger, log_wire
 from runtime.mcp import protocol
+from runtime.mcp.client.connection import DISCOVER, INITIALIZE, NO_ANSWER, PING, Legacy, McpConnection
 from runtime.wire import jsonrpc
 
 __all__ = ["MessageTransport", "McpSession", "TransportClosed"]
@@ -60,15 +64,13 @@ class MessageTransport(Protocol):
     TransportClosed; ``send`` may be called from several tasks at once and logs each
     message it writes (``log_wire``), since only the transport knows its encoded size."""
 
-    probe: str  # "parallel" (stdio), "sequential" (Streamable HTTP) or "initialize" (legacy SSE)
+    connection: McpConnection  # the era, version and session id, shared with the session
 
     async def start(self, nursery: trio.Nursery) -> None: ...
 
     async def send(self, message: jsonrpc.Message) -> None: ...
 
     async def receive(self) -> bytes: ...
-
-    def set_protocol_version(self, version: str, era: protocol.Era) -> None: ...
 
     async def aclose(self) -> None: ...
 
@@ -96,6 +98,7 @@ class McpSession:
                  roots: Union[list[str], None] = None, on_notification: Union[NotificationHandler, None] = None,
                  probe_timeout_secs: float = 5.0) -> None:
         self.transport = transport
+        self.connection = transport.connection
         self.name = name
         self.timeout_secs = timeout_secs
         self.probe_timeout_secs = probe_timeout_secs
@@ -278,52 +281,56 @@ class McpSession:
     async def notify(self, method: str, params: Union[dict[str, Any], None] = None) -> None:
         await self._send_quietly(jsonrpc.Notification(method, self._params(params)))
 
-    # --- Opening: era negotiation --------------------------------------------------------
+    # --- Opening: era negotiation (decided by ``self.connection``) ------------------------
 
     async def open(self, protocol_choice: str = "auto") -> protocol.ServerInfo:
         """Negotiate the protocol era and version; returns what the server said."""
-        if protocol_choice == protocol.MODERN_VERSION:
-            info = await self._discover(self.timeout_secs)
-        elif protocol_choice != "auto":
-            info = await self._initialize(protocol_choice)
-        else:
+        first = self.connection.opening(protocol_choice)
+        if first == (DISCOVER, PING):
             info = await self._probe()
-        self.info = info
-        self.transport.set_protocol_version(info.version, info.era)
-        if info.era == "modern":
-            self._meta = protocol.modern_meta(info.version)
+        elif first == (DISCOVER,):
+            info = await self._discover()
         else:
+            info = await self._initialize()
+        self.info = info
+        self.connection.negotiated(info.version, info.era)
+        self._meta = self.connection.meta
+        if info.era == "handshake":
             await self.notify("notifications/initialized")
         log.info("MCP server '%s' speaks %s (%s era)%s", self.name, info.version, info.era,
                  f", serverInfo {info.name} {info.server_version}" if info.name else "")
         return info
 
-    async def _discover(self, timeout: float) -> protocol.ServerInfo:
-        result = await self.request("server/discover", protocol.with_meta(None, protocol.modern_meta()),
-                                    timeout_secs=timeout)
-        return protocol.parse_discover(result)
+    def _probe_timeout(self) -> float:
+        return min(self.timeout_secs, self.probe_timeout_secs) if self.connection.probing else self.timeout_secs
 
-    async def _initialize(self, version: Union[str, None] = None) -> protocol.ServerInfo:
-        result = await self.request("initialize", protocol.initialize_params(version or protocol.HANDSHAKE_VERSIONS[0]))
-        return protocol.parse_initialize(result, pinned=version)
+    async def _discover(self) -> protocol.ServerInfo:
+        """``server/discover`` alone (Streamable HTTP, or a pinned modern version)."""
+        try:
+            result = await self.request(DISCOVER, self.connection.params(DISCOVER), timeout_secs=self._probe_timeout())
+        except Exception as exc:
+            answer = self.connection.discover_answer(error=exc)  # raises unless it means "legacy"
+        else:
+            answer = self.connection.discover_answer(result)
+        if isinstance(answer, Legacy):
+            log.debug("MCP server '%s': server/discover failed (%s); using initialize", self.name, answer.reason)
+            return await self._initialize()
+        return answer
+
+    async def _initialize(self) -> protocol.ServerInfo:
+        result = await self.request(INITIALIZE, self.connection.params(INITIALIZE))
+        return self.connection.initialize_answer(result)
 
     async def _probe(self) -> protocol.ServerInfo:
-        if self.transport.probe == "initialize":
-            return await self._initialize()
-        if self.transport.probe == "sequential":
-            try:
-                return await self._discover(min(self.timeout_secs, self.probe_timeout_secs))
-            except (RpcError, ProtocolError, TernTimeout) as exc:
-                log.debug("MCP server '%s': server/discover failed (%s); using initialize", self.name, exc)
-                return await self._initialize()
-        discover_id, discover = self._start("server/discover")  # bounded by the nursery's deadline below
-        ping_id, ping = self._start("ping")
-        await self._send_quietly(jsonrpc.Request(discover_id, "server/discover",
-                                                 protocol.with_meta(None, protocol.modern_meta())))
-        await self._send_quietly(jsonrpc.Request(ping_id, "ping", UNSET))
+        """stdio: ``server/discover`` and ``ping`` together (see the module docstring)."""
+        connection = self.connection
+        discover_id, discover = self._start(DISCOVER)  # bounded by the nursery's deadline below
+        ping_id, ping = self._start(PING)
+        await self._send_quietly(jsonrpc.Request(discover_id, DISCOVER, connection.params(DISCOVER)))
+        await self._send_quietly(jsonrpc.Request(ping_id, PING, connection.params(PING)))
 
         async with trio.open_nursery() as nursery:
-            nursery.cancel_scope.deadline = trio.current_time() + min(self.timeout_secs, self.probe_timeout_secs)
+            nursery.cancel_scope.deadline = trio.current_time() + self._probe_timeout()
 
             async def discover_answered() -> None:
                 await discover.event.wait()
@@ -340,20 +347,22 @@ class McpSession:
         try:
             if self._closed is not None:
                 raise ConnectionLost(str(self._closed))
-            if discover.event.is_set() and discover.error is None:
-                try:
-                    return protocol.parse_discover(discover.result)
-                except ProtocolError as exc:
-                    log.debug("MCP server '%s': unusable server/discover result (%s)", self.name, exc)
+            answer = connection.discover_answer(discover.result if discover.event.is_set() else NO_ANSWER,
+                                                discover.error)
+            if not isinstance(answer, Legacy):
+                return answer
+            log.debug("MCP server '%s': %s; using initialize", self.name, answer.reason)
             try:
                 return await self._initialize()
-            except (RpcError, ProtocolError):
+            except Exception as exc:
+                if not connection.awaits_late_discover(exc):
+                    raise
                 # A modern-only server, slow to answer discover: wait for that answer
                 # (within the probe timeout) and use it.
-                with trio.move_on_after(min(self.timeout_secs, self.probe_timeout_secs)):
+                with trio.move_on_after(self._probe_timeout()):
                     await discover.event.wait()
                 if discover.event.is_set() and discover.error is None:
-                    return protocol.parse_discover(discover.result)
+                    return connection.discover_answer(discover.result, late=True)
                 raise
         finally:
             self._pending.pop(discover_id, None)  # kept until now: a late answer still counts

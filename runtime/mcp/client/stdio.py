@@ -24,7 +24,7 @@ import trio
 from runtime.config import StdioTransport as StdioConfig
 from runtime.errors import ConnectionLost
 from runtime.log import get_logger, log_wire
-from runtime.mcp.protocol import Era
+from runtime.mcp.client.connection import McpConnection
 from runtime.net.process import shutdown, spawn, subprocess_env
 from runtime.net.pipes import PipeReader, PipeWriter
 from runtime.mcp.client.session import TransportClosed
@@ -44,14 +44,13 @@ WRITE_TIMEOUT_SECS = 30.0  # a server that reads nothing of a message for this l
 class StdioTransport:
     """Spawns the server on ``start`` and moves NDJSON messages over its stdio."""
 
-    probe = "parallel"  # send server/discover and ping together (see session.py)
-
     def __init__(self, name: str, config: StdioConfig, env_names: list[str], *,
                  max_message_bytes: int = framing.MAX_MESSAGE_BYTES, grace_secs: float = 2.0) -> None:
         self.name = name
         self.config = config
         self.env_names = env_names
         self.grace_secs = grace_secs
+        self.connection = McpConnection("parallel")  # send server/discover and ping together (see session.py)
         self._decoder = framing.NdjsonDecoder(max_message_bytes)
         self._frames: deque[bytes] = deque()
         self._process: Any = None
@@ -118,9 +117,6 @@ class StdioTransport:
         if self.exit_code is None:
             return "stdout closed"
         return f"process exited with code {self.exit_code}"
-
-    def set_protocol_version(self, version: str, era: Era) -> None:
-        pass  # stdio carries no per-message version
 
     async def _drain_stderr(self) -> None:
         """Log stderr line by line: each line cut to a bound, at most ~20 lines/s."""

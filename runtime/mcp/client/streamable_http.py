@@ -13,7 +13,8 @@ Handshake era: ``Mcp-Session-Id`` is echoed; a 404 for a known session re-runs t
 stream carries server notifications; ``DELETE`` ends the session on close.
 Modern era (2026-07-28): every POST carries ``MCP-Protocol-Version`` equal to its
 ``_meta`` version, ``Mcp-Method`` and, for named calls, ``Mcp-Name``; closing the
-response stream is how a request is cancelled.
+response stream is how a request is cancelled. Those rules live in the sans-IO
+``McpConnection`` (``connection.py``); this module moves the bytes.
 
 Every connection goes through the SSRF guard (``runtime.net.outbound.make_client``).
 """
@@ -31,7 +32,7 @@ from msgspec import UNSET
 from runtime.config import HttpTransport as HttpConfig
 from runtime.errors import ProtocolError
 from runtime.log import get_logger, log_wire
-from runtime.mcp.protocol import META_VERSION, NAMED_PARAMS, Era, header_value
+from runtime.mcp.client.connection import McpConnection
 from runtime.mcp.client.session import TransportClosed
 from runtime.net.guard import AddressPolicy, check_url
 from runtime.net.headers import expand_headers
@@ -90,19 +91,13 @@ class HttpTransportBase:
 class StreamableHttpTransport(HttpTransportBase):
     """One MCP server reached over Streamable HTTP."""
 
-    probe = "sequential"  # POST server/discover; a legacy server refuses it at once
-
     def __init__(self, name: str, config: HttpConfig, **options: Any) -> None:
         super().__init__(name, config, **options)
         self._tasks: Union[trio.Nursery, None] = None
         self._stopped = trio.Event()
         self._broken = ""
         self._inflight: dict[Any, trio.CancelScope] = {}
-        self.session_id: Union[str, None] = None
-        self._version: Union[str, None] = None
-        self._era: Union[Era, None] = None
-        self._initialize_body: Union[bytes, None] = None
-        self._generation = 0
+        self.connection = McpConnection("sequential")  # POST server/discover; a legacy server refuses it at once
         self._reinit_lock = trio.Lock()
 
     # --- Life cycle ---------------------------------------------------------------------
@@ -123,7 +118,7 @@ class StreamableHttpTransport(HttpTransportBase):
         with trio.CancelScope(shield=True):
             if self._stopped.is_set():
                 return
-            if self.session_id and self._client is not None:
+            if self.connection.session_id and self._client is not None:
                 with trio.move_on_after(2.0):
                     try:
                         await self._client.delete(self.url, headers=self._request_headers(None))
@@ -140,9 +135,6 @@ class StreamableHttpTransport(HttpTransportBase):
             self._broken = reason
             log.warning("MCP server '%s': %s", self.name, reason)
         self._inbox_send.close()
-
-    def set_protocol_version(self, version: str, era: Era) -> None:
-        self._version, self._era = version, era
 
     # --- Moving messages ----------------------------------------------------------------
 
@@ -164,9 +156,8 @@ class StreamableHttpTransport(HttpTransportBase):
         body = jsonrpc.encode(message)
         log_wire("out", getattr(message, "method", None), getattr(message, "id", None), len(body),
                  peer=f"mcp:{self.name}")
+        self.connection.note_sent(message, body)
         if isinstance(message, jsonrpc.Request):
-            if message.method == "initialize":
-                self._initialize_body = body
             scope = trio.CancelScope()
             self._inflight[message.id] = scope
             self._tasks.start_soon(self._request_task, message, body, scope)
@@ -176,7 +167,7 @@ class StreamableHttpTransport(HttpTransportBase):
             scope = self._inflight.pop(params.get("requestId"), None)
             if scope is not None:
                 scope.cancel()
-            if self._era == "modern":
+            if self.connection.era == "modern":
                 return  # 2026-07-28: closing the response stream is the cancellation
         await self._post_one_way(message, body)
         if isinstance(message, jsonrpc.Notification) and message.method == "notifications/initialized":
@@ -195,22 +186,8 @@ class StreamableHttpTransport(HttpTransportBase):
                         getattr(message, "method", "response"), response.status_code)
 
     def _request_headers(self, message: Union[jsonrpc.Message, None]) -> dict[str, str]:
-        headers = {**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"}
-        version = self._version
-        if isinstance(message, (jsonrpc.Request, jsonrpc.Notification)):
-            params = message.params if isinstance(message.params, dict) else {}
-            meta = params.get("_meta")
-            if isinstance(meta, dict) and isinstance(meta.get(META_VERSION), str):
-                version = meta[META_VERSION]  # 2026-07-28: the header equals _meta
-                headers["Mcp-Method"] = header_value(message.method)
-                named = NAMED_PARAMS.get(message.method)
-                if named and isinstance(params.get(named), str):
-                    headers["Mcp-Name"] = header_value(params[named])
-        if version:
-            headers["MCP-Protocol-Version"] = version
-        if self.session_id and self._era != "modern":
-            headers["Mcp-Session-Id"] = self.session_id
-        return headers
+        return self.connection.add_headers({**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"},
+                                           message)
 
     # --- One request --------------------------------------------------------------------
 
@@ -235,11 +212,11 @@ class StreamableHttpTransport(HttpTransportBase):
 
     async def _exchange(self, request: jsonrpc.Request, body: bytes, *, retried: bool = False) -> None:
         assert self._client is not None
-        generation = self._generation
+        generation = self.connection.generation
         headers = self._request_headers(request)
         async with self._client.stream("POST", self.url, content=body, headers=headers) as response:
-            self._note_session(response, request)
-            if response.status_code == 404 and "Mcp-Session-Id" in headers and not retried:
+            self.connection.note_session(request.method, response.headers.get("mcp-session-id"))
+            if self.connection.on_status(response.status_code, headers, retried=retried) == "reinitialize":
                 await response.aclose()
                 if await self._reinitialize(generation):
                     await self._exchange(request, body, retried=True)
@@ -255,7 +232,7 @@ class StreamableHttpTransport(HttpTransportBase):
                     if _response_id(message) == request.id:
                         answered = True
                         break
-        if not answered and last_event_id and self._era != "modern":
+        if not answered and last_event_id and self.connection.era != "modern":
             answered = await self._resume(request, last_event_id, retry_ms)
         if not answered:
             raise _NoAnswer(self._no_answer_text(response))
@@ -268,11 +245,6 @@ class StreamableHttpTransport(HttpTransportBase):
         if status >= 400:
             return f"HTTP {status} from {self.url}"
         return f"HTTP {status} from {self.url} with no JSON-RPC answer"
-
-    def _note_session(self, response: httpx.Response, request: jsonrpc.Request) -> None:
-        session_id = response.headers.get("mcp-session-id")
-        if session_id and request.method == "initialize":
-            self.session_id = session_id
 
     async def _messages(self, response: httpx.Response, request: jsonrpc.Request) -> AsyncIterator[Any]:
         """Each JSON-RPC message in a response body, JSON or SSE, size-bounded. An SSE
@@ -334,20 +306,22 @@ class StreamableHttpTransport(HttpTransportBase):
 
     async def _reinitialize(self, generation: int) -> bool:
         """The server forgot our session (404): run ``initialize`` again, once."""
+        assert self._client is not None
         async with self._reinit_lock:
-            if generation != self._generation:
-                return True  # another request already did it
-            if self._initialize_body is None or self._client is None:
-                return False
-            log.info("MCP server '%s' expired session %s; initializing again", self.name, self.session_id)
-            self.session_id = None
-            init = jsonrpc.parse(self._initialize_body)
+            expired = self.connection.session_id
+            action = self.connection.session_expired(generation)
+            if action != "initialize":
+                return action == "retry"
+            log.info("MCP server '%s' expired session %s; initializing again", self.name, expired)
+            body = self.connection.initialize_body
+            assert body is not None
+            init = jsonrpc.parse(body)
             assert isinstance(init, jsonrpc.Request)
             try:
                 with trio.fail_after(self.timeout_secs):
-                    async with self._client.stream("POST", self.url, content=self._initialize_body,
+                    async with self._client.stream("POST", self.url, content=body,
                                                    headers=self._request_headers(init)) as response:
-                        self._note_session(response, init)
+                        self.connection.note_session(init.method, response.headers.get("mcp-session-id"))
                         ok = False
                         async with aclosing(self._messages(response, init)) as messages:
                             async for message in messages:
@@ -362,7 +336,7 @@ class StreamableHttpTransport(HttpTransportBase):
             except (httpx.HTTPError, trio.TooSlowError, TransportClosed, ProtocolError) as exc:
                 log.warning("MCP server '%s': initializing again failed: %s", self.name, exc)
                 return False
-            self._generation += 1
+            self.connection.reinitialized()
             return True
 
     # --- The optional GET stream (handshake era) ----------------------------------------
@@ -373,7 +347,7 @@ class StreamableHttpTransport(HttpTransportBase):
         assert self._client is not None
         backoff, last_event_id = 1.0, ""
         stand_in = jsonrpc.Request(0, "(GET stream)", UNSET)
-        while not self._stopped.is_set() and self._era == "handshake":
+        while not self._stopped.is_set() and self.connection.era == "handshake":
             headers = self._request_headers(None)
             headers.pop("Content-Type", None)
             headers["Accept"] = "text/event-stream"
