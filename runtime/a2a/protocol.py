@@ -84,6 +84,7 @@ class Traits(NamedTuple):
     configures_send: bool  # tern's client sends that configuration
     client_names_task: bool  # a send's params.id names the task and sessionId its context
     message_replies: bool  # an agent may answer with a Message instead of a task
+    stream_task: bool  # a stream opens with the task (0.1 streams carry only status and artifact events)
     error_details: bool  # JSON-RPC errors carry a google.rpc ErrorInfo with the reason
     resubscribe_errors_in_stream: bool  # a failed resubscribe answers an SSE stream holding the error
     tenant: bool  # calls carry the tenant of the card's interface
@@ -91,14 +92,14 @@ class Traits(NamedTuple):
 
 TRAITS: dict[str, Traits] = {
     "1.0": Traits(version="1.0", proto_json=True, blocking_key="returnImmediately", blocking_inverted=True,
-                  configures_send=True, client_names_task=False, message_replies=True, error_details=True,
-                  resubscribe_errors_in_stream=False, tenant=True),
+                  configures_send=True, client_names_task=False, message_replies=True, stream_task=True,
+                  error_details=True, resubscribe_errors_in_stream=False, tenant=True),
     "0.3": Traits(version=None, proto_json=False, blocking_key="blocking", blocking_inverted=False,
-                  configures_send=True, client_names_task=False, message_replies=True, error_details=False,
-                  resubscribe_errors_in_stream=True, tenant=False),
+                  configures_send=True, client_names_task=False, message_replies=True, stream_task=True,
+                  error_details=False, resubscribe_errors_in_stream=True, tenant=False),
     "0.1": Traits(version=None, proto_json=False, blocking_key="blocking", blocking_inverted=False,
-                  configures_send=False, client_names_task=True, message_replies=False, error_details=False,
-                  resubscribe_errors_in_stream=True, tenant=False),
+                  configures_send=False, client_names_task=True, message_replies=False, stream_task=False,
+                  error_details=False, resubscribe_errors_in_stream=True, tenant=False),
 }
 
 # --- Errors -----------------------------------------------------------------------------------
