@@ -8,13 +8,13 @@ Dialects are named as in ``dialects.py`` ("0.1", "0.3", "1.0").
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, Union
+from typing import Any, Literal, NamedTuple, Union
 
-__all__ = ["Operation", "Method", "METHODS", "method_for", "Traits", "TRAITS", "A2aErrorKind", "ERRORS", "ERROR_NAMES",
-           "STATUS_NAMES", "http_status", "reason", "TASK_NOT_FOUND", "TASK_NOT_CANCELABLE",
-           "PUSH_NOTIFICATION_NOT_SUPPORTED", "UNSUPPORTED_OPERATION", "CONTENT_TYPE_NOT_SUPPORTED",
-           "INVALID_AGENT_RESPONSE", "EXTENDED_CARD_NOT_CONFIGURED", "EXTENSION_SUPPORT_REQUIRED",
-           "VERSION_NOT_SUPPORTED"]
+__all__ = ["Operation", "Method", "METHODS", "method_for", "Traits", "TRAITS", "blocking_configuration", "is_blocking",
+           "A2aErrorKind", "ERRORS", "ERROR_NAMES", "STATUS_NAMES", "http_status", "reason", "TASK_NOT_FOUND",
+           "TASK_NOT_CANCELABLE", "PUSH_NOTIFICATION_NOT_SUPPORTED", "UNSUPPORTED_OPERATION",
+           "CONTENT_TYPE_NOT_SUPPORTED", "INVALID_AGENT_RESPONSE", "EXTENDED_CARD_NOT_CONFIGURED",
+           "EXTENSION_SUPPORT_REQUIRED", "VERSION_NOT_SUPPORTED"]
 
 Operation = Literal["send", "stream", "get", "cancel", "resubscribe", "list", "push_set", "push_set_legacy",
                     "push_get", "push_list", "push_delete", "extended_card"]
@@ -101,6 +101,21 @@ TRAITS: dict[str, Traits] = {
                   configures_send=False, client_names_task=True, message_replies=False, stream_task=False,
                   error_details=False, resubscribe_errors_in_stream=True, tenant=False),
 }
+
+
+
+def blocking_configuration(dialect: str, blocking: bool) -> dict[str, Any]:
+    """The send configuration that asks for a blocking (or an immediate) answer."""
+    traits = TRAITS[dialect]
+    return {traits.blocking_key: not blocking if traits.blocking_inverted else blocking}
+
+
+def is_blocking(dialect: str, configuration: dict[str, Any]) -> bool:
+    """Whether a send with this configuration waits for the task (it does unless told)."""
+    traits = TRAITS[dialect]
+    said = configuration.get(traits.blocking_key)
+    return not said if traits.blocking_inverted else said is not False
+
 
 # --- Errors -----------------------------------------------------------------------------------
 

@@ -42,6 +42,19 @@ def test_method_for_round_trips_through_the_table(dialect, expected):
         protocol.method_for("0.1", "list")
 
 
+@pytest.mark.parametrize("dialect", ["1.0", "0.3"])
+@pytest.mark.parametrize("blocking", [True, False])
+def test_blocking_round_trips(dialect, blocking):
+    assert protocol.is_blocking(dialect, protocol.blocking_configuration(dialect, blocking)) is blocking
+
+
+def test_a_send_blocks_unless_told():
+    assert protocol.is_blocking("1.0", {}) and protocol.is_blocking("0.3", {}) and protocol.is_blocking("0.1", {})
+    assert protocol.blocking_configuration("1.0", False) == {"returnImmediately": True}
+    assert not protocol.is_blocking("1.0", {"returnImmediately": 1})  # ProtoJSON reads truthiness
+    assert protocol.is_blocking("0.3", {"blocking": 0}) and not protocol.is_blocking("0.3", {"blocking": False})
+
+
 def test_the_error_table():
     assert protocol.ERROR_NAMES[-32001] == "TaskNotFound" and protocol.ERROR_NAMES[-32601] == "MethodNotFound"
     assert (protocol.http_status(protocol.TASK_NOT_FOUND), protocol.reason(protocol.TASK_NOT_FOUND)) == \

@@ -77,7 +77,7 @@ class A2aClient:
     async def discover(self, url: str, *, dialect: Union[str, None] = None,
                        timeout: Union[float, None] = None) -> RemoteAgent:
         """Read the peer's card and pick the dialect (``dialect`` forces one)."""
-        if dialect is not None and dialect not in ("0.1", "0.3", "1.0"):
+        if dialect is not None and dialect not in protocol.TRAITS:
             raise A2aClientError(f"unknown A2A dialect {dialect!r} (use 0.1, 0.3 or 1.0)")
         check_url(url, self.policy)
         limit = self.timeout if timeout is None else timeout

@@ -56,7 +56,7 @@ def send_request(dialect: str, text: str, context_id: Union[str, None], task_id:
     traits = TRAITS[dialect]
     params: dict[str, Any] = {"message": dialects.render_message(message, dialect)}  # type: ignore[arg-type]
     if traits.configures_send and not stream:
-        params["configuration"] = {traits.blocking_key: not blocking if traits.blocking_inverted else blocking}
+        params["configuration"] = protocol.blocking_configuration(dialect, blocking)
     if traits.client_names_task:
         params["id"] = task_id or new_id()
         if context_id:

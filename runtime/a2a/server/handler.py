@@ -75,13 +75,11 @@ class A2aHandler:
 
     async def send(self, params: dict[str, Any], agent: str, dialect: str) -> Any:
         task = self._start_with_push(params, agent, dialect)
-        traits = TRAITS[dialect]
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
-        said = configuration.get(traits.blocking_key)
-        if not said if traits.blocking_inverted else said is not False:
+        if protocol.is_blocking(dialect, configuration):
             with trio.move_on_after(BLOCKING_WAIT_SECS):
                 await self.engine.wait(task.id)
-        if task.reply is not None and traits.message_replies:  # the agent answered with a Message, not a task
+        if task.reply is not None and TRAITS[dialect].message_replies:  # the agent answered with a Message, not a task
             reply = msgspec.structs.replace(task.reply, task_id=None)
             return dialects.wrap_result(dialects.render_message(reply, dialect), "message", dialect)
         length = configuration.get("historyLength", params.get("historyLength"))
