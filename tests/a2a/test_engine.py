@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import trio
 
-from runtime.a2a.server.engine import (InvalidTaskRequest, Outcome, StoreFull, TaskEngine, TaskNotCancelable, TaskNotFound,
-                                UnsupportedOperation)
-from runtime.a2a.model import ArtifactEvent, Message, StatusEvent, text_of
+from runtime.a2a.server.engine import (TRANSITIONS, IllegalTransition, InvalidTaskRequest, Outcome, StoreFull, TaskEngine,
+                                       TaskNotCancelable, TaskNotFound, UnsupportedOperation)
+from runtime.a2a.model import TERMINAL, ArtifactEvent, Message, StatusEvent, text_of
+from runtime.errors import TernError
 
 
 def msg(text, task_id=None, context_id=None):
@@ -84,6 +85,46 @@ async def test_a_failing_agent_fails_its_task_only(engine):
     ok = engine.send("a", msg("fine"))
     await engine.wait(ok.id)
     assert ok.state == "completed"
+
+
+def test_the_transition_table_names_every_state():
+    from typing import get_args
+
+    from runtime.a2a.model import State
+
+    assert set(TRANSITIONS) == set(get_args(State)) - {"unknown"}
+    assert all(not TRANSITIONS[state] for state in TERMINAL)  # a terminal task never moves again
+    assert all(after in TRANSITIONS for targets in TRANSITIONS.values() for after in targets)
+
+
+async def test_an_illegal_transition_is_a_bug_and_changes_nothing(nursery):
+    reports = []
+
+    async def keeps_its_report(task, message, report):
+        reports.append(report)
+        return Outcome(text="done")
+
+    engine = TaskEngine(keeps_its_report)
+    await nursery.start(engine.run)
+    task = engine.send("a", msg("go"))
+    await engine.wait(task.id)
+    assert task.state == "completed"
+    with pytest.raises(IllegalTransition, match="from completed to working") as caught:
+        reports[0].working()  # a runner that reports after its task ended
+    assert isinstance(caught.value, TernError) and task.state == "completed"
+
+
+async def test_work_that_ends_after_its_cancel_leaves_it_canceled(nursery):
+    async def late(task, message, report):
+        engine.cancel(task.id)  # the work goes on a moment after its cancel (a race)
+        return Outcome(text="too late")
+
+    engine = TaskEngine(late)
+    await nursery.start(engine.run)
+    task = engine.send("a", msg("go"))
+    await engine.wait(task.id)
+    await trio.sleep(0.01)
+    assert task.state == "canceled" and not task.artifacts  # cancel wins; the late outcome is dropped
 
 
 async def test_slow_subscriber_is_dropped_not_waited_for(nursery):

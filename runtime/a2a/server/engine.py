@@ -9,6 +9,8 @@ ordered events to every subscriber.
 - Events go to every subscriber in order through a bounded channel each; a subscriber
   that stops reading is dropped, never waited for, so one slow client cannot stall a
   task or other clients.
+- Every state change follows :data:`TRANSITIONS`; any other is a bug in tern and
+  raises :class:`IllegalTransition` (the task keeps its state).
 - The store keeps at most ``max_tasks``. Room is made by evicting terminal tasks in
   insertion order; when every stored task is still live, new work is refused
   (:class:`StoreFull`) rather than growing without bound.
@@ -23,39 +25,61 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Union
 import msgspec
 import trio
 
+from runtime.a2a import protocol
 from runtime.a2a.model import (INTERRUPTED, Artifact, ArtifactEvent, Event, Message, StatusEvent, Task, new_id)
 from runtime.errors import TernError
+from runtime.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 __all__ = ["TaskEngine", "Outcome", "TaskReport", "A2aError", "TaskNotFound", "TaskNotCancelable", "StoreFull", "InvalidTaskRequest",
-           "UnsupportedOperation"]
+           "UnsupportedOperation", "IllegalTransition", "TRANSITIONS"]
 
 SUBSCRIBER_EVENTS = 256
 
+_AFTER_LIVE = frozenset({"submitted", "working", "input-required", "auth-required", "completed", "canceled", "failed",
+                         "rejected"})
+#: Which state may follow which. A task is born submitted; while its work runs it may
+#: report submitted or working (again) and ends in any state; a task waiting for its
+#: client is continued (submitted) or canceled; a terminal task never moves again.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "submitted": _AFTER_LIVE,
+    "working": _AFTER_LIVE,
+    "input-required": frozenset({"submitted", "canceled"}),
+    "auth-required": frozenset({"submitted", "canceled"}),
+    "completed": frozenset(),
+    "canceled": frozenset(),
+    "failed": frozenset(),
+    "rejected": frozenset(),
+}
+
 
 class A2aError(TernError):
-    """An A2A error with its JSON-RPC code."""
+    """An A2A error with its JSON-RPC code (``protocol.ERRORS`` names it)."""
 
-    code = -32603
+    code = INTERNAL_ERROR
 
 
 class TaskNotFound(A2aError):
-    code = -32001
+    code = protocol.TASK_NOT_FOUND
 
 
 class TaskNotCancelable(A2aError):
-    code = -32002
+    code = protocol.TASK_NOT_CANCELABLE
 
 
 class UnsupportedOperation(A2aError):
-    code = -32004
+    code = protocol.UNSUPPORTED_OPERATION
 
 
 class InvalidTaskRequest(A2aError):
-    code = -32602
+    code = INVALID_PARAMS
 
 
 class StoreFull(A2aError):
-    code = -32603
+    code = INTERNAL_ERROR
+
+
+class IllegalTransition(TernError):
+    """A bug: tern tried to move a task to a state :data:`TRANSITIONS` does not allow."""
 
 
 class Outcome(msgspec.Struct, kw_only=True):
@@ -224,6 +248,7 @@ class TaskEngine:
             with scope:
                 try:
                     outcome = await self.runner(task, message, TaskReport(self, entry))
+                    _check(task, outcome.state)  # a runner's impossible outcome fails the task
                 except TernError as exc:
                     outcome = Outcome(state="failed", text=str(exc))
                 except Exception as exc:  # a bug in an agent kind: the task fails, tern goes on
@@ -231,8 +256,8 @@ class TaskEngine:
         finally:
             entry.running = False
             entry.scope = None
-        if scope.cancelled_caught or outcome is None:
-            return  # cancel() already moved it to canceled
+        if scope.cancel_called or outcome is None:
+            return  # cancel() already moved it to canceled (even if the work ended first)
         self._finish(entry, outcome)
 
     def _finish(self, entry: _Entry, outcome: Outcome) -> None:
@@ -285,7 +310,9 @@ class TaskEngine:
     # --- Events -----------------------------------------------------------------------------
 
     def _set(self, entry: _Entry, state: str, message: Union[Message, None]) -> None:
+        """The one place a task's state changes."""
         task = entry.task
+        _check(task, state)
         task.state, task.status_message, task.timestamp = state, message, time.time()
         final = task.terminal or state in INTERRUPTED
         self._emit(entry, StatusEvent(task_id=task.id, context_id=task.context_id, state=state, message=message,
@@ -337,6 +364,11 @@ class TaskEngine:
         async with self.subscribe(task_id) as receive:
             async for event in receive:
                 yield event
+
+
+def _check(task: Task, state: str) -> None:
+    if state not in TRANSITIONS.get(task.state, ()):
+        raise IllegalTransition(f"task {task.id} cannot go from {task.state} to {state}")
 
 
 def _agent_text(text: str, task: Union[Task, None] = None) -> Message:

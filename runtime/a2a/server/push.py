@@ -21,7 +21,7 @@ from typing import Any, Union
 import msgspec
 import trio
 
-from runtime.a2a import dialects
+from runtime.a2a import dialects, protocol
 from runtime.a2a.dialects import Dialect
 from runtime.a2a.server.engine import A2aError, InvalidTaskRequest, TaskEngine
 from runtime.a2a.model import Event, Task
@@ -39,7 +39,7 @@ _encoder = msgspec.json.Encoder()
 
 
 class ConfigNotFound(A2aError):
-    code = -32001  # the spec has no own code: TaskNotFound's is what the SDKs answer
+    code = protocol.TASK_NOT_FOUND  # the spec has no own code: TaskNotFound's is what the SDKs answer
 
 
 class _Config:

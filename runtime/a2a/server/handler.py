@@ -1,0 +1,204 @@
+"""What every A2A operation does, whichever binding carried it (JSON-RPC, HTTP+JSON,
+the seed's REST): one method in, its result (or an SSE stream) out, over the task
+engine and the push notifier. The bindings only read requests and write answers."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import msgspec
+import trio
+
+from runtime.a2a import dialects, protocol
+from runtime.a2a.dialects import BadMessage
+from runtime.a2a.model import StatusEvent, Task
+from runtime.a2a.protocol import TRAITS
+from runtime.a2a.server.engine import A2aError, TaskEngine, TaskNotFound, UnsupportedOperation
+from runtime.a2a.server.push import PushNotifier
+from runtime.a2a.server.request import history_length, string, task_id
+from runtime.errors import RpcError
+from runtime.httpd.messages import StreamResponse
+from runtime.wire.jsonrpc import INVALID_PARAMS
+
+__all__ = ["A2aHandler", "Frame", "ANSWERED", "error_of"]
+
+BLOCKING_WAIT_SECS = 300.0  # a blocking send returns the task as it is after this long
+
+Frame = Callable[[Any], bytes]  # one stream result as the binding sends it (an SSE event)
+#: The errors an operation answers with (the bindings turn them into their error shape).
+ANSWERED = (A2aError, BadMessage, RpcError)
+
+
+def error_of(exc: Exception) -> tuple[int, str]:
+    """The JSON-RPC code and text of one of :data:`ANSWERED`."""
+    if isinstance(exc, A2aError):
+        return exc.code, str(exc)
+    if isinstance(exc, BadMessage):
+        return INVALID_PARAMS, str(exc)
+    assert isinstance(exc, RpcError)
+    return exc.code, exc.message
+
+
+class A2aHandler:
+    def __init__(self, engine: TaskEngine, push: PushNotifier) -> None:
+        self.engine = engine
+        self.push = push
+
+    async def call(self, method: str, params: dict[str, Any], agent: str, frame: Frame) -> Any:
+        """``method`` (a key of ``protocol.METHODS``) for ``agent``; a stream is framed by ``frame``."""
+        row = protocol.METHODS[method]
+        dialect, op = row.dialect, row.op
+        if op == "send":
+            return await self.send(params, agent, dialect)
+        if op == "stream":
+            return self._stream(self._start_with_push(params, agent, dialect), dialect, frame, new=True)
+        if op == "resubscribe":
+            task = self.engine.get(task_id(params))
+            if task.terminal:
+                raise UnsupportedOperation(f"task {task.id} is {task.state}: nothing more will happen to it")
+            return self._stream(task, _answering(row, task), frame)
+        if op == "get":
+            task = self.engine.get(task_id(params))
+            return dialects.render_task(task, _answering(row, task), history_length=history_length(params))
+        if op == "cancel":
+            task = self.engine.cancel(task_id(params))
+            return dialects.render_task(task, _answering(row, task))
+        if op == "list":
+            return self._list(params)
+        if op == "extended_card":
+            raise RpcError(protocol.EXTENDED_CARD_NOT_CONFIGURED, "this agent has no extended card")
+        if dialect == "1.0":  # the 1.0 push methods name their params differently
+            return self._push_10(op, params)
+        return self._push_03(op, params)
+
+    # --- Sending ----------------------------------------------------------------------------
+
+    async def send(self, params: dict[str, Any], agent: str, dialect: str) -> Any:
+        task = self._start_with_push(params, agent, dialect)
+        configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
+        if protocol.is_blocking(dialect, configuration):
+            with trio.move_on_after(BLOCKING_WAIT_SECS):
+                await self.engine.wait(task.id)
+        if task.reply is not None and TRAITS[dialect].message_replies:  # the agent answered with a Message, not a task
+            reply = msgspec.structs.replace(task.reply, task_id=None)
+            return dialects.wrap_result(dialects.render_message(reply, dialect), "message", dialect)
+        length = configuration.get("historyLength", params.get("historyLength"))
+        rendered = dialects.render_task(task, dialect, history_length=length
+                                        if isinstance(length, int) and length >= 0 else None)
+        return dialects.wrap_result(rendered, "task", dialect)
+
+    def _start(self, params: dict[str, Any], agent: str, dialect: str) -> Task:
+        message = dialects.parse_message(params.get("message"))
+        if TRAITS[dialect].client_names_task:  # the client chooses the task id; sessionId is the context
+            named = params.get("id")
+            if not isinstance(named, str) or not named:
+                raise BadMessage("tasks/send needs params.id (the task id, chosen by the client)")
+            if isinstance(params.get("sessionId"), str):
+                message.context_id = params["sessionId"]
+            try:
+                self.engine.get(named)
+                message.task_id = named
+            except TaskNotFound:
+                return self.engine.send(agent, message, task_id=named, dialect=dialect)
+        return self.engine.send(agent, message, dialect=dialect)
+
+    def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str) -> Task:
+        task = self._start(params, agent, dialect)
+        configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
+        webhook = (configuration.get("taskPushNotificationConfig") or configuration.get("pushNotificationConfig")
+                   or params.get("pushNotification"))
+        if webhook:  # registered before the work's first event goes out
+            try:
+                self.push.set(task.id, webhook, dialect)
+            except A2aError:
+                self.engine.cancel(task.id)
+                raise
+        return task
+
+    # --- Streams ----------------------------------------------------------------------------
+
+    def _stream(self, task: Task, dialect: str, frame: Frame, *, new: bool = False) -> StreamResponse:
+        """The task's events as SSE. ``new``: the stream of a send, where the agent may
+        still answer with a Message (then that message is the whole stream)."""
+        receive = self.engine.subscribe(task.id)
+        traits = TRAITS[dialect]
+        if traits.stream_task:
+            snapshot = dialects.wrap_result(dialects.render_task(task, dialect), "task", dialect)
+        else:
+            snapshot = dialects.render_event(StatusEvent(task_id=task.id, context_id=task.context_id, state=task.state,
+                                                         timestamp=task.timestamp), dialect)
+
+        async def produce(send: trio.MemorySendChannel[bytes]) -> None:
+            async with receive:
+                pending = None
+                if new and traits.message_replies:
+                    # An agent may answer with a Message: then the stream is that one
+                    # message. So the task goes out only with its first event.
+                    try:
+                        pending = await receive.receive()
+                    except trio.EndOfChannel:
+                        pending = None
+                    if task.reply is not None:
+                        reply = msgspec.structs.replace(task.reply, task_id=None)
+                        await send.send(frame(dialects.wrap_result(dialects.render_message(reply, dialect),
+                                                                   "message", dialect)))
+                        return
+                await send.send(frame(snapshot))
+                if pending is not None:
+                    await send.send(frame(dialects.render_event(pending, dialect)))
+                async for event in receive:
+                    await send.send(frame(dialects.render_event(event, dialect)))
+
+        return StreamResponse(produce)
+
+    # --- Listing and push configs -----------------------------------------------------------
+
+    def _list(self, params: dict[str, Any]) -> dict[str, Any]:
+        state = params.get("status")
+        tasks = self.engine.list(context_id=params.get("contextId") or None,
+                                 state=dialects.parse_state(state) if state else None)
+        size = params.get("pageSize") if isinstance(params.get("pageSize"), int) else 50
+        size = max(1, min(size, 100))
+        try:
+            start = int(params.get("pageToken") or 0)
+        except (TypeError, ValueError):
+            raise RpcError(INVALID_PARAMS, "invalid pageToken") from None
+        page = tasks[start:start + size]
+        length = params.get("historyLength")
+        include = bool(params.get("includeArtifacts"))
+        return {"tasks": [dialects.render_task(t, "1.0", include_artifacts=include,
+                                               history_length=length if isinstance(length, int) else None)
+                          for t in page],
+                "nextPageToken": str(start + size) if start + size < len(tasks) else "",
+                "pageSize": size, "totalSize": len(tasks)}
+
+    def _push_10(self, op: str, params: dict[str, Any]) -> Any:
+        if op == "push_set":
+            raw = params.get("pushNotificationConfig") or params.get("config") or params
+            return self.push.set(string(params, "taskId"), raw, "1.0")
+        if op == "push_get":
+            return self.push.get(string(params, "taskId"), params.get("id"), "1.0")
+        if op == "push_list":
+            return {"configs": self.push.list(string(params, "taskId"), "1.0"), "nextPageToken": ""}
+        self.push.delete(string(params, "taskId"), string(params, "id"))
+        return {}
+
+    def _push_03(self, op: str, params: dict[str, Any]) -> Any:
+        if op in ("push_set", "push_set_legacy"):
+            named = params.get("taskId") or params.get("id")
+            config = self.push.set(named if isinstance(named, str) else "", params.get("pushNotificationConfig"), "0.3")
+            if op == "push_set":
+                return config
+            return {"id": named, **{k: v for k, v in config.items() if k != "taskId"}}
+        if op == "push_get":
+            return self.push.get(task_id(params), params.get("pushNotificationConfigId"), "0.3")
+        if op == "push_list":
+            return self.push.list(task_id(params), "0.3")
+        self.push.delete(task_id(params), string(params, "pushNotificationConfigId"))
+        return None
+
+
+def _answering(row: protocol.Method, task: Task) -> str:
+    """The dialect an answer about ``task`` is in: the task's own when the method speaks
+    it (tasks/get of a 0.1 task answers in 0.1), else the method's."""
+    return task.dialect if task.dialect in row.dialects else row.dialect
