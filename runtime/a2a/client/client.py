@@ -373,7 +373,7 @@ class A2aClient:
 # --- Helpers ---------------------------------------------------------------------------------
 
 
-class _NoCard(Exception):
+class _NoCard(TernError):
     """This candidate URL has no usable card; try the next one."""
 
 

@@ -31,6 +31,7 @@ from runtime.a2a.server.engine import A2aError, TaskNotFound, UnsupportedOperati
 from runtime.a2a.model import StatusEvent, Task
 from runtime.a2a.server.runner import A2aService
 from runtime.config import Config
+from runtime.errors import RpcError
 from runtime.httpd.messages import HttpError, Request, Response, StreamResponse, json_response
 from runtime.wire import jsonrpc
 from runtime.wire.sse import encode_event
@@ -58,10 +59,7 @@ _REASONS = {-32001: "TASK_NOT_FOUND", -32002: "TASK_NOT_CANCELABLE", -32003: "PU
             "EXTENDED_AGENT_CARD_NOT_CONFIGURED", -32009: "VERSION_NOT_SUPPORTED"}
 
 
-class _Fault(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
+_Fault = RpcError  # the one carrier of JSON-RPC errors, under the name this module uses
 
 
 class A2aEndpoint:
