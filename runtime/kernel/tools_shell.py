@@ -94,7 +94,8 @@ def resolve_program(program: str, allowlist: list[str], env: dict[str, str]) -> 
     slash = "/" in program or (os.altsep is not None and os.altsep in program) or os.sep in program
     if not slash:
         if program not in allowlist:
-            raise ToolRefused(f"refused: {program!r} is not an allowed program (allowed: {', '.join(sorted(set(allowlist)))})")
+            raise ToolRefused(f"refused: {program!r} is not an allowed program "
+                              f"(allowed: {', '.join(sorted(set(allowlist)))})")
         for directory in _path_dirs(env):
             candidate = os.path.join(directory, program)
             if _executable(candidate):
@@ -108,7 +109,8 @@ def resolve_program(program: str, allowlist: list[str], env: dict[str, str]) -> 
     if program not in allowlist:
         name = os.path.basename(program)
         if name not in allowlist:
-            raise ToolRefused(f"refused: {program!r} is not an allowed program (allowed: {', '.join(sorted(set(allowlist)))})")
+            raise ToolRefused(f"refused: {program!r} is not an allowed program "
+                              f"(allowed: {', '.join(sorted(set(allowlist)))})")
         here = os.path.realpath(os.path.dirname(program))
         if here not in {os.path.realpath(d) for d in _path_dirs(env)}:
             raise ToolRefused(f"refused: {program!r}: {name!r} is allowed by name only from a PATH directory")
