@@ -1,21 +1,37 @@
 """The one exception root of tern, and its tree.
 
-Every error tern raises on purpose is a ``TernError``. Each layer translates it at its
-boundary: the CLI prints ``str(error)`` as one line (no traceback unless ``--debug``),
-the HTTP server maps ``http_status``, the JSON-RPC servers map ``rpc_code``.
+Every error tern raises on purpose is a ``TernError``. Each boundary translates it
+once: the CLI prints ``str(error)`` as one line and exits with ``exit_code``
+(``runtime.cli._report``), the HTTP server answers with ``http_status`` and the
+message (``runtime.httpd.server``), the JSON-RPC servers answer an ``RpcError`` with
+its code (``runtime.wire.jsonrpc.error_answer``).
 
     TernError
     ├── ConfigError        the config file is unreadable or invalid (CLI exit 2)
     ├── UsageError         the command line is wrong (CLI exit 2)
     ├── BundleError        the pyz has no native bundle for this Python/platform
     ├── ProtocolError      a peer broke a protocol (bad JSON, bad framing, bad shape)
-    │   └── RpcError       a JSON-RPC error object, to send or received
+    │   ├── RpcError       a JSON-RPC error object, to send or received
+    │   │   └── InvalidMessage          wire.jsonrpc: a message that breaks JSON-RPC
+    │   │       └── BatchNotSupported
+    │   ├── BlockedAddress net.guard: the SSRF guard refused an address (403)
+    │   └── BadMessage     a2a.dialects: an A2A message tern cannot read
     ├── ConnectionLost     a peer went away (EOF, crash) while we needed it
+    │   └── TransportClosed             mcp.client.session: an MCP transport ended
     ├── TernTimeout        a wait passed its deadline
     ├── UnknownTool        no tool has this name (or its source no longer has it)
     ├── UnknownAgent       no agent has this name
-    └── AgentError         an agent could not answer (its command failed, ...)
+    ├── AgentError         an agent could not answer (its command failed, ...)
+    ├── ToolRefused        a built-in tool declines a call (the model sees a tool error)
+    ├── HttpError          httpd.messages: an HTTP answer with its own status
+    ├── LlmError           kernel.llm: the model endpoint failed
+    ├── A2aError           a2a.server.engine: an A2A error with its JSON-RPC code
+    │   └── TaskNotFound, TaskNotCancelable, UnsupportedOperation, InvalidTaskRequest,
+    │       StoreFull, ConfigNotFound (a2a.server.push)
+    └── A2aClientError     a2a.client.client: a peer agent failed us
+        └── A2aTimeout     (also a TernTimeout)
 
+Errors shared by several layers live here; the others live in the layer that owns them.
 Messages are written for the person who will read them: what happened, and what to
 do. They never contain secrets.
 """
@@ -34,6 +50,7 @@ __all__ = [
     "UnknownTool",
     "UnknownAgent",
     "AgentError",
+    "ToolRefused",
     "single_leaf",
 ]
 
@@ -115,6 +132,13 @@ class AgentError(TernError):
     """The agent could not answer (its command failed, its tool refused, ...)."""
 
     http_status = 502
+
+
+class ToolRefused(TernError):
+    """A built-in tool declines a call (outside its workspace, not allowed, too large);
+    the tool answers with the message as a tool error."""
+
+    http_status = 403
 
 
 def single_leaf(exc: BaseException) -> BaseException:

@@ -19,6 +19,7 @@ import binascii
 from typing import Any, Literal, Union
 
 from runtime.a2a.model import Artifact, ArtifactEvent, Message, StatusEvent, Task, now_iso
+from runtime.errors import ProtocolError
 
 __all__ = ["Dialect", "BadMessage", "parse_message", "render_task", "render_message", "render_event",
            "render_state", "parse_state", "parse_time", "render_artifact", "parse_task", "parse_event", "MAX_PARTS"]
@@ -36,7 +37,7 @@ _ROLE_10 = {"user": "ROLE_USER", "agent": "ROLE_AGENT"}
 _ROLE_FROM = {"user": "user", "agent": "agent", "ROLE_USER": "user", "ROLE_AGENT": "agent"}
 
 
-class BadMessage(ValueError):
+class BadMessage(ProtocolError):
     """The message (or a part of it) cannot be understood; the text says what."""
 
 

@@ -25,9 +25,7 @@ def add_commands(commands: Commands) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """One message to one agent; the reply streams to stdout as it comes (exit 1 if the
-    agent cannot answer)."""
-    from runtime.errors import AgentError
-
+    agent cannot answer: an AgentError, reported by ``_report``)."""
     message = sys.stdin.read() if args.message == "-" else args.message
 
     async def work(kernel: Kernel) -> int:
@@ -39,11 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
 
-        try:
-            reply = await kernel.agents.send(args.agent, message, context_id=args.context, on_text=show)
-        except AgentError as exc:
-            print(f"tern: {exc}", file=sys.stderr)
-            return 1
+        reply = await kernel.agents.send(args.agent, message, context_id=args.context, on_text=show)
         if args.json:
             print_json(reply)
         elif not streamed:

@@ -64,13 +64,11 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
                                           "tools": a.tools} for a in config.agents]})
 
     async def agent_message(request: Request) -> Response:
-        from runtime.errors import AgentError, UnknownAgent
+        from runtime.errors import AgentError
 
         body = request.json(_MessageIn)
-        try:
+        try:  # an UnknownAgent answers itself: 404 and its message
             reply = await kernel.agents.send(request.params["name"], body.message, context_id=body.context_id)
-        except UnknownAgent as exc:
-            raise HttpError(404, str(exc)) from None
         except AgentError as exc:
             raise HttpError(502, f"the agent could not answer: {exc}") from None
         return json_response(reply)

@@ -13,6 +13,8 @@ from typing import Any, Awaitable, Callable, Union
 import msgspec
 import trio
 
+from runtime.errors import TernError
+
 __all__ = ["Request", "Response", "StreamResponse", "HttpError", "json_response", "error_body"]
 
 _encoder = msgspec.json.Encoder()
@@ -31,13 +33,13 @@ def _checked(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     return headers
 
 
-class HttpError(Exception):
-    """Raise from a handler (or the server) to answer with a JSON error body."""
+class HttpError(TernError):
+    """Raise from a handler (or the server) to answer with this status and a JSON error
+    body. Any other TernError is answered the same way, with its class's status."""
 
     def __init__(self, status: int, message: str, headers: Union[list[tuple[bytes, bytes]], None] = None) -> None:
         super().__init__(message)
-        self.status = status
-        self.message = message
+        self.http_status = status
         self.headers = _checked(headers or [])
 
 

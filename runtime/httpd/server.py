@@ -13,10 +13,13 @@ Per request, in this order: rate limit (per client address, the route's cost) ->
 route -> Host/Origin -> API key -> body -> handler. So a client without a key never
 gets to upload a body, and a flood is refused before any other work.
 
-A handler that raises gets a 500 with a request id (also in the log) and the server
-goes on. Shutdown (``shutdown()``): stop accepting, close idle connections at once, let
-requests in flight finish within ``shutdown_grace_secs``, end streams cleanly, then
-cancel whatever is left.
+A handler that raises a ``TernError`` (``HttpError`` included) gets its ``http_status``
+and its message as the JSON error body; anything else is a bug and gets a 500 with a
+request id (also in the log). Either way the server goes on.
+
+Shutdown (``shutdown()``): stop accepting, close idle connections at once, let requests
+in flight finish within ``shutdown_grace_secs``, end streams cleanly, then cancel
+whatever is left.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import h11
 import trio
 
 from runtime.config import ServerConfig
-from runtime.errors import single_leaf
+from runtime.errors import TernError, single_leaf
 from runtime.httpd.access import Access, is_loopback
 from runtime.httpd.messages import HttpError, Request, Response, StreamResponse, error_body
 from runtime.httpd.router import Route, Router
@@ -365,10 +368,14 @@ class HttpServer:
                 status = result.status
                 await self._respond(conn, request, result)
             return True
-        except HttpError as exc:
-            status = exc.status
-            return await self._send_error(conn, exc.status, exc.message, exc.headers, request,
-                                          close=exc.status in (408, 413, 431) or exc.status >= 500)
+        except TernError as exc:  # the one mapping to HTTP: the error's status, its message
+            status = exc.http_status
+            if status >= 500 and not isinstance(exc, HttpError):
+                log.warning("request %s %s %s failed: %s", request.request_id, request.method,
+                            route.path if route else request.path, exc)
+            headers = exc.headers if isinstance(exc, HttpError) else None
+            return await self._send_error(conn, status, str(exc), headers, request,
+                                          close=status in (408, 413, 431) or status >= 500)
         except h11.RemoteProtocolError as exc:
             status = exc.error_status_hint
             return await self._send_error(conn, status, str(exc) or "malformed request", close=True)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 import trio
 
+from runtime.errors import ToolRefused
 from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry
 
@@ -49,17 +50,13 @@ _PATH = {"type": "string", "minLength": 1, "maxLength": MAX_PATH_CHARS,
          "description": "Path relative to the workspace (absolute paths only if inside it)."}
 
 
-class Refused(Exception):
-    """A request the tool declines; its message goes to the model as a tool error."""
-
-
 # --- paths ---------------------------------------------------------------------------------
 
 
 def _workspace(context: ToolContext) -> str:
     """The caller's workspace, created private on first use, as a realpath."""
     if not context.workspace:
-        raise Refused("this caller has no workspace")
+        raise ToolRefused("this caller has no workspace")
     os.makedirs(context.workspace, mode=0o700, exist_ok=True)
     return os.path.realpath(context.workspace)
 
@@ -78,15 +75,15 @@ def _resolve(ws: str, path: str, shown: str = "") -> str:
     ``shown`` is what error messages name (default: ``path`` as the caller gave it)."""
     shown = shown or path
     if "\x00" in path:
-        raise Refused("path contains a NUL byte")
+        raise ToolRefused("path contains a NUL byte")
     if len(path) > MAX_PATH_CHARS:
-        raise Refused(f"path is too long ({len(path)} characters, at most {MAX_PATH_CHARS})")
+        raise ToolRefused(f"path is too long ({len(path)} characters, at most {MAX_PATH_CHARS})")
     try:
         target = os.path.realpath(os.path.join(ws, path))
     except (OSError, ValueError) as exc:
-        raise Refused(f"cannot resolve path {_show(shown)}: {type(exc).__name__}") from None
+        raise ToolRefused(f"cannot resolve path {_show(shown)}: {type(exc).__name__}") from None
     if not _inside(ws, target):
-        raise Refused(f"path escapes the workspace: {_show(shown)}")
+        raise ToolRefused(f"path escapes the workspace: {_show(shown)}")
     return target
 
 
@@ -95,9 +92,9 @@ def _rel(ws: str, target: str) -> str:
     return rel.replace(os.sep, "/")
 
 
-def _os_error(exc: OSError, rel: str) -> Refused:
+def _os_error(exc: OSError, rel: str) -> ToolRefused:
     """An OSError without the absolute path its message would carry."""
-    return Refused(f"{rel}: {exc.strerror or type(exc).__name__}")
+    return ToolRefused(f"{rel}: {exc.strerror or type(exc).__name__}")
 
 
 def _open_regular(target: str, rel: str, max_bytes: int) -> tuple[int, int]:
@@ -107,9 +104,9 @@ def _open_regular(target: str, rel: str, max_bytes: int) -> tuple[int, int]:
     except OSError as exc:
         raise _os_error(exc, rel) from None
     if stat.S_ISDIR(st.st_mode):
-        raise Refused(f"{rel} is a directory (use file_list)")
+        raise ToolRefused(f"{rel} is a directory (use file_list)")
     if not stat.S_ISREG(st.st_mode):
-        raise Refused(f"{rel} is not a regular file")
+        raise ToolRefused(f"{rel} is not a regular file")
     try:
         fd = os.open(target, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     except OSError as exc:
@@ -117,7 +114,7 @@ def _open_regular(target: str, rel: str, max_bytes: int) -> tuple[int, int]:
     size = os.fstat(fd).st_size
     if size > max_bytes:
         os.close(fd)
-        raise Refused(f"{rel} is too large ({size} bytes, at most {max_bytes})")
+        raise ToolRefused(f"{rel} is too large ({size} bytes, at most {max_bytes})")
     return fd, size
 
 
@@ -137,7 +134,7 @@ def _tool(sync: Callable[[dict[str, Any], ToolContext], ToolResult], *, abandon:
     def guarded(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         try:
             return sync(arguments, context)
-        except Refused as exc:
+        except ToolRefused as exc:
             return ToolResult(str(exc), is_error=True)
         except OSError as exc:  # not about a path we can name: no filename, no absolute path
             return ToolResult(f"file error: {exc.strerror or type(exc).__name__}", is_error=True)
@@ -167,12 +164,12 @@ def _file_write(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
     path = arguments["path"]
     data = arguments["content"].encode("utf-8", errors="replace")
     if len(data) > MAX_WRITE_BYTES:
-        raise Refused(f"content is too large ({len(data)} bytes, at most {MAX_WRITE_BYTES})")
+        raise ToolRefused(f"content is too large ({len(data)} bytes, at most {MAX_WRITE_BYTES})")
     _resolve(ws, path)  # NUL, length, and a first containment check of the whole path
     joined = os.path.join(ws, path)
     name = os.path.basename(joined)
     if name in ("", ".", ".."):
-        raise Refused(f"not a file path: {_show(path)}")
+        raise ToolRefused(f"not a file path: {_show(path)}")
     parent = _resolve(ws, os.path.dirname(joined), path)
     try:
         os.makedirs(parent, mode=0o700, exist_ok=True)
@@ -182,7 +179,7 @@ def _file_write(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
     final = _resolve(ws, os.path.join(parent, name), path)  # a symlink named by path must point inside
     rel = _rel(ws, final)
     if os.path.isdir(final):
-        raise Refused(f"{rel} is a directory")
+        raise ToolRefused(f"{rel} is a directory")
     try:
         if arguments.get("append", False):
             _append(final, data)
@@ -253,7 +250,7 @@ def _entries(directory: str) -> Iterator[os.DirEntry[str]]:
 def _directory(ws: str, path: str) -> str:
     top = _resolve(ws, path)
     if not os.path.isdir(top):
-        raise Refused(f"{_rel(ws, top)} is not a directory" if os.path.exists(top) else
+        raise ToolRefused(f"{_rel(ws, top)} is not a directory" if os.path.exists(top) else
                       f"{_rel(ws, top)}: no such directory")
     return top
 
@@ -318,7 +315,7 @@ def _grep(path: str, rel: str, text: str, room: int) -> list[str] | None:
     try:
         fd, _ = _open_regular(path, rel, MAX_SEARCH_FILE_BYTES)
         data = _read_all(fd, MAX_SEARCH_FILE_BYTES + 1)
-    except (Refused, OSError):
+    except (ToolRefused, OSError):
         return None
     if b"\x00" in data[:BINARY_SNIFF_BYTES]:
         return None

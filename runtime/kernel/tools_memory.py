@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import trio
 
+from runtime.errors import ToolRefused
 from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry
 
@@ -44,10 +45,6 @@ _SCHEMA = """CREATE TABLE IF NOT EXISTS memory (
     PRIMARY KEY (scope, key))"""
 
 
-class Refused(Exception):
-    """A request the tool declines; its message goes to the model as a tool error."""
-
-
 def like_pattern(text: str) -> str:
     """A LIKE pattern matching ``text`` literally anywhere (escape character: backslash)."""
     escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -64,7 +61,7 @@ def _when(updated: float) -> str:
 
 def _connect(context: ToolContext) -> sqlite3.Connection:
     if not context.state_dir:
-        raise Refused("memory is unavailable: tern has no state directory")
+        raise ToolRefused("memory is unavailable: tern has no state directory")
     os.makedirs(context.state_dir, mode=0o700, exist_ok=True)
     path = os.path.join(context.state_dir, DB_NAME)
     if not os.path.exists(path):  # private from the start: sqlite would follow the umask
@@ -86,7 +83,7 @@ def _tool(sync: Callable[[sqlite3.Connection, dict[str, Any], str], ToolResult])
         try:
             with _LOCK:
                 return _run(sync, arguments, context)
-        except Refused as exc:
+        except ToolRefused as exc:
             return ToolResult(str(exc), is_error=True)
         except (sqlite3.Error, OSError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -119,7 +116,7 @@ def _recall(db: sqlite3.Connection, arguments: dict[str, Any], scope: str) -> To
     key, query = arguments.get("key"), arguments.get("query")
     limit = arguments.get("limit", 20)
     if key is not None and query is not None:
-        raise Refused("give key (exact) or query (substring), not both")
+        raise ToolRefused("give key (exact) or query (substring), not both")
     if key is not None:
         row = db.execute("SELECT value, updated FROM memory WHERE scope = ? AND key = ?", (scope, key)).fetchone()
         if row is None:

@@ -35,7 +35,7 @@ import trio
 
 from runtime import __version__
 from runtime.config import Config
-from runtime.errors import TernError
+from runtime.errors import TernError, ToolRefused
 from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry
 from runtime.net.guard import AddressPolicy, BlockedAddress, check_url
@@ -231,17 +231,13 @@ def _blocked_message(error: BaseException) -> Union[str, None]:
 # --- the tool --------------------------------------------------------------------------------
 
 
-class _Failed(Exception):
-    """A fetch that ends in a tool error with this message."""
-
-
 def _check_scheme(url: str) -> None:
     try:
         scheme = urlsplit(url).scheme.lower()
     except ValueError as error:
-        raise _Failed(f"invalid URL {url!r}: {error}") from None
+        raise ToolRefused(f"invalid URL {url!r}: {error}") from None
     if scheme not in ("http", "https"):
-        raise _Failed(f"refused: {url!r}: web_fetch takes only http:// and https:// URLs")
+        raise ToolRefused(f"refused: {url!r}: web_fetch takes only http:// and https:// URLs")
 
 
 async def _fetch(client: Any, url: str, policy: AddressPolicy, max_bytes: int) -> tuple[str, int, str, bool]:
@@ -253,7 +249,7 @@ async def _fetch(client: Any, url: str, policy: AddressPolicy, max_bytes: int) -
         try:
             check_url(url, policy)  # a clear, early refusal; the connect-time check is the real one
         except TernError as error:
-            raise _Failed((_blocked_message(error) or str(error)) + _after(hop)) from None
+            raise ToolRefused((_blocked_message(error) or str(error)) + _after(hop)) from None
         try:
             async with client.stream("GET", url) as response:
                 location = response.headers.get("location")
@@ -261,7 +257,7 @@ async def _fetch(client: Any, url: str, policy: AddressPolicy, max_bytes: int) -
                     try:
                         url = str(response.url.join(location))
                     except Exception as error:
-                        raise _Failed(f"{url} redirects to an invalid URL {location!r}: {error}") from None
+                        raise ToolRefused(f"{url} redirects to an invalid URL {location!r}: {error}") from None
                     continue
                 body, total, cut = await _read(response, max_bytes)
                 return str(response.url), response.status_code, _render(response, body, total, cut, max_bytes), \
@@ -269,9 +265,9 @@ async def _fetch(client: Any, url: str, policy: AddressPolicy, max_bytes: int) -
         except httpx.HTTPError as error:
             blocked = _blocked_message(error)
             if blocked:
-                raise _Failed(blocked + _after(hop)) from None
-            raise _Failed(f"fetching {url} failed: {type(error).__name__}: {error or 'no details'}") from None
-    raise _Failed(f"too many redirects: more than {MAX_REDIRECTS}, last to {url}")
+                raise ToolRefused(blocked + _after(hop)) from None
+            raise ToolRefused(f"fetching {url} failed: {type(error).__name__}: {error or 'no details'}") from None
+    raise ToolRefused(f"too many redirects: more than {MAX_REDIRECTS}, last to {url}")
 
 
 def _after(hop: int) -> str:
@@ -325,7 +321,7 @@ def make_web_fetch(config: Config, *, client_factory: Any = None) -> Any:
             with trio.move_on_after(timeout) as scope:
                 async with client:
                     final, status, text, http_error = await _fetch(client, url, policy, max_bytes)
-        except _Failed as error:
+        except ToolRefused as error:
             return ToolResult(f"web_fetch: {error}", is_error=True)
         if scope.cancelled_caught:
             return ToolResult(f"web_fetch: no complete answer from {url} within {timeout:g} s", is_error=True)

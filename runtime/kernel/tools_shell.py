@@ -42,6 +42,7 @@ from typing import Any, Union
 import trio
 
 from runtime.config import Config
+from runtime.errors import ToolRefused
 from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry
 from runtime.net.process import shutdown, signal_group, spawn, subprocess_env
@@ -52,10 +53,6 @@ STDOUT_CAP = 1024 * 1024
 STDERR_CAP = 64 * 1024
 MAX_STDIN_CHARS = 1024 * 1024
 _READ = 65536
-
-
-class Refused(Exception):
-    """A call this tool will not run; the message says why."""
 
 
 def shell_exec_tool(allowlist: list[str]) -> Tool:
@@ -92,49 +89,51 @@ def _executable(path: str) -> bool:
 
 
 def resolve_program(program: str, allowlist: list[str], env: dict[str, str]) -> str:
-    """The absolute path to execute for ``argv[0]``, or ``Refused``."""
+    """The absolute path to execute for ``argv[0]``, or ``ToolRefused``."""
     if not program or "\x00" in program:
-        raise Refused("refused: argv[0] must be a program name")
+        raise ToolRefused("refused: argv[0] must be a program name")
     slash = "/" in program or (os.altsep is not None and os.altsep in program) or os.sep in program
     if not slash:
         if program not in allowlist:
-            raise Refused(f"refused: {program!r} is not an allowed program (allowed: {', '.join(sorted(set(allowlist)))})")
+            raise ToolRefused(f"refused: {program!r} is not an allowed program "
+                              f"(allowed: {', '.join(sorted(set(allowlist)))})")
         for directory in _path_dirs(env):
             candidate = os.path.join(directory, program)
             if _executable(candidate):
                 return candidate
-        raise Refused(f"{program!r} is allowed but was not found on PATH")
+        raise ToolRefused(f"{program!r} is allowed but was not found on PATH")
     if not os.path.isabs(program):
-        raise Refused(f"refused: {program!r}: give a bare program name or an absolute path")
+        raise ToolRefused(f"refused: {program!r}: give a bare program name or an absolute path")
     parts = program.replace("\\", "/").split("/")
     if any(part in ("..", ".") for part in parts) or os.path.normpath(program) != program:
-        raise Refused(f"refused: {program!r}: '..' and '.' components are not allowed")
+        raise ToolRefused(f"refused: {program!r}: '..' and '.' components are not allowed")
     if program not in allowlist:
         name = os.path.basename(program)
         if name not in allowlist:
-            raise Refused(f"refused: {program!r} is not an allowed program (allowed: {', '.join(sorted(set(allowlist)))})")
+            raise ToolRefused(f"refused: {program!r} is not an allowed program "
+                              f"(allowed: {', '.join(sorted(set(allowlist)))})")
         here = os.path.realpath(os.path.dirname(program))
         if here not in {os.path.realpath(d) for d in _path_dirs(env)}:
-            raise Refused(f"refused: {program!r}: {name!r} is allowed by name only from a PATH directory")
+            raise ToolRefused(f"refused: {program!r}: {name!r} is allowed by name only from a PATH directory")
     if not _executable(program):
-        raise Refused(f"{program!r} is not an executable file")
+        raise ToolRefused(f"{program!r} is not an executable file")
     return program
 
 
 def _workdir(context: ToolContext, cwd: Union[str, None]) -> str:
     if not context.workspace:
-        raise Refused("refused: this caller has no workspace to run programs in")
+        raise ToolRefused("refused: this caller has no workspace to run programs in")
     os.makedirs(context.workspace, mode=0o700, exist_ok=True)
     workspace = os.path.realpath(context.workspace)
     if cwd is None:
         return workspace
     if "\x00" in cwd:
-        raise Refused("refused: cwd contains a NUL byte")
+        raise ToolRefused("refused: cwd contains a NUL byte")
     target = os.path.realpath(os.path.join(workspace, cwd))
     if os.path.commonpath([workspace, target]) != workspace:
-        raise Refused(f"refused: cwd {cwd!r} escapes the workspace")
+        raise ToolRefused(f"refused: cwd {cwd!r} escapes the workspace")
     if not os.path.isdir(target):
-        raise Refused(f"cwd {cwd!r} is not a directory in the workspace")
+        raise ToolRefused(f"cwd {cwd!r} is not a directory in the workspace")
     return target
 
 
@@ -192,8 +191,8 @@ def make_shell_exec(config: Config) -> Any:
             executable = resolve_program(argv[0], allowlist, env)
             cwd = _workdir(context, arguments.get("cwd"))
             if any("\x00" in arg for arg in argv):
-                raise Refused("refused: an argument contains a NUL byte")
-        except Refused as refused:
+                raise ToolRefused("refused: an argument contains a NUL byte")
+        except ToolRefused as refused:
             return ToolResult(f"shell_exec: {refused}", is_error=True)
         stdin = arguments.get("stdin")
         try:

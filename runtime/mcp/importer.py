@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, TernError
 
 __all__ = ["ImportResult", "import_mcp_json"]
 
@@ -35,7 +35,7 @@ class ImportResult(NamedTuple):
     warnings: list[str]
 
 
-class _Skip(Exception):
+class _Skip(TernError):
     """A server that cannot be carried over; the message says why."""
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "encode",
     "parse",
     "error_response",
+    "error_answer",
     "sniff_id",
 ]
 
@@ -107,7 +108,7 @@ class InvalidMessage(RpcError):
         self.id = id
 
     def to_response(self) -> ErrorResponse:
-        return error_response(self.id, self.code, self.message)
+        return error_answer(self.id, self)
 
 
 class BatchNotSupported(InvalidMessage):
@@ -144,6 +145,12 @@ def error_response(
 ) -> ErrorResponse:
     """An error response to the request ``id`` (None if it could not be read)."""
     return ErrorResponse(id, ErrorObject(code, message, data))
+
+
+def error_answer(id: RequestId | None, error: RpcError) -> ErrorResponse:
+    """The error response that answers request ``id`` with ``error`` (no ``data``
+    member when it has none): the one way a server turns an RpcError into JSON-RPC."""
+    return error_response(id, error.code, error.message, UNSET if error.data is None else error.data)
 
 
 def _is_id(value: Any) -> bool:

@@ -16,6 +16,7 @@ import httpx
 import trio
 
 from runtime.config import ServerConfig
+from runtime.errors import TernError, UnknownAgent
 from runtime.httpd.access import Access
 from runtime.httpd.messages import Request, Response, StreamResponse
 from runtime.httpd.ratelimit import RateLimiter
@@ -51,6 +52,12 @@ def _query(request: Request, name: str, default: float, high: float) -> float:
     return min(max(value, 0.0), high) if value == value else default
 
 
+class Conflict(TernError):
+    """A TernError of the kind a layer below HTTP defines, with a status of its own."""
+
+    http_status = 409
+
+
 def build_test_router(state: State) -> Router:
     router = Router()
 
@@ -62,6 +69,11 @@ def build_test_router(state: State) -> Router:
 
     async def boom(request: Request) -> Response:
         raise RuntimeError("boom: a handler bug")
+
+    async def refuse(request: Request) -> Response:
+        if request.params["what"] == "agent":
+            raise UnknownAgent("no agent named 'ghost'")
+        raise Conflict(f"{request.params['what']} is already running")
 
     async def big(request: Request) -> Response:
         size = int(_query(request, "size", 1 << 20, 64 << 20))
@@ -103,6 +115,7 @@ def build_test_router(state: State) -> Router:
     router.add("GET", "/ok", ok)
     router.add("POST", "/echo", echo)
     router.add("GET", "/boom", boom)
+    router.add("GET", "/refuse/{what}", refuse)
     router.add("GET", "/big", big)
     router.add("GET", "/stream", stream)
     router.add("GET", "/slow", slow)

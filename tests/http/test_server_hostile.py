@@ -616,6 +616,24 @@ async def test_a_handler_exception_is_a_500_with_a_request_id_and_the_server_goe
         await assert_healthy(served.server, served.port)
 
 
+async def test_a_tern_error_is_answered_with_its_status_and_message(nursery, server_errors):
+    with trio.fail_after(10):
+        served = await start_server(nursery)
+        client = await RawClient.connect(served.port)
+        for path, status, message in [("/refuse/agent", 404, "no agent named 'ghost'"),
+                                      ("/refuse/task-7", 409, "task-7 is already running")]:
+            await client.send(request("GET", path))
+            response = await client.response()
+            assert response.status == status, response
+            assert response.json() == {"error": {"status": status, "message": message}}  # as an HttpError's
+            assert response.headers.get("connection") != "close"
+        await client.send(request("GET", "/ok"))  # the same connection goes on
+        assert (await client.response()).status == 200
+        await client.aclose()
+        assert not server_errors
+        await assert_healthy(served.server, served.port)
+
+
 async def test_404_and_405_are_json_and_keep_the_connection(nursery):
     with trio.fail_after(10):
         served = await start_server(nursery)
@@ -797,17 +815,17 @@ def test_a_remote_client_needs_a_key_unless_explicitly_allowed():
                     remote, "r-2")
     with pytest.raises(HttpError) as refused:
         Access("").authenticate(plain, client_is_loopback=False)
-    assert refused.value.status == 403
+    assert refused.value.http_status == 403
     Access("").authenticate(plain, client_is_loopback=True)
     Access("", allow_unauthenticated_remote=True).authenticate(plain, client_is_loopback=False)
     Access(KEY).authenticate(keyed, client_is_loopback=False)
     with pytest.raises(HttpError) as missing:
         Access(KEY).authenticate(plain, client_is_loopback=False)
-    assert missing.value.status == 401
+    assert missing.value.http_status == 401
     in_query = Request("GET", "/ok", f"api_key={KEY}", [(b"host", b"localhost")], remote, "r-3")
     with pytest.raises(HttpError) as queried:
         Access("", allow_unauthenticated_remote=True).authenticate(in_query, client_is_loopback=False)
-    assert queried.value.status == 401
+    assert queried.value.http_status == 401
 
 
 @pytest.mark.parametrize("allow_remote", [False, True])

@@ -3,9 +3,14 @@ pagination, and the preset and allowlist rules, without a transport in the way."
 
 from __future__ import annotations
 
+import pytest
+import trio
+
 from runtime.config import (AgentConfig, Config, McpPreset, McpServerExposure, ModelConfig, StateConfig,
                             parse_config)
+from runtime.errors import RpcError
 from runtime.kernel.kernel import Kernel
+from runtime.mcp.client.session import McpSession
 from runtime.mcp.server.dispatch import McpServer, Peer
 from runtime.wire import jsonrpc
 from tests.scripted_llm import ScriptedLLM, sse, text_chunk
@@ -104,3 +109,49 @@ def test_config_check_catches_exposure_mistakes(tmp_path):
             parse_config(agents + extra, "test", tmp_path)
         assert expected in str(caught.value)
     assert parse_config(agents + '[[mcp_server.presets]]\nname = "p"\ntool = "tern_agent_a_b"\n', "t", tmp_path)
+
+
+class _InMemory:
+    """A client transport wired straight to a server's ``handle``: no framing, no I/O."""
+
+    probe = "initialize"
+
+    def __init__(self, server: McpServer) -> None:
+        self.server, self.peer, self.wire = server, Peer("mcp:memory"), []
+        self.send_replies, self.replies = trio.open_memory_channel(16)
+
+    async def start(self, nursery) -> None:
+        pass
+
+    async def send(self, message) -> None:
+        reply = await self.server.handle(jsonrpc.parse(jsonrpc.encode(message)), self.peer, None)
+        if reply is not None:
+            self.wire.append(jsonrpc.encode(reply))
+            await self.send_replies.send(self.wire[-1])
+
+    async def receive(self) -> bytes:
+        return await self.replies.receive()
+
+    def set_protocol_version(self, version, era) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_handler_error_is_an_rpc_error_end_to_end(nursery, tmp_path):
+    config = Config(agents=[AgentConfig(name="bot", kind="echo")], state=StateConfig(dir=str(tmp_path)))
+    server = McpServer(config, *_ports(Kernel(config)))
+    with pytest.raises(RpcError) as raised:  # the server side raises the one carrier of JSON-RPC errors
+        await server.exposure.call("nope", {}, caller="test")
+    assert raised.value.code == jsonrpc.INVALID_PARAMS
+
+    transport = _InMemory(server)
+    session = McpSession(transport, name="self", timeout_secs=5)
+    await nursery.start(session.run)
+    await session.open("2025-11-25")
+    with pytest.raises(RpcError) as answered:  # and tern's client raises it for the error answer
+        await session.request("tools/call", {"name": "nope", "arguments": {}})
+    assert (answered.value.code, answered.value.message, answered.value.data) == (
+        jsonrpc.INVALID_PARAMS, "Unknown tool: nope", None)
+    assert b'"data"' not in transport.wire[-1]  # no data: the member is left out, not null

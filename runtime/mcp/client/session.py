@@ -51,7 +51,7 @@ log = get_logger("mcp")
 PING_GRACE_SECS = 0.05
 
 
-class TransportClosed(Exception):
+class TransportClosed(ConnectionLost):
     """The transport has no more messages (EOF, process exit, stream closed)."""
 
 

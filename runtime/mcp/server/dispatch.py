@@ -32,9 +32,10 @@ from msgspec import UNSET
 
 from runtime import __version__
 from runtime.config import Config
+from runtime.errors import RpcError
 from runtime.log import get_logger
 from runtime.ports import EventPort, ToolPort
-from runtime.mcp.server.exposure import Exposure, UnknownExposedTool
+from runtime.mcp.server.exposure import Exposure
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, META_CAPABILITIES, META_PREFIX, META_VERSION, MODERN_VERSION,
                                   UNSUPPORTED_VERSION)
 from runtime.wire import jsonrpc
@@ -74,14 +75,6 @@ class _Cancelled(Exception):
     """The client cancelled this request: it gets no reply."""
 
 
-class _Fault(Exception):
-    """A JSON-RPC error to answer with."""
-
-    def __init__(self, code: int, message: str, data: Any = UNSET) -> None:
-        super().__init__(message)
-        self.code, self.message, self.data = code, message, data
-
-
 class McpServer:
     """The MCP dispatcher over the kernel's ports: ``tools`` (the pipeline) and
     ``events`` (to see the exposed set change)."""
@@ -113,8 +106,8 @@ class McpServer:
             return jsonrpc.Response(message.id, await self._request(message, peer, notify))
         except _Cancelled:
             return None  # no reply, as the spec says
-        except _Fault as fault:
-            return jsonrpc.error_response(message.id, fault.code, fault.message, fault.data)
+        except RpcError as error:
+            return jsonrpc.error_answer(message.id, error)
         except Exception as exc:  # a bug of ours: answer it, log it, keep serving
             log.exception("MCP %s (id %r) failed", message.method, message.id)
             return jsonrpc.error_response(message.id, jsonrpc.INTERNAL_ERROR,
@@ -133,7 +126,7 @@ class McpServer:
     async def _request(self, request: jsonrpc.Request, peer: Peer, notify: Union[Notify, None]) -> Any:
         params = request.params if isinstance(request.params, dict) else {}
         if request.params is not UNSET and not isinstance(request.params, dict):
-            raise _Fault(jsonrpc.INVALID_PARAMS, "params must be an object")
+            raise RpcError(jsonrpc.INVALID_PARAMS, "params must be an object")
         meta = params.get("_meta")
         if isinstance(meta, dict) and META_VERSION in meta:
             return await self._modern(request, params, meta, peer, notify)
@@ -149,18 +142,18 @@ class McpServer:
         if method == "ping":
             return {}
         if method == "server/discover":
-            raise _Fault(jsonrpc.INVALID_PARAMS, f"server/discover needs _meta[{META_VERSION!r}]")
+            raise RpcError(jsonrpc.INVALID_PARAMS, f"server/discover needs _meta[{META_VERSION!r}]")
         if method not in ("tools/list", "tools/call", "logging/setLevel"):
-            raise _Fault(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
+            raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
         if not peer.initialized and not peer.version:
-            raise _Fault(jsonrpc.INVALID_REQUEST, "not initialized: send initialize first (or, for "
-                                                  f"{MODERN_VERSION}, put {META_VERSION} in params._meta)")
+            raise RpcError(jsonrpc.INVALID_REQUEST, "not initialized: send initialize first (or, for "
+                                                    f"{MODERN_VERSION}, put {META_VERSION} in params._meta)")
         if method == "tools/list":
             return self._tools_page(params)
         if method == "logging/setLevel":
             level = params.get("level")
             if level not in LOG_LEVELS:
-                raise _Fault(jsonrpc.INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
+                raise RpcError(jsonrpc.INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
             peer.log_level = level
             return {}
         return await self._call(request.id, params, peer, notify, peer.log_level)
@@ -168,7 +161,7 @@ class McpServer:
     def _initialize(self, params: dict[str, Any], peer: Peer) -> dict[str, Any]:
         requested = params.get("protocolVersion")
         if not isinstance(requested, str):
-            raise _Fault(jsonrpc.INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
+            raise RpcError(jsonrpc.INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
         # The spec: echo the client's version if we support it, else offer our latest.
         peer.version = requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
         return {"protocolVersion": peer.version, "capabilities": self.capabilities,
@@ -180,10 +173,10 @@ class McpServer:
                       notify: Union[Notify, None]) -> Any:
         version = meta.get(META_VERSION)
         if version != MODERN_VERSION:
-            raise _Fault(UNSUPPORTED_VERSION, "Unsupported protocol version",
-                         {"supported": [MODERN_VERSION], "requested": version})
+            raise RpcError(UNSUPPORTED_VERSION, "Unsupported protocol version",
+                           {"supported": [MODERN_VERSION], "requested": version})
         if not isinstance(meta.get(META_CAPABILITIES), dict):
-            raise _Fault(jsonrpc.INVALID_PARAMS, f"_meta[{META_CAPABILITIES!r}] (an object) is required")
+            raise RpcError(jsonrpc.INVALID_PARAMS, f"_meta[{META_CAPABILITIES!r}] (an object) is required")
         method = request.method
         if method == "server/discover":
             result = {"supportedVersions": [MODERN_VERSION, *HANDSHAKE_VERSIONS],
@@ -195,7 +188,7 @@ class McpServer:
             level = meta.get(META_LOG_LEVEL)
             result = await self._call(request.id, params, peer, notify, level if level in LOG_LEVELS else None)
         else:
-            raise _Fault(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
+            raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
         result["resultType"] = "complete"
         result["_meta"] = {META_SERVER_INFO: self.server_info}
         return result
@@ -206,7 +199,7 @@ class McpServer:
         tools = self.exposure.tools()
         start = _decode_cursor(params.get("cursor"))
         if start > len(tools):
-            raise _Fault(jsonrpc.INVALID_PARAMS, "invalid cursor")
+            raise RpcError(jsonrpc.INVALID_PARAMS, "invalid cursor")
         end = start + self.page_size
         page: dict[str, Any] = {"tools": tools[start:end]}
         if end < len(tools):
@@ -219,12 +212,12 @@ class McpServer:
         of the session) cancels through ``peer.inflight``."""
         name = params.get("name")
         if not isinstance(name, str):
-            raise _Fault(jsonrpc.INVALID_PARAMS, "tools/call needs params.name (a string)")
+            raise RpcError(jsonrpc.INVALID_PARAMS, "tools/call needs params.name (a string)")
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
-            raise _Fault(jsonrpc.INVALID_PARAMS, "params.arguments must be an object")
+            raise RpcError(jsonrpc.INVALID_PARAMS, "params.arguments must be an object")
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         reporter = None
@@ -237,14 +230,14 @@ class McpServer:
         peer.inflight[request_id] = run
         try:
             if reporter is None:
-                result = await self._exposed(name, arguments, peer, run)
+                result = await self.exposure.call(name, arguments, caller=peer.label, run=run)
             else:
-                fault: Union[_Fault, None] = None
+                fault: Union[RpcError, None] = None
                 async with trio.open_nursery() as nursery:  # the reporter's notifications go out before the answer
                     nursery.start_soon(reporter.run)
                     try:
-                        result = await self._exposed(name, arguments, peer, run)
-                    except _Fault as exc:
+                        result = await self.exposure.call(name, arguments, caller=peer.label, run=run)
+                    except RpcError as exc:
                         fault = exc  # raised outside the nursery, not as an exception group
                     finally:
                         await reporter.finish()
@@ -256,12 +249,6 @@ class McpServer:
         if run.cancelled:
             raise _Cancelled
         return result
-
-    async def _exposed(self, name: str, arguments: dict[str, Any], peer: Peer, run: Any) -> dict[str, Any]:
-        try:
-            return await self.exposure.call(name, arguments, caller=peer.label, run=run)
-        except UnknownExposedTool:
-            raise _Fault(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name}") from None
 
 
 class _Reporter:
@@ -341,7 +328,7 @@ def _decode_cursor(cursor: Any) -> int:
     try:
         offset = msgspec.json.decode(base64.urlsafe_b64decode(cursor.encode("ascii")))["o"]
     except Exception:
-        raise _Fault(jsonrpc.INVALID_PARAMS, "invalid cursor") from None
+        raise RpcError(jsonrpc.INVALID_PARAMS, "invalid cursor") from None
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise _Fault(jsonrpc.INVALID_PARAMS, "invalid cursor")
+        raise RpcError(jsonrpc.INVALID_PARAMS, "invalid cursor")
     return offset

@@ -19,10 +19,12 @@ import fnmatch
 from typing import Any, AsyncIterator
 
 from runtime.config import AgentConfig, Config
+from runtime.errors import RpcError
 from runtime.ports import EventPort, Tool, ToolPort
 from runtime.mcp.names import agent_tool_name
+from runtime.wire.jsonrpc import INVALID_PARAMS
 
-__all__ = ["Exposure", "UnknownExposedTool"]
+__all__ = ["Exposure"]
 
 NO_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": False}
 AGENT_INPUT = {
@@ -40,10 +42,6 @@ AGENT_OUTPUT = {
     "properties": {"reply": {"type": "string"}, "context_id": {"type": "string"}},
     "required": ["reply", "context_id"],
 }
-
-
-class UnknownExposedTool(KeyError):
-    """Not a tool this server exposes (a protocol error, -32602, per the spec)."""
 
 
 class Exposure:
@@ -122,8 +120,8 @@ class Exposure:
     async def call(self, name: str, arguments: dict[str, Any], *, caller: str, run: Any = None) -> dict[str, Any]:
         """Run one exposed tool through the pipeline, in ``run`` (a ``pipeline.run()``:
         its progress and log callbacks, and ``run.cancel()`` for the caller to give up);
-        returns an MCP ``CallToolResult``. Raises UnknownExposedTool for a name this
-        server does not expose."""
+        returns an MCP ``CallToolResult``. A name this server does not expose is a
+        protocol error (RpcError -32602), as the spec says."""
         preset = self._presets.get(name) if name not in self._agents else None
         if preset is not None:  # named explicitly in the config: allowed without a glob
             name, arguments = preset.tool, dict(preset.arguments)
@@ -144,7 +142,7 @@ class Exposure:
         elif (preset is not None or self._kernel_tool_allowed(name)) and pipeline.get(name) is not None:
             result = await pipeline.call(name, arguments, run=run, caller=caller)
         else:
-            raise UnknownExposedTool(name)
+            raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
         return _call_result(result)
 
 
