@@ -39,7 +39,7 @@ class RemoteAgent(msgspec.Struct, kw_only=True):
     card: dict[str, Any] = {}
 
 
-class NoCard(Exception):
+class NoCard(A2aClientError):
     """This candidate URL has no usable card; try the next one."""
 
 

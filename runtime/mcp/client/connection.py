@@ -50,7 +50,7 @@ Probe = Literal["parallel", "sequential", "initialize"]
 _REFUSALS = (RpcError, ProtocolError, TernTimeout)
 
 
-class _NoAnswer:
+class _Unanswered:
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -58,7 +58,7 @@ class _NoAnswer:
 
 
 #: ``discover_answer``'s result when none came (the ping was answered first).
-NO_ANSWER: Any = _NoAnswer()
+NO_ANSWER: Any = _Unanswered()
 
 
 class Legacy(NamedTuple):
