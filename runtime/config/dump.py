@@ -1,19 +1,22 @@
-"""Writing config as TOML for people (``tern config show``), with secrets masked.
+"""tern's one TOML writer, and masking secrets for display.
 
 ``masked`` turns a Config into plain data with every literal secret replaced;
-``dump_toml`` renders plain data as TOML that ``parse_config`` reads back unchanged.
+``dump_toml`` renders plain data as a TOML document that ``parse_config`` reads back
+unchanged (``tern config show``). The pieces it is made of (``toml_string``,
+``toml_key``, ``toml_value``, ``toml_line``) also write ``tern mcp import``'s output,
+which lays out its tables by hand.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
 from runtime.config.schema import Config
 
-__all__ = ["SECRET_MASK", "masked", "dump_toml"]
+__all__ = ["SECRET_MASK", "masked", "dump_toml", "toml_string", "toml_key", "toml_value", "toml_line"]
 
 SECRET_MASK = "********"
 _ENV_REFERENCE = re.compile(r"^(?:[^$]*\$\{[A-Za-z_][A-Za-z0-9_]*\}[^$]*)+$")
@@ -45,17 +48,6 @@ def masked(config: Config) -> dict[str, Any]:
 def dump_toml(data: dict[str, Any]) -> str:
     """Render plain config data as TOML (tables, arrays of tables, inline small maps)."""
 
-    def scalar(value: Any) -> str:
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, dict):
-            return "{" + ", ".join(f"{_toml_key(k)} = {scalar(v)}" for k, v in value.items()) + "}"
-        if isinstance(value, list):
-            return "[" + ", ".join(scalar(v) for v in value) + "]"
-        if value is None:
-            return '""'
-        return _toml_string(value) if isinstance(value, str) else repr(value)
-
     def is_table(value: Any) -> bool:
         return isinstance(value, dict) and any(isinstance(v, (dict, list)) for v in value.values()) \
             or isinstance(value, dict) and len(value) > 3
@@ -73,9 +65,9 @@ def dump_toml(data: dict[str, Any]) -> str:
             if (is_table(value) and key not in ("headers", "timeouts")) or table_array(value):
                 nested.append((key, value))
             else:
-                lines.append(f"{_toml_key(key)} = {scalar(value)}")
+                lines.append(toml_line(key, value))
         for key, value in nested:
-            name = f"{prefix}{_toml_key(key)}"
+            name = f"{prefix}{toml_key(key)}"
             if isinstance(value, list):
                 for item in value:
                     lines.extend(["", f"[[{name}]]"])
@@ -88,13 +80,48 @@ def dump_toml(data: dict[str, Any]) -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-def _toml_string(text: str) -> str:
-    """A TOML basic string. JSON escaping is almost right, but TOML also forbids a raw
-    DEL (0x7f), which json.dumps leaves as is."""
-    import json
+# --- The pieces, shared with the MCP importer ---------------------------------------------
 
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_SPECIAL = re.compile(r'["\\\x00-\x1f\x7f]')
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def _toml_key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml_string(key)
+def toml_string(text: str) -> str:
+    """A TOML basic string: readable (non-ASCII as is), control characters escaped.
+
+    Raises ValueError for text TOML cannot hold at all (a lone UTF-16 surrogate, which
+    JSON from another program may carry).
+    """
+    if _SURROGATE.search(text):
+        raise ValueError("a string contains an unpaired UTF-16 surrogate, which TOML cannot hold")
+    body = _SPECIAL.sub(lambda m: _ESCAPES.get(m.group(0)) or f"\\u{ord(m.group(0)):04X}", text)
+    return f'"{body}"'
+
+
+def toml_key(key: str) -> str:
+    """A key, bare when TOML allows it, else quoted."""
+    return key if _BARE_KEY.fullmatch(key) else toml_string(key)
+
+
+def toml_value(value: Any) -> str:
+    """A value on one line: arrays and tables inline (None, which TOML lacks, as "")."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if value is None:
+        return '""'
+    return toml_string(value) if isinstance(value, str) else repr(value)
+
+
+def toml_line(key: str, value: Any, width: Union[int, None] = None) -> str:
+    """``key = value``; with ``width``, an array whose line would be longer than that
+    goes one item a line instead (easier to read and edit by hand)."""
+    line = f"{toml_key(key)} = {toml_value(value)}"
+    if width is None or len(line) <= width or not isinstance(value, list):
+        return line
+    return "\n".join([f"{toml_key(key)} = ["] + [f"    {toml_value(v)}," for v in value] + ["]"])
