@@ -28,6 +28,7 @@ def toml_syntax(message: str) -> str:
         return f"{where}: TOML syntax error: {message[: found.start()]}"
     return f"TOML syntax error: {message}"
 
+
 _SECRET_KEY = re.compile(r"(?i)(api_key$|token|secret|password|authorization|^headers$)")
 _MSGSPEC_ERROR = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _PATH_PART = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(\d+)\]|\[\'([^']*)\'\]")
