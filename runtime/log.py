@@ -2,8 +2,9 @@
 
 Two formats: ``text`` for people, ``json`` (one object per line) for machines. Known
 secret values are registered with ``register_secret`` and replaced by ``********`` in
-every record, whatever the code that logged them, so a secret that slips into a message
-still never reaches the log.
+every formatted record (by ``runtime.redact``, the tool pipeline's redactor too),
+whatever the code that logged them, so a secret that slips into a message still never
+reaches the log.
 
 At debug level, ``log_wire`` records one line per protocol message in or out: direction,
 method, id, size, duration. Never the content: payloads carry arguments and tokens.
@@ -16,11 +17,15 @@ import sys
 import time
 from typing import Any, Union
 
+from runtime.redact import Redactor
+
 __all__ = ["setup_logging", "register_secret", "log_wire", "get_logger", "LEVELS"]
 
 LEVELS = ("debug", "info", "warning", "error")
 _MASK = "********"
+_MIN_SECRET_LEN = 4
 _secrets: set[str] = set()
+_redactor = Redactor((), mask=_MASK, min_len=_MIN_SECRET_LEN)
 _wire = logging.getLogger("tern.wire")
 
 
@@ -32,15 +37,10 @@ def get_logger(name: str) -> logging.Logger:
 def register_secret(value: str) -> None:
     """Mask ``value`` in every log record from now on (values shorter than 4 are too
     common to mask without mangling ordinary text)."""
-    if value and len(value) >= 4:
+    global _redactor
+    if value and len(value) >= _MIN_SECRET_LEN and value not in _secrets:
         _secrets.add(value)
-
-
-def _redact(text: str) -> str:
-    for secret in _secrets:
-        if secret in text:
-            text = text.replace(secret, _MASK)
-    return text
+        _redactor = Redactor(tuple(_secrets), mask=_MASK, min_len=_MIN_SECRET_LEN)
 
 
 class _TextFormatter(logging.Formatter):
@@ -48,7 +48,7 @@ class _TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
 
     def format(self, record: logging.LogRecord) -> str:
-        return _redact(super().format(record))
+        return _redactor.redact(super().format(record))
 
 
 class _JsonFormatter(logging.Formatter):
@@ -70,7 +70,7 @@ class _JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return _redact(json.dumps(entry, default=str, ensure_ascii=False))
+        return _redactor.redact(json.dumps(entry, default=str, ensure_ascii=False))
 
 
 def setup_logging(level: str = "info", fmt: str = "text") -> None:

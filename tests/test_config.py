@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from runtime.config import (
@@ -167,6 +168,18 @@ def test_dump_toml_round_trips(tmp_path):
     original = load_config(str(Path(__file__).parent.parent / "config.toml")).config
     again = parse_config(dump_toml(masked(original)), "again.toml", tmp_path)
     assert again == original
+
+
+def test_dump_toml_writes_any_string_back_unchanged(tmp_path):
+    """The one TOML writer (also used by ``tern mcp import``) escapes what TOML needs."""
+    strange = ['say "hi"', "C:\\dir\\", "ünïcödé 🐍", "line\nbreak\r\n", "tab\there", "nul\x00del\x7fesc\x1b",
+               "'''", "#not a comment", ""]
+    original = load_config(str(Path(__file__).parent.parent / "config.toml")).config
+    echo = msgspec.structs.replace(original.agents[0], description="".join(strange), tools=strange)
+    changed = msgspec.structs.replace(original, agents=[echo, *original.agents[1:]])
+    assert parse_config(dump_toml(masked(changed)), "again.toml", tmp_path) == changed
+    with pytest.raises(ValueError, match="unpaired UTF-16 surrogate"):
+        dump_toml({"text": "\ud800"})
 
 
 @pytest.mark.parametrize("listen, expected", [

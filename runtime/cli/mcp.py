@@ -62,7 +62,7 @@ def cmd_mcp_servers(args: argparse.Namespace) -> int:
 
 def cmd_mcp_import(args: argparse.Namespace) -> int:
     """Print the TOML on stdout (append it to config.toml); warnings go to stderr."""
-    from runtime.mcp.importer import import_mcp_json
+    from runtime.config.mcp_import import import_mcp_json
 
     if args.file == "-":
         text, label = sys.stdin.read(), "<stdin>"

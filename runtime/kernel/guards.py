@@ -9,11 +9,11 @@ Truncation
     can exceed ``limit`` by the length of that note only.
 
 Redaction
-    ``Redactor`` replaces every occurrence of a configured secret with ``[redacted]``,
-    case-sensitively, also in its JSON-escaped form. Secrets shorter than 6 characters
-    are ignored: redacting ``"1234"`` or ``"true"`` everywhere would mangle results
-    and logs while protecting nothing. Overlapping occurrences are merged, so no part
-    of either secret survives.
+    ``Redactor`` (``runtime/redact.py``, shared with the log) replaces every occurrence
+    of a configured secret with ``[redacted]``, case-sensitively, also in its
+    JSON-escaped form. Secrets shorter than 6 characters are ignored. Which values
+    count as secrets is decided here: ``secret_env_values`` picks them from the
+    environment by name.
 
 Loop guard
     ``LoopGuard`` sees each call before it runs. A call is keyed by tool name and the
@@ -63,17 +63,17 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
-import json
 import re
 from collections import deque
 from typing import Any, Iterable, Iterator, Literal, Mapping, NamedTuple, Union
 
 import msgspec
 
+from runtime.redact import REDACTED, Redactor
+
 __all__ = [
     "DEFAULT_TRUNCATE",
     "truncate",
-    "MIN_SECRET_LEN",
     "REDACTED",
     "Redactor",
     "SECRET_ENV_PATTERNS",
@@ -107,57 +107,7 @@ def truncate(text: str, limit: int = DEFAULT_TRUNCATE) -> str:
 
 # -- redaction ----------------------------------------------------------------------
 
-MIN_SECRET_LEN = 6
-REDACTED = "[redacted]"
 SECRET_ENV_PATTERNS = ("*KEY*", "*TOKEN*", "*SECRET*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*")
-
-
-class Redactor:
-    """Replaces configured secrets with ``[redacted]`` in text and in JSON-like data."""
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        forms: set[str] = set()
-        for secret in secrets:
-            if isinstance(secret, str) and len(secret) >= MIN_SECRET_LEN:
-                forms.add(secret)
-                forms.add(json.dumps(secret)[1:-1])  # as it appears inside a JSON string
-                forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
-        ordered = sorted(forms, key=lambda s: (-len(s), s))  # longest first
-        self.count = len(ordered)
-        alternation = "|".join(map(re.escape, ordered))
-        self._search = re.compile(alternation).search if ordered else None
-        self._every = re.compile(f"(?=({alternation}))").finditer if ordered else None
-
-    def redact(self, text: str) -> str:
-        """``text`` with every occurrence of every secret replaced."""
-        if self._search is None or self._search(text) is None:
-            return text
-        spans: list[list[int]] = []
-        for match in self._every(text):  # type: ignore[misc]  # every start, overlaps too
-            start, end = match.start(), match.start() + len(match.group(1))
-            if spans and start <= spans[-1][1]:
-                spans[-1][1] = max(spans[-1][1], end)
-            else:
-                spans.append([start, end])
-        parts, last = [], 0
-        for start, end in spans:
-            parts.append(text[last:start])
-            parts.append(REDACTED)
-            last = end
-        parts.append(text[last:])
-        return "".join(parts)
-
-    def redact_obj(self, obj: Any) -> Any:
-        """A copy of ``obj`` with secrets redacted in every string, dict keys included."""
-        if self._search is None:
-            return obj
-        if isinstance(obj, str):
-            return self.redact(obj)
-        if isinstance(obj, dict):
-            return {self.redact_obj(k): self.redact_obj(v) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(self.redact_obj(v) for v in obj)
-        return obj
 
 
 def secret_env_values(environ: Mapping[str, str], names_patterns: Iterable[str] = SECRET_ENV_PATTERNS,

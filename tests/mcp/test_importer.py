@@ -10,7 +10,7 @@ from runtime.config import (
     SECRET_MASK, HttpTransport, SseTransport, StdioTransport, bundled_config_text, masked, parse_config,
 )
 from runtime.errors import ConfigError
-from runtime.mcp.importer import ImportResult, import_mcp_json
+from runtime.config.mcp_import import ImportResult, import_mcp_json
 
 MINIMAL = '[server]\nlisten = "127.0.0.1:50051"\n\n'
 

@@ -11,9 +11,10 @@ warnings. Why this is more than a change of format:
   are only the name -> server map, each client has its own keys. What cannot be carried
   over is reported, never silently dropped; a server that cannot be expressed at all is
   skipped with a warning. Only input without any servers object is an error.
-- The TOML is written here, not with ``config.dump_toml``: the output is meant to be
-  read and edited by hand (one table a server, long arrays one item a line), and text
-  from someone else's file that TOML cannot hold (a lone surrogate) skips the server.
+- The layout is chosen here, not left to ``dump_toml``: the output is meant to be read
+  and edited by hand (one table a server, long arrays one item a line). Values are
+  written by the config's one TOML writer (``dump``); text from someone else's file
+  that TOML cannot hold (a lone surrogate) skips the server.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from runtime.config.dump import toml_line
 from runtime.errors import ConfigError, TernError
 
 __all__ = ["ImportResult", "import_mcp_json"]
@@ -51,7 +53,7 @@ _VARIABLE_REFERENCE = re.compile(r"(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(:-.*)?", re
 _SECRET_HEADER = re.compile(r"(?i)auth|token|key|secret|passw|cookie")
 _SCHEME = re.compile(r"(?i)(bearer|basic|token|bot)\s+\S.*", re.S)
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 token
-_URL = re.compile(r"(?i)^https?://[^/\s]+")  # what config.py accepts
+_URL = re.compile(r"(?i)^https?://[^/\s]+")  # what the config checks accept
 _SECRET_QUERY = re.compile(r"(?i)(?:^|&)([^=&]*(?:key|token|secret|passw|auth|sig)[^=&]*)=")
 
 
@@ -204,14 +206,14 @@ class _Importer:
 
     def _convert(self, name: str, spec: dict[str, Any], warnings: list[str], variables: set[str]) -> str:
         kind = self._transport_type(name, spec, warnings)
-        lines = ["[[mcp_servers]]", f"name = {_toml_string(name)}"]
+        lines = ["[[mcp_servers]]", _line("name", name)]
         env = self._env(name, spec.get("env", {}), warnings)
         if env:
-            lines.append(_toml_array("env", env))
+            lines.append(_line("env", env))
         enabled = _typed(spec, "enabled", bool, True) and not _typed(spec, "disabled", bool, False)
         if not enabled:
-            lines.append("enabled = false")
-        lines += ["[mcp_servers.transport]", f'type = "{kind}"']
+            lines.append(_line("enabled", False))
+        lines += ["[mcp_servers.transport]", _line("type", kind)]
         if kind == "stdio":
             used = _COMMON_KEYS + _STDIO_KEYS
             command = _typed(spec, "command", str, "")
@@ -221,11 +223,11 @@ class _Importer:
                 raise _Skip('command: a ".." path component is not allowed in tern; use an absolute path')
             args = [_arg(value, i) for i, value in enumerate(_typed(spec, "args", list, []))]
             cwd = _typed(spec, "cwd", str, "")
-            lines.append(f"command = {_toml_string(command)}")
+            lines.append(_line("command", command))
             if args:
-                lines.append(_toml_array("args", args))
+                lines.append(_line("args", args))
             if cwd:
-                lines.append(f"cwd = {_toml_string(cwd)}")
+                lines.append(_line("cwd", cwd))
             fields = [("command", command)] + [(f"args[{i}]", a) for i, a in enumerate(args)] + [("cwd", cwd)]
             for field, value in fields:
                 refs = [m.group(0) for m in _REFERENCE.finditer(value)]
@@ -240,9 +242,9 @@ class _Importer:
             if not _URL.match(url):
                 raise _Skip("url: expected an http:// or https:// URL")
             headers = self._headers(name, _typed(spec, "headers", dict, {}), warnings, variables)
-            lines.append(f"url = {_toml_string(url)}")
+            lines.append(_line("url", url))
             if headers:
-                lines.append(_toml_table("headers", headers))
+                lines.append(_line("headers", headers))
             refs = [m.group(0) for m in _REFERENCE.finditer(url)]
             if refs:
                 warnings.append(f"server {name}: url uses {', '.join(refs)}, which tern does not expand "
@@ -392,34 +394,12 @@ def _arg(value: Any, index: int) -> str:
 
 # --- TOML --------------------------------------------------------------------------------
 
-_TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-_TOML_SPECIAL = re.compile(r'["\\\x00-\x1f\x7f]')
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_LINE = 100
+_LINE = 100  # an array longer than this goes one item a line
 
 
-def _toml_string(value: str) -> str:
-    """A TOML basic string; raises _Skip for text TOML cannot hold (a lone surrogate)."""
-    if _SURROGATE.search(value):
-        raise _Skip("a string contains an unpaired UTF-16 surrogate, which TOML cannot hold")
-    body = _TOML_SPECIAL.sub(lambda m: _TOML_ESCAPES.get(m.group(0)) or f"\\u{ord(m.group(0)):04X}", value)
-    return f'"{body}"'
-
-
-def _toml_key(key: str) -> str:
-    return key if _NAME.fullmatch(key) else _toml_string(key)
-
-
-def _toml_array(key: str, values: list[str]) -> str:
-    """One line when short, else one item a line."""
-    items = [_toml_string(v) for v in values]
-    line = f"{key} = [{', '.join(items)}]"
-    if len(line) <= _LINE:
-        return line
-    return "\n".join([f"{key} = ["] + [f"    {item}," for item in items] + ["]"])
-
-
-def _toml_table(key: str, values: dict[str, str]) -> str:
-    """An inline table (TOML 1.0 keeps those on one line)."""
-    return f"{key} = {{{', '.join(f'{_toml_key(k)} = {_toml_string(v)}' for k, v in values.items())}}}"
-
+def _line(key: str, value: Any) -> str:
+    """``key = value`` by the config's writer; text TOML cannot hold skips the server."""
+    try:
+        return toml_line(key, value, width=_LINE)
+    except ValueError as exc:
+        raise _Skip(str(exc)) from None

@@ -1,0 +1,55 @@
+"""config.toml: its schema, loading, checks, error sentences and TOML writing.
+
+A bad file gives one line naming the file, the key path and what was expected::
+
+    config.toml: mcp_servers[1].transport.type: expected "stdio", "http" or "sse", got "tcp"
+
+The modules, one job each: ``schema`` (the msgspec Structs), ``load`` (finding and
+decoding the file), ``checks`` (what a type cannot express), ``sentences`` (decoding
+errors as one line), ``dump`` (TOML out, secrets masked). The names below are the
+public surface; import them from here.
+"""
+
+from __future__ import annotations
+
+from runtime.config.checks import parse_listen
+from runtime.config.dump import SECRET_MASK, dump_toml, masked
+from runtime.config.load import (
+    BUNDLED_LABEL, LoadedConfig, bundled_config_text, find_config, load_config, parse_config, user_config_dir,
+    user_state_dir,
+)
+from runtime.config.schema import (
+    A2aConfig, AgentConfig, Config, ExternalAgent, HttpTransport, McpPreset, McpServerEntry, McpServerExposure,
+    ModelConfig, SecurityConfig, ServerConfig, Skill, SseTransport, StateConfig, StdioTransport, ToolsConfig,
+)
+
+__all__ = [
+    "Config",
+    "ServerConfig",
+    "McpServerEntry",
+    "StdioTransport",
+    "HttpTransport",
+    "SseTransport",
+    "McpServerExposure",
+    "McpPreset",
+    "A2aConfig",
+    "ExternalAgent",
+    "AgentConfig",
+    "ModelConfig",
+    "Skill",
+    "ToolsConfig",
+    "SecurityConfig",
+    "StateConfig",
+    "LoadedConfig",
+    "BUNDLED_LABEL",
+    "find_config",
+    "load_config",
+    "parse_config",
+    "bundled_config_text",
+    "user_config_dir",
+    "user_state_dir",
+    "parse_listen",
+    "masked",
+    "dump_toml",
+    "SECRET_MASK",
+]

@@ -1,0 +1,138 @@
+"""The checks a type cannot express: unique names, formats, cross references.
+
+Each problem is a sentence that starts with its key path (``agents[1].name: ...``);
+the loader prefixes the file and reports the first one.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from runtime.config.schema import Config, StdioTransport
+from runtime.config.sentences import shorten
+
+__all__ = ["find_problems", "parse_listen"]
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (IPv6 as ``[::1]:PORT``). Raises ValueError with a reason."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f'expected "HOST:PORT", got "{listen}"')
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f'expected a port from 0 to 65535 in "{listen}"')
+    return host, int(port_text)
+
+
+def find_problems(config: Config) -> list[str]:
+    """Every problem found, in file order (empty when the config is sound)."""
+    problems: list[str] = []
+    try:
+        parse_listen(config.server.listen)
+    except ValueError as exc:
+        problems.append(f"server.listen: {exc}")
+    if config.server.api_key and config.server.api_key_env:
+        problems.append("server: set api_key or api_key_env, not both")
+    if bool(config.server.tls_cert) != bool(config.server.tls_key):
+        problems.append("server: tls_cert and tls_key go together")
+    problems += _positive(config.server, "server", ("max_body_bytes", "max_header_bytes", "max_connections",
+                                                    "request_head_timeout_secs", "keep_alive_timeout_secs",
+                                                    "write_timeout_secs", "rate_limit_burst"))
+    if config.server.rate_limit_per_sec < 0:
+        problems.append(f"server.rate_limit_per_sec: expected 0 (off) or more, got {config.server.rate_limit_per_sec}")
+    problems += _duplicates([s.name for s in config.mcp_servers], "mcp_servers", "name")
+    for i, server in enumerate(config.mcp_servers):
+        where = f"mcp_servers[{i}]"
+        if not server.name.strip():
+            problems.append(f"{where}.name: must not be empty")
+        problems += _positive(server, where, ("timeout_secs",))
+        if server.max_restarts < 0:
+            problems.append(f"{where}.max_restarts: expected 0 or more, got {server.max_restarts}")
+        transport = server.transport
+        if isinstance(transport, StdioTransport):
+            if not transport.command.strip():
+                problems.append(f"{where}.transport.command: must not be empty")
+            elif ".." in re.split(r"[\\/]", transport.command):
+                problems.append(f'{where}.transport.command: a ".." path component is not allowed, '
+                                f'got "{transport.command}"')
+        else:
+            problems += _url_problem(transport.url, f"{where}.transport.url")
+    for i, agent in enumerate(config.a2a.external_agents):
+        problems += _url_problem(agent.url, f"a2a.external_agents[{i}].url")
+    problems += _duplicates([a.name for a in config.a2a.external_agents], "a2a.external_agents", "name")
+    if config.a2a.public_url:
+        problems += _url_problem(config.a2a.public_url, "a2a.public_url")
+    if not config.a2a.listen_path.startswith("/"):
+        problems.append(f'a2a.listen_path: expected a path starting with "/", got "{config.a2a.listen_path}"')
+    agent_names = [a.name for a in config.agents]
+    problems += _duplicates(agent_names, "agents", "name")
+    if config.a2a.default_agent and config.a2a.default_agent not in agent_names:
+        problems.append(f'a2a.default_agent: no agent named "{config.a2a.default_agent}"')
+    external = {a.name for a in config.a2a.external_agents}
+    for i, agent in enumerate(config.agents):
+        where = f"agents[{i}]"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", agent.name):
+            problems.append(f'{where}.name: expected letters, digits, "-", "_" or "." (at most 64), '
+                            f'got "{agent.name}"')
+        if agent.kind == "llm" and agent.model is None:
+            problems.append(f"{where}.model: an llm agent needs [agents.model]")
+        if agent.kind == "command" and not agent.command:
+            problems.append(f"{where}.command: a command agent needs command = [program, args...]")
+        if agent.kind == "tool" and not agent.tool:
+            problems.append(f"{where}.tool: a tool agent needs the name of its tool")
+        if agent.kind == "remote" and agent.remote not in external:
+            problems.append(f'{where}.remote: expected the name of an [[a2a.external_agents]] entry, '
+                            f'got "{agent.remote}"')
+        if agent.max_iterations < 1:
+            problems.append(f"{where}.max_iterations: expected 1 or more, got {agent.max_iterations}")
+    problems += _positive(config.tools, "tools", ("timeout_secs", "max_result_chars", "max_calls_per_run"))
+    problems += _mcp_server_problems(config)
+    return problems
+
+
+def _mcp_server_problems(config: Config) -> list[str]:
+    from runtime.mcp.names import agent_tool_name
+
+    exposure = config.mcp_server
+    problems = _positive(exposure, "mcp_server", ("page_size", "max_sessions", "session_idle_secs"))
+    agent_tools = [agent_tool_name(a.name) for a in config.agents]
+    names: list[str] = list(agent_tools) if exposure.expose_agents else []
+    for i, preset in enumerate(exposure.presets):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", preset.name):
+            problems.append(f'mcp_server.presets[{i}].name: expected 1-128 of A-Z a-z 0-9 _ . -, '
+                            f'got "{preset.name}"')
+        names.append(preset.name)
+        if preset.tool.startswith("tern_agent_") and preset.tool not in agent_tools:
+            problems.append(f'mcp_server.presets[{i}].tool: no agent is exposed as "{preset.tool}" '
+                            f'(agents: {", ".join(sorted(agent_tools)) or "none"})')
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            problems.append(f'mcp_server: two exposed tools would be named "{name}" (agent names that differ '
+                            f'only in "-" and "_", or a preset of that name)')
+        seen.add(name)
+    return problems
+
+
+def _positive(section: msgspec.Struct, where: str, names: tuple[str, ...]) -> list[str]:
+    return [f"{where}.{name}: expected a number above 0, got {getattr(section, name)}"
+            for name in names if getattr(section, name) <= 0]
+
+
+def _duplicates(names: list[str], where: str, key: str) -> list[str]:
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in seen:
+            return [f'{where}[{i}].{key}: "{name}" is already used by {where}[{seen[name]}]']
+        seen[name] = i
+    return []
+
+
+def _url_problem(url: str, where: str) -> list[str]:
+    if not re.match(r"(?i)^https?://[^/\s]+", url):
+        return [f'{where}: expected an http:// or https:// URL, got "{shorten(url)}"']
+    return []

@@ -1,0 +1,163 @@
+"""Finding, reading and decoding config.toml into a checked Config.
+
+Search order (first hit wins): ``--config PATH``, ``$TERN_CONFIG``, ``./config.toml``,
+the user config directory (``~/.config/tern/config.toml`` and platform equivalents),
+then the default bundled with tern. Relative paths inside a file resolve against the
+file's directory; inside the bundled default, against the state directory.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple, Union
+
+import msgspec
+
+from runtime.config.checks import find_problems
+from runtime.config.schema import Config, StateConfig, StdioTransport
+from runtime.config.sentences import explain, toml_syntax
+from runtime.errors import ConfigError
+
+__all__ = [
+    "BUNDLED_LABEL",
+    "LoadedConfig",
+    "bundled_config_text",
+    "find_config",
+    "load_config",
+    "parse_config",
+    "user_config_dir",
+    "user_state_dir",
+]
+
+
+class LoadedConfig(NamedTuple):
+    """A validated config and where it came from (``label`` is what messages show)."""
+
+    config: Config
+    label: str
+    path: Union[Path, None]
+
+
+def user_config_dir() -> Path:
+    """The per-user config directory, following each platform's convention."""
+    if sys.platform == "win32":
+        return Path(os.environ.get("APPDATA") or Path.home() / "AppData" / "Roaming") / "tern"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "tern"
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "tern"
+
+
+def user_state_dir() -> Path:
+    """The per-user state directory: the default for ``[state] dir``."""
+    if sys.platform == "win32":
+        return Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local") / "tern" / "State"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "tern" / "state"
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "tern"
+
+
+BUNDLED_LABEL = "<bundled config.toml>"
+
+
+def bundled_config_text() -> str:
+    """The default config shipped with tern (in the pyz or the wheel, else the checkout)."""
+    from importlib.resources import files
+
+    try:
+        return (files("runtime") / "default_config.toml").read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError):
+        checkout = Path(__file__).resolve().parents[2] / "config.toml"
+        return checkout.read_text(encoding="utf-8")
+
+
+def find_config(explicit: Union[str, None] = None) -> Union[Path, None]:
+    """The config file to use, or None for the bundled default.
+
+    An explicitly named file (flag or ``$TERN_CONFIG``) must exist; the implicit
+    locations are only tried.
+    """
+    named = explicit or os.environ.get("TERN_CONFIG")
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_file():
+            source = "--config" if explicit else "TERN_CONFIG"
+            raise ConfigError(f"{named}: no such config file (from {source})")
+        return path
+    for candidate in (Path("config.toml"), user_config_dir() / "config.toml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(explicit: Union[str, None] = None) -> LoadedConfig:
+    """Find, read, decode and validate the config. Raises ConfigError (one line)."""
+    path = find_config(explicit)
+    if path is None:
+        return LoadedConfig(parse_config(bundled_config_text(), BUNDLED_LABEL, None), BUNDLED_LABEL, None)
+    label = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    return LoadedConfig(parse_config(text, label, path.resolve().parent), label, path)
+
+
+def _toml_loads(text: str) -> dict[str, Any]:
+    """tomllib from 3.11; tomli (its origin, a dependency there) on 3.10."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 in CI
+        import tomli as tomllib
+    return tomllib.loads(text)
+
+
+def parse_config(text: str, label: str, base_dir: Union[Path, None]) -> Config:
+    """Decode TOML text into a validated Config with relative paths resolved.
+
+    ``base_dir`` is the directory relative paths resolve against; None means the
+    state directory (used for the bundled default).
+    """
+    try:
+        raw = _toml_loads(text)
+    except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
+        raise ConfigError(f"{label}: {toml_syntax(str(exc))}") from None
+    try:
+        config = msgspec.convert(raw, Config, strict=True)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{label}: {explain(str(exc), raw)}") from None
+    for problem in find_problems(config):
+        raise ConfigError(f"{label}: {problem}")
+    return _resolve_paths(config, base_dir)
+
+
+def _resolve_paths(config: Config, base_dir: Union[Path, None]) -> Config:
+    """Make every path in the config absolute, against the file's directory."""
+    state_dir = Path(config.state.dir).expanduser() if config.state.dir else user_state_dir()
+    if not state_dir.is_absolute():
+        state_dir = (base_dir or Path.cwd()) / state_dir
+    base = base_dir or state_dir
+
+    def absolute(value: str) -> str:
+        if not value:
+            return value
+        path = Path(value).expanduser()
+        return str(path if path.is_absolute() else base / path)
+
+    agents = [
+        msgspec.structs.replace(
+            agent, workspace=absolute(agent.workspace) or str(state_dir / "workspaces" / agent.name))
+        for agent in config.agents
+    ]
+    servers = [
+        msgspec.structs.replace(s, transport=msgspec.structs.replace(s.transport, cwd=absolute(s.transport.cwd)))
+        if isinstance(s.transport, StdioTransport) and s.transport.cwd else s
+        for s in config.mcp_servers
+    ]
+    server = msgspec.structs.replace(config.server, tls_cert=absolute(config.server.tls_cert),
+                                     tls_key=absolute(config.server.tls_key))
+    return msgspec.structs.replace(config, agents=agents, mcp_servers=servers, server=server,
+                                   state=StateConfig(dir=str(state_dir)))

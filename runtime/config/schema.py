@@ -1,0 +1,237 @@
+"""The shape of config.toml: msgspec Structs, decoded in one step at the edge.
+
+Why Structs: unknown keys are rejected and types are exact when the file is read, and
+everything past the loader works with typed, immutable values. Checks a type cannot
+express live in ``checks``; turning a decoding error into a sentence, in ``sentences``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+
+MiB = 1024 * 1024
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """Base of every config table: unknown keys are errors, values are immutable."""
+
+
+# --- [server] -----------------------------------------------------------------------
+
+
+class ServerConfig(_Section):
+    """The daemon's HTTP server (A2A, POST /mcp, the API)."""
+
+    listen: str = "127.0.0.1:50051"
+    api_key: str = ""
+    api_key_env: str = ""
+    allow_unauthenticated_remote: bool = False
+    rate_limit_per_sec: float = 50.0  # per client address; 0 turns rate limiting off
+    rate_limit_burst: int = 100
+    max_body_bytes: int = 10 * MiB
+    max_header_bytes: int = 16 * 1024
+    max_connections: int = 1000
+    request_head_timeout_secs: float = 10.0
+    keep_alive_timeout_secs: float = 5.0
+    write_timeout_secs: float = 30.0
+    shutdown_grace_secs: float = 10.0
+    tls_cert: str = ""
+    tls_key: str = ""
+    cors_origins: list[str] = []
+    allowed_hosts: list[str] = []
+
+
+# --- [[mcp_servers]] ------------------------------------------------------------------
+
+
+class StdioTransport(_Section, tag="stdio", tag_field="type"):
+    """A local MCP server started as a subprocess; newline-delimited JSON on stdio."""
+
+    command: str
+    args: list[str] = []
+    cwd: str = ""
+
+
+class HttpTransport(_Section, tag="http", tag_field="type"):
+    """A Streamable HTTP MCP server. Header values may name variables: ``${TOKEN}``."""
+
+    url: str
+    headers: dict[str, str] = {}
+
+
+class SseTransport(_Section, tag="sse", tag_field="type"):
+    """A legacy (2024-11-05) HTTP+SSE MCP server."""
+
+    url: str
+    headers: dict[str, str] = {}
+
+
+McpTransport = Union[StdioTransport, HttpTransport, SseTransport]
+
+McpProtocol = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
+
+
+class McpServerEntry(_Section):
+    """One external MCP server whose tools become ``mcp_{name}_{tool}``."""
+
+    name: str
+    transport: McpTransport
+    timeout_secs: float = 30.0
+    env: list[str] = []
+    enabled: bool = True
+    restart: Literal["on-failure", "never"] = "on-failure"
+    max_restarts: int = 5
+    tools_include: list[str] = []
+    tools_exclude: list[str] = []
+    protocol: McpProtocol = "auto"
+
+
+# --- [mcp_server] ------------------------------------------------------------------------
+
+
+class McpPreset(_Section):
+    """A fixed call published as a tool of its own, with no arguments: ``tool`` (an
+    exposed name such as ``tern_agent_echo``, or a kernel tool) with ``arguments``."""
+
+    name: str
+    tool: str
+    arguments: dict[str, Any] = {}
+    description: str = ""
+
+
+class McpServerExposure(_Section):
+    """What tern itself exposes as an MCP server (``tern mcp``, ``POST /mcp``).
+
+    Agents are exposed as ``tern_agent_{name}``; kernel tools only when allowlisted
+    here by glob. Nothing dangerous is exposed by default.
+    """
+
+    enabled: bool = True
+    expose_agents: bool = True
+    tools: list[str] = []
+    presets: list[McpPreset] = []
+    instructions: str = ""
+    page_size: int = 100
+    max_sessions: int = 256  # POST /mcp, handshake era: the least recently used idle one goes first
+    session_idle_secs: float = 1800.0
+
+
+# --- [a2a] -------------------------------------------------------------------------------
+
+
+class ExternalAgent(_Section):
+    """An A2A agent elsewhere, discovered at boot from its card."""
+
+    name: str
+    url: str
+    enabled: bool = True
+    headers: dict[str, str] = {}
+
+
+class A2aConfig(_Section):
+    enabled: bool = False
+    listen_path: str = "/a2a"
+    public_url: str = ""
+    default_agent: str = ""
+    max_tasks: int = 1000
+    persist_tasks: bool = False
+    discovery_timeout_secs: float = 30.0
+    external_agents: list[ExternalAgent] = []
+    # The card at /.well-known/agent-card.json carries the 0.3 fields (url, protocolVersion,
+    # ...) next to the 1.0 ones, as the SDKs serve it; false serves a strict 1.0 card.
+    card_03_fields: bool = True
+
+
+# --- [[agents]] --------------------------------------------------------------------------
+
+
+class ModelConfig(_Section):
+    """An OpenAI-compatible chat completions endpoint (Ollama, llama-server, vLLM...)."""
+
+    base_url: str = "http://127.0.0.1:11434/v1"
+    model: str = ""
+    api_key_env: str = ""
+    temperature: Union[float, None] = None
+    max_tokens: Union[int, None] = None
+    timeout_secs: float = 120.0
+
+
+class Skill(_Section):
+    """An A2A skill descriptor shown on the agent's card."""
+
+    id: str
+    name: str
+    description: str = ""
+    tags: list[str] = []
+    examples: list[str] = []
+
+
+AgentKind = Literal["llm", "echo", "command", "tool", "remote"]
+
+
+class AgentConfig(_Section):
+    name: str
+    kind: AgentKind
+    description: str = ""
+    tools: list[str] = []
+    system_prompt: str = ""
+    max_iterations: int = 10
+    workspace: str = ""
+    model: Union[ModelConfig, None] = None
+    skills: list[Skill] = []
+    # kind = "command": argv run with the message on stdin.
+    command: list[str] = []
+    timeout_secs: float = 60.0
+    max_output_bytes: int = 1 * MiB
+    # kind = "command" under A2A: stdout is JSON Lines of task events (docs/a2a-events.md)
+    # and the TERN_A2A_* variables say which message and task it is working on.
+    a2a_events: bool = False
+    # kind = "tool": the one tool called with the message.
+    tool: str = ""
+    # kind = "remote": the external A2A agent (name from [[a2a.external_agents]]).
+    remote: str = ""
+    # Taint policy: may this agent pass untrusted content to sensitive tools?
+    allow_tainted_sinks: bool = False
+
+
+# --- [tools], [security], [state] --------------------------------------------------------
+
+
+class ToolsConfig(_Section):
+    timeout_secs: float = 60.0
+    timeouts: dict[str, float] = {}
+    max_result_chars: int = 50_000
+    max_calls_per_run: int = 50
+    shell_exec_enabled: bool = False
+    shell_allowlist: list[str] = []
+    web_fetch_max_bytes: int = 2 * MiB
+    web_fetch_timeout_secs: float = 30.0
+
+
+class SecurityConfig(_Section):
+    """Network and secret policy. Metadata and link-local addresses are always blocked."""
+
+    block_private_networks: bool = False
+    block_loopback: bool = False
+    web_fetch_allow_private: bool = False
+    redact_env: list[str] = []
+    redact: list[str] = []
+
+
+class StateConfig(_Section):
+    """Where tern keeps conversations, tasks, audit logs and workspaces."""
+
+    dir: str = ""
+
+
+class Config(_Section):
+    server: ServerConfig = ServerConfig()
+    mcp_servers: list[McpServerEntry] = []
+    mcp_server: McpServerExposure = McpServerExposure()
+    a2a: A2aConfig = A2aConfig()
+    agents: list[AgentConfig] = []
+    tools: ToolsConfig = ToolsConfig()
+    security: SecurityConfig = SecurityConfig()
+    state: StateConfig = StateConfig()
