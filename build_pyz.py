@@ -707,7 +707,8 @@ def build(args: argparse.Namespace) -> Path:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(ROOT / "dist" / "tern.pyz"), help="where to write the pyz (default: dist/tern.pyz)")
+    parser.add_argument("--out", default=str(ROOT / "dist" / "tern.pyz"),
+                        help="where to write the pyz (default: dist/tern.pyz)")
     parser.add_argument("--wheels", default=str(ROOT / "build" / "wheels"), help="wheel cache (default: build/wheels)")
     parser.add_argument("--lock", default=str(ROOT / ".ci" / "requirements.lock"), help="lock file")
     parser.add_argument("--config", default=str(ROOT / "config.toml"), help="bundled default config")

@@ -56,7 +56,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -242,10 +241,10 @@ def clean_env() -> dict:
 class Server:
     """One server process; ``rpc_path`` is its A2A JSON-RPC endpoint."""
 
-    def __init__(self, label: str, argv: list, env: dict, port: Optional[int], rpc_path: str,
+    def __init__(self, label: str, argv: list, env: dict, port: int | None, rpc_path: str,
                  ready_path: str, scratch: Path, timeout: float = 60) -> None:
         self.label, self.rpc_path = label, rpc_path
-        self.state_dir: Optional[Path] = None
+        self.state_dir: Path | None = None
         self.log = scratch / f"{label}-{time.monotonic_ns()}.log"
         self._log_file = self.log.open("wb")
         self.proc = subprocess.Popen(argv, env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL,
@@ -297,7 +296,7 @@ class Server:
         self._log_file.close()
 
 
-def start_tern(scratch: Path, max_tasks: int = 1000, state_base: Optional[Path] = None) -> Server:
+def start_tern(scratch: Path, max_tasks: int = 1000, state_base: Path | None = None) -> Server:
     port = free_port()
     run_dir = Path(tempfile.mkdtemp(prefix="tern-", dir=state_base or scratch))
     config = run_dir / "tern.toml"
@@ -418,16 +417,16 @@ def store_bound(server: Server, tasks: int) -> dict:
 
 # --- Report -----------------------------------------------------------------------------------
 
-def med(results: list, key: str) -> Optional[float]:
+def med(results: list, key: str) -> float | None:
     values = [r[key] for r in results if r]
     return statistics.median(values) if values else None
 
 
-def fmt(value: Optional[float], spec: str) -> str:
+def fmt(value: float | None, spec: str) -> str:
     return format(value, spec) if value is not None else "n/a"
 
 
-def ratio(a: Optional[float], b: Optional[float]) -> str:
+def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a is not None and b else "n/a"
 
 
@@ -504,7 +503,7 @@ def main() -> None:
     ts = store["tern"]
     ss = store.get("a2a-sdk")
 
-    def growth(st: Optional[dict]) -> Optional[float]:
+    def growth(st: dict | None) -> float | None:
         if not st:
             return None
         rss = st["rss"]

@@ -12,7 +12,7 @@ import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["Variant", "Result", "run_commands", "print_table", "status_kib"]
 
@@ -23,9 +23,9 @@ class Variant:
 
     label: str
     argv: Sequence[str]
-    env: Optional[dict] = None
-    cwd: Optional[str] = None
-    before_each: Optional[Callable[[], None]] = None
+    env: dict | None = None
+    cwd: str | None = None
+    before_each: Callable[[], None] | None = None
 
 
 @dataclass

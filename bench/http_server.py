@@ -37,7 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from collections.abc import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -126,8 +126,8 @@ def free_port() -> int:
 class Variant:
     label: str
     command: Callable[[int], list]   # port -> argv
-    env: Optional[dict] = None
-    cwd: Optional[str] = None
+    env: dict | None = None
+    cwd: str | None = None
 
 
 @dataclass
@@ -209,7 +209,7 @@ def clean_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("TERN_API_KEY", "TERN_CONFIG")}
 
 
-def tern_variant(label: str, scratch: Path, config: Optional[Path] = None) -> Variant:
+def tern_variant(label: str, scratch: Path, config: Path | None = None) -> Variant:
     """``runtime serve`` from the repo's venv; without ``config``, a temp one with [server] listen and
     a rate limit no client of this bench can reach: the default (50/s per address, burst 100)
     would answer nearly every wrk request 429. The limiter still runs its check per request."""
@@ -254,7 +254,7 @@ def idle_rss(variant: Variant, scratch: Path, settle: float = 3.0) -> float:
         server.stop()
 
 
-def fmt_ratio(value: Optional[float], base: Optional[float]) -> str:
+def fmt_ratio(value: float | None, base: float | None) -> str:
     return f"{value / base:.2f}x" if value and base else "n/a"
 
 
@@ -321,7 +321,7 @@ def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    def value(label: str, route: str, conns: int, name: str) -> Optional[float]:
+    def value(label: str, route: str, conns: int, name: str) -> float | None:
         cell = cells.get((label, route, conns))
         return cell.median(name) if cell and getattr(cell, name) else None
 

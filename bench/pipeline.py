@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from runtime.config import AgentConfig, Config, StateConfig  # noqa: E402
 from runtime.kernel.audit import AuditLog  # noqa: E402
 from runtime.kernel.pipeline import ToolPipeline  # noqa: E402
-from runtime.ports import Tool, ToolResult
+from runtime.ports import Tool, ToolResult  # noqa: E402
 from runtime.kernel.registry import ToolRegistry  # noqa: E402
 
 NOOP = Tool("noop", "does nothing", {"type": "object", "properties": {"n": {"type": "integer"}}})
@@ -62,7 +62,9 @@ def main() -> None:
     print("| path | us per call | target |")
     print("|---|---:|---|")
     print(f"| registry.call (no guards) | {us(direct):.1f} | |")
-    print(f"| pipeline.call (every guard + audit) | {us(piped):.1f} | <= 50 us: {'ok' if us(piped) <= 50 else 'MISS'} |")
+    print(
+        f"| pipeline.call (every guard + audit) | {us(piped):.1f} | <= 50 us: {'ok' if us(piped) <= 50 else 'MISS'} |"
+    )
     print(f"| pipeline overhead | {us(piped) - us(direct):.1f} | |")
 
 

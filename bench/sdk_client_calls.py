@@ -1,6 +1,8 @@
 """Run inside the mcp SDK venv: the official client calling `add` N times over stdio
 against the official MCPServer. Prints seconds per call (median of rounds)."""
-import statistics, sys, time
+import statistics
+import sys
+import time
 import anyio
 from mcp import Client, StdioServerParameters
 

@@ -47,25 +47,40 @@ def main() -> None:
         shutil.rmtree(cold_cache, ignore_errors=True)
 
     variants = [
-        Variant("venv: python -m runtime version", [args.venv_python, "-m", "runtime", "version"],
-                env=base_env, cwd=str(ROOT)),
-        Variant("pyz warm: empty venv, python -I tern.pyz version", [pyz_python, "-I", str(pyz), "version"],
-                env={**base_env, "TERN_CACHE_DIR": str(warm_cache)}, cwd=str(scratch)),
-        Variant("pyz cold (empty cache): empty venv, python -I tern.pyz version", [pyz_python, "-I", str(pyz), "version"],
-                env={**base_env, "TERN_CACHE_DIR": str(cold_cache)}, cwd=str(scratch),
-                before_each=empty_cold_cache),
+        Variant(
+            "venv: python -m runtime version",
+            [args.venv_python, "-m", "runtime", "version"],
+            env=base_env,
+            cwd=str(ROOT),
+        ),
+        Variant(
+            "pyz warm: empty venv, python -I tern.pyz version",
+            [pyz_python, "-I", str(pyz), "version"],
+            env={**base_env, "TERN_CACHE_DIR": str(warm_cache)},
+            cwd=str(scratch),
+        ),
+        Variant(
+            "pyz cold (empty cache): empty venv, python -I tern.pyz version",
+            [pyz_python, "-I", str(pyz), "version"],
+            env={**base_env, "TERN_CACHE_DIR": str(cold_cache)},
+            cwd=str(scratch),
+            before_each=empty_cold_cache,
+        ),
         Variant("baseline: empty venv python -I -c pass", [pyz_python, "-I", "-c", "pass"], env=base_env),
     ]
     try:
         results = run_commands(variants, runs=args.runs)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"python: {args.python} ({sys.version.split()[0]}), pyz: {pyz.stat().st_size / 1e6:.2f} MB, "
-          f"runs: {args.runs}")
+    print(
+        f"python: {args.python} ({sys.version.split()[0]}), pyz: {pyz.stat().st_size / 1e6:.2f} MB, runs: {args.runs}"
+    )
     print_table("tern version: start-up", results)
     venv, warm, cold = results[0].median_ms, results[1].median_ms, results[2].median_ms
-    print(f"\nwarm pyz / venv = {warm / venv:.2f}x (target <= 1.3x); "
-          f"first-run extraction = {cold - warm:.1f} ms (target <= 50 ms)")
+    print(
+        f"\nwarm pyz / venv = {warm / venv:.2f}x (target <= 1.3x); "
+        f"first-run extraction = {cold - warm:.1f} ms (target <= 50 ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any, Union
+from typing import Any
 
 from runtime.redact import Redactor
 
@@ -83,8 +83,8 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     root.propagate = False
 
 
-def log_wire(direction: str, method: Union[str, None], msg_id: Any, size_bytes: int,
-             started: Union[float, None] = None, peer: str = "") -> None:
+def log_wire(direction: str, method: str | None, msg_id: Any, size_bytes: int,
+             started: float | None = None, peer: str = "") -> None:
     """One debug line per protocol message: ``direction`` is "in" or "out"; ``started``
     is a ``time.perf_counter()`` value for messages that answer a request."""
     if not _wire.isEnabledFor(logging.DEBUG):

@@ -16,7 +16,8 @@ live here too, so neither side imports the other for them.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, ContextManager, Iterable, Literal, Protocol, Union
+from typing import Any, ContextManager, Literal, Protocol
+from collections.abc import Awaitable, Callable, Iterable
 
 import msgspec
 
@@ -87,13 +88,13 @@ class ToolPort(Protocol):
 
     def tools(self) -> list[Tool]: ...
 
-    def get(self, name: str) -> Union[Tool, None]: ...
+    def get(self, name: str) -> Tool | None: ...
 
-    def run(self, agent: Any = None, *, progress: Union[TextSink, None] = None,
-            log: Union[Callable[[str, str], None], None] = None) -> Run: ...
+    def run(self, agent: Any = None, *, progress: TextSink | None = None,
+            log: Callable[[str, str], None] | None = None) -> Run: ...
 
     async def call(self, name: str, arguments: Any = None, *, run: Any = None,
-                   timeout_secs: Union[float, None] = None, caller: str = "") -> ToolResult: ...
+                   timeout_secs: float | None = None, caller: str = "") -> ToolResult: ...
 
 
 class AgentPort(Protocol):
@@ -101,9 +102,9 @@ class AgentPort(Protocol):
 
     def get(self, name: str) -> Any: ...
 
-    async def send(self, name: str, message: str, *, context_id: Union[str, None] = None,
-                   on_text: Union[TextSink, None] = None, on_log: Union[Callable[[str, str], None], None] = None,
-                   env: Union[dict[str, str], None] = None) -> AgentReply: ...
+    async def send(self, name: str, message: str, *, context_id: str | None = None,
+                   on_text: TextSink | None = None, on_log: Callable[[str, str], None] | None = None,
+                   env: dict[str, str] | None = None) -> AgentReply: ...
 
 
 class Subscription(Protocol):
@@ -115,9 +116,9 @@ class Subscription(Protocol):
 class EventPort(Protocol):
     """The kernel's event bus: bounded subscriptions that never slow a publisher."""
 
-    def subscribe(self, size: int = ..., *, kinds: Union[Iterable[str], None] = None) -> ContextManager[Any]: ...
+    def subscribe(self, size: int = ..., *, kinds: Iterable[str] | None = None) -> ContextManager[Any]: ...
 
-    def publish(self, kind: str, data: Union[dict[str, Any], None] = None) -> None: ...
+    def publish(self, kind: str, data: dict[str, Any] | None = None) -> None: ...
 
 
 class ToolSource(Protocol):
@@ -127,7 +128,7 @@ class ToolSource(Protocol):
 
     def tools(self) -> list[Tool]: ...
 
-    def get(self, name: str) -> Union[Tool, None]: ...
+    def get(self, name: str) -> Tool | None: ...
 
     def owns(self, name: str) -> bool:
         """The name is this source's, whether or not the tool is there right now (a
@@ -135,5 +136,5 @@ class ToolSource(Protocol):
         ...
 
     async def call(self, name: str, arguments: dict[str, Any], *,
-                   timeout_secs: Union[float, None] = None) -> ToolResult: ...
+                   timeout_secs: float | None = None) -> ToolResult: ...
 

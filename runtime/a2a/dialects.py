@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from runtime.a2a.model import Artifact, ArtifactEvent, Message, StatusEvent, Task, now_iso
 from runtime.errors import ProtocolError
@@ -178,7 +178,7 @@ def parse_task(obj: Any) -> Task:
     return task
 
 
-def parse_event(obj: Any) -> Union[Task, Message, StatusEvent, ArtifactEvent, None]:
+def parse_event(obj: Any) -> Task | Message | StatusEvent | ArtifactEvent | None:
     """One result or stream event from a peer in any dialect; None if unrecognised."""
     if not isinstance(obj, dict):
         return None
@@ -209,7 +209,7 @@ def parse_event(obj: Any) -> Union[Task, Message, StatusEvent, ArtifactEvent, No
         return ArtifactEvent(task_id=str(obj.get("taskId") or obj.get("id") or ""),
                              context_id=str(obj.get("contextId") or ""), artifact=task.artifacts[0],
                              append=bool(flags.get("append")), last_chunk=bool(flags.get("lastChunk", True)),
-                             index=obj["artifact"].get("index", 0) if isinstance(obj["artifact"].get("index"), int) else 0)
+                             index=index if isinstance(index := obj["artifact"].get("index"), int) else 0)
     if kind == "task" or "id" in obj:
         return parse_task(obj)
     return None
@@ -247,8 +247,11 @@ def render_message(message: Message, dialect: Dialect) -> dict[str, Any]:
     if dialect == "0.1":
         out: dict[str, Any] = {"role": message.role, "parts": parts}
     else:
-        out = {"messageId": message.message_id,
-               "role": _ROLE_10[message.role] if dialect == "1.0" else message.role, "parts": parts}
+        out = {
+            "messageId": message.message_id,
+            "role": _ROLE_10[message.role] if dialect == "1.0" else message.role,
+            "parts": parts,
+        }
         if dialect == "0.3":
             out = {"kind": "message", **out}
         if message.context_id:
@@ -277,15 +280,16 @@ def render_artifact(artifact: Artifact, dialect: Dialect, index: int = 0) -> dic
     return out
 
 
-def _status(state: str, message: Union[Message, None], timestamp: float, dialect: Dialect) -> dict[str, Any]:
+def _status(state: str, message: Message | None, timestamp: float, dialect: Dialect) -> dict[str, Any]:
     status: dict[str, Any] = {"state": render_state(state, dialect), "timestamp": now_iso(timestamp)}
     if message is not None:
         status["message"] = render_message(message, dialect)
     return status
 
 
-def render_task(task: Task, dialect: Dialect, *, history_length: Union[int, None] = None,
-                include_artifacts: bool = True) -> dict[str, Any]:
+def render_task(
+    task: Task, dialect: Dialect, *, history_length: int | None = None, include_artifacts: bool = True
+) -> dict[str, Any]:
     """A task; ``history_length`` None = all, 0 = none, n = the last n messages."""
     history = task.history if history_length is None else (task.history[-history_length:] if history_length > 0 else [])
     out: dict[str, Any] = {"id": task.id}
@@ -305,21 +309,31 @@ def render_task(task: Task, dialect: Dialect, *, history_length: Union[int, None
     return out
 
 
-def render_event(event: Union[StatusEvent, ArtifactEvent], dialect: Dialect) -> dict[str, Any]:
+def render_event(event: StatusEvent | ArtifactEvent, dialect: Dialect) -> dict[str, Any]:
     """A stream event. 1.0 has no ``final`` (the stream's end says it)."""
     if isinstance(event, StatusEvent):
         status = _status(event.state, event.message, event.timestamp, dialect)
         if dialect == "0.1":
             return {"id": event.task_id, "status": status, "final": event.final}
         if dialect == "0.3":
-            return {"kind": "status-update", "taskId": event.task_id, "contextId": event.context_id,
-                    "status": status, "final": event.final}
+            return {
+                "kind": "status-update",
+                "taskId": event.task_id,
+                "contextId": event.context_id,
+                "status": status,
+                "final": event.final,
+            }
         return {"statusUpdate": {"taskId": event.task_id, "contextId": event.context_id, "status": status}}
     artifact = render_artifact(event.artifact, dialect, event.index)
     if dialect == "0.1":
         return {"id": event.task_id, "artifact": {**artifact, "append": event.append, "lastChunk": event.last_chunk}}
-    body = {"taskId": event.task_id, "contextId": event.context_id, "artifact": artifact, "append": event.append,
-            "lastChunk": event.last_chunk}
+    body = {
+        "taskId": event.task_id,
+        "contextId": event.context_id,
+        "artifact": artifact,
+        "append": event.append,
+        "lastChunk": event.last_chunk,
+    }
     if dialect == "0.3":
         return {"kind": "artifact-update", **body}
     return {"artifactUpdate": body}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 
@@ -28,7 +28,7 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-def now_iso(when: Union[float, None] = None) -> str:
+def now_iso(when: float | None = None) -> str:
     """ISO-8601 UTC with milliseconds and ``Z``, as the spec prefers."""
     seconds = time.time() if when is None else when
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int(seconds * 1000) % 1000:03d}Z"
@@ -38,18 +38,18 @@ class Message(msgspec.Struct, kw_only=True):
     role: Literal["user", "agent"]
     parts: list[dict[str, Any]]
     message_id: str = msgspec.field(default_factory=new_id)
-    context_id: Union[str, None] = None
-    task_id: Union[str, None] = None
+    context_id: str | None = None
+    task_id: str | None = None
     reference_task_ids: list[str] = []
-    metadata: Union[dict[str, Any], None] = None
+    metadata: dict[str, Any] | None = None
 
 
 class Artifact(msgspec.Struct, kw_only=True):
     parts: list[dict[str, Any]]
     artifact_id: str = msgspec.field(default_factory=new_id)
-    name: Union[str, None] = None
-    description: Union[str, None] = None
-    metadata: Union[dict[str, Any], None] = None
+    name: str | None = None
+    description: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class Task(msgspec.Struct, kw_only=True):
@@ -59,14 +59,14 @@ class Task(msgspec.Struct, kw_only=True):
     context_id: str
     agent: str
     state: str = "submitted"
-    status_message: Union[Message, None] = None
+    status_message: Message | None = None
     timestamp: float = msgspec.field(default_factory=time.time)
     history: list[Message] = []
     artifacts: list[Artifact] = []
-    metadata: Union[dict[str, Any], None] = None
+    metadata: dict[str, Any] | None = None
     created: float = msgspec.field(default_factory=time.time)
     dialect: str = ""  # the dialect it was created in: tasks/get answers 0.1 tasks in 0.1
-    reply: Union[Message, None] = None  # the agent answered with a Message, not a task result
+    reply: Message | None = None  # the agent answered with a Message, not a task result
 
     @property
     def terminal(self) -> bool:
@@ -77,7 +77,7 @@ class StatusEvent(msgspec.Struct, kw_only=True):
     task_id: str
     context_id: str
     state: str
-    message: Union[Message, None] = None
+    message: Message | None = None
     timestamp: float = msgspec.field(default_factory=time.time)
     final: bool = False
 
@@ -91,7 +91,7 @@ class ArtifactEvent(msgspec.Struct, kw_only=True):
     index: int = 0  # the artifact's position in the task (0.1 names artifacts by it)
 
 
-Event = Union[StatusEvent, ArtifactEvent]
+Event = StatusEvent | ArtifactEvent
 
 
 def text_of(parts: list[dict[str, Any]]) -> str:

@@ -8,7 +8,7 @@ Dialects are named as in ``dialects.py`` ("0.1", "0.3", "1.0").
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, Union
+from typing import Any, Literal, NamedTuple
 
 __all__ = ["Operation", "Method", "METHODS", "method_for", "Traits", "TRAITS", "blocking_configuration", "is_blocking",
            "A2aErrorKind", "ERRORS", "ERROR_NAMES", "STATUS_NAMES", "http_status", "reason", "TASK_NOT_FOUND",
@@ -77,7 +77,7 @@ def method_for(dialect: str, op: Operation) -> str:
 class Traits(NamedTuple):
     """What a dialect does differently, beside the shapes ``dialects.py`` renders."""
 
-    version: Union[str, None]  # the A2A-Version its requests carry (and the server requires)
+    version: str | None  # the A2A-Version its requests carry (and the server requires)
     proto_json: bool  # params may use the proto field names (history_length) as well as the JSON names
     blocking_key: str  # the send configuration member that says whether a send blocks...
     blocking_inverted: bool  # ...or, when True, that it returns at once
@@ -136,7 +136,7 @@ class A2aErrorKind(NamedTuple):
     name: str
     code: int
     http: int
-    reason: Union[str, None]
+    reason: str | None
 
 
 ERRORS: dict[int, A2aErrorKind] = {kind.code: kind for kind in (
@@ -168,6 +168,6 @@ def http_status(code: int) -> int:
     return kind.http if kind else 500
 
 
-def reason(code: int) -> Union[str, None]:
+def reason(code: int) -> str | None:
     kind = ERRORS.get(code)
     return kind.reason if kind else None

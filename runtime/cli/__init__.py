@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn, Sequence, Union
+from typing import NoReturn
+from collections.abc import Sequence
 
 from runtime import __version__
 from runtime.cli import a2a, agents, audit, cache, config, daemon, mcp, serve, tools
@@ -60,11 +61,11 @@ def cmd_version(args: argparse.Namespace) -> int:
 # --- Entry point ------------------------------------------------------------------------
 
 
-def main(argv: Union[Sequence[str], None] = None) -> NoReturn:
+def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Run one tern command and exit with its status."""
     args = build_parser().parse_args(argv)
     debug = getattr(args, "debug", False)
-    handler: Union[Handler, None] = getattr(args, "handler", None)
+    handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         build_parser().print_help(sys.stderr)
         sys.exit(2)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable
 
 if TYPE_CHECKING:  # the type only: the kernel is imported when a command runs
     from runtime.kernel.kernel import Kernel
@@ -29,7 +30,7 @@ class Commands:
         sub.set_defaults(handler=handler)
         return sub
 
-    def group(self, parser: argparse.ArgumentParser, dest: str) -> "Commands":
+    def group(self, parser: argparse.ArgumentParser, dest: str) -> Commands:
         """The subcommands of ``parser`` (``tern mcp servers``, say)."""
         return Commands(parser.add_subparsers(dest=dest, metavar="SUBCOMMAND"), self.common)
 

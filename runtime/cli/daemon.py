@@ -49,7 +49,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             except httpx.HTTPError as exc:
                 raise TernError(f"the daemon (pid {record['pid']}) at {record['url']} does not answer: {exc}") from None
         if response.status_code != 200:
-            raise TernError(f"the daemon at {record['url']} answered HTTP {response.status_code}: {response.text[:200]}")
+            raise TernError(
+                f"the daemon at {record['url']} answered HTTP {response.status_code}: {response.text[:200]}"
+            )
         return response.json()
 
     status = trio.run(fetch)
@@ -75,8 +77,9 @@ def cmd_events(args: argparse.Namespace) -> int:
         from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
 
         try:
-            async with open_websocket_url(url, extra_headers=[(k.encode(), v.encode()) for k, v in headers.items()],
-                                          connect_timeout=5) as socket:
+            async with open_websocket_url(
+                url, extra_headers=[(k.encode(), v.encode()) for k, v in headers.items()], connect_timeout=5
+            ) as socket:
                 while True:
                     try:
                         message = await socket.get_message()

@@ -10,7 +10,7 @@ which lays out its tables by hand.
 from __future__ import annotations
 
 import re
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -118,7 +118,7 @@ def toml_value(value: Any) -> str:
     return toml_string(value) if isinstance(value, str) else repr(value)
 
 
-def toml_line(key: str, value: Any, width: Union[int, None] = None) -> str:
+def toml_line(key: str, value: Any, width: int | None = None) -> str:
     """``key = value``; with ``width``, an array whose line would be longer than that
     goes one item a line instead (easier to read and edit by hand)."""
     line = f"{toml_key(key)} = {toml_value(value)}"

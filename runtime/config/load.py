@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -37,7 +37,7 @@ class LoadedConfig(NamedTuple):
 
     config: Config
     label: str
-    path: Union[Path, None]
+    path: Path | None
 
 
 def user_config_dir() -> Path:
@@ -72,7 +72,7 @@ def bundled_config_text() -> str:
         return checkout.read_text(encoding="utf-8")
 
 
-def find_config(explicit: Union[str, None] = None) -> Union[Path, None]:
+def find_config(explicit: str | None = None) -> Path | None:
     """The config file to use, or None for the bundled default.
 
     An explicitly named file (flag or ``$TERN_CONFIG``) must exist; the implicit
@@ -91,7 +91,7 @@ def find_config(explicit: Union[str, None] = None) -> Union[Path, None]:
     return None
 
 
-def load_config(explicit: Union[str, None] = None) -> LoadedConfig:
+def load_config(explicit: str | None = None) -> LoadedConfig:
     """Find, read, decode and validate the config. Raises ConfigError (one line)."""
     path = find_config(explicit)
     if path is None:
@@ -115,7 +115,7 @@ def _toml_loads(text: str) -> dict[str, Any]:
     return tomllib.loads(text)
 
 
-def parse_config(text: str, label: str, base_dir: Union[Path, None]) -> Config:
+def parse_config(text: str, label: str, base_dir: Path | None) -> Config:
     """Decode TOML text into a validated Config with relative paths resolved.
 
     ``base_dir`` is the directory relative paths resolve against; None means the
@@ -134,7 +134,7 @@ def parse_config(text: str, label: str, base_dir: Union[Path, None]) -> Config:
     return _resolve_paths(config, base_dir)
 
 
-def _resolve_paths(config: Config, base_dir: Union[Path, None]) -> Config:
+def _resolve_paths(config: Config, base_dir: Path | None) -> Config:
     """Make every path in the config absolute, against the file's directory."""
     state_dir = Path(config.state.dir).expanduser() if config.state.dir else user_state_dir()
     if not state_dir.is_absolute():

@@ -7,7 +7,7 @@ express live in ``checks``; turning a decoding error into a sentence, in ``sente
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 
@@ -68,7 +68,7 @@ class SseTransport(_Section, tag="sse", tag_field="type"):
     headers: dict[str, str] = {}
 
 
-McpTransport = Union[StdioTransport, HttpTransport, SseTransport]
+McpTransport = StdioTransport | HttpTransport | SseTransport
 
 McpProtocol = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
 
@@ -153,8 +153,8 @@ class ModelConfig(_Section):
     base_url: str = "http://127.0.0.1:11434/v1"
     model: str = ""
     api_key_env: str = ""
-    temperature: Union[float, None] = None
-    max_tokens: Union[int, None] = None
+    temperature: float | None = None
+    max_tokens: int | None = None
     timeout_secs: float = 120.0
 
 
@@ -179,7 +179,7 @@ class AgentConfig(_Section):
     system_prompt: str = ""
     max_iterations: int = 10
     workspace: str = ""
-    model: Union[ModelConfig, None] = None
+    model: ModelConfig | None = None
     skills: list[Skill] = []
     # kind = "command": argv run with the message on stdin.
     command: list[str] = []

@@ -39,7 +39,7 @@ def explain(message: str, raw: dict[str, Any]) -> str:
     match = _MSGSPEC_ERROR.match(message)
     assert match is not None  # the pattern matches any string
     what, path_text = match.group("what"), match.group("path") or ""
-    parts: list[Union[str, int]] = []
+    parts: list[str | int] = []
     for key, index, quoted in _PATH_PART.findall(path_text):
         parts.append(int(index) if index else (key or quoted))
 
@@ -78,14 +78,14 @@ def explain(message: str, raw: dict[str, Any]) -> str:
     return f"{_dotted(parts)}: {what}"
 
 
-def _dotted(parts: list[Union[str, int]]) -> str:
+def _dotted(parts: list[str | int]) -> str:
     text = ""
     for part in parts:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text or "(top level)"
 
 
-def _value_at(parts: list[Union[str, int]], raw: Any) -> Any:
+def _value_at(parts: list[str | int], raw: Any) -> Any:
     node = raw
     for part in parts:
         try:
@@ -95,7 +95,7 @@ def _value_at(parts: list[Union[str, int]], raw: Any) -> Any:
     return node
 
 
-def _describe(value: Any, parts: list[Union[str, int]]) -> str:
+def _describe(value: Any, parts: list[str | int]) -> str:
     if any(isinstance(p, str) and _SECRET_KEY.search(p) for p in parts):
         return "a value (not shown: secret)"
     if isinstance(value, bool):
@@ -136,7 +136,7 @@ def _join_or(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
-def _type_at(parts: list[Union[str, int]], raw: Any) -> Any:
+def _type_at(parts: list[str | int], raw: Any) -> Any:
     """The declared type at a key path, picking tagged-union members by the raw tag."""
     import typing
 
@@ -156,15 +156,16 @@ def _type_at(parts: list[Union[str, int]], raw: Any) -> Any:
     return _concrete(current, node)
 
 
-def _has(node: Any, part: Union[str, int]) -> bool:
+def _has(node: Any, part: str | int) -> bool:
     return part in node if isinstance(node, dict) else isinstance(part, int) and part < len(node)
 
 
 def _concrete(tp: Any, node: Any) -> Any:
     """Resolve Optional[X] to X and a tagged union to the member the raw tag names."""
+    import types
     import typing
 
-    if typing.get_origin(tp) is Union:
+    if typing.get_origin(tp) in (Union, types.UnionType):  # Optional[X] and X | None alike
         members = [m for m in typing.get_args(tp) if m is not type(None)]
         structs = [m for m in members if isinstance(m, type) and issubclass(m, msgspec.Struct)]
         if len(structs) > 1 and isinstance(node, dict):
@@ -182,7 +183,7 @@ def _field_names(tp: Any) -> list[str]:
     return []
 
 
-def _choices_at(parts: list[Union[str, int]], raw: Any) -> list[str]:
+def _choices_at(parts: list[str | int], raw: Any) -> list[str]:
     """The allowed values at a path: a Literal's values, or a tagged union's tags."""
     import typing
 

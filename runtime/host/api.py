@@ -8,7 +8,7 @@ router when they are enabled.
 from __future__ import annotations
 
 import time
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -24,7 +24,7 @@ _HEALTH = Response(200, b'{"status":"ok"}')
 
 class _MessageIn(msgspec.Struct, forbid_unknown_fields=True):
     message: str
-    context_id: Union[str, None] = None
+    context_id: str | None = None
 
 
 def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> Router:

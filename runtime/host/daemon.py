@@ -16,7 +16,7 @@ import ssl
 import sys
 import time
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import trio
 
@@ -53,7 +53,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def read_discovery(config: Config) -> tuple[Union[dict[str, Any], None], str]:
+def read_discovery(config: Config) -> tuple[dict[str, Any] | None, str]:
     """(the live daemon's record, "") or (None, why not)."""
     path = discovery_path(config)
     try:
@@ -83,7 +83,7 @@ def _write_discovery(config: Config, url: str) -> Path:
     return path
 
 
-def _ssl_context(config: Config) -> Union[ssl.SSLContext, None]:
+def _ssl_context(config: Config) -> ssl.SSLContext | None:
     server = config.server
     if not (server.tls_cert or server.tls_key):
         return None
@@ -112,7 +112,7 @@ async def _signals(server: Any, cancel: trio.CancelScope) -> None:
                 cancel.cancel()
 
 
-async def serve(config: Config, listen: Union[str, None] = None, *,
+async def serve(config: Config, listen: str | None = None, *,
                 task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """Run the daemon until a signal (or cancellation); ``task_status`` gets the URL."""
     from runtime.httpd.access import Access, is_loopback
@@ -152,7 +152,7 @@ async def serve(config: Config, listen: Union[str, None] = None, *,
                                  lambda: [((state,), float(n)) for state, n in engine.counts().items()])
     server = HttpServer(config.server, build_router(node, metrics=metrics, secured=bool(key)), access, limiter=limiter,
                         metrics=metrics, ssl_context=tls)
-    discovery: Union[Path, None] = None
+    discovery: Path | None = None
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(node.run)

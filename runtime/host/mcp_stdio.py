@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
-from typing import Any, Callable, Union
+from typing import Any
+from collections.abc import Callable
 
 import trio
 
@@ -40,7 +41,7 @@ class RelayBackend:
                                                  policy=AddressPolicy(), timeout_secs=timeout_secs, environ={})
         self._initialize_ids: set[Any] = set()
         self.pending = Pending()
-        self._emit: Union[Emit, None] = None
+        self._emit: Emit | None = None
 
     async def start(self, nursery: trio.Nursery, emit: Emit) -> None:
         self._emit = emit
@@ -91,7 +92,7 @@ class RelayBackend:
                 self.transport.connection.negotiated(version, "handshake")
 
 
-async def daemon_url(config: Config) -> Union[str, None]:
+async def daemon_url(config: Config) -> str | None:
     """The running daemon's URL if its discovery file is live and it answers /health."""
     from runtime.host.daemon import read_discovery
 
@@ -121,7 +122,7 @@ def _stdio_streams() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
     return stdin, stdout
 
 
-async def serve_stdio(config: Config, *, relay: Union[bool, None] = None) -> None:
+async def serve_stdio(config: Config, *, relay: bool | None = None) -> None:
     """``tern mcp``: relay to a running daemon if there is one (``relay=None``: look),
     else serve from an in-process kernel."""
     from runtime.host.daemon import api_key

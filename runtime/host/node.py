@@ -4,7 +4,7 @@ servers as ports; ``tern mcp`` and the CLI commands need only a ``Kernel``."""
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 import trio
 
@@ -25,7 +25,7 @@ class Node:
             from runtime.a2a.server.runner import A2aService
 
             self.a2a = A2aService(config, self.kernel.agents)
-        self.http_bound: Union[tuple[str, int], None] = None  # once the daemon listens: the cards' fallback URL
+        self.http_bound: tuple[str, int] | None = None  # once the daemon listens: the cards' fallback URL
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; ``task_status.started()`` once booted (MCP servers still connecting)."""

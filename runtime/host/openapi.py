@@ -68,57 +68,136 @@ def _a2a_paths(p: str) -> dict[str, Any]:
 def _base() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
-        "info": {"title": "tern", "version": __version__,
-                 "description": "tern's daemon API. Every path except /health needs the API key "
-                                "(Authorization: Bearer KEY or X-API-Key) unless the client is on "
-                                "loopback and no key is configured."},
+        "info": {
+            "title": "tern",
+            "version": __version__,
+            "description": "tern's daemon API. Every path except /health needs the API key "
+            "(Authorization: Bearer KEY or X-API-Key) unless the client is on "
+            "loopback and no key is configured.",
+        },
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"},
-                                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}},
-            "schemas": {"Error": {"type": "object", "required": ["error"], "properties": {"error": {
-                "type": "object", "required": ["status", "message"],
-                "properties": {"status": {"type": "integer"}, "message": {"type": "string"},
-                               "request_id": {"type": "string"}}}}}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+            },
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "error": {
+                            "type": "object",
+                            "required": ["status", "message"],
+                            "properties": {
+                                "status": {"type": "integer"},
+                                "message": {"type": "string"},
+                                "request_id": {"type": "string"},
+                            },
+                        }
+                    },
+                }
+            },
         },
         "security": [{"bearer": []}, {"apiKey": []}],
         "paths": {
-            "/health": {"get": {"summary": "liveness", "security": [],
-                                "responses": {"200": {"description": "up", "content": {"application/json": {
-                                    "schema": {"type": "object", "properties": {"status": {"const": "ok"}}}}}}}}},
-            "/api/status": {"get": {"summary": "version, uptime, agents, MCP server states, A2A peers",
-                                    "responses": _ok("status")}},
+            "/health": {
+                "get": {
+                    "summary": "liveness",
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            "description": "up",
+                            "content": {
+                                "application/json": {
+                                    "schema": {"type": "object", "properties": {"status": {"const": "ok"}}}
+                                }
+                            },
+                        }
+                    },
+                }
+            },
+            "/api/status": {
+                "get": {"summary": "version, uptime, agents, MCP server states, A2A peers", "responses": _ok("status")}
+            },
             "/api/tools": {"get": {"summary": "every tool agents can call", "responses": _ok("tools")}},
-            "/api/mcp/servers": {"get": {"summary": "configured and connected MCP servers",
-                                         "responses": _ok("servers", {"type": "object", "required": [
-                                             "configured", "connected"]})}},
+            "/api/mcp/servers": {
+                "get": {
+                    "summary": "configured and connected MCP servers",
+                    "responses": _ok("servers", {"type": "object", "required": ["configured", "connected"]}),
+                }
+            },
             "/api/agents": {"get": {"summary": "configured agents", "responses": _ok("agents")}},
-            "/api/agents/{name}/message": {"post": {
-                "summary": "send an agent a message",
-                "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
-                "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["message"], "additionalProperties": False,
-                    "properties": {"message": {"type": "string"}, "context_id": {"type": "string"}}}}}},
-                "responses": {**_ok("the agent's reply", {"type": "object", "required": ["agent", "context_id", "text"]}),
-                              "400": _ERROR, "404": _ERROR, "502": _ERROR}}},
-            "/api/echo": {"post": {"summary": "answer the JSON body back (load tests, client checks)",
-                                   "requestBody": {"required": True, "content": _JSON_OBJECT},
-                                   "responses": {**_ok("the same JSON"), "400": _ERROR, "413": _ERROR}}},
+            "/api/agents/{name}/message": {
+                "post": {
+                    "summary": "send an agent a message",
+                    "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["message"],
+                                    "additionalProperties": False,
+                                    "properties": {"message": {"type": "string"}, "context_id": {"type": "string"}},
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        **_ok("the agent's reply", {"type": "object", "required": ["agent", "context_id", "text"]}),
+                        "400": _ERROR,
+                        "404": _ERROR,
+                        "502": _ERROR,
+                    },
+                }
+            },
+            "/api/echo": {
+                "post": {
+                    "summary": "answer the JSON body back (load tests, client checks)",
+                    "requestBody": {"required": True, "content": _JSON_OBJECT},
+                    "responses": {**_ok("the same JSON"), "400": _ERROR, "413": _ERROR},
+                }
+            },
             "/api/openapi.json": {"get": {"summary": "this document", "responses": _ok("OpenAPI 3.1")}},
-            "/api/events": {"get": {"summary": "kernel events over a WebSocket (JSON text messages)",
-                                    "responses": {"101": {"description": "switching to WebSocket"},
-                                                  "401": _ERROR, "403": _ERROR}}},
-            "/metrics": {"get": {"summary": "Prometheus metrics",
-                                 "responses": _ok("text format 0.0.4", {"type": "string"}, "text/plain")}},
+            "/api/events": {
+                "get": {
+                    "summary": "kernel events over a WebSocket (JSON text messages)",
+                    "responses": {"101": {"description": "switching to WebSocket"}, "401": _ERROR, "403": _ERROR},
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "summary": "Prometheus metrics",
+                    "responses": _ok("text format 0.0.4", {"type": "string"}, "text/plain"),
+                }
+            },
             "/mcp": {  # present when [mcp_server] enabled (the default)
-                "post": {"summary": "MCP (Streamable HTTP, both eras): tern's agents as tools",
-                         "requestBody": {"required": True, "content": {"application/json": {"schema": {
-                             "type": "object", "description": "one JSON-RPC 2.0 message"}}}},
-                         "responses": {**_ok("the JSON-RPC response, as JSON or as an SSE stream"),
-                                       "202": {"description": "a notification or response was accepted"},
-                                       "400": _ERROR, "404": _ERROR, "406": _ERROR}},
-                "get": {"summary": "MCP: a session's server-to-client SSE stream",
-                        "responses": {**_ok("SSE stream", {"type": "string"}, "text/event-stream"),
-                                      "405": {"description": "no stream for 2026-07-28 or without a session"}}},
+                "post": {
+                    "summary": "MCP (Streamable HTTP, both eras): tern's agents as tools",
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"type": "object", "description": "one JSON-RPC 2.0 message"}
+                            }
+                        },
+                    },
+                    "responses": {
+                        **_ok("the JSON-RPC response, as JSON or as an SSE stream"),
+                        "202": {"description": "a notification or response was accepted"},
+                        "400": _ERROR,
+                        "404": _ERROR,
+                        "406": _ERROR,
+                    },
+                },
+                "get": {
+                    "summary": "MCP: a session's server-to-client SSE stream",
+                    "responses": {
+                        **_ok("SSE stream", {"type": "string"}, "text/event-stream"),
+                        "405": {"description": "no stream for 2026-07-28 or without a session"},
+                    },
+                },
                 "delete": {"summary": "MCP: end a session", "responses": {**_ok("ended"), "404": _ERROR}},
             },
         },

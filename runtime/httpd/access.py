@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from typing import Union
 from urllib.parse import urlsplit
 
 from runtime.httpd.messages import HttpError, Request
@@ -45,7 +44,7 @@ def _host_name(value: str) -> str:
 
 class Access:
     def __init__(self, api_key: str, *, allow_unauthenticated_remote: bool = False, loopback_listener: bool = True,
-                 allowed_hosts: Union[list[str], None] = None, cors_origins: Union[list[str], None] = None) -> None:
+                 allowed_hosts: list[str] | None = None, cors_origins: list[str] | None = None) -> None:
         self._key = api_key.encode() if api_key else b""
         self.allow_unauthenticated_remote = allow_unauthenticated_remote
         self.loopback_listener = loopback_listener
@@ -74,7 +73,7 @@ class Access:
             raise HttpError(401, "the API key is not valid", [(b"www-authenticate", b'Bearer error="invalid_token"')])
 
     @staticmethod
-    def _presented(request: Request) -> Union[bytes, None]:
+    def _presented(request: Request) -> bytes | None:
         for name, value in request.headers:
             if name == b"authorization":
                 scheme, _, token = value.strip().partition(b" ")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Awaitable, Callable, Union
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 import msgspec
 import trio
@@ -37,7 +38,7 @@ class HttpError(TernError):
     """Raise from a handler (or the server) to answer with this status and a JSON error
     body. Any other TernError is answered the same way, with its class's status."""
 
-    def __init__(self, status: int, message: str, headers: Union[list[tuple[bytes, bytes]], None] = None) -> None:
+    def __init__(self, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
         super().__init__(message)
         self.http_status = status
         self.headers = _checked(headers or [])
@@ -67,7 +68,7 @@ class Request:
         when needed (errors, logs)."""
         return f"{_ID_PREFIX}-{self.number:x}"
 
-    def header(self, name: bytes) -> Union[str, None]:
+    def header(self, name: bytes) -> str | None:
         """The first value of a header (name in lower case), decoded as latin-1."""
         for key, value in self.headers:
             if key == name:
@@ -96,7 +97,7 @@ class Request:
 class Response:
     __slots__ = ("status", "headers", "body")
 
-    def __init__(self, status: int = 200, body: bytes = b"", headers: Union[list[tuple[bytes, bytes]], None] = None,
+    def __init__(self, status: int = 200, body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None,
                  content_type: bytes = JSON) -> None:
         self.status = status
         self.body = body
@@ -105,7 +106,7 @@ class Response:
             _checked(self.headers[:1])
 
 
-def json_response(data: Any, status: int = 200, headers: Union[list[tuple[bytes, bytes]], None] = None) -> Response:
+def json_response(data: Any, status: int = 200, headers: list[tuple[bytes, bytes]] | None = None) -> Response:
     return Response(status, _encoder.encode(data), headers)
 
 
@@ -128,7 +129,7 @@ class StreamResponse:
     __slots__ = ("status", "headers", "producer", "keepalive", "keepalive_secs")
 
     def __init__(self, producer: Producer, *, status: int = 200, content_type: bytes = b"text/event-stream",
-                 headers: Union[list[tuple[bytes, bytes]], None] = None, keepalive: bytes = b": keep-alive\n\n",
+                 headers: list[tuple[bytes, bytes]] | None = None, keepalive: bytes = b": keep-alive\n\n",
                  keepalive_secs: float = 15.0) -> None:
         self.status = status
         self.producer = producer

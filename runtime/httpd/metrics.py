@@ -20,7 +20,7 @@ import math
 import re
 import time
 from bisect import bisect_left
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from runtime import __version__
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from itertools import islice
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["RateLimiter"]
 

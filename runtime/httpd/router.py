@@ -8,7 +8,8 @@ whether it is a WebSocket endpoint.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Union
+from typing import Any
+from collections.abc import Awaitable, Callable
 from urllib.parse import unquote
 
 from runtime.httpd.messages import HttpError, Request
@@ -72,7 +73,7 @@ class Router:
                             [(b"allow", ", ".join(allowed).encode())])
         return route, params
 
-    def _match_dynamic(self, path: str, params: dict[str, str]) -> Union[dict[str, Route], None]:
+    def _match_dynamic(self, path: str, params: dict[str, str]) -> dict[str, Route] | None:
         parts = path.strip("/").split("/")
         for segments, methods in self._dynamic:
             if len(segments) != len(parts):

@@ -31,7 +31,7 @@ import ssl
 import time
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, Union
+from typing import Any
 
 import h11
 import trio
@@ -129,7 +129,7 @@ class _Connection:
 
 class HttpServer:
     def __init__(self, config: ServerConfig, router: Router, access: Access, *, limiter: Any = None,
-                 metrics: Any = None, ssl_context: Union[ssl.SSLContext, None] = None) -> None:
+                 metrics: Any = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self.config = config
         self.router = router
         self.access = access
@@ -338,7 +338,7 @@ class HttpServer:
         """Answer one request; returns whether the connection may be kept."""
         started = time.perf_counter()
         request = self._new_request(conn, event)
-        route: Union[Route, None] = None
+        route: Route | None = None
         status = 500
         try:
             if self.limiter is not None:
@@ -421,7 +421,7 @@ class HttpServer:
         conn.no_deadline()
         request.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    def _base_headers(self, request: Union[Request, None]) -> list[tuple[bytes, bytes]]:
+    def _base_headers(self, request: Request | None) -> list[tuple[bytes, bytes]]:
         headers = [(b"date", self._date.get())]
         if request is not None and self.access.cors_origins:
             headers.extend(self.access.cors_headers(request))
@@ -461,7 +461,7 @@ class HttpServer:
         await self._send(conn, data)
 
     async def _send_error(self, conn: _Connection, status: int, message: str,
-                          headers: Union[list[tuple[bytes, bytes]], None] = None, request: Union[Request, None] = None,
+                          headers: list[tuple[bytes, bytes]] | None = None, request: Request | None = None,
                           *, close: bool = False, with_id: bool = False) -> bool:
         """An error response if one can still be sent; returns whether to keep the connection."""
         if conn.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
@@ -536,7 +536,7 @@ class HttpServer:
             while True:
                 # The quiet timer covers the wait only, never a write: a chunk cut short by
                 # it and followed by a keep-alive would break the chunked framing.
-                chunk: Union[bytes, None] = None
+                chunk: bytes | None = None
                 with trio.move_on_after(response.keepalive_secs):
                     try:
                         chunk = await receive.receive()

@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Union
+from typing import Any
+from collections.abc import Callable
 
 import msgspec
 import trio
@@ -46,7 +47,7 @@ REMEMBERING_KINDS = frozenset({"llm"})  # the kinds whose replies depend on thei
 
 
 class Agents:
-    def __init__(self, config: Config, pipeline: ToolPipeline, conversations: Union[Conversations, None]) -> None:
+    def __init__(self, config: Config, pipeline: ToolPipeline, conversations: Conversations | None) -> None:
         self.config = config
         self.pipeline = pipeline
         self.conversations = conversations
@@ -60,10 +61,10 @@ class Agents:
             raise UnknownAgent(f"no agent named {name!r} (agents: {known})")
         return agent
 
-    async def send(self, name: str, message: str, *, context_id: Union[str, None] = None,
-                   on_text: Union[Callable[[str], None], None] = None,
-                   on_log: Union[Callable[[str, str], None], None] = None,
-                   env: Union[dict[str, str], None] = None) -> AgentReply:
+    async def send(self, name: str, message: str, *, context_id: str | None = None,
+                   on_text: Callable[[str], None] | None = None,
+                   on_log: Callable[[str, str], None] | None = None,
+                   env: dict[str, str] | None = None) -> AgentReply:
         """Answer one message; for an agent that remembers, the exchange is committed to
         its conversation before the reply is returned. ``on_text`` gets output as it comes (model text, a
         command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
@@ -86,9 +87,9 @@ class Agents:
         return AgentReply(name, context_id, text)
 
     async def _answer(self, agent: AgentConfig, message: str, context_id: str,
-                      on_text: Union[Callable[[str], None], None],
-                      on_log: Union[Callable[[str, str], None], None],
-                      env: Union[dict[str, str], None] = None) -> str:
+                      on_text: Callable[[str], None] | None,
+                      on_log: Callable[[str, str], None] | None,
+                      env: dict[str, str] | None = None) -> str:
         if agent.kind == "llm":
             return await self._llm(agent, message, context_id, on_text)
         if agent.kind == "echo":
@@ -111,9 +112,9 @@ class Agents:
             raise AgentError(f"agent {agent.name!r}: {exc}") from None
         return reply.text
 
-    async def _command(self, agent: AgentConfig, message: str, on_text: Union[Callable[[str], None], None],
-                       on_log: Union[Callable[[str, str], None], None],
-                       env: Union[dict[str, str], None] = None) -> str:
+    async def _command(self, agent: AgentConfig, message: str, on_text: Callable[[str], None] | None,
+                       on_log: Callable[[str, str], None] | None,
+                       env: dict[str, str] | None = None) -> str:
         if not agent.command:
             raise AgentError(f"agent {agent.name!r}: kind = \"command\" needs command = [...]")
         try:
@@ -162,20 +163,27 @@ class Agents:
         return text + (f"\n[output cut at {cap} bytes]" if len(out) >= cap else "")
 
     async def _llm(self, agent: AgentConfig, message: str, context_id: str,
-                   on_text: Union[Callable[[str], None], None]) -> str:
+                   on_text: Callable[[str], None] | None) -> str:
         from runtime.kernel.llm import ChatClient, LlmError
         from runtime.kernel.pipeline import allowed
 
         if agent.model is None:
             raise AgentError(f"agent {agent.name!r} has no [agents.model]")
-        messages: list[dict[str, Any]] = [{"role": "system", "content": agent.system_prompt}] if agent.system_prompt else []
+        messages: list[dict[str, Any]] = []
+        if agent.system_prompt:
+            messages.append({"role": "system", "content": agent.system_prompt})
         if self.conversations is not None:
             for past in await self.conversations.history(context_id):
                 messages.append({"role": "user" if past.role == "user" else "assistant", "content": past.content})
         messages.append({"role": "user", "content": message})
-        tools = [{"type": "function", "function": {"name": t.name, "description": t.description[:1024],
-                                                   "parameters": t.input_schema}}
-                 for t in self.pipeline.registry.tools() if agent.tools and allowed(agent, t.name)]
+        tools = [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description[:1024], "parameters": t.input_schema},
+            }
+            for t in self.pipeline.registry.tools()
+            if agent.tools and allowed(agent, t.name)
+        ]
         run = self.pipeline.run(agent)
         client = ChatClient(agent.model)
         try:
@@ -183,15 +191,30 @@ class Agents:
                 turn = await client.complete(messages, tools, on_text=on_text)
                 if not turn.tool_calls:
                     return turn.text
-                messages.append({"role": "assistant", "content": turn.text or None, "tool_calls": [
-                    {"id": call.id, "type": "function", "function": {
-                        "name": call.name,
-                        "arguments": call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)}}
-                    for call in turn.tool_calls]})
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": turn.text or None,
+                        "tool_calls": [
+                            {
+                                "id": call.id,
+                                "type": "function",
+                                "function": {
+                                    "name": call.name,
+                                    "arguments": call.arguments
+                                    if isinstance(call.arguments, str)
+                                    else json.dumps(call.arguments),
+                                },
+                            }
+                            for call in turn.tool_calls
+                        ],
+                    }
+                )
                 for call in turn.tool_calls:
                     if isinstance(call.arguments, dict):
-                        result = await self.pipeline.call(call.name, call.arguments, run=run,
-                                                          caller=f"agent:{agent.name}")
+                        result = await self.pipeline.call(
+                            call.name, call.arguments, run=run, caller=f"agent:{agent.name}"
+                        )
                         text = result.text
                     else:
                         text = f"the arguments for {call.name} are not a JSON object: {str(call.arguments)[:200]}"
@@ -204,12 +227,16 @@ class Agents:
 
     async def _tool(self, agent: AgentConfig, message: str) -> str:
         if not agent.tool:
-            raise AgentError(f"agent {agent.name!r}: kind = \"tool\" needs tool = \"...\"")
+            raise AgentError(f'agent {agent.name!r}: kind = "tool" needs tool = "..."')
         tool = self.pipeline.registry.get(agent.tool)
         arguments = _arguments(message, tool.input_schema if tool is not None else {})
         # The fixed tool is the agent's capability even when its tools list is empty.
-        allowed = agent if agent.tool in agent.tools else msgspec.structs.replace(agent, tools=[*agent.tools, agent.tool])
-        result = await self.pipeline.call(agent.tool, arguments, run=self.pipeline.run(allowed), caller=f"agent:{agent.name}")
+        allowed = (
+            agent if agent.tool in agent.tools else msgspec.structs.replace(agent, tools=[*agent.tools, agent.tool])
+        )
+        result = await self.pipeline.call(
+            agent.tool, arguments, run=self.pipeline.run(allowed), caller=f"agent:{agent.name}"
+        )
         if result.is_error:
             raise AgentError(result.text)
         return result.text

@@ -13,7 +13,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -33,7 +33,7 @@ def digest(arguments: Any) -> str:
 
 
 class AuditLog:
-    def __init__(self, path: Union[str, Path], *, max_bytes: int = 10 * 1024 * 1024, backups: int = 3) -> None:
+    def __init__(self, path: str | Path, *, max_bytes: int = 10 * 1024 * 1024, backups: int = 3) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.backups = backups

@@ -5,7 +5,7 @@ their own modules. The pipeline guards them all."""
 from __future__ import annotations
 
 import datetime
-from typing import Any, Union
+from typing import Any
 
 from runtime.config import Config
 from runtime.kernel import tools_net, tools_shell
@@ -25,7 +25,7 @@ async def time_now(arguments: dict[str, Any], context: ToolContext) -> ToolResul
     return ToolResult(now.isoformat())
 
 
-def register_builtins(registry: ToolRegistry, config: Union[Config, None] = None) -> None:
+def register_builtins(registry: ToolRegistry, config: Config | None = None) -> None:
     """Every built-in tool. ``web_fetch`` and ``shell_exec`` take their limits and policy
     from the config (``shell_exec`` only exists when enabled, with an allowlist)."""
     registry.register(TIME_NOW, time_now)

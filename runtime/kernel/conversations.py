@@ -5,8 +5,8 @@ restart or a ``kill -9`` of tern loses no message that was acknowledged (only a 
 loss can take the last moments; FULL cost 2 ms an exchange, measured). Appends and reads
 run on the event loop on one connection kept open (0.03 ms, less than a thread hop);
 the WAL checkpoint, which does fsync, runs in a worker thread every CHECKPOINT_EVERY
-appends, after dropping the least recently used conversations beyond ``max_contexts``. History is bounded per context in count and in bytes; the oldest
-messages go first.
+appends, after dropping the least recently used conversations beyond ``max_contexts``.
+History is bounded per context in count and in bytes; the oldest messages go first.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Union
 
 import msgspec
 import trio
@@ -47,13 +46,19 @@ class Message(msgspec.Struct, frozen=True):
 
 
 class Conversations:
-    def __init__(self, path: Union[str, Path], *, max_messages: int = MAX_MESSAGES, max_bytes: int = MAX_BYTES,
-                 max_contexts: int = MAX_CONTEXTS) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_messages: int = MAX_MESSAGES,
+        max_bytes: int = MAX_BYTES,
+        max_contexts: int = MAX_CONTEXTS,
+    ) -> None:
         self.path = Path(path)
         self.max_contexts = max_contexts
         self.max_messages = max_messages
         self.max_bytes = max_bytes
-        self._db: Union[sqlite3.Connection, None] = None
+        self._db: sqlite3.Connection | None = None
         self._appends = 0
 
     def _connect(self) -> sqlite3.Connection:
@@ -72,13 +77,17 @@ class Conversations:
     def _append(self, context_id: str, messages: list[Message]) -> None:
         db = self._connect()
         with db:  # one transaction: both sides of an exchange, or neither
-            db.executemany("INSERT INTO messages (context_id, role, agent, content, time) VALUES (?, ?, ?, ?, ?)",
-                           [(context_id, m.role, m.agent, m.content, m.time) for m in messages])
+            db.executemany(
+                "INSERT INTO messages (context_id, role, agent, content, time) VALUES (?, ?, ?, ?, ?)",
+                [(context_id, m.role, m.agent, m.content, m.time) for m in messages],
+            )
             self._trim(db, context_id)
 
     def _trim(self, db: sqlite3.Connection, context_id: str) -> None:
-        rows = db.execute("SELECT seq, length(CAST(content AS BLOB)) FROM messages WHERE context_id = ? "
-                          "ORDER BY seq DESC", (context_id,)).fetchall()
+        rows = db.execute(
+            "SELECT seq, length(CAST(content AS BLOB)) FROM messages WHERE context_id = ? ORDER BY seq DESC",
+            (context_id,),
+        ).fetchall()
         kept, size, cut = 0, 0, None
         for seq, length in rows:
             if kept >= self.max_messages or size + length > self.max_bytes and kept > 0:
@@ -90,8 +99,14 @@ class Conversations:
             db.execute("DELETE FROM messages WHERE context_id = ? AND seq <= ?", (context_id, cut))
 
     def _history(self, context_id: str, limit: int) -> list[Message]:
-        rows = self._connect().execute("SELECT role, agent, content, time FROM messages WHERE context_id = ? "
-                                       "ORDER BY seq DESC LIMIT ?", (context_id, limit)).fetchall()
+        rows = (
+            self._connect()
+            .execute(
+                "SELECT role, agent, content, time FROM messages WHERE context_id = ? ORDER BY seq DESC LIMIT ?",
+                (context_id, limit),
+            )
+            .fetchall()
+        )
         return [Message(*row) for row in reversed(rows)]
 
     async def append(self, context_id: str, *messages: Message) -> None:
@@ -113,8 +128,11 @@ class Conversations:
         db = sqlite3.connect(self.path, timeout=10.0)
         try:
             with db:
-                db.execute("DELETE FROM messages WHERE context_id NOT IN (SELECT context_id FROM messages "
-                           "GROUP BY context_id ORDER BY MAX(seq) DESC LIMIT ?)", (self.max_contexts,))
+                db.execute(
+                    "DELETE FROM messages WHERE context_id NOT IN (SELECT context_id FROM messages "
+                    "GROUP BY context_id ORDER BY MAX(seq) DESC LIMIT ?)",
+                    (self.max_contexts,),
+                )
             db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:
             db.close()

@@ -8,7 +8,8 @@ it gets) rather than slowing the kernel down or growing memory.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Union
+from typing import Any
+from collections.abc import Iterable
 
 import trio
 
@@ -18,7 +19,7 @@ QUEUE_EVENTS = 256
 
 
 class Subscription:
-    def __init__(self, bus: "EventBus", size: int, kinds: Union[frozenset[str], None] = None) -> None:
+    def __init__(self, bus: EventBus, size: int, kinds: frozenset[str] | None = None) -> None:
         self._bus = bus
         self.kinds = kinds  # None: every event
         self._send, self.receive = trio.open_memory_channel[dict[str, Any]](size)
@@ -40,7 +41,7 @@ class Subscription:
         self._bus._subscribers.discard(self)
         self._send.close()
 
-    def __enter__(self) -> "Subscription":
+    def __enter__(self) -> Subscription:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -52,7 +53,7 @@ class EventBus:
         self._subscribers: set[Subscription] = set()
         self.published = 0
 
-    def publish(self, kind: str, data: Union[dict[str, Any], None] = None) -> None:
+    def publish(self, kind: str, data: dict[str, Any] | None = None) -> None:
         """Send ``{"type": kind, "time": ..., **data}`` to every subscriber (sync, never blocks)."""
         self.published += 1
         if not self._subscribers:
@@ -62,7 +63,7 @@ class EventBus:
             if subscription.kinds is None or kind in subscription.kinds:
                 subscription.offer(event)
 
-    def subscribe(self, size: int = QUEUE_EVENTS, *, kinds: Union[Iterable[str], None] = None) -> Subscription:
+    def subscribe(self, size: int = QUEUE_EVENTS, *, kinds: Iterable[str] | None = None) -> Subscription:
         """A bounded queue of events; with ``kinds``, of those types only (a watcher that
         wants MCP server changes is not woken by every tool call)."""
         subscription = Subscription(self, size, frozenset(kinds) if kinds is not None else None)

@@ -65,7 +65,8 @@ import bisect
 import fnmatch
 import re
 from collections import deque
-from typing import Any, Iterable, Iterator, Literal, Mapping, NamedTuple, Union
+from typing import Any, Literal, NamedTuple
+from collections.abc import Iterable, Iterator, Mapping
 
 import msgspec
 
@@ -235,7 +236,7 @@ class TaintTracker:
         self._length = 0
         self._starts: list[int] = []  # buffer offset of each result, for bisect
         self._sources: list[str] = []
-        self._index: dict[str, Union[int, list[int]]] = {}
+        self._index: dict[str, int | list[int]] = {}
         self._seen: set[int] = set()  # hashes of anchor neighbourhoods already indexed
 
     @property
@@ -292,7 +293,7 @@ class TaintTracker:
             self._chunks = [self._joined]
         return self._joined
 
-    def find(self, arguments: Any) -> Union[Taint, None]:
+    def find(self, arguments: Any) -> Taint | None:
         """The first untrusted result whose content the arguments contain, or None."""
         if not self._index:
             return None
@@ -305,7 +306,7 @@ class TaintTracker:
                 return found
         return None
 
-    def _find_in(self, arg: str, path: str, budget: list[int]) -> Union[Taint, None]:
+    def _find_in(self, arg: str, path: str, budget: list[int]) -> Taint | None:
         width, need, index = self._width, self.min_len, self._index
         if len(arg) < need:
             return None
@@ -329,7 +330,7 @@ class TaintTracker:
         return self._sources[bisect.bisect_right(self._starts, position) - 1]
 
 
-def _confirm(arg: str, j: int, text: str, q: int, width: int, need: int) -> Union[int, None]:
+def _confirm(arg: str, j: int, text: str, q: int, width: int, need: int) -> int | None:
     """Where in ``arg`` a common run of ``need`` characters around the anchor starts."""
     slack = need - width
     left = 0

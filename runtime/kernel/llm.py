@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any, Callable, Union
+from typing import Any
+from collections.abc import Callable
 
 import httpx
 import msgspec
@@ -100,7 +101,7 @@ class _Assembler:
 
 
 class ChatClient:
-    def __init__(self, model: ModelConfig, *, client: Union[httpx.AsyncClient, None] = None) -> None:
+    def __init__(self, model: ModelConfig, *, client: httpx.AsyncClient | None = None) -> None:
         self.model = model
         self.url = model.base_url.rstrip("/") + "/chat/completions"
         self._client = client
@@ -124,7 +125,7 @@ class ChatClient:
             await self._client.aclose()
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
-                       on_text: Union[Callable[[str], None], None] = None) -> Turn:
+                       on_text: Callable[[str], None] | None = None) -> Turn:
         """One assistant turn, streamed; ``on_text`` gets each text fragment as it comes."""
         body: dict[str, Any] = {"model": self.model.model, "messages": messages, "stream": True}
         if tools:
@@ -153,7 +154,7 @@ class ChatClient:
                 raise LlmError(f"the connection to {self.model.base_url} failed: {exc or type(exc).__name__}") from None
         raise AssertionError("unreachable")
 
-    async def _once(self, body: dict[str, Any], on_text: Union[Callable[[str], None], None]) -> Turn:
+    async def _once(self, body: dict[str, Any], on_text: Callable[[str], None] | None) -> Turn:
         assembler = _Assembler()
         async with self._http().stream("POST", self.url, json=body, headers=self._headers) as response:
             if response.status_code == 429 or response.status_code >= 500:
@@ -191,7 +192,7 @@ class ChatClient:
         return turn
 
     @staticmethod
-    def _chunk(data: str, assembler: _Assembler, on_text: Union[Callable[[str], None], None]) -> None:
+    def _chunk(data: str, assembler: _Assembler, on_text: Callable[[str], None] | None) -> None:
         try:
             chunk = json.loads(data)
         except ValueError:
@@ -205,6 +206,6 @@ class ChatClient:
 
 
 class _Retry(Exception):
-    def __init__(self, status: int, after: Union[float, None]) -> None:
+    def __init__(self, status: int, after: float | None) -> None:
         self.status = status
         self.after = after

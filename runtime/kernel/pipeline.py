@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import time
-from typing import Any, Union
+from typing import Any
 
 import trio
 
@@ -36,8 +36,8 @@ class Run:
     """One agent run's state: which agent (None: an operator, e.g. ``tern call``), its
     loop guard, what untrusted content it has seen, and whether its caller gave up."""
 
-    def __init__(self, agent: Union[AgentConfig, None] = None, *, max_calls: int = 50,
-                 context: Union[ToolContext, None] = None) -> None:
+    def __init__(self, agent: AgentConfig | None = None, *, max_calls: int = 50,
+                 context: ToolContext | None = None) -> None:
         self.agent = agent
         self.context = context or ToolContext(agent=agent.name if agent else "")
         self.loop_guard = LoopGuard(max_calls=max_calls)
@@ -55,14 +55,14 @@ class Run:
             scope.cancel()
 
 
-def allowed(agent: Union[AgentConfig, None], tool: str) -> bool:
+def allowed(agent: AgentConfig | None, tool: str) -> bool:
     """Capabilities: an agent may call only tools its ``tools`` globs name."""
     return agent is None or any(fnmatch.fnmatchcase(tool, pattern) for pattern in agent.tools)
 
 
 class ToolPipeline:
-    def __init__(self, registry: ToolRegistry, config: Config, *, audit: Union[AuditLog, None] = None,
-                 secrets: Union[list[str], None] = None, observers: Union[list[Any], None] = None) -> None:
+    def __init__(self, registry: ToolRegistry, config: Config, *, audit: AuditLog | None = None,
+                 secrets: list[str] | None = None, observers: list[Any] | None = None) -> None:
         self.registry = registry
         self.config = config
         self.audit = audit
@@ -77,10 +77,10 @@ class ToolPipeline:
     def tools(self) -> list[Tool]:
         return self.registry.tools()
 
-    def get(self, name: str) -> Union[Tool, None]:
+    def get(self, name: str) -> Tool | None:
         return self.registry.get(name)
 
-    def run(self, agent: Union[AgentConfig, None] = None, *, progress: Any = None, log: Any = None) -> Run:
+    def run(self, agent: AgentConfig | None = None, *, progress: Any = None, log: Any = None) -> Run:
         """A new run for ``agent`` (None: an operator), with its tool context: the agent's
         workspace (default ``<state dir>/workspaces/<agent>``), and the caller's
         ``progress``/``log`` callbacks (see ToolContext)."""
@@ -92,8 +92,8 @@ class ToolPipeline:
                               progress=progress, log=log)
         return Run(agent, max_calls=self.config.tools.max_calls_per_run, context=context)
 
-    async def call(self, name: str, arguments: Union[dict[str, Any], None] = None, *, run: Union[Run, None] = None,
-                   timeout_secs: Union[float, None] = None, caller: str = "") -> ToolResult:
+    async def call(self, name: str, arguments: dict[str, Any] | None = None, *, run: Run | None = None,
+                   timeout_secs: float | None = None, caller: str = "") -> ToolResult:
         run = run or self.run()
         arguments = arguments if arguments is not None else {}
         started = time.perf_counter()
@@ -109,8 +109,8 @@ class ToolPipeline:
                               untrusted=untrusted)
         return result
 
-    async def _call(self, name: str, tool: Union[Tool, None], untrusted: bool, arguments: dict[str, Any], run: Run,
-                    timeout_secs: Union[float, None]) -> tuple[ToolResult, str]:
+    async def _call(self, name: str, tool: Tool | None, untrusted: bool, arguments: dict[str, Any], run: Run,
+                    timeout_secs: float | None) -> tuple[ToolResult, str]:
         agent = run.agent
         if run.cancelled:
             return _refused(f"{name} was not run: its caller cancelled"), "cancelled"

@@ -8,7 +8,8 @@ validation, timeouts, truncation, taint, audit) wraps ``call``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from typing import Any
+from collections.abc import Sequence
 
 from runtime.errors import UnknownTool
 from runtime.ports import Handler, Tool, ToolContext, ToolResult, ToolSource
@@ -33,7 +34,7 @@ class ToolRegistry:
             listed.extend(sorted(source.tools(), key=lambda t: t.name))
         return listed
 
-    def get(self, name: str) -> Union[Tool, None]:
+    def get(self, name: str) -> Tool | None:
         if name in self._builtins:
             return self._builtins[name][0]
         for source in self.sources:
@@ -42,8 +43,8 @@ class ToolRegistry:
                 return tool
         return None
 
-    async def call(self, name: str, arguments: Union[dict[str, Any], None] = None, *,
-                   timeout_secs: Union[float, None] = None, context: Union[ToolContext, None] = None) -> ToolResult:
+    async def call(self, name: str, arguments: dict[str, Any] | None = None, *,
+                   timeout_secs: float | None = None, context: ToolContext | None = None) -> ToolResult:
         """Route a call by name. Raises UnknownTool; a source's faults raise as its
         client does (RpcError, TernTimeout, ConnectionLost)."""
         arguments = arguments or {}

@@ -106,7 +106,9 @@ def _where(path: Any) -> str:
     parent, key = path
     if isinstance(key, int):
         return f"{_where(parent)}[{key}]"
-    return f"{_where(parent)}.{key}" if key.isidentifier() else f"{_where(parent)}[{json.dumps(key, ensure_ascii=False)}]"
+    return (
+        f"{_where(parent)}.{key}" if key.isidentifier() else f"{_where(parent)}[{json.dumps(key, ensure_ascii=False)}]"
+    )
 
 
 def validate(instance: Any, schema: Any, path: str = "arguments") -> list[str]:
@@ -174,8 +176,12 @@ def _bound(schema: dict[str, Any], key: str) -> Any:
     return bound if isinstance(bound, (int, float)) and not isinstance(bound, bool) else None
 
 
-_NUMBER_BOUNDS = (("minimum", operator.lt, "at least"), ("maximum", operator.gt, "at most"),
-                  ("exclusiveMinimum", operator.le, "more than"), ("exclusiveMaximum", operator.ge, "less than"))
+_NUMBER_BOUNDS = (
+    ("minimum", operator.lt, "at least"),
+    ("maximum", operator.gt, "at most"),
+    ("exclusiveMinimum", operator.le, "more than"),
+    ("exclusiveMaximum", operator.ge, "less than"),
+)
 
 
 def _check_number(value: float, schema: dict[str, Any], path: Any, problems: list[str]) -> None:
@@ -185,8 +191,7 @@ def _check_number(value: float, schema: dict[str, Any], path: Any, problems: lis
             _add(problems, f"{_where(path)}: expected {words} {bound}, got {_show(value)}")
 
 
-def _check_object(value: dict[str, Any], schema: dict[str, Any], path: Any, depth: int,
-                  problems: list[str]) -> None:
+def _check_object(value: dict[str, Any], schema: dict[str, Any], path: Any, depth: int, problems: list[str]) -> None:
     required = schema.get("required")
     if isinstance(required, list):
         for name in required:
@@ -203,8 +208,7 @@ def _check_object(value: dict[str, Any], schema: dict[str, Any], path: Any, dept
         if sub is not None:
             _check(item, sub, (path, str(key)), depth + 1, problems)
         elif extra is False:
-            _add(problems, f"{_where(path)}: unexpected property {_show(key)}"
-                           f"{_allowed(properties)}")
+            _add(problems, f"{_where(path)}: unexpected property {_show(key)}{_allowed(properties)}")
         elif isinstance(extra, dict):
             _check(item, extra, (path, str(key)), depth + 1, problems)
 
@@ -217,8 +221,9 @@ def _allowed(properties: dict[str, Any]) -> str:
     return f" (allowed: {shown})"
 
 
-def _check_array(value: list[Any] | tuple[Any, ...], schema: dict[str, Any], path: Any, depth: int,
-                 problems: list[str]) -> None:
+def _check_array(
+    value: list[Any] | tuple[Any, ...], schema: dict[str, Any], path: Any, depth: int, problems: list[str]
+) -> None:
     low, high = schema.get("minItems"), schema.get("maxItems")
     if isinstance(low, int) and len(value) < low:
         _add(problems, f"{_where(path)}: expected at least {low} items, got {len(value)}")

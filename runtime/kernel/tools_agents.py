@@ -8,7 +8,8 @@ Agents calling agents could loop forever, so the depth of nested sends is capped
 from __future__ import annotations
 
 import contextvars
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry

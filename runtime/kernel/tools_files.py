@@ -20,7 +20,8 @@ import functools
 import os
 import stat
 import tempfile
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 import trio
 

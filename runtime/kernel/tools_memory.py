@@ -22,7 +22,8 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import trio
 

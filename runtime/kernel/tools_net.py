@@ -28,7 +28,7 @@ from __future__ import annotations
 import codecs
 import re
 from html.parser import HTMLParser
-from typing import Any, Union
+from typing import Any
 from urllib.parse import urlsplit
 
 import trio
@@ -91,12 +91,12 @@ class HtmlText(HTMLParser):
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
-        self._parts: list[Union[str, int]] = []  # text, or a break: 1 newline or 2
+        self._parts: list[str | int] = []  # text, or a break: 1 newline or 2
         self._title: list[str] = []
         self._skip = 0  # depth inside dropped elements
         self._in_title = False
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, Union[str, None]]]) -> None:
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in _SKIP:
             self._skip += 1
         elif self._skip:
@@ -118,7 +118,7 @@ class HtmlText(HTMLParser):
         else:
             self._block(tag)
 
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, Union[str, None]]]) -> None:
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag not in _SKIP and tag != "title" and not self._skip:
             self._block(tag)  # <br/>, <hr/>; a self-closed <svg/> or <script/> holds nothing
 
@@ -194,7 +194,7 @@ def _kind(mime: str, body: bytes) -> str:
     return "text"
 
 
-def _codec(name: Union[str, None]) -> Union[str, None]:
+def _codec(name: str | None) -> str | None:
     if not name:
         return None
     try:
@@ -203,7 +203,7 @@ def _codec(name: Union[str, None]) -> Union[str, None]:
         return None
 
 
-def _decode(body: bytes, header_charset: Union[str, None], html: bool) -> str:
+def _decode(body: bytes, header_charset: str | None, html: bool) -> str:
     if body.startswith(codecs.BOM_UTF8):
         return body[3:].decode("utf-8", errors="replace")
     encoding = _codec(header_charset)
@@ -213,11 +213,11 @@ def _decode(body: bytes, header_charset: Union[str, None], html: bool) -> str:
     return body.decode(encoding or "utf-8", errors="replace")
 
 
-def _blocked_message(error: BaseException) -> Union[str, None]:
+def _blocked_message(error: BaseException) -> str | None:
     """The guard's message if ``error`` is (or was caused by) a blocked address, with
     the hint naming web_fetch's own setting rather than the general ones."""
     seen: set[int] = set()
-    current: Union[BaseException, None] = error
+    current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, BlockedAddress):

@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from typing import Any, Union
+from typing import Any
 
 import trio
 
@@ -120,7 +120,7 @@ def resolve_program(program: str, allowlist: list[str], env: dict[str, str]) -> 
     return program
 
 
-def _workdir(context: ToolContext, cwd: Union[str, None]) -> str:
+def _workdir(context: ToolContext, cwd: str | None) -> str:
     if not context.workspace:
         raise ToolRefused("refused: this caller has no workspace to run programs in")
     os.makedirs(context.workspace, mode=0o700, exist_ok=True)
@@ -170,7 +170,7 @@ async def _feed(stream: Any, data: bytes) -> None:
         pass  # the program exited or closed its stdin without reading it all
 
 
-def _exit_text(code: Union[int, None]) -> str:
+def _exit_text(code: int | None) -> str:
     if code is not None and code < 0:
         try:
             return f"exit code {code} (signal {signal.Signals(-code).name})"

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Iterable
 
 __all__ = [
     "agent_tool_name",

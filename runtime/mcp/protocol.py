@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import msgspec
 
@@ -78,10 +78,10 @@ class McpTool(_Model):
 
     name: str
     description: str = ""
-    title: Union[str, None] = None
+    title: str | None = None
     input_schema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
-    output_schema: Union[dict[str, Any], None] = None
-    annotations: Union[dict[str, Any], None] = None
+    output_schema: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
 
 
 class CallResult(_Model):
@@ -130,14 +130,14 @@ def modern_meta(version: str = MODERN_VERSION) -> dict[str, Any]:
     }
 
 
-def with_meta(params: Union[dict[str, Any], None], meta: dict[str, Any]) -> dict[str, Any]:
+def with_meta(params: dict[str, Any] | None, meta: dict[str, Any]) -> dict[str, Any]:
     """``params`` with ``meta`` merged into its ``_meta`` (not mutating the input)."""
     merged = dict(params or {})
     merged["_meta"] = {**merged.get("_meta", {}), **meta}
     return merged
 
 
-def negotiated_version(result: dict[str, Any], pinned: Union[str, None] = None) -> str:
+def negotiated_version(result: dict[str, Any], pinned: str | None = None) -> str:
     """The version the server chose in its initialize result, if we can speak it."""
     version = result.get("protocolVersion")
     if not isinstance(version, str) or version not in HANDSHAKE_VERSIONS:
@@ -148,7 +148,7 @@ def negotiated_version(result: dict[str, Any], pinned: Union[str, None] = None) 
     return version
 
 
-def parse_initialize(result: Any, pinned: Union[str, None] = None) -> ServerInfo:
+def parse_initialize(result: Any, pinned: str | None = None) -> ServerInfo:
     if not isinstance(result, dict):
         raise ProtocolError("the initialize result is not an object")
     info = result.get("serverInfo") if isinstance(result.get("serverInfo"), dict) else {}
@@ -190,7 +190,7 @@ def _complete(result: Any, what: str) -> dict[str, Any]:
 
 
 
-def parse_tools_page(result: Any) -> tuple[list[McpTool], Union[str, None]]:
+def parse_tools_page(result: Any) -> tuple[list[McpTool], str | None]:
     """One page of ``tools/list``: the valid tools and the next cursor.
 
     A malformed tool entry is skipped rather than failing the whole list: one bad

@@ -20,7 +20,6 @@ import ipaddress
 import math
 import re
 import socket
-from typing import List, Tuple, Union
 from urllib.parse import urlsplit
 
 import msgspec
@@ -39,7 +38,7 @@ __all__ = [
     "resolve_checked",
 ]
 
-IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # Names that reach a cloud metadata service without DNS tricks (GCE, AWS).
 METADATA_HOSTS = frozenset({
@@ -55,7 +54,7 @@ _ALWAYS, _PRIVATE, _LOOPBACK = "always", "private", "loopback"
 # First match wins, so the single metadata addresses come before the private ranges
 # that contain them. Written out rather than taken from ``ipaddress.is_private`` and
 # friends, whose ranges changed between Python patch releases.
-_RANGES: Tuple[Tuple[str, str, str], ...] = (
+_RANGES: tuple[tuple[str, str, str], ...] = (
     ("169.254.0.0/16", _ALWAYS, "link-local / cloud metadata"),
     ("100.100.100.200/32", _ALWAYS, "Alibaba Cloud metadata"),
     ("0.0.0.0/8", _ALWAYS, "unspecified / 'this network'"),
@@ -122,7 +121,7 @@ class AddressPolicy(msgspec.Struct, frozen=True):
                    block_loopback=security.block_loopback)
 
 
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> Union[ipaddress.IPv4Address, None]:
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     """The IPv4 address an IPv6 address delivers to, if it is one of the embedding forms."""
     if ip.sixtofour is not None:
         return ip.sixtofour
@@ -131,7 +130,7 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> Union[ipaddress.IPv4Address, No
     return None
 
 
-def _classify(ip: IPAddress) -> Union[Tuple[str, str], None]:
+def _classify(ip: IPAddress) -> tuple[str, str] | None:
     for net, kind, label in _NETWORKS:
         if ip.version == net.version and ip in net:
             return kind, label
@@ -189,7 +188,7 @@ def check_hostname(host: str) -> None:
         raise BlockedAddress(f"blocked: {host} is a cloud metadata host", host=host)
 
 
-def _ip_literal(host: str) -> Union[str, None]:
+def _ip_literal(host: str) -> str | None:
     """``host`` as an IP address if it is one, in any form the C resolver accepts."""
     try:
         return str(ipaddress.ip_address(host))
@@ -203,7 +202,7 @@ def _ip_literal(host: str) -> Union[str, None]:
     return None
 
 
-def check_url(url: str, policy: AddressPolicy) -> Tuple[str, int]:
+def check_url(url: str, policy: AddressPolicy) -> tuple[str, int]:
     """Check what can be checked without DNS; return ``(host, port)`` to resolve.
 
     A quick refusal for obviously bad URLs, with a clear message. The authoritative
@@ -228,7 +227,7 @@ def check_url(url: str, policy: AddressPolicy) -> Tuple[str, int]:
 
 
 async def resolve_checked(host: str, port: int, policy: AddressPolicy,
-                          timeout: float = 10.0) -> List[str]:
+                          timeout: float = 10.0) -> list[str]:
     """Resolve ``host`` and return its addresses, in resolver order, once each, if
     every one is allowed.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Mapping, Union
+from collections.abc import Mapping
 
 from runtime.errors import ConfigError
 from runtime.log import register_secret
@@ -16,7 +16,7 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def expand_headers(headers: Mapping[str, str], owner: str,
-                   environ: Union[Mapping[str, str], None] = None) -> dict[str, str]:
+                   environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Header values with ``${VAR}`` taken from tern's environment.
 
     An unset variable is a configuration error, not an empty credential; expanded

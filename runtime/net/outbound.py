@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import typing
-from typing import Dict, Union
 
 import httpcore
 import httpx
@@ -47,7 +46,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     """
 
     def __init__(self, policy: AddressPolicy,
-                 inner: Union[httpcore.AsyncNetworkBackend, None] = None) -> None:
+                 inner: httpcore.AsyncNetworkBackend | None = None) -> None:
         self.policy = policy
         self._inner = inner if inner is not None else httpcore.TrioBackend()
 
@@ -55,9 +54,9 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         self,
         host: str,
         port: int,
-        timeout: Union[float, None] = None,
-        local_address: Union[str, None] = None,
-        socket_options: Union[typing.Iterable[httpcore.SOCKET_OPTION], None] = None,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         """Resolve and check ``host``, then connect to the first checked address that
         accepts, in resolver order, all within ``timeout``."""
@@ -71,7 +70,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
             raise httpcore.ConnectTimeout(str(error)) from error
         except OSError as error:  # the resolver failed, as httpcore's own backends map it
             raise httpcore.ConnectError(f"cannot resolve {host}: {error}") from error
-        last: Union[Exception, None] = None
+        last: Exception | None = None
         for address in addresses:
             remaining = deadline - trio.current_time()
             if remaining <= 0:
@@ -89,8 +88,8 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     async def connect_unix_socket(
         self,
         path: str,
-        timeout: Union[float, None] = None,
-        socket_options: Union[typing.Iterable[httpcore.SOCKET_OPTION], None] = None,
+        timeout: float | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         """Unix sockets name a local file from config, not a network address: no check."""
         return await self._inner.connect_unix_socket(
@@ -101,7 +100,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
 
 def make_client(policy: AddressPolicy, *, timeout: float = 30.0,
-                headers: Union[Dict[str, str], None] = None) -> httpx.AsyncClient:
+                headers: dict[str, str] | None = None) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` that goes through the SSRF guard and the shared TLS
     context, follows no redirects and ignores proxy and netrc environment variables."""
     transport = httpx.AsyncHTTPTransport(verify=ssl_context(), trust_env=False)

@@ -20,7 +20,8 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any, Sequence, Union
+from typing import Any
+from collections.abc import Sequence
 
 import trio
 
@@ -31,15 +32,15 @@ WINDOWS_ENV_NAMES = ("APPDATA", "LOCALAPPDATA", "USERPROFILE", "SystemRoot", "HO
 KILL_WAIT_SECS = 5.0  # after SIGKILL; a process still there then is reaped in the background
 
 
-def subprocess_env(names: list[str], source: Union[dict[str, str], None] = None) -> dict[str, str]:
+def subprocess_env(names: list[str], source: dict[str, str] | None = None) -> dict[str, str]:
     """A cleared environment: the base names plus ``names``, where they are set."""
     source = dict(os.environ) if source is None else source
     wanted = list(BASE_ENV_NAMES) + (list(WINDOWS_ENV_NAMES) if sys.platform == "win32" else []) + list(names)
     return {name: source[name] for name in wanted if name in source}
 
 
-async def spawn(argv: Sequence[str], *, env: dict[str, str], cwd: Union[str, None] = None,
-                executable: Union[str, None] = None, stdin: int = subprocess.PIPE) -> trio.Process:
+async def spawn(argv: Sequence[str], *, env: dict[str, str], cwd: str | None = None,
+                executable: str | None = None, stdin: int = subprocess.PIPE) -> trio.Process:
     """Spawn ``argv`` in a new session with piped stdout and stderr; OSError if it cannot
     start. Whoever starts a process owes it a ``shutdown``."""
     options: dict[str, Any] = {"start_new_session": True} if os.name == "posix" else {}
@@ -60,7 +61,7 @@ def signal_group(process: trio.Process, sig: int) -> None:
         pass
 
 
-async def shutdown(process: trio.Process, *, grace_secs: float) -> Union[int, None]:
+async def shutdown(process: trio.Process, *, grace_secs: float) -> int | None:
     """End ``process`` and its group; return its exit code.
 
     Close stdin and wait up to ``grace_secs`` for it to exit; then SIGTERM the group and

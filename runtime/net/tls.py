@@ -23,7 +23,7 @@ from runtime.errors import ConfigError
 __all__ = ["ssl_context"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ssl_context() -> ssl.SSLContext:
     """The shared client ``SSLContext``: certificate and hostname checks on.
 

@@ -13,7 +13,8 @@ After any of these the stream stays usable.
 from __future__ import annotations
 
 import re
-from typing import Callable, Literal, Union
+from typing import Literal
+from collections.abc import Callable
 
 import msgspec
 
@@ -63,7 +64,7 @@ class Garbage(msgspec.Struct, frozen=True):
     size_bytes: int
 
 
-FramingEvent = Union[Frame, Oversized, Garbage]
+FramingEvent = Frame | Oversized | Garbage
 
 
 class NdjsonDecoder:

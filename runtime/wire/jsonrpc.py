@@ -15,7 +15,7 @@ request id when one could be recovered.
 from __future__ import annotations
 
 import re
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 from msgspec import UNSET
@@ -50,7 +50,7 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
-RequestId = Union[int, str]
+RequestId = int | str
 
 
 class _Message(msgspec.Struct, tag_field="jsonrpc", tag="2.0"):
@@ -90,11 +90,11 @@ class ErrorObject(msgspec.Struct):
 class ErrorResponse(_Message):
     """A failed answer; ``id`` is None when the request's id could not be read."""
 
-    id: Union[RequestId, None]
+    id: RequestId | None
     error: ErrorObject
 
 
-Message = Union[Request, Notification, Response, ErrorResponse]
+Message = Request | Notification | Response | ErrorResponse
 
 
 class InvalidMessage(RpcError):

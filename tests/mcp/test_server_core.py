@@ -11,6 +11,7 @@ from runtime.config import (AgentConfig, Config, McpPreset, McpServerExposure, M
 from runtime.errors import RpcError
 from runtime.kernel.kernel import Kernel
 from runtime.mcp.client.session import McpSession
+from runtime.mcp.client.connection import McpConnection
 from runtime.mcp.server.dispatch import McpServer, Peer
 from runtime.wire import jsonrpc
 from tests.scripted_llm import ScriptedLLM, sse, text_chunk
@@ -114,9 +115,8 @@ def test_config_check_catches_exposure_mistakes(tmp_path):
 class _InMemory:
     """A client transport wired straight to a server's ``handle``: no framing, no I/O."""
 
-    probe = "initialize"
-
     def __init__(self, server: McpServer) -> None:
+        self.connection = McpConnection("initialize")  # the handshake era only, as legacy SSE
         self.server, self.peer, self.wire = server, Peer("mcp:memory"), []
         self.send_replies, self.replies = trio.open_memory_channel(16)
 
@@ -131,9 +131,6 @@ class _InMemory:
 
     async def receive(self) -> bytes:
         return await self.replies.receive()
-
-    def set_protocol_version(self, version, era) -> None:
-        pass
 
     async def aclose(self) -> None:
         pass

@@ -13,7 +13,7 @@ the legacy 0.1 shape (``tasks/send``).
 from __future__ import annotations
 
 import json
-from typing import Any, Union
+from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import msgspec
@@ -35,7 +35,7 @@ class RemoteAgent(msgspec.Struct, kw_only=True):
     description: str = ""
     streaming: bool = False
     skills: list[dict[str, Any]] = []
-    tenant: Union[str, None] = None
+    tenant: str | None = None
     card: dict[str, Any] = {}
 
 
@@ -75,7 +75,7 @@ def short(url: str) -> str:
     return urlsplit(url).path or url
 
 
-def _pick_interface(card: dict[str, Any], major: str) -> Union[dict[str, Any], None]:
+def _pick_interface(card: dict[str, Any], major: str) -> dict[str, Any] | None:
     """The first JSONRPC entry of ``supportedInterfaces`` whose protocolVersion has this
     major version ("1" or "0"): the card lists them in order of preference."""
     for entry in card.get("supportedInterfaces") or []:
@@ -88,7 +88,7 @@ def _pick_interface(card: dict[str, Any], major: str) -> Union[dict[str, Any], N
     return None
 
 
-def _jsonrpc_url_03(card: dict[str, Any]) -> Union[str, None]:
+def _jsonrpc_url_03(card: dict[str, Any]) -> str | None:
     preferred = str(card.get("preferredTransport") or "JSONRPC").upper()
     if preferred in ("JSONRPC", "JSON-RPC") and isinstance(card.get("url"), str) and card["url"]:
         return card["url"]
@@ -107,7 +107,7 @@ def _looks_03(card: dict[str, Any], card_url: str) -> bool:
         or _pick_interface(card, "0") is not None or card_url.rstrip("/").endswith("agent-card.json"))
 
 
-def remote(card: dict[str, Any], card_url: str, forced: Union[str, None]) -> RemoteAgent:
+def remote(card: dict[str, Any], card_url: str, forced: str | None) -> RemoteAgent:
     """The peer a card describes, in the dialect it prefers (or ``forced``)."""
     v10 = _pick_interface(card, "1")
     tenant = None

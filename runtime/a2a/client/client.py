@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, AsyncGenerator, AsyncIterator, Dict, Union
+from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import httpx
 import trio
@@ -50,7 +51,7 @@ class A2aClient:
     go on every request (e.g. ``Authorization``)."""
 
     def __init__(self, *, policy: AddressPolicy = AddressPolicy(), timeout: float = 30.0,
-                 send_timeout: float = 300.0, headers: Union[Dict[str, str], None] = None,
+                 send_timeout: float = 300.0, headers: dict[str, str] | None = None,
                  max_card_bytes: int = MAX_CARD_BYTES, max_response_bytes: int = MAX_RESPONSE_BYTES,
                  max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self.policy = policy
@@ -74,8 +75,8 @@ class A2aClient:
 
     # --- Discovery ----------------------------------------------------------------------
 
-    async def discover(self, url: str, *, dialect: Union[str, None] = None,
-                       timeout: Union[float, None] = None) -> RemoteAgent:
+    async def discover(self, url: str, *, dialect: str | None = None,
+                       timeout: float | None = None) -> RemoteAgent:
         """Read the peer's card and pick the dialect (``dialect`` forces one)."""
         if dialect is not None and dialect not in protocol.TRAITS:
             raise A2aClientError(f"unknown A2A dialect {dialect!r} (use 0.1, 0.3 or 1.0)")
@@ -107,9 +108,9 @@ class A2aClient:
 
     # --- Calls ----------------------------------------------------------------------------
 
-    async def send(self, agent: RemoteAgent, text: str, *, context_id: Union[str, None] = None,
-                   task_id: Union[str, None] = None, blocking: bool = True,
-                   timeout: Union[float, None] = None) -> Result:
+    async def send(self, agent: RemoteAgent, text: str, *, context_id: str | None = None,
+                   task_id: str | None = None, blocking: bool = True,
+                   timeout: float | None = None) -> Result:
         """Send ``text``; the answer is the task (as it is when the peer returns: done or
         waiting for input if ``blocking``) or the peer's message. 0.1 has no non-blocking
         send: its ``tasks/send`` answers when the peer does."""
@@ -121,20 +122,20 @@ class A2aClient:
             raise A2aClientError(f"{agent.name}: {method} answered neither a task nor a message")
         return parsed
 
-    async def get(self, agent: RemoteAgent, task_id: str, *, history_length: Union[int, None] = None,
-                  timeout: Union[float, None] = None) -> Task:
+    async def get(self, agent: RemoteAgent, task_id: str, *, history_length: int | None = None,
+                  timeout: float | None = None) -> Task:
         params: dict[str, Any] = {"id": task_id}
         if history_length is not None:
             params["historyLength"] = history_length
         method = protocol.method_for(agent.dialect, "get")
         return requests.as_task(await self._call(agent, method, params, timeout), method, agent.name)
 
-    async def cancel(self, agent: RemoteAgent, task_id: str, *, timeout: Union[float, None] = None) -> Task:
+    async def cancel(self, agent: RemoteAgent, task_id: str, *, timeout: float | None = None) -> Task:
         method = protocol.method_for(agent.dialect, "cancel")
         return requests.as_task(await self._call(agent, method, {"id": task_id}, timeout), method, agent.name)
 
     async def poll(self, agent: RemoteAgent, task_id: str, *, interval: float = 1.0,
-                   timeout: Union[float, None] = None) -> Task:
+                   timeout: float | None = None) -> Task:
         """``get`` every ``interval`` seconds until the task is terminal or waits for input."""
         limit = self.send_timeout if timeout is None else timeout
         deadline = trio.current_time() + limit
@@ -147,8 +148,8 @@ class A2aClient:
                 raise A2aTimeout(f"{agent.name}: task {task_id} is still {task.state} after {limit:g} s")
             await trio.sleep(interval)
 
-    async def stream(self, agent: RemoteAgent, text: str, *, context_id: Union[str, None] = None,
-                     task_id: Union[str, None] = None, timeout: Union[float, None] = None) -> AsyncIterator[StreamEvent]:
+    async def stream(self, agent: RemoteAgent, text: str, *, context_id: str | None = None,
+                     task_id: str | None = None, timeout: float | None = None) -> AsyncIterator[StreamEvent]:
         """Send ``text`` and yield the task's events as they come (the first is the task
         or a message). Close it with ``contextlib.aclosing`` when leaving early."""
         method, params = requests.send_request(agent.dialect, text, context_id, task_id, True, stream=True)
@@ -156,7 +157,7 @@ class A2aClient:
             yield event
 
     async def resubscribe(self, agent: RemoteAgent, task_id: str, *,
-                          timeout: Union[float, None] = None) -> AsyncIterator[StreamEvent]:
+                          timeout: float | None = None) -> AsyncIterator[StreamEvent]:
         """The events of a running task from now on."""
         method = protocol.method_for(agent.dialect, "resubscribe")
         async for event in self._stream(agent, method, {"id": task_id}, timeout):
@@ -165,7 +166,7 @@ class A2aClient:
     # --- The wire ---------------------------------------------------------------------------
 
     async def _call(self, agent: RemoteAgent, method: str, params: dict[str, Any],
-                    timeout: Union[float, None]) -> Any:
+                    timeout: float | None) -> Any:
         check_url(agent.url, self.policy)
         msg_id, body = requests.envelope(agent.dialect, agent.tenant, method, params)
         limit = self.timeout if timeout is None else timeout
@@ -173,11 +174,17 @@ class A2aClient:
         log_wire("out", method, msg_id, len(body), peer=f"a2a:{agent.name}")
         with _deadline(limit, f"{agent.name}: {method}"):
             try:
-                async with self._http.stream("POST", agent.url, content=body,
-                                             headers=requests.headers(agent.dialect, "application/json, text/event-stream"),
-                                             timeout=httpx.Timeout(limit, connect=min(limit, 10.0))) as response:
-                    if response.headers.get("content-type", "").startswith("text/event-stream") \
-                            and response.status_code == 200:
+                async with self._http.stream(
+                    "POST",
+                    agent.url,
+                    content=body,
+                    headers=requests.headers(agent.dialect, "application/json, text/event-stream"),
+                    timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
+                ) as response:
+                    if (
+                        response.headers.get("content-type", "").startswith("text/event-stream")
+                        and response.status_code == 200
+                    ):
                         answer = None  # a peer that streams even a plain call: take its last answer
                         async for data in self._sse(response, method):
                             answer = data
@@ -198,17 +205,22 @@ class A2aClient:
         check_url(url, self.policy)
         with _deadline(limit, f"{agent.name}: {method} (REST)"):
             try:
-                async with self._http.stream(verb, url, content=body,
-                                             headers={"Content-Type": "application/json", "Accept": "application/json"},
-                                             timeout=httpx.Timeout(limit, connect=min(limit, 10.0))) as response:
+                async with self._http.stream(
+                    verb,
+                    url,
+                    content=body,
+                    headers={"Content-Type": "application/json", "Accept": "application/json"},
+                    timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
+                ) as response:
                     raw = await _read_capped(response, self.max_response_bytes, f"{agent.name}'s answer")
                     status = response.status_code
             except httpx.HTTPError as exc:
                 raise _transport_error(exc, url) from None
         return requests.read_seed(raw, status, agent.name, method, url)
 
-    async def _stream(self, agent: RemoteAgent, method: str, params: dict[str, Any],
-                      timeout: Union[float, None]) -> AsyncIterator[StreamEvent]:
+    async def _stream(
+        self, agent: RemoteAgent, method: str, params: dict[str, Any], timeout: float | None
+    ) -> AsyncIterator[StreamEvent]:
         check_url(agent.url, self.policy)
         msg_id, body = requests.envelope(agent.dialect, agent.tenant, method, params)
         limit = self.send_timeout if timeout is None else timeout
@@ -216,12 +228,16 @@ class A2aClient:
         what = f"{agent.name}: {method}"
         log_wire("out", method, msg_id, len(body), peer=f"a2a:{agent.name}")
         # Cancel scopes wrap single awaits only, never a yield (trio's rule for generators).
-        events: Union[AsyncGenerator[bytes, None], None] = None
+        events: AsyncGenerator[bytes, None] | None = None
         try:
             with _deadline(limit, what):
-                request = self._http.build_request("POST", agent.url, content=body,
-                                                   headers=requests.headers(agent.dialect, "text/event-stream"),
-                                                   timeout=httpx.Timeout(limit, connect=min(limit, 10.0)))
+                request = self._http.build_request(
+                    "POST",
+                    agent.url,
+                    content=body,
+                    headers=requests.headers(agent.dialect, "text/event-stream"),
+                    timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
+                )
                 response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, agent.url) from None
@@ -230,7 +246,9 @@ class A2aClient:
             if response.status_code != 200 or not kind.startswith("text/event-stream"):
                 with _deadline(max(0.0, deadline - trio.current_time()), what, limit):
                     raw = await _read_capped(response, self.max_response_bytes, f"{agent.name}'s answer")
-                result = requests.read_result(raw, response.status_code, agent.name, agent.url, method)  # raises on an error
+                result = requests.read_result(
+                    raw, response.status_code, agent.name, agent.url, method
+                )  # raises on an error
                 event = requests.parse_event(result, method)
                 if event is not None:
                     yield event
@@ -275,7 +293,7 @@ class A2aClient:
 class _deadline:
     """``trio.fail_after`` that raises :class:`A2aTimeout` naming what was waited for."""
 
-    def __init__(self, seconds: float, what: str, total: Union[float, None] = None) -> None:
+    def __init__(self, seconds: float, what: str, total: float | None = None) -> None:
         self.seconds, self.what, self.total = seconds, what, seconds if total is None else total
         self._scope = trio.CancelScope()
 
@@ -304,7 +322,7 @@ async def _read_capped(response: httpx.Response, limit: int, what: str) -> bytes
 
 
 def _transport_error(exc: httpx.HTTPError, url: str) -> TernError:
-    chain: Union[BaseException, None] = exc
+    chain: BaseException | None = exc
     while chain is not None:  # the guard's refusal sits further down the chain
         if isinstance(chain, BlockedAddress):
             return chain

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from contextlib import AsyncExitStack
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import trio
@@ -97,7 +97,7 @@ class ExternalAgents:
                 self.on_event("a2a.peer", {"name": peer.entry.name, "state": peer.state, "error": peer.error})
             return peer.remote
 
-    async def send(self, name: str, text: str, *, context_id: Union[str, None] = None) -> RemoteReply:
+    async def send(self, name: str, text: str, *, context_id: str | None = None) -> RemoteReply:
         """One blocking exchange with the named peer (discovering it first if needed)."""
         from runtime.a2a.client.client import reply_text
         from runtime.a2a.model import Task
@@ -113,14 +113,24 @@ class ExternalAgents:
         result = await peer.client.send(remote, text, context_id=context_id)
         if isinstance(result, Task):
             if result.state in ("failed", "rejected", "canceled"):
-                raise TernError(f"A2A agent {name!r}: the task {result.state}: {reply_text(result) or 'no reason given'}")
+                raise TernError(
+                    f"A2A agent {name!r}: the task {result.state}: {reply_text(result) or 'no reason given'}"
+                )
             return RemoteReply(reply_text(result), result.context_id or context_id or "", result.state, result.id)
         return RemoteReply(reply_text(result), result.context_id or context_id or "", "completed")
 
     def statuses(self) -> list[dict[str, Any]]:
-        return [{"name": name, "url": peer.entry.url, "state": peer.state, "error": peer.error,
-                 "dialect": peer.remote.dialect if peer.remote else None,
-                 "endpoint": peer.remote.url if peer.remote else None} for name, peer in self.peers.items()]
+        return [
+            {
+                "name": name,
+                "url": peer.entry.url,
+                "state": peer.state,
+                "error": peer.error,
+                "dialect": peer.remote.dialect if peer.remote else None,
+                "endpoint": peer.remote.url if peer.remote else None,
+            }
+            for name, peer in self.peers.items()
+        ]
 
 
 def register_tools(registry: Any, external: ExternalAgents) -> None:
@@ -135,10 +145,23 @@ def register_tools(registry: Any, external: ExternalAgents) -> None:
                 reply = await external.send(_name, arguments["message"], context_id=arguments.get("context_id"))
             except TernError as exc:
                 return ToolResult(str(exc), is_error=True)
-            return ToolResult(reply.text, structured={"reply": reply.text, "context_id": reply.context_id,
-                                                      "state": reply.state})
+            return ToolResult(
+                reply.text, structured={"reply": reply.text, "context_id": reply.context_id, "state": reply.state}
+            )
 
-        registry.register(Tool(tool_name(name), description, {
-            "type": "object", "additionalProperties": False, "required": ["message"],
-            "properties": {"message": {"type": "string", "maxLength": 100_000},
-                           "context_id": {"type": "string", "maxLength": 200}}}), handler)
+        registry.register(
+            Tool(
+                tool_name(name),
+                description,
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["message"],
+                    "properties": {
+                        "message": {"type": "string", "maxLength": 100_000},
+                        "context_id": {"type": "string", "maxLength": 200},
+                    },
+                },
+            ),
+            handler,
+        )

@@ -11,7 +11,7 @@ each dialect and binding, and how each answer is read.
 from __future__ import annotations
 
 import json
-from typing import Any, Union
+from typing import Any
 from urllib.parse import quote
 
 from msgspec import UNSET
@@ -27,15 +27,15 @@ __all__ = ["A2aClientError", "A2aTimeout", "Result", "StreamEvent", "send_reques
            "read_result", "parse_event", "as_task", "ends_stream", "SEED_REST", "seed_fallback", "seed_request",
            "read_seed", "reply_text", "snippet"]
 
-Result = Union[Task, Message]
-StreamEvent = Union[Task, Message, StatusEvent, ArtifactEvent]
+Result = Task | Message
+StreamEvent = Task | Message | StatusEvent | ArtifactEvent
 
 
 class A2aClientError(TernError):
     """A peer could not be reached, answered something unusable, or answered with a
     JSON-RPC error (then ``code`` is its code and ``message`` its text)."""
 
-    def __init__(self, text: str, *, code: Union[int, None] = None, message: str = "", data: Any = None) -> None:
+    def __init__(self, text: str, *, code: int | None = None, message: str = "", data: Any = None) -> None:
         super().__init__(text)
         self.code = code
         self.message = message or text
@@ -49,7 +49,7 @@ class A2aTimeout(A2aClientError, TernTimeout):
 # --- Requests ---------------------------------------------------------------------------------
 
 
-def send_request(dialect: str, text: str, context_id: Union[str, None], task_id: Union[str, None], blocking: bool,
+def send_request(dialect: str, text: str, context_id: str | None, task_id: str | None, blocking: bool,
                  *, stream: bool) -> tuple[str, dict[str, Any]]:
     """The method and params that send ``text`` (continuing ``task_id`` if given)."""
     message = Message(role="user", parts=[{"text": text}], context_id=context_id or None, task_id=task_id or None)
@@ -72,7 +72,7 @@ def headers(dialect: str, accept: str) -> dict[str, str]:
     return out
 
 
-def envelope(dialect: str, tenant: Union[str, None], method: str, params: dict[str, Any]) -> tuple[str, bytes]:
+def envelope(dialect: str, tenant: str | None, method: str, params: dict[str, Any]) -> tuple[str, bytes]:
     """A new request id and the request's bytes."""
     if TRAITS[dialect].tenant and tenant:
         params = {"tenant": tenant, **params}
@@ -102,7 +102,7 @@ def read_result(raw: bytes, status: int, name: str, url: str, method: str) -> An
     return answer.result
 
 
-def _answer(raw: bytes) -> Union[jsonrpc.Message, None]:
+def _answer(raw: bytes) -> jsonrpc.Message | None:
     """The JSON-RPC message in ``raw``. A peer that bends JSON-RPC (no ``"jsonrpc"``, an
     odd id) is read leniently: an error with an integer code, else a result."""
     if not raw:
@@ -138,7 +138,7 @@ def _loads(raw: bytes) -> Any:
         return None
 
 
-def parse_event(result: Any, method: str) -> Union[StreamEvent, None]:
+def parse_event(result: Any, method: str) -> StreamEvent | None:
     """A result or stream event in any dialect; None if tern does not know it."""
     try:
         return dialects.parse_event(result)
@@ -161,7 +161,7 @@ def ends_stream(event: StreamEvent) -> bool:
         event.final or event.state in TERMINAL or event.state in INTERRUPTED))
 
 
-def reply_text(result: Union[Task, Message]) -> str:
+def reply_text(result: Task | Message) -> str:
     """What a person reads as the answer: a message's text, else the task's artifacts'
     text, else its status message, else the last agent message in its history."""
     if isinstance(result, Message):
@@ -188,7 +188,7 @@ def seed_fallback(dialect: str, method: str, status: int) -> bool:
     return dialect == "0.1" and status in (404, 405) and method in SEED_REST
 
 
-def seed_request(url: str, method: str, params: dict[str, Any]) -> tuple[str, str, Union[bytes, None]]:
+def seed_request(url: str, method: str, params: dict[str, Any]) -> tuple[str, str, bytes | None]:
     """The HTTP verb, URL and body of ``method`` on the seed's REST routes under ``url``;
     they answer a bare task: ``POST {url}/tasks/send``, ``GET {url}/tasks/{id}``, ``POST .../cancel``."""
     verb, path = SEED_REST[method]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 import time
 from email.utils import formatdate
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import msgspec
 

@@ -10,7 +10,7 @@ on, else the Host the client used: never 0.0.0.0.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 from runtime import __version__
 from runtime.config import AgentConfig, Config
@@ -20,7 +20,7 @@ __all__ = ["base_url", "agent_url", "card", "legacy_card", "skills"]
 _UNSPECIFIED = {"0.0.0.0", "::", "[::]", ""}
 
 
-def base_url(config: Config, bound: Union[tuple[str, int], None], host_header: Union[str, None]) -> str:
+def base_url(config: Config, bound: tuple[str, int] | None, host_header: str | None) -> str:
     """Where peers reach this tern: ``public_url``, the bound address, or the Host header."""
     if config.a2a.public_url:
         return config.a2a.public_url.rstrip("/")

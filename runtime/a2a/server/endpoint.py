@@ -15,7 +15,8 @@ Everything but the cards needs the key (task contents are private).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from runtime.a2a.server.card_routes import CardRoutes
 from runtime.a2a.server.handler import A2aHandler
@@ -77,11 +78,15 @@ class A2aEndpoint:
         configs = f"{base}/tasks/{{op}}/pushNotificationConfigs"
         router.add("POST", configs, http.push, summary="A2A 1.0 HTTP+JSON: CreateTaskPushNotificationConfig")
         router.add("GET", configs, http.push, summary="A2A 1.0 HTTP+JSON: ListTaskPushNotificationConfigs")
-        router.add("GET", f"{configs}/{{config}}", http.push, summary="A2A 1.0 HTTP+JSON: GetTaskPushNotificationConfig")
-        router.add("DELETE", f"{configs}/{{config}}", http.push,
-                   summary="A2A 1.0 HTTP+JSON: DeleteTaskPushNotificationConfig")
-        router.add("GET", f"{base}/extendedAgentCard", http.extended_card,
-                   summary="A2A 1.0 HTTP+JSON: GetExtendedAgentCard")
+        router.add(
+            "GET", f"{configs}/{{config}}", http.push, summary="A2A 1.0 HTTP+JSON: GetTaskPushNotificationConfig"
+        )
+        router.add(
+            "DELETE", f"{configs}/{{config}}", http.push, summary="A2A 1.0 HTTP+JSON: DeleteTaskPushNotificationConfig"
+        )
+        router.add(
+            "GET", f"{base}/extendedAgentCard", http.extended_card, summary="A2A 1.0 HTTP+JSON: GetExtendedAgentCard"
+        )
         router.add("POST", f"{path}/tasks/send", rest.send, summary="A2A (seed REST): send a task")
         router.add("GET", f"{path}/tasks/{{id}}", rest.get, summary="A2A (seed REST): a task")
         router.add("POST", f"{path}/tasks/{{id}}/cancel", rest.cancel, summary="A2A (seed REST): cancel a task")

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Any, AsyncIterator, Awaitable, Callable, Union
+from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
 import trio
@@ -30,13 +31,25 @@ from runtime.a2a.model import (INTERRUPTED, Artifact, ArtifactEvent, Event, Mess
 from runtime.errors import TernError
 from runtime.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
-__all__ = ["TaskEngine", "Outcome", "TaskReport", "A2aError", "TaskNotFound", "TaskNotCancelable", "StoreFull", "InvalidTaskRequest",
-           "UnsupportedOperation", "IllegalTransition", "TRANSITIONS"]
+__all__ = [
+    "TaskEngine",
+    "Outcome",
+    "TaskReport",
+    "A2aError",
+    "TaskNotFound",
+    "TaskNotCancelable",
+    "StoreFull",
+    "InvalidTaskRequest",
+    "UnsupportedOperation",
+    "IllegalTransition",
+    "TRANSITIONS",
+]
 
 SUBSCRIBER_EVENTS = 256
 
-_AFTER_LIVE = frozenset({"submitted", "working", "input-required", "auth-required", "completed", "canceled", "failed",
-                         "rejected"})
+_AFTER_LIVE = frozenset(
+    {"submitted", "working", "input-required", "auth-required", "completed", "canceled", "failed", "rejected"}
+)
 #: Which state may follow which. A task is born submitted; while its work runs it may
 #: report submitted or working (again) and ends in any state; a task waiting for its
 #: client is continued (submitted) or canceled; a terminal task never moves again.
@@ -91,17 +104,17 @@ class Outcome(msgspec.Struct, kw_only=True):
     text: str = ""
     artifacts: list[Artifact] = []
     status_text: bool = False
-    reply: Union[Message, None] = None  # answer with a Message instead of a task (1.0/0.3 allow it)
+    reply: Message | None = None  # answer with a Message instead of a task (1.0/0.3 allow it)
 
 
 class TaskReport:
     """What a runner may tell while it works: status updates and artifact chunks, which
     go out as the task's events in order."""
 
-    def __init__(self, engine: "TaskEngine", entry: "_Entry") -> None:
+    def __init__(self, engine: TaskEngine, entry: _Entry) -> None:
         self._engine, self._entry = engine, entry
 
-    def status(self, state: str, text: Union[str, None] = None) -> None:
+    def status(self, state: str, text: str | None = None) -> None:
         task = self._entry.task
         if state not in ("submitted", "working") or (state == task.state and not text):
             return  # final states come with the Outcome; a repeat says nothing
@@ -120,12 +133,27 @@ class TaskReport:
             existing.parts.extend(artifact.parts)
             index = task.artifacts.index(existing)
         else:
-            task.artifacts.append(Artifact(parts=list(artifact.parts), artifact_id=artifact.artifact_id,
-                                           name=artifact.name, description=artifact.description,
-                                           metadata=artifact.metadata))
+            task.artifacts.append(
+                Artifact(
+                    parts=list(artifact.parts),
+                    artifact_id=artifact.artifact_id,
+                    name=artifact.name,
+                    description=artifact.description,
+                    metadata=artifact.metadata,
+                )
+            )
             index = len(task.artifacts) - 1
-        self._engine._emit(self._entry, ArtifactEvent(task_id=task.id, context_id=task.context_id, artifact=artifact,
-                                                      append=append, last_chunk=last_chunk, index=index))
+        self._engine._emit(
+            self._entry,
+            ArtifactEvent(
+                task_id=task.id,
+                context_id=task.context_id,
+                artifact=artifact,
+                append=append,
+                last_chunk=last_chunk,
+                index=index,
+            ),
+        )
 
 
 Runner = Callable[[Task, Message, TaskReport], Awaitable[Outcome]]
@@ -136,22 +164,28 @@ class _Entry:
 
     def __init__(self, task: Task) -> None:
         self.task = task
-        self.scope: Union[trio.CancelScope, None] = None
+        self.scope: trio.CancelScope | None = None
         self.subscribers: list[trio.MemorySendChannel[Event]] = []
         self.changed = trio.Event()
         self.running = False
 
 
 class TaskEngine:
-    def __init__(self, runner: Runner, *, max_tasks: int = 1000, on_change: Union[Callable[[Task], None], None] = None,
-                 on_evict: Union[Callable[[str], None], None] = None) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        *,
+        max_tasks: int = 1000,
+        on_change: Callable[[Task], None] | None = None,
+        on_evict: Callable[[str], None] | None = None,
+    ) -> None:
         self.runner = runner
         self.max_tasks = max_tasks
         self.on_change = on_change  # persistence, metrics, the kernel's event bus
         self.on_evict = on_evict
         self.listeners: list[Callable[[Task, Event], None]] = []  # every event of every task (push)
         self._tasks: OrderedDict[str, _Entry] = OrderedDict()
-        self._nursery: Union[trio.Nursery, None] = None
+        self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -173,11 +207,13 @@ class TaskEngine:
             counts[entry.task.state] = counts.get(entry.task.state, 0) + 1
         return counts
 
-    def list(self, *, context_id: Union[str, None] = None, state: Union[str, None] = None) -> list[Task]:
+    def list(self, *, context_id: str | None = None, state: str | None = None) -> list[Task]:
         """Newest status first."""
-        found = [e.task for e in self._tasks.values()
-                 if (context_id is None or e.task.context_id == context_id)
-                 and (state is None or e.task.state == state)]
+        found = [
+            e.task
+            for e in self._tasks.values()
+            if (context_id is None or e.task.context_id == context_id) and (state is None or e.task.state == state)
+        ]
         return sorted(found, key=lambda t: t.timestamp, reverse=True)
 
     def load(self, tasks: list[Task]) -> None:
@@ -186,14 +222,17 @@ class TaskEngine:
             self._tasks[task.id] = _Entry(task)
             self._tasks.move_to_end(task.id)
             if not task.terminal and task.state not in INTERRUPTED:
-                task.state, task.status_message = "failed", _agent_text("tern restarted while this task was running", task)
+                task.state, task.status_message = (
+                    "failed",
+                    _agent_text("tern restarted while this task was running", task),
+                )
                 task.timestamp = time.time()
                 if self.on_change is not None:
                     self.on_change(task)
 
     # --- Starting and continuing ------------------------------------------------------------
 
-    def send(self, agent: str, message: Message, *, task_id: Union[str, None] = None, dialect: str = "") -> Task:
+    def send(self, agent: str, message: Message, *, task_id: str | None = None, dialect: str = "") -> Task:
         """Start a task for ``message`` (or continue the one its ``task_id`` names) and
         return it; the agent work runs in the background. ``task_id`` names a new task
         (0.1 clients choose their ids); otherwise the engine makes one up."""
@@ -214,8 +253,7 @@ class TaskEngine:
             if task_id is not None and task_id in self._tasks:
                 raise InvalidTaskRequest(f"task {task_id!r} exists already")
             self._make_room()
-            task = Task(id=task_id or new_id(), context_id=message.context_id or new_id(), agent=agent,
-                        dialect=dialect)
+            task = Task(id=task_id or new_id(), context_id=message.context_id or new_id(), agent=agent, dialect=dialect)
             message.context_id = task.context_id
             entry = _Entry(task)
             self._tasks[task.id] = entry
@@ -233,17 +271,21 @@ class TaskEngine:
 
     def _make_room(self) -> None:
         while len(self._tasks) >= self.max_tasks:
-            victim = next((task_id for task_id, e in self._tasks.items() if e.task.terminal and not e.subscribers), None)
+            victim = next(
+                (task_id for task_id, e in self._tasks.items() if e.task.terminal and not e.subscribers), None
+            )
             if victim is None:
-                raise StoreFull(f"tern is holding {len(self._tasks)} unfinished tasks (the limit is {self.max_tasks}); "
-                                "try again when some finish")
+                raise StoreFull(
+                    f"tern is holding {len(self._tasks)} unfinished tasks (the limit is {self.max_tasks}); "
+                    "try again when some finish"
+                )
             del self._tasks[victim]
             if self.on_evict is not None:
                 self.on_evict(victim)
 
     async def _work(self, entry: _Entry, message: Message, scope: trio.CancelScope) -> None:
         task = entry.task
-        outcome: Union[Outcome, None] = None
+        outcome: Outcome | None = None
         try:
             with scope:
                 try:
@@ -271,8 +313,12 @@ class TaskEngine:
         if outcome.status_text:
             for artifact in outcome.artifacts:
                 task.artifacts.append(artifact)
-                self._emit(entry, ArtifactEvent(task_id=task.id, context_id=task.context_id, artifact=artifact,
-                                                index=len(task.artifacts) - 1))
+                self._emit(
+                    entry,
+                    ArtifactEvent(
+                        task_id=task.id, context_id=task.context_id, artifact=artifact, index=len(task.artifacts) - 1
+                    ),
+                )
             status = _agent_text(outcome.text, task) if outcome.text else None
             if status is not None:
                 task.history.append(status)
@@ -282,8 +328,12 @@ class TaskEngine:
             artifacts = outcome.artifacts or [Artifact(parts=[{"text": outcome.text}], name="reply")]
             for artifact in artifacts:
                 task.artifacts.append(artifact)
-                self._emit(entry, ArtifactEvent(task_id=task.id, context_id=task.context_id, artifact=artifact,
-                                                index=len(task.artifacts) - 1))
+                self._emit(
+                    entry,
+                    ArtifactEvent(
+                        task_id=task.id, context_id=task.context_id, artifact=artifact, index=len(task.artifacts) - 1
+                    ),
+                )
             reply = _agent_text(outcome.text, task) if outcome.text else None
             if reply is not None:
                 task.history.append(reply)
@@ -309,14 +359,23 @@ class TaskEngine:
 
     # --- Events -----------------------------------------------------------------------------
 
-    def _set(self, entry: _Entry, state: str, message: Union[Message, None]) -> None:
+    def _set(self, entry: _Entry, state: str, message: Message | None) -> None:
         """The one place a task's state changes."""
         task = entry.task
         _check(task, state)
         task.state, task.status_message, task.timestamp = state, message, time.time()
         final = task.terminal or state in INTERRUPTED
-        self._emit(entry, StatusEvent(task_id=task.id, context_id=task.context_id, state=state, message=message,
-                                      timestamp=task.timestamp, final=final))
+        self._emit(
+            entry,
+            StatusEvent(
+                task_id=task.id,
+                context_id=task.context_id,
+                state=state,
+                message=message,
+                timestamp=task.timestamp,
+                final=final,
+            ),
+        )
         if final:
             for channel in entry.subscribers:
                 channel.close()
@@ -371,7 +430,7 @@ def _check(task: Task, state: str) -> None:
         raise IllegalTransition(f"task {task.id} cannot go from {task.state} to {state}")
 
 
-def _agent_text(text: str, task: Union[Task, None] = None) -> Message:
+def _agent_text(text: str, task: Task | None = None) -> Message:
     message = Message(role="agent", parts=[{"text": text}])
     if task is not None:
         message.context_id, message.task_id = task.context_id, task.id

@@ -4,7 +4,8 @@ engine and the push notifier. The bindings only read requests and write answers.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import msgspec
 import trio

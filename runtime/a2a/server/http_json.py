@@ -4,7 +4,8 @@ operations as JSON-RPC, errors as google.rpc Status bodies with the HTTP status 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from typing import Any
+from collections.abc import Callable
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -19,7 +20,7 @@ from runtime.wire.sse import encode_event
 __all__ = ["HttpJsonBinding"]
 
 _encoder = msgspec.json.Encoder()
-Answer = Union[Response, StreamResponse]
+Answer = Response | StreamResponse
 
 
 class HttpJsonBinding:
@@ -97,8 +98,19 @@ def _error(code: int, text: str) -> Response:
     reason = protocol.reason(code)
     details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
                 "domain": "a2a-protocol.org"}] if reason else []
-    return Response(status, _encoder.encode({"error": {"code": status, "status": protocol.STATUS_NAMES.get(status, "UNKNOWN"),
-                                                       "message": text, "details": details}}))
+    return Response(
+        status,
+        _encoder.encode(
+            {
+                "error": {
+                    "code": status,
+                    "status": protocol.STATUS_NAMES.get(status, "UNKNOWN"),
+                    "message": text,
+                    "details": details,
+                }
+            }
+        ),
+    )
 
 
 def _body(request: Request) -> dict[str, Any]:

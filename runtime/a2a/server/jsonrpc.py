@@ -4,7 +4,8 @@ needs ``A2A-Version: 1.x``; none means 0.3, per the spec)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from typing import Any
+from collections.abc import Callable
 
 import trio
 from msgspec import UNSET
@@ -29,7 +30,7 @@ class JsonRpcBinding:
         self.handler = handler
         self.agent_of = agent_of
 
-    async def rpc(self, request: Request) -> Union[Response, StreamResponse]:
+    async def rpc(self, request: Request) -> Response | StreamResponse:
         agent = self.agent_of(request)
         content_type = (request.header(b"content-type") or "").split(";")[0].strip().lower()
         if content_type and content_type != "application/json" and not content_type.endswith("+json"):

@@ -16,7 +16,7 @@ status and artifact event to.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import trio
@@ -43,8 +43,17 @@ class ConfigNotFound(A2aError):
 
 
 class _Config:
-    def __init__(self, config_id: str, task_id: str, url: str, token: str, auth: dict[str, Any], dialect: Dialect) -> None:
-        self.id, self.task_id, self.url, self.token, self.auth, self.dialect = config_id, task_id, url, token, auth, dialect
+    def __init__(
+        self, config_id: str, task_id: str, url: str, token: str, auth: dict[str, Any], dialect: Dialect
+    ) -> None:
+        self.id, self.task_id, self.url, self.token, self.auth, self.dialect = (
+            config_id,
+            task_id,
+            url,
+            token,
+            auth,
+            dialect,
+        )
         self.send, self.receive = trio.open_memory_channel[Any](QUEUE_EVENTS)
 
     def render(self, dialect: Dialect) -> dict[str, Any]:
@@ -59,8 +68,10 @@ class _Config:
         if self.token:
             config["token"] = self.token
         if self.auth:
-            config["authentication"] = {"schemes": [self.auth.get("scheme", "Bearer")],
-                                        **({"credentials": self.auth["credentials"]} if "credentials" in self.auth else {})}
+            config["authentication"] = {
+                "schemes": [self.auth.get("scheme", "Bearer")],
+                **({"credentials": self.auth["credentials"]} if "credentials" in self.auth else {}),
+            }
         return {"taskId": self.task_id, "pushNotificationConfig": config}
 
 
@@ -70,7 +81,7 @@ class PushNotifier:
         self.policy = policy
         self._configs: dict[str, dict[str, _Config]] = {}
         self._ids = itertools.count(1)
-        self._nursery: Union[trio.Nursery, None] = None
+        self._nursery: trio.Nursery | None = None
         self._client: Any = None
         self.delivered = 0
         self.failed = 0
@@ -121,7 +132,7 @@ class PushNotifier:
         self._nursery.start_soon(self._deliver, config)
         return config.render(dialect)
 
-    def get(self, task_id: str, config_id: Union[str, None], dialect: Dialect) -> dict[str, Any]:
+    def get(self, task_id: str, config_id: str | None, dialect: Dialect) -> dict[str, Any]:
         self.engine.get(task_id)
         configs = self._configs.get(task_id, {})
         config = configs.get(config_id) if config_id else None

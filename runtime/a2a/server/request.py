@@ -3,7 +3,7 @@ proto field names 1.0 also allows, and the version a 1.0 call must declare."""
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 from runtime.a2a import protocol
 from runtime.a2a.dialects import BadMessage
@@ -27,7 +27,7 @@ def string(params: dict[str, Any], key: str) -> str:
     return value
 
 
-def history_length(params: dict[str, Any]) -> Union[int, None]:
+def history_length(params: dict[str, Any]) -> int | None:
     value = params.get("historyLength")
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -80,7 +80,7 @@ def require_1x(request: Request, what: str) -> None:
                                                        f"(got {version!r}; no header means 0.3)")
 
 
-def _query_version(query: str) -> Union[str, None]:
+def _query_version(query: str) -> str | None:
     for pair in query.split("&"):
         key, _, value = pair.partition("=")
         if key == "A2A-Version" and value:

@@ -65,10 +65,15 @@ async def _events_agent(agents: AgentPort, task: Task, message: Message, report:
             return
         try:
             if event.get("event") == "status":
-                report.status(str(event.get("state")), event.get("text") if isinstance(event.get("text"), str) else None)
+                report.status(
+                    str(event.get("state")), event.get("text") if isinstance(event.get("text"), str) else None
+                )
             elif event.get("event") == "artifact":
-                report.artifact(_artifact(event.get("artifact")), append=bool(event.get("append")),
-                                last_chunk=bool(event.get("lastChunk", True)))
+                report.artifact(
+                    _artifact(event.get("artifact")),
+                    append=bool(event.get("append")),
+                    last_chunk=bool(event.get("lastChunk", True)),
+                )
             else:
                 last.clear()
                 last.update(event)
@@ -76,8 +81,7 @@ async def _events_agent(agents: AgentPort, task: Task, message: Message, report:
             problems.append(str(exc))
 
     try:
-        await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, on_text=on_line,
-                                 env=env)
+        await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, on_text=on_line, env=env)
     except AgentError as exc:
         return Outcome(state="failed", text=str(exc))
     if last.get("message"):
@@ -100,8 +104,11 @@ async def _events_agent(agents: AgentPort, task: Task, message: Message, report:
 def _artifact(obj: Any) -> Artifact:
     if not isinstance(obj, dict) or not isinstance(obj.get("parts"), list):
         raise BadMessage("an artifact needs parts")
-    artifact = Artifact(parts=[parse_part(p, i) for i, p in enumerate(obj["parts"])], name=obj.get("name"),
-                        description=obj.get("description"))
+    artifact = Artifact(
+        parts=[parse_part(p, i) for i, p in enumerate(obj["parts"])],
+        name=obj.get("name"),
+        description=obj.get("description"),
+    )
     if obj.get("artifactId"):
         artifact.artifact_id = str(obj["artifactId"])
     return artifact
@@ -124,8 +131,12 @@ class A2aService:
 
             self.store = TaskStore(Path(config.state.dir) / "a2a_tasks.sqlite3")
         store = self.store
-        self.engine = TaskEngine(agent_runner(agents), max_tasks=config.a2a.max_tasks,
-                                 on_change=store.changed if store else None, on_evict=store.evicted if store else None)
+        self.engine = TaskEngine(
+            agent_runner(agents),
+            max_tasks=config.a2a.max_tasks,
+            on_change=store.changed if store else None,
+            on_evict=store.evicted if store else None,
+        )
         if store is not None:
             self.engine.load(store.load())
         self.push = PushNotifier(self.engine, AddressPolicy.from_security(config.security))

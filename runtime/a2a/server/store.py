@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import trio
@@ -29,9 +29,9 @@ _decoder = msgspec.json.Decoder(Task)
 
 
 class TaskStore:
-    def __init__(self, path: Union[str, Path]) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._pending: dict[str, Union[bytes, None]] = {}  # id -> snapshot, None = delete
+        self._pending: dict[str, bytes | None] = {}  # id -> snapshot, None = delete
         self._seq: dict[str, int] = {}
         self._next_seq = 0
         self._wake = trio.Event()
@@ -96,7 +96,7 @@ class TaskStore:
             rows = [(task_id, self._seq.get(task_id, 0), body) for task_id, body in batch.items()]
             await trio.to_thread.run_sync(self._write, rows)
 
-    def _write(self, rows: list[tuple[str, int, Union[bytes, None]]]) -> None:
+    def _write(self, rows: list[tuple[str, int, bytes | None]]) -> None:
         db = self._connect()
         try:
             with db:
@@ -104,6 +104,8 @@ class TaskStore:
                     if body is None:
                         db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
                     else:
-                        db.execute("INSERT OR REPLACE INTO tasks (id, seq, body) VALUES (?, ?, ?)", (task_id, seq, body))
+                        db.execute(
+                            "INSERT OR REPLACE INTO tasks (id, seq, body) VALUES (?, ?, ?)", (task_id, seq, body)
+                        )
         finally:
             db.close()

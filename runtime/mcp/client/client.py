@@ -7,7 +7,8 @@ manager: that keeps exception groups from leaking out of ``async with`` blocks.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Union
+from typing import Any
+from collections.abc import Callable
 
 import trio
 
@@ -51,9 +52,9 @@ class McpClient:
 
     @classmethod
     async def connect(cls, entry: McpServerEntry, nursery: trio.Nursery, *,
-                      roots: Union[list[str], None] = None,
-                      on_notification: Union[NotificationHandler, None] = None,
-                      transport: Any = None, policy: Any = None) -> "McpClient":
+                      roots: list[str] | None = None,
+                      on_notification: NotificationHandler | None = None,
+                      transport: Any = None, policy: Any = None) -> McpClient:
         """Start the server's transport in ``nursery``, negotiate, and return the client.
 
         On failure everything started is closed again before the error propagates.
@@ -82,7 +83,7 @@ class McpClient:
     async def list_tools(self) -> list[protocol.McpTool]:
         """Every tool, following ``nextCursor`` (bounded, and a repeated cursor ends it)."""
         tools: list[protocol.McpTool] = []
-        cursor: Union[str, None] = None
+        cursor: str | None = None
         seen: set[str] = set()
         for _ in range(MAX_TOOL_PAGES):
             result = await self.session.request("tools/list", {"cursor": cursor} if cursor else None)
@@ -96,9 +97,9 @@ class McpClient:
             seen.add(cursor)
         return tools
 
-    async def call_tool(self, name: str, arguments: Union[dict[str, Any], None] = None, *,
-                        timeout_secs: Union[float, None] = None,
-                        on_progress: Union[Callable[[dict[str, Any]], None], None] = None) -> protocol.CallResult:
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, *,
+                        timeout_secs: float | None = None,
+                        on_progress: Callable[[dict[str, Any]], None] | None = None) -> protocol.CallResult:
         """Call a tool by its original name. A tool failure is ``result.is_error``;
         protocol faults raise RpcError, timeouts TernTimeout, a dead server ConnectionLost."""
         result = await self.session.request("tools/call", {"name": name, "arguments": arguments or {}},

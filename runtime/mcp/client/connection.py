@@ -16,7 +16,8 @@ protocol decision is written once, here, and can be tested without a socket.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, NamedTuple, Union
+from typing import Any, Literal, NamedTuple
+from collections.abc import Mapping
 
 from msgspec import UNSET
 
@@ -74,12 +75,12 @@ class McpConnection:
 
     def __init__(self, probe: Probe) -> None:
         self.probe = probe
-        self.pinned: Union[str, None] = None  # the configured protocol version; None for "auto"
-        self.era: Union[Era, None] = None  # set once negotiated
-        self.version: Union[str, None] = None
-        self.meta: Union[dict[str, Any], None] = None  # the ``_meta`` of every modern-era message
-        self.session_id: Union[str, None] = None  # Streamable HTTP, handshake era
-        self.initialize_body: Union[bytes, None] = None  # sent again when the session expires
+        self.pinned: str | None = None  # the configured protocol version; None for "auto"
+        self.era: Era | None = None  # set once negotiated
+        self.version: str | None = None
+        self.meta: dict[str, Any] | None = None  # the ``_meta`` of every modern-era message
+        self.session_id: str | None = None  # Streamable HTTP, handshake era
+        self.initialize_body: bytes | None = None  # sent again when the session expires
         self.generation = 0  # how many times the session was initialized again
 
     # --- Opening ------------------------------------------------------------------------
@@ -109,8 +110,8 @@ class McpConnection:
             return initialize_params(self.pinned or HANDSHAKE_VERSIONS[0])
         return UNSET
 
-    def discover_answer(self, result: Any = NO_ANSWER, error: Union[BaseException, None] = None, *,
-                        late: bool = False) -> Union[ServerInfo, Legacy]:
+    def discover_answer(self, result: Any = NO_ANSWER, error: BaseException | None = None, *,
+                        late: bool = False) -> ServerInfo | Legacy:
         """What an answer to ``server/discover`` means: a modern server's info, or
         ``Legacy`` while probing when the server refused it, answered nothing, or
         answered something that is not a discover result. Raises when the answer ends
@@ -147,7 +148,7 @@ class McpConnection:
 
     # --- Streamable HTTP ----------------------------------------------------------------
 
-    def add_headers(self, headers: dict[str, str], message: Union[jsonrpc.Message, None]) -> dict[str, str]:
+    def add_headers(self, headers: dict[str, str], message: jsonrpc.Message | None) -> dict[str, str]:
         """Add the protocol's headers for ``message`` (None for a GET or DELETE) to
         ``headers``. In the modern era a request or notification names its method (and
         its tool, prompt or resource) in headers, and ``MCP-Protocol-Version`` equals
@@ -173,7 +174,7 @@ class McpConnection:
         if isinstance(message, jsonrpc.Request) and message.method == INITIALIZE:
             self.initialize_body = body
 
-    def note_session(self, method: str, session_id: Union[str, None]) -> None:
+    def note_session(self, method: str, session_id: str | None) -> None:
         """A response's ``Mcp-Session-Id``: the answer to ``initialize`` starts the
         session; any other response leaves it as it is."""
         if session_id and method == INITIALIZE:

@@ -9,7 +9,7 @@ When the stream ends, the connection is over.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -31,7 +31,7 @@ __all__ = ["LegacySseTransport"]
 log = get_logger("mcp.sse")
 
 
-def _origin(url: str) -> tuple[str, str, Union[int, None]]:
+def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     default = {"http": 80, "https": 443}.get(parts.scheme)
     return parts.scheme, (parts.hostname or "").lower(), parts.port or default
@@ -45,7 +45,7 @@ class LegacySseTransport(HttpTransportBase):
         self.connection = McpConnection("initialize")  # this transport only exists in the handshake era
         self._cancel = trio.CancelScope()
         self._ended = ""
-        self.endpoint: Union[str, None] = None
+        self.endpoint: str | None = None
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Open the stream and wait (bounded) for its ``endpoint`` event."""

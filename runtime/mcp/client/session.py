@@ -29,7 +29,8 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Any, Callable, Protocol, Union
+from typing import Any, Protocol
+from collections.abc import Callable
 
 import trio
 from msgspec import UNSET
@@ -81,7 +82,7 @@ class _Waiter:
     def __init__(self, method: str, deadline: float) -> None:
         self.event = trio.Event()
         self.result: Any = None
-        self.error: Union[BaseException, None] = None
+        self.error: BaseException | None = None
         self.method = method
         self.started = time.perf_counter()
         self.deadline = deadline  # trio.current_time() by which the answer must come
@@ -95,7 +96,7 @@ class McpSession:
     """A client session with one MCP server. Start ``run`` in a nursery, then ``open``."""
 
     def __init__(self, transport: MessageTransport, *, name: str, timeout_secs: float = 30.0,
-                 roots: Union[list[str], None] = None, on_notification: Union[NotificationHandler, None] = None,
+                 roots: list[str] | None = None, on_notification: NotificationHandler | None = None,
                  probe_timeout_secs: float = 5.0) -> None:
         self.transport = transport
         self.connection = transport.connection
@@ -103,21 +104,21 @@ class McpSession:
         self.timeout_secs = timeout_secs
         self.probe_timeout_secs = probe_timeout_secs
         self.roots = roots or []
-        self.info: Union[protocol.ServerInfo, None] = None
+        self.info: protocol.ServerInfo | None = None
         self._on_notification = on_notification
         self._ids = itertools.count(1)
-        self._pending: dict[Union[int, str], _Waiter] = {}
-        self._progress: dict[Union[int, str], Callable[[dict[str, Any]], None]] = {}
-        self._closed: Union[BaseException, None] = None
-        self._nursery: Union[trio.Nursery, None] = None
-        self._meta: Union[dict[str, Any], None] = None
+        self._pending: dict[int | str, _Waiter] = {}
+        self._progress: dict[int | str, Callable[[dict[str, Any]], None]] = {}
+        self._closed: BaseException | None = None
+        self._nursery: trio.Nursery | None = None
+        self._meta: dict[str, Any] | None = None
         self._watching = False  # the watchdog runs (inside ``run``)
         self._watch_at = math.inf  # the deadline it sleeps until
         self._watch_wake = trio.Event()  # set when a call needs it to wake sooner
         self.closed = trio.Event()
 
     @property
-    def close_reason(self) -> Union[BaseException, None]:
+    def close_reason(self) -> BaseException | None:
         """Why the connection ended (the error every waiting call got), or None."""
         return self._closed
 
@@ -228,7 +229,7 @@ class McpSession:
         except SEND_ERRORS as exc:
             log.debug("MCP server '%s': could not send %s: %s", self.name, type(message).__name__, exc)
 
-    def _start(self, method: str, timeout: float = math.inf) -> tuple[Union[int, str], _Waiter]:
+    def _start(self, method: str, timeout: float = math.inf) -> tuple[int | str, _Waiter]:
         if self._closed is not None:
             raise ConnectionLost(str(self._closed))
         request_id = next(self._ids)
@@ -238,14 +239,14 @@ class McpSession:
             self._watch_wake.set()
         return request_id, waiter
 
-    def _params(self, params: Union[dict[str, Any], None]) -> Any:
+    def _params(self, params: dict[str, Any] | None) -> Any:
         if self._meta is not None:
             return protocol.with_meta(params, self._meta)
         return UNSET if params is None else params
 
-    async def request(self, method: str, params: Union[dict[str, Any], None] = None, *,
-                      timeout_secs: Union[float, None] = None,
-                      on_progress: Union[Callable[[dict[str, Any]], None], None] = None) -> Any:
+    async def request(self, method: str, params: dict[str, Any] | None = None, *,
+                      timeout_secs: float | None = None,
+                      on_progress: Callable[[dict[str, Any]], None] | None = None) -> Any:
         """Send a request and wait for its result; raise RpcError, TernTimeout or ConnectionLost."""
         timeout = self.timeout_secs if timeout_secs is None else timeout_secs
         request_id, waiter = self._start(method, timeout)
@@ -278,7 +279,7 @@ class McpSession:
             raise waiter.error
         return waiter.result
 
-    async def notify(self, method: str, params: Union[dict[str, Any], None] = None) -> None:
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         await self._send_quietly(jsonrpc.Notification(method, self._params(params)))
 
     # --- Opening: era negotiation (decided by ``self.connection``) ------------------------

@@ -17,7 +17,7 @@ Security and robustness, because the subprocess is someone else's code:
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Union
+from typing import Any
 
 import trio
 
@@ -54,13 +54,13 @@ class StdioTransport:
         self._decoder = framing.NdjsonDecoder(max_message_bytes)
         self._frames: deque[bytes] = deque()
         self._process: Any = None
-        self._reader: Union[PipeReader, None] = None
-        self._writer: Union[PipeWriter, None] = None
+        self._reader: PipeReader | None = None
+        self._writer: PipeWriter | None = None
         self._eof = False
-        self.exit_code: Union[int, None] = None
+        self.exit_code: int | None = None
 
     @property
-    def pid(self) -> Union[int, None]:
+    def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
     async def start(self, nursery: trio.Nursery) -> None:

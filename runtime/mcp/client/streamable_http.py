@@ -22,7 +22,8 @@ Every connection goes through the SSRF guard (``runtime.net.outbound.make_client
 from __future__ import annotations
 
 from contextlib import aclosing
-from typing import Any, AsyncIterator, Mapping, Union
+from typing import Any
+from collections.abc import AsyncIterator, Mapping
 
 import httpx
 import msgspec
@@ -53,7 +54,7 @@ class _Envelope(msgspec.Struct):
     """Just enough of a message to route it: responses have an id and no method."""
 
     id: Any = None
-    method: Union[str, None] = None
+    method: str | None = None
 
 
 _envelope = msgspec.json.Decoder(_Envelope)
@@ -75,16 +76,16 @@ class HttpTransportBase:
     """What both HTTP transports share: where, how (headers with ``${VAR}`` expanded,
     the SSRF policy, limits), and the inbox the session reads from."""
 
-    def __init__(self, name: str, config: Union[HttpConfig, Any], *, policy: AddressPolicy = AddressPolicy(),
+    def __init__(self, name: str, config: HttpConfig | Any, *, policy: AddressPolicy = AddressPolicy(),
                  timeout_secs: float = 30.0, max_message_bytes: int = framing.MAX_MESSAGE_BYTES,
-                 environ: Union[Mapping[str, str], None] = None) -> None:
+                 environ: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.url = config.url
         self.policy = policy
         self.timeout_secs = timeout_secs
         self.max_message_bytes = max_message_bytes
         self._headers = expand_headers(config.headers, f"mcp_servers '{name}'", environ)
-        self._client: Union[httpx.AsyncClient, None] = None
+        self._client: httpx.AsyncClient | None = None
         self._inbox_send, self._inbox = trio.open_memory_channel[bytes](INBOX_MESSAGES)
 
 
@@ -93,7 +94,7 @@ class StreamableHttpTransport(HttpTransportBase):
 
     def __init__(self, name: str, config: HttpConfig, **options: Any) -> None:
         super().__init__(name, config, **options)
-        self._tasks: Union[trio.Nursery, None] = None
+        self._tasks: trio.Nursery | None = None
         self._stopped = trio.Event()
         self._broken = ""
         self._inflight: dict[Any, trio.CancelScope] = {}
@@ -185,7 +186,7 @@ class StreamableHttpTransport(HttpTransportBase):
             log.warning("MCP server '%s' refused a %s with HTTP %d", self.name,
                         getattr(message, "method", "response"), response.status_code)
 
-    def _request_headers(self, message: Union[jsonrpc.Message, None]) -> dict[str, str]:
+    def _request_headers(self, message: jsonrpc.Message | None) -> dict[str, str]:
         return self.connection.add_headers({**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"},
                                            message)
 
@@ -283,7 +284,7 @@ class StreamableHttpTransport(HttpTransportBase):
             body = jsonrpc.encode(message)
         yield body
 
-    async def _resume(self, request: jsonrpc.Request, last_event_id: str, retry_ms: Union[int, None]) -> bool:
+    async def _resume(self, request: jsonrpc.Request, last_event_id: str, retry_ms: int | None) -> bool:
         """SSE polling (SEP-1699): the server closed the stream early; GET it again
         with ``Last-Event-ID`` until the answer arrives (a few attempts)."""
         assert self._client is not None

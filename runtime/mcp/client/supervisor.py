@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import fnmatch
 import time
-from typing import Any, Callable, Literal, Union
+from typing import Any, Literal
+from collections.abc import Callable
 
 import msgspec
 import trio
@@ -51,7 +52,7 @@ class ServerStatus(msgspec.Struct):
     protocol_version: str = ""
     era: str = ""
     server_name: str = ""
-    ready_since: Union[float, None] = None
+    ready_since: float | None = None
 
 
 class McpToolEntry(msgspec.Struct, frozen=True):
@@ -67,7 +68,7 @@ class _Server:
         self.entry = entry
         self.status = ServerStatus(entry.name, entry.transport.__struct_config__.tag,  # type: ignore[arg-type]
                                    state="connecting" if entry.enabled else "disabled")
-        self.client: Union[McpClient, None] = None
+        self.client: McpClient | None = None
         self.tools: list[McpTool] = []
         self.settled = trio.Event()  # the first attempt is over, either way
         self.refresh = trio.Event()
@@ -90,8 +91,8 @@ class McpSupervisor:
     """Start ``run`` in a nursery; it returns at once (``task_status``) and keeps the
     servers connected until cancelled or ``aclose``-d."""
 
-    def __init__(self, entries: list[McpServerEntry], *, policy: Any = None, roots: Union[list[str], None] = None,
-                 on_event: Union[Callable[[str, dict[str, Any]], None], None] = None,
+    def __init__(self, entries: list[McpServerEntry], *, policy: Any = None, roots: list[str] | None = None,
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None,
                  backoff_base: float = 0.5, backoff_max: float = 30.0) -> None:
         self._servers = {entry.name: _Server(entry) for entry in entries}
         self.policy = policy
@@ -114,10 +115,10 @@ class McpSupervisor:
     def tools(self) -> list[McpToolEntry]:
         return list(self._tools.values())
 
-    def tool(self, name: str) -> Union[McpToolEntry, None]:
+    def tool(self, name: str) -> McpToolEntry | None:
         return self._tools.get(name)
 
-    async def wait_settled(self, timeout_secs: Union[float, None] = None) -> None:
+    async def wait_settled(self, timeout_secs: float | None = None) -> None:
         """Wait until every server's first connection attempt is over (ready or not)."""
         with trio.move_on_after(self._settle_timeout() if timeout_secs is None else timeout_secs):
             for server in self._servers.values():
@@ -128,9 +129,9 @@ class McpSupervisor:
 
     # --- Calls --------------------------------------------------------------------------
 
-    async def call(self, name: str, arguments: Union[dict[str, Any], None] = None, *,
-                   timeout_secs: Union[float, None] = None,
-                   on_progress: Union[Callable[[dict[str, Any]], None], None] = None) -> CallResult:
+    async def call(self, name: str, arguments: dict[str, Any] | None = None, *,
+                   timeout_secs: float | None = None,
+                   on_progress: Callable[[dict[str, Any]], None] | None = None) -> CallResult:
         """Call a namespaced tool; a server that is not ready fails at once, with its state."""
         entry = self._tools.get(name)
         if entry is None:
@@ -145,7 +146,7 @@ class McpSupervisor:
         return await client.call_tool(entry.tool.name, arguments, timeout_secs=timeout_secs,
                                       on_progress=on_progress)
 
-    def owner(self, name: str) -> Union[str, None]:
+    def owner(self, name: str) -> str | None:
         """The configured server a namespaced name belongs to, ready or not (so a call
         to a restarting server's tool says so, instead of "no such tool")."""
         entry = self._tools.get(name)
@@ -162,7 +163,7 @@ class McpSupervisor:
         detail = f" ({status.last_error})" if status.last_error else ""
         return ConnectionLost(f"MCP server '{server}' is {status.state}{detail}")
 
-    def source(self) -> "McpToolSource":
+    def source(self) -> McpToolSource:
         return McpToolSource(self)
 
     # --- Supervision --------------------------------------------------------------------
@@ -217,7 +218,7 @@ class McpSupervisor:
             if method == "notifications/tools/list_changed":
                 server.refresh.set()
 
-        client: Union[McpClient, None] = None
+        client: McpClient | None = None
         try:
             async with trio.open_nursery() as nursery:
                 client = await McpClient.connect(entry, nursery, roots=self.roots, on_notification=notified,
@@ -309,7 +310,7 @@ class McpToolSource:
     def tools(self) -> list[Tool]:
         return [_as_tool(entry) for entry in self.supervisor.tools()]
 
-    def get(self, name: str) -> Union[Tool, None]:
+    def get(self, name: str) -> Tool | None:
         entry = self.supervisor.tool(name)
         return None if entry is None else _as_tool(entry)
 
@@ -317,7 +318,7 @@ class McpToolSource:
         return self.supervisor.owner(name) is not None
 
     async def call(self, name: str, arguments: dict[str, Any], *,
-                   timeout_secs: Union[float, None] = None) -> ToolResult:
+                   timeout_secs: float | None = None) -> ToolResult:
         result = await self.supervisor.call(name, arguments, timeout_secs=timeout_secs)
         return ToolResult(result.text(), result.is_error, result.structured_content, result.content)
 

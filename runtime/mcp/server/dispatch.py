@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import Any, Awaitable, Callable, Union
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 import msgspec
 import trio
@@ -62,7 +63,7 @@ class Peer:
         self.label = label  # for the audit record: "mcp:stdio", "mcp:http:127.0.0.1"
         self.initialized = False  # an initialize request was answered
         self.version = ""
-        self.log_level: Union[str, None] = None  # handshake era, set by logging/setLevel
+        self.log_level: str | None = None  # handshake era, set by logging/setLevel
         self.inflight: dict[Any, Any] = {}  # request id -> the pipeline Run of its tools/call
         self.last_seen = time.monotonic()
 
@@ -94,7 +95,7 @@ class McpServer:
 
     # --- Entry point --------------------------------------------------------------------
 
-    async def handle(self, message: Any, peer: Peer, notify: Union[Notify, None]) -> Any:
+    async def handle(self, message: Any, peer: Peer, notify: Notify | None) -> Any:
         """Answer one parsed message: a jsonrpc Response/ErrorResponse, or None."""
         peer.last_seen = time.monotonic()
         if isinstance(message, jsonrpc.Notification):
@@ -123,7 +124,7 @@ class McpServer:
                 run.cancel()
         # every other notification (roots/list_changed, progress, ...) needs nothing from us
 
-    async def _request(self, request: jsonrpc.Request, peer: Peer, notify: Union[Notify, None]) -> Any:
+    async def _request(self, request: jsonrpc.Request, peer: Peer, notify: Notify | None) -> Any:
         params = request.params if isinstance(request.params, dict) else {}
         if request.params is not UNSET and not isinstance(request.params, dict):
             raise RpcError(jsonrpc.INVALID_PARAMS, "params must be an object")
@@ -135,7 +136,7 @@ class McpServer:
     # --- Handshake era ------------------------------------------------------------------
 
     async def _handshake(self, request: jsonrpc.Request, params: dict[str, Any], peer: Peer,
-                         notify: Union[Notify, None]) -> Any:
+                         notify: Notify | None) -> Any:
         method = request.method
         if method == "initialize":
             return self._initialize(params, peer)
@@ -170,7 +171,7 @@ class McpServer:
     # --- 2026-07-28 ---------------------------------------------------------------------
 
     async def _modern(self, request: jsonrpc.Request, params: dict[str, Any], meta: dict[str, Any], peer: Peer,
-                      notify: Union[Notify, None]) -> Any:
+                      notify: Notify | None) -> Any:
         version = meta.get(META_VERSION)
         if version != MODERN_VERSION:
             raise RpcError(UNSUPPORTED_VERSION, "Unsupported protocol version",
@@ -206,8 +207,8 @@ class McpServer:
             page["nextCursor"] = _encode_cursor(end)
         return page
 
-    async def _call(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Union[Notify, None],
-                    log_level: Union[str, None]) -> dict[str, Any]:
+    async def _call(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Notify | None,
+                    log_level: str | None) -> dict[str, Any]:
         """One tools/call, in a pipeline Run that ``notifications/cancelled`` (or the end
         of the session) cancels through ``peer.inflight``."""
         name = params.get("name")
@@ -232,7 +233,7 @@ class McpServer:
             if reporter is None:
                 result = await self.exposure.call(name, arguments, caller=peer.label, run=run)
             else:
-                fault: Union[RpcError, None] = None
+                fault: RpcError | None = None
                 async with trio.open_nursery() as nursery:  # the reporter's notifications go out before the answer
                     nursery.start_soon(reporter.run)
                     try:
@@ -256,7 +257,7 @@ class _Reporter:
     they queue (bounded; extra log lines are dropped) and one task sends, coalescing
     progress to at most one notification per PROGRESS_INTERVAL_SECS."""
 
-    def __init__(self, notify: Union[Notify, None], token: Union[str, int, None], log_level: Union[str, None]) -> None:
+    def __init__(self, notify: Notify | None, token: str | int | None, log_level: str | None) -> None:
         self.notify = notify
         self.token = token if notify is not None else None
         self.min_level = LOG_LEVELS.index(log_level) if log_level in LOG_LEVELS else len(LOG_LEVELS)

@@ -16,7 +16,8 @@ redaction, audit): an agent tool is ``agent_send`` to that agent.
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, AsyncIterator
+from typing import Any
+from collections.abc import AsyncIterator
 
 from runtime.config import AgentConfig, Config
 from runtime.errors import RpcError

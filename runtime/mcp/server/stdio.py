@@ -27,7 +27,8 @@ and the process exits 0.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Awaitable, Callable, Union
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 import trio
 from msgspec import UNSET
@@ -65,7 +66,7 @@ class StdioServer:
         self._broken = False
         self._events: deque[framing.FramingEvent] = deque()  # read, not yet handled
         self._eof = trio.Event()
-        self._nursery: Union[trio.Nursery, None] = None
+        self._nursery: trio.Nursery | None = None
 
     async def serve(self) -> None:
         """Until stdin ends: then what is still running gets EOF_GRACE_SECS, and is cancelled."""
@@ -173,8 +174,8 @@ class LocalBackend:
         self.peer = Peer("mcp:stdio")
         self._running = 0  # tools/call requests being answered
         self.pending = Pending()
-        self._nursery: Union[trio.Nursery, None] = None
-        self._emit: Union[Emit, None] = None
+        self._nursery: trio.Nursery | None = None
+        self._emit: Emit | None = None
 
     async def start(self, nursery: trio.Nursery, emit: Emit) -> None:
         self._nursery, self._emit = nursery, emit

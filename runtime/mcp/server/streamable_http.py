@@ -25,7 +25,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections import OrderedDict
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import trio
@@ -40,8 +40,15 @@ from runtime.wire.sse import encode_event
 
 __all__ = ["McpHttpEndpoint"]
 
-_STATUS_OF_CODE = {jsonrpc.METHOD_NOT_FOUND: 404, jsonrpc.INVALID_PARAMS: 400, HEADER_MISMATCH: 400,
-                   MISSING_CAPABILITY: 400, UNSUPPORTED_VERSION: 400, jsonrpc.INVALID_REQUEST: 400, jsonrpc.PARSE_ERROR: 400}
+_STATUS_OF_CODE = {
+    jsonrpc.METHOD_NOT_FOUND: 404,
+    jsonrpc.INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    MISSING_CAPABILITY: 400,
+    UNSUPPORTED_VERSION: 400,
+    jsonrpc.INVALID_REQUEST: 400,
+    jsonrpc.PARSE_ERROR: 400,
+}
 _encoder = msgspec.json.Encoder()
 
 
@@ -65,13 +72,16 @@ class McpHttpEndpoint:
 
     # --- POST -----------------------------------------------------------------------------
 
-    async def post(self, request: Request) -> Union[Response, StreamResponse]:
+    async def post(self, request: Request) -> Response | StreamResponse:
         accept = (request.header(b"accept") or "*/*").lower()
         wants_sse = "text/event-stream" in accept
         wants_json = any(t in accept for t in ("application/json", "application/*", "*/*"))
         if not (wants_sse or wants_json):
-            return _rpc_error(406, jsonrpc.INVALID_REQUEST,
-                              "Not Acceptable: Accept must include application/json and text/event-stream")
+            return _rpc_error(
+                406,
+                jsonrpc.INVALID_REQUEST,
+                "Not Acceptable: Accept must include application/json and text/event-stream",
+            )
         content_type = (request.header(b"content-type") or "").split(";")[0].strip().lower()
         if content_type != "application/json":
             return _rpc_error(415, jsonrpc.INVALID_REQUEST, "Unsupported Media Type: send application/json")
@@ -86,33 +96,45 @@ class McpHttpEndpoint:
             return await self._modern(request, message, params, meta, header_version, wants_sse, wants_json)
         return await self._handshake(request, message, header_version, wants_sse, wants_json)
 
-    async def _modern(self, request: Request, message: Any, params: Any, meta: Any, header_version: Any,
-                      wants_sse: bool, wants_json: bool) -> Union[Response, StreamResponse]:
+    async def _modern(
+        self,
+        request: Request,
+        message: Any,
+        params: Any,
+        meta: Any,
+        header_version: Any,
+        wants_sse: bool,
+        wants_json: bool,
+    ) -> Response | StreamResponse:
         msg_id = getattr(message, "id", None)
         if not isinstance(message, (jsonrpc.Request, jsonrpc.Notification)):
             return Response(202)
         if not (isinstance(meta, dict) and META_VERSION in meta):
-            return _rpc_error(400, jsonrpc.INVALID_PARAMS, f"params._meta[{META_VERSION!r}] is required",
-                              msg_id)
+            return _rpc_error(400, jsonrpc.INVALID_PARAMS, f"params._meta[{META_VERSION!r}] is required", msg_id)
         problem = self._header_problem(request, message, params, meta, header_version)
         if problem:
             return _rpc_error(400, HEADER_MISMATCH, problem, msg_id)
         if isinstance(message, jsonrpc.Notification):
             return Response(202)
         if meta.get(META_VERSION) != MODERN_VERSION:
-            return _rpc_error(400, UNSUPPORTED_VERSION, "Unsupported protocol version", msg_id,
-                              {"supported": [MODERN_VERSION], "requested": meta.get(META_VERSION)})
+            return _rpc_error(
+                400,
+                UNSUPPORTED_VERSION,
+                "Unsupported protocol version",
+                msg_id,
+                {"supported": [MODERN_VERSION], "requested": meta.get(META_VERSION)},
+            )
         if message.method not in MODERN_METHODS:
             return _rpc_error(404, jsonrpc.METHOD_NOT_FOUND, f"method not found: {message.method}", msg_id)
         peer = Peer(f"mcp:http:{request.client[0]}")
         return await self._answer(message, peer, wants_sse, wants_json, headers=[])
 
     @staticmethod
-    def _header_problem(request: Request, message: Any, params: Any, meta: dict[str, Any],
-                        header_version: Any) -> str:
+    def _header_problem(request: Request, message: Any, params: Any, meta: dict[str, Any], header_version: Any) -> str:
         if header_version != meta.get(META_VERSION):
-            return (f"header mismatch: MCP-Protocol-Version is {header_version!r} but _meta says "
-                    f"{meta.get(META_VERSION)!r}")
+            return (
+                f"header mismatch: MCP-Protocol-Version is {header_version!r} but _meta says {meta.get(META_VERSION)!r}"
+            )
         method = request.header(b"mcp-method")
         if method is None or header_text(method) != message.method:
             return f"header mismatch: Mcp-Method is {method!r} but the body's method is {message.method!r}"
@@ -124,20 +146,26 @@ class McpHttpEndpoint:
                 return f"header mismatch: Mcp-Name is {name!r} but the body names {expected!r}"
         return ""
 
-    async def _handshake(self, request: Request, message: Any, header_version: Any, wants_sse: bool,
-                         wants_json: bool) -> Union[Response, StreamResponse]:
+    async def _handshake(
+        self, request: Request, message: Any, header_version: Any, wants_sse: bool, wants_json: bool
+    ) -> Response | StreamResponse:
         if header_version is not None and header_version not in HANDSHAKE_VERSIONS:
-            return _rpc_error(400, jsonrpc.INVALID_REQUEST,
-                              f"Bad Request: unsupported MCP-Protocol-Version {header_version!r} "
-                              f"(supported: {', '.join((MODERN_VERSION, *HANDSHAKE_VERSIONS))})",
-                              getattr(message, "id", None))
+            return _rpc_error(
+                400,
+                jsonrpc.INVALID_REQUEST,
+                f"Bad Request: unsupported MCP-Protocol-Version {header_version!r} "
+                f"(supported: {', '.join((MODERN_VERSION, *HANDSHAKE_VERSIONS))})",
+                getattr(message, "id", None),
+            )
         if isinstance(message, jsonrpc.Request) and message.method == "initialize":
             peer, session_id = self._open_session(request)
             if peer is None:
-                return _rpc_error(503, jsonrpc.INTERNAL_ERROR, "too many MCP sessions are open; try again later",
-                                  message.id)
-            return await self._answer(message, peer, wants_sse, wants_json,
-                                      headers=[(b"mcp-session-id", session_id.encode())])
+                return _rpc_error(
+                    503, jsonrpc.INTERNAL_ERROR, "too many MCP sessions are open; try again later", message.id
+                )
+            return await self._answer(
+                message, peer, wants_sse, wants_json, headers=[(b"mcp-session-id", session_id.encode())]
+            )
         peer, error = self._session(request, getattr(message, "id", None))
         if peer is None:
             return error  # type: ignore[return-value]
@@ -146,13 +174,22 @@ class McpHttpEndpoint:
             return Response(202)
         return await self._answer(message, peer, wants_sse, wants_json, headers=[])
 
-    async def _answer(self, message: jsonrpc.Request, peer: Peer, wants_sse: bool, wants_json: bool, *,
-                      headers: list[tuple[bytes, bytes]]) -> Union[Response, StreamResponse]:
+    async def _answer(
+        self,
+        message: jsonrpc.Request,
+        peer: Peer,
+        wants_sse: bool,
+        wants_json: bool,
+        *,
+        headers: list[tuple[bytes, bytes]],
+    ) -> Response | StreamResponse:
         if wants_sse and (message.method == "tools/call" or not wants_json):
+
             async def produce(send: trio.MemorySendChannel[bytes]) -> None:
                 async def notify(notification: dict[str, Any]) -> None:
-                    await send.send(encode_event(_encoder.encode({"jsonrpc": "2.0", **notification}).decode(),
-                                                 event="message"))
+                    await send.send(
+                        encode_event(_encoder.encode({"jsonrpc": "2.0", **notification}).decode(), event="message")
+                    )
 
                 reply = await self.server.handle(message, peer, notify)
                 if reply is not None:
@@ -169,7 +206,7 @@ class McpHttpEndpoint:
 
     # --- GET and DELETE -------------------------------------------------------------------
 
-    async def get(self, request: Request) -> Union[Response, StreamResponse]:
+    async def get(self, request: Request) -> Response | StreamResponse:
         if request.header(b"mcp-protocol-version") == MODERN_VERSION or request.header(b"mcp-session-id") is None:
             return Response(405, b"", [(b"allow", b"POST, DELETE")])
         peer, error = self._session(request, None)
@@ -182,8 +219,9 @@ class McpHttpEndpoint:
         async def produce(send: trio.MemorySendChannel[bytes]) -> None:
             async for _ in exposure.changes():
                 peer.last_seen = time.monotonic()
-                await send.send(encode_event('{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}',
-                                             event="message"))
+                await send.send(
+                    encode_event('{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}', event="message")
+                )
 
         return StreamResponse(produce)
 
@@ -200,25 +238,29 @@ class McpHttpEndpoint:
 
     # --- Sessions -------------------------------------------------------------------------
 
-    def _session(self, request: Request, msg_id: Any) -> tuple[Union[Peer, None], Union[Response, None]]:
+    def _session(self, request: Request, msg_id: Any) -> tuple[Peer | None, Response | None]:
         session_id = request.header(b"mcp-session-id")
         if session_id is None:
-            return None, _rpc_error(400, jsonrpc.INVALID_REQUEST,
-                                    "Bad Request: Mcp-Session-Id header is required (send initialize first)",
-                                    msg_id)
+            return None, _rpc_error(
+                400,
+                jsonrpc.INVALID_REQUEST,
+                "Bad Request: Mcp-Session-Id header is required (send initialize first)",
+                msg_id,
+            )
         peer = self.sessions.get(session_id)
         if peer is not None and self._expired(peer):
             del self.sessions[session_id]
             peer.cancel_all()
             peer = None
         if peer is None:
-            return None, _rpc_error(404, jsonrpc.INVALID_REQUEST,
-                                    "Session not found: it expired or never existed; initialize again", msg_id)
+            return None, _rpc_error(
+                404, jsonrpc.INVALID_REQUEST, "Session not found: it expired or never existed; initialize again", msg_id
+            )
         self.sessions.move_to_end(session_id)
         peer.last_seen = time.monotonic()
         return peer, None
 
-    def _open_session(self, request: Request) -> tuple[Union[Peer, None], str]:
+    def _open_session(self, request: Request) -> tuple[Peer | None, str]:
         for session_id in [sid for sid, peer in self.sessions.items() if self._expired(peer)]:
             self.sessions.pop(session_id).cancel_all()
         if len(self.sessions) >= self.max_sessions:
