@@ -9,10 +9,23 @@ its own at the end of the run.
 from __future__ import annotations
 
 import pytest
+from trio.testing import MockClock
 
 from tests import peers
 
 SKIPPED_PEERS = pytest.StashKey[dict]()  # the PeerUnavailable message -> the tests it skipped
+
+
+@pytest.fixture
+def loopback_clock() -> MockClock:
+    """trio's virtual clock for a test whose server and clients all run in this process
+    but talk over real loopback sockets. As with pytest-trio's ``autojump_clock``, time
+    only moves by jumping to the next timer once every task is blocked, so timeouts are
+    asserted exactly and cost no real time. But a jump waits for the run loop to have
+    been idle for 10 ms of real time: bytes the kernel is still delivering (on a loaded
+    machine, loopback traffic can be deferred) arrive first, instead of a timer firing
+    early. Not for real subprocesses or other processes' sockets: they live in real time."""
+    return MockClock(autojump_threshold=0.01)
 
 
 @pytest.hookimpl(wrapper=True)
