@@ -23,6 +23,11 @@ Environment knobs:
     TERN_PEERS_PYTHON      the interpreter that creates the venvs (default: sys.executable)
     TERN_A2A_TCK_REPO      the git repository the A2A TCK is cloned from (it is not on PyPI;
                            default: the local snapshot /work/.mirror/a2aproject+a2a-tck/repo)
+    CI                     if ``true``, a peer that cannot be installed fails its test instead
+                           of skipping it (see :func:`require`)
+
+Tests get a peer through :func:`require` (``peers.require(peers.node24)``), which owns the
+rule for a peer that cannot be had: skip, or fail in CI.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ __all__ = [
     "NPM_SERVERS_VERSION", "A2A_VERSION", "UVICORN_VERSION", "NPM_SERVER_NAMES",
     "mcp_sdk_python", "node24", "node", "npm_servers", "a2a_sdk_python",
     "loopback_namespace_available", "loopback_namespace_prefix", "mcp_conformance", "mcp_inspector",
-    "CONFORMANCE_VERSION", "INSPECTOR_VERSION",
+    "CONFORMANCE_VERSION", "INSPECTOR_VERSION", "require", "SNAPSHOT_PEERS",
     "a2a_tck", "a2a_tck03", "a2a_sdk03_python", "A2A03_VERSION", "A2A_TCK_REF", "A2A_TCK_COMMIT", "A2A_TCK03_REF", "A2A_TCK03_COMMIT",
 ]
 
@@ -74,6 +79,39 @@ MARKER = ".tern-peer-installed"
 
 class PeerUnavailable(RuntimeError):
     """A real peer could not be installed or found; the message says which and why."""
+
+
+# Peers cloned from a local repository snapshot rather than installed from a registry: a CI
+# machine without the snapshot may skip them.
+SNAPSHOT_PEERS = frozenset({"a2a_tck", "a2a_tck03"})
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def require(installer: Callable, *args, **kwargs):
+    """``installer(*args, **kwargs)`` (one of the peer installers below). If it raises
+    PeerUnavailable the test is skipped, except in CI (``CI=true``), where a missing
+    peer would otherwise hide a whole interop suite behind a skip: there it fails, unless
+    the peer is one of SNAPSHOT_PEERS. The skip is raised while the PeerUnavailable is
+    being handled, so it is its ``__context__``: tests/conftest.py lists such skips at
+    the end of the run."""
+    import pytest  # here, so that this module stays stdlib-only for scripts
+
+    try:
+        return installer(*args, **kwargs)
+    except PeerUnavailable as exc:
+        peer = installer.__name__
+        if in_ci() and peer not in SNAPSHOT_PEERS:
+            pytest.fail(f"peer {peer} is unavailable, and CI=true: {exc}", pytrace=False)
+        pytest.skip(f"peer {peer} is unavailable: {exc}")
+
+
+def unavailable_skip(exc: BaseException) -> "PeerUnavailable | None":
+    """The PeerUnavailable behind a pytest skip exception, or None."""
+    context = exc.__context__
+    return context if isinstance(context, PeerUnavailable) else None
 
 
 def _bin(venv: Path, name: str) -> Path:

@@ -288,7 +288,9 @@ def test_performance_one_megabyte_untrusted_100k_argument():
     t = tracker_with(untrusted)
     assert t.find({"content": argument}) is None
     assert t.find({"content": argument + untrusted[700_000:700_040]}) is not None
-    assert time.perf_counter() - start < 0.5
+    # CPU work, so real time (no clock to fake): the bound is loose enough for a loaded CI
+    # machine (this takes about 0.2 s) and far below what a scan quadratic in 1 MB would take.
+    assert time.perf_counter() - start < 3.0
 
 
 def test_normalize():

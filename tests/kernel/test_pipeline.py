@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 import trio
 
 from runtime.config import AgentConfig, Config, McpServerEntry, SecurityConfig, StateConfig, StdioTransport, ToolsConfig
@@ -83,30 +84,34 @@ async def test_capability_validation_and_audit(tmp_path):
     assert log[0]["agent"] == "a" and log[3]["agent"] is None and log[0]["arguments"].startswith("sha256:") and "hi" not in json.dumps(log)
 
 
-async def test_a_run_its_caller_cancels_stops_its_call_and_is_audited_as_cancelled(tmp_path):
+async def test_a_run_its_caller_cancels_stops_its_call_and_is_audited_as_cancelled(tmp_path, autojump_clock):
+    """On the virtual clock: the 10 s tool ends the moment its run is cancelled."""
     pipeline = ToolPipeline(registry(), config(tmp_path), audit=AuditLog(tmp_path / "audit.jsonl"))
     run = pipeline.run()
     outcome = {}
 
     async def call() -> None:
         outcome["result"] = await pipeline.call("slow", {}, run=run)
+        outcome["at"] = trio.current_time()
 
-    with trio.fail_after(3):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(call)
-            await trio.sleep(0.1)
-            run.cancel()
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call)
+        await trio.sleep(0.1)
+        run.cancel()
+    assert outcome["at"] - start == pytest.approx(0.1)
     assert outcome["result"].is_error and "slow was cancelled by its caller" in outcome["result"].text
     again = await pipeline.call("echo", {"text": "x"}, run=run)
     assert again.is_error and "its caller cancelled" in again.text
     assert [r["outcome"] for r in records(tmp_path)] == ["cancelled", "cancelled"]
 
 
-async def test_timeout_truncation_and_redaction(tmp_path):
+async def test_timeout_truncation_and_redaction(tmp_path, autojump_clock):
     pipeline = ToolPipeline(registry(), config(tmp_path, timeouts={"slow": 0.2}, max_result_chars=1000))
-    with trio.fail_after(3):
-        late = await pipeline.call("slow", {})
+    start = trio.current_time()
+    late = await pipeline.call("slow", {})
     assert late.is_error and "did not finish within 0.2 s" in late.text
+    assert trio.current_time() - start == pytest.approx(0.2)  # the tool's own timeout, not the default
     cut = await pipeline.call("big", {})
     assert len(cut.text) < 1100 and cut.text.rstrip().endswith("characters]") and "[truncated" in cut.text
     leaked = await pipeline.call("leak", {})

@@ -27,14 +27,14 @@ def fake_entry():
 
 @pytest.fixture(scope="session")
 def npm():
-    return {name: str(path) for name, path in peers.npm_servers().items()}
+    return {name: str(path) for name, path in peers.require(peers.npm_servers).items()}
 
 
 @pytest.fixture(scope="session")
 def node():
-    return str(peers.node())
+    return str(peers.require(peers.node))
 
 
 @pytest.fixture(scope="session")
 def sdk_python():
-    return str(peers.mcp_sdk_python())
+    return str(peers.require(peers.mcp_sdk_python))

@@ -63,10 +63,7 @@ SUMMARY = re.compile(r"^[✓✗] (\S+): (\d+) passed, (\d+) failed", re.M)
 
 @pytest.fixture(scope="module")
 def conformance():
-    try:
-        return peers.mcp_conformance()
-    except peers.PeerUnavailable as exc:
-        pytest.skip(str(exc))
+    return peers.require(peers.mcp_conformance)
 
 
 @pytest.fixture(scope="module")

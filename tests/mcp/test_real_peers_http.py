@@ -92,7 +92,9 @@ async def test_http_concurrency_and_timeout(sdk_http, nursery, protocol):
     async with trio.open_nursery() as calls:
         for i in range(30):
             calls.start_soon(one, i)
-    assert len(results) == 30 and time.monotonic() and trio.current_time() - start < 2.5
+    # A real server process, so real time: one after another, 30 x 0.3 s take 9 s; the
+    # bound is half that, loose enough for a loaded machine.
+    assert len(results) == 30 and trio.current_time() - start < 4.5
     with trio.fail_after(3):
         with pytest.raises(TernTimeout, match="did not answer tools/call within 0.3 s"):
             await client.call_tool("slow", {"seconds": 10}, timeout_secs=0.3)

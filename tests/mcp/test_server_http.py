@@ -198,9 +198,13 @@ async def test_notifications_cancelled_over_http(mcp_url):
                                                  headers={**headers, "Accept": "application/json"}))
 
             nursery.start_soon(slow)
-            await trio.sleep(0.3)
+            # A cancel before the call is in flight cancels nothing (and the agent sleeps
+            # 30 s): rather than guess when it is, cancel every 0.1 s until it answers.
             cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
-            assert (await client.post(mcp_url, json=cancel, headers=headers)).status_code == 202
+            with trio.fail_after(10):
+                while not answers:
+                    assert (await client.post(mcp_url, json=cancel, headers=headers)).status_code == 202
+                    await trio.sleep(0.1)
         assert answers[0].status_code == 202 and answers[0].content == b""  # cancelled: no JSON-RPC answer
 
 

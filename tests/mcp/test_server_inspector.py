@@ -36,10 +36,7 @@ def _clean_env() -> dict:
 
 @pytest.fixture(scope="module")
 def inspector() -> list:
-    try:
-        return peers.mcp_inspector()
-    except peers.PeerUnavailable as exc:
-        pytest.skip(f"MCP Inspector unavailable: {exc}")
+    return peers.require(peers.mcp_inspector)
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,9 @@ async def test_crash_mid_call_fails_in_flight_calls_at_once(fake_entry, nursery)
     started = trio.current_time()
     with pytest.raises(ConnectionLost, match="exited with code 9"):
         await client.call_tool("crash")
-    await trio.sleep(0.1)
+    with trio.fail_after(5):  # real process, real time: wait for it rather than a fixed 0.1 s
+        while "slow" not in results:
+            await trio.sleep(0.01)
     assert isinstance(results["slow"], ConnectionLost)
     assert trio.current_time() - started < 5  # not the 30 s timeout
     with pytest.raises(ConnectionLost):
@@ -108,7 +110,9 @@ async def test_a_short_deadline_behind_a_long_one_still_expires_on_time(fake_ent
     assert scope.cancelled_caught and "long" not in outcome
     assert (await client.call_tool("echo", {"message": "still here"})).text() == "still here"
     await client.aclose()
-    await trio.sleep(0.1)
+    with trio.fail_after(5):  # real process, real time: wait for it rather than a fixed 0.1 s
+        while "long" not in outcome:
+            await trio.sleep(0.01)
     assert isinstance(outcome["long"], ConnectionLost)  # it waited, on its 30 s, until the end
 
 

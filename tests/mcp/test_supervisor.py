@@ -36,13 +36,15 @@ async def wait_state(supervisor, name, *states, timeout=10):
 
 async def test_boot_does_not_wait_and_servers_connect_concurrently(nursery):
     entries = [fake(f"s{i}", "--init-delay", "0.5") for i in range(5)]
+    # Real processes, so real time, with bounds a loaded machine meets: what proves each
+    # point is the bound's meaning, not its tightness.
     before = trio.current_time()
     supervisor = await start(nursery, *entries)
-    assert trio.current_time() - before < 0.2  # boot returned before any handshake
+    assert trio.current_time() - before < 0.5  # boot returned before any 0.5 s handshake could end
     assert {s.state for s in supervisor.statuses()} == {"connecting"}
     await supervisor.wait_settled()
     assert {s.state for s in supervisor.statuses()} == {"ready"}
-    assert trio.current_time() - before < 0.5 * 2.5  # concurrent, not 5 x 0.5 s
+    assert trio.current_time() - before < 5 * 0.5  # concurrent: one after another needs 2.5 s at least
     status = supervisor.status("s0")
     assert (status.tool_count, status.era, status.server_name) == (9, "handshake", "fake")
 
