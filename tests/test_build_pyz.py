@@ -377,7 +377,8 @@ def test_losing_the_publish_race_uses_the_winners_directory(
 
 
 @pytest.mark.pyz
-def test_extracted_bundle_is_complete_and_precompiled(pyz: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_extracted_bundle_is_complete_and_precompiled(pyz: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
     monkeypatch.setenv("TERN_CACHE_DIR", str(tmp_path))
     manifest = manifest_of(pyz)
     digest, entry = next((d, e) for d, e in sorted(manifest.items()) if e["package"] == "msgspec")
@@ -433,9 +434,7 @@ def test_manifest_has_every_bundle(pyz: Path) -> None:
     msgspec = [e for e in manifest.values() if e["package"] == "msgspec"]
     cffi = [e for e in manifest.values() if e["package"] == "_cffi_backend"]
     assert len(msgspec) == len(PYTHONS) * len(PLATFORM_KEYS) == 25
-    assert {(e["python"], e["label"]) for e in msgspec} == {
-        (v, p.label) for v in PYTHONS for p in build_pyz.PLATFORMS
-    }
+    assert {(e["python"], e["label"]) for e in msgspec} == {(v, p.label) for v in PYTHONS for p in build_pyz.PLATFORMS}
     assert sorted(e["python"] for e in cffi) == list(PYTHONS)
     assert {e["platform"] for e in cffi} == {"win32"}
     with zipfile.ZipFile(pyz) as archive:
@@ -482,7 +481,9 @@ def test_version_runs_isolated_from_elsewhere(pyz: Path, dirs: tuple[Path, Path,
 
 
 @pytest.mark.pyz
-def test_runtime_imports_from_the_pyz_in_an_empty_venv(pyz: Path, dirs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+def test_runtime_imports_from_the_pyz_in_an_empty_venv(
+    pyz: Path, dirs: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
     cache, tmp, cwd = dirs
     venv = tmp_path / "venv"
     subprocess.run([base_python(), "-m", "venv", "--without-pip", str(venv)], check=True, timeout=RUN_TIMEOUT_SECS)
@@ -499,8 +500,14 @@ def test_eight_concurrent_first_runs_leave_one_directory(pyz: Path, dirs: tuple[
     cache, tmp, cwd = dirs
     env = clean_env(cache, tmp)
     procs = [
-        subprocess.Popen([base_python(), "-I", "-S", str(pyz), "version"], env=env, cwd=cwd,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        subprocess.Popen(
+            [base_python(), "-I", "-S", str(pyz), "version"],
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
         for _ in range(8)
     ]
     results = [(p.wait(timeout=RUN_TIMEOUT_SECS), *p.communicate()) for p in procs]
@@ -581,9 +588,15 @@ def test_pyz_serves_http_with_the_bundled_default_config(pyz: Path, dirs: tuple[
 
     cache, tmp, cwd = dirs
     env = clean_env(cache, tmp, XDG_STATE_HOME=str(tmp / "state"))
-    process = subprocess.Popen([base_python(), "-I", "-S", str(pyz), "serve", "--listen", "127.0.0.1:0"], env=env,
-                               cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [base_python(), "-I", "-S", str(pyz), "serve", "--listen", "127.0.0.1:0"],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stderr.readline()
         assert "serving on http://127.0.0.1:" in line, line + process.stderr.read()

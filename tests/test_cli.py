@@ -27,18 +27,27 @@ def test_version():
 
 
 def test_version_imports_no_network_stack():
-    code = ("import sys; from runtime.cli import main\n"
-            "try: main(['version'])\nexcept SystemExit: pass\n"
-            "heavy = [m for m in ('httpx', 'h11', 'wsproto', 'trio_websocket', 'trio', 'msgspec') if m in sys.modules]\n"
-            "print(heavy, file=sys.stderr)")
+    code = (
+        "import sys; from runtime.cli import main\n"
+        "try: main(['version'])\nexcept SystemExit: pass\n"
+        "heavy = [m for m in ('httpx', 'h11', 'wsproto', 'trio_websocket', 'trio', 'msgspec') if m in sys.modules]\n"
+        "print(heavy, file=sys.stderr)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0
     assert done.stderr.strip() == "[]"
 
 
 def test_help_everywhere():
-    for args in (["--help"], ["config", "--help"], ["config", "check", "--help"], ["serve", "--help"],
-                 ["mcp", "--help"], ["cache", "prune", "--help"], ["version", "--help"]):
+    for args in (
+        ["--help"],
+        ["config", "--help"],
+        ["config", "check", "--help"],
+        ["serve", "--help"],
+        ["mcp", "--help"],
+        ["cache", "prune", "--help"],
+        ["version", "--help"],
+    ):
         done = tern(*args)
         assert done.returncode == 0, args
         assert "usage: tern" in done.stdout
@@ -46,9 +55,11 @@ def test_help_everywhere():
 
 def test_config_check_summarises(tmp_path):
     path = tmp_path / "c.toml"
-    path.write_text('[[agents]]\nname="e"\nkind="echo"\n[[mcp_servers]]\nname="fs"\n'
-                    '[mcp_servers.transport]\ntype="stdio"\ncommand="npx"\n'
-                    '[[a2a.external_agents]]\nname="peer"\nurl="http://127.0.0.1:9"\n')
+    path.write_text(
+        '[[agents]]\nname="e"\nkind="echo"\n[[mcp_servers]]\nname="fs"\n'
+        '[mcp_servers.transport]\ntype="stdio"\ncommand="npx"\n'
+        '[[a2a.external_agents]]\nname="peer"\nurl="http://127.0.0.1:9"\n'
+    )
     done = tern("config", "check", str(path))
     assert done.returncode == 0, done.stderr
     assert f"{path}: OK" in done.stdout
@@ -60,13 +71,17 @@ def test_config_check_summarises(tmp_path):
 def test_bad_config_is_one_line_exit_2_no_traceback(tmp_path):
     path = tmp_path / "config.toml"
     path.write_text('[[mcp_servers]]\nname="x"\n[mcp_servers.transport]\ntype="tcp"\n')
-    for args in (("config", "check", str(path)), ("--config", str(path), "config", "show"),
-                 ("config", "show", "--config", str(path))):
+    for args in (
+        ("config", "check", str(path)),
+        ("--config", str(path), "config", "show"),
+        ("config", "show", "--config", str(path)),
+    ):
         done = tern(*args)
         assert done.returncode == 2
         assert done.stdout == ""
-        assert done.stderr == (f'tern: {path}: mcp_servers[0].transport.type: '
-                               'expected "stdio", "http" or "sse", got "tcp"\n')
+        assert done.stderr == (
+            f'tern: {path}: mcp_servers[0].transport.type: expected "stdio", "http" or "sse", got "tcp"\n'
+        )
 
 
 def test_config_show_masks_secrets(tmp_path):
@@ -96,7 +111,15 @@ def test_no_command_prints_help():
 
 @pytest.mark.parametrize("level", ["debug", "info"])
 def test_logs_go_to_stderr_only(tmp_path, level):
-    done = tern("config", "check", "--log-level", level, "--log-format", "json", cwd=tmp_path,
-                env_extra={"XDG_CONFIG_HOME": str(tmp_path)})
+    done = tern(
+        "config",
+        "check",
+        "--log-level",
+        level,
+        "--log-format",
+        "json",
+        cwd=tmp_path,
+        env_extra={"XDG_CONFIG_HOME": str(tmp_path)},
+    )
     assert done.returncode == 0
     assert "<bundled config.toml>: OK" in done.stdout

@@ -112,7 +112,9 @@ def test_run(tmp_path):
     assert tern("run", "upper", "shout", "--config", config).stdout == "SHOUT\n"
     reply = json.loads(tern("run", "echo", "hi", "--json", "--config", config).stdout)
     assert reply["text"] == "hi" and reply["agent"] == "echo"
-    again = json.loads(tern("run", "echo", "more", "--json", "--context", reply["context_id"], "--config", config).stdout)
+    again = json.loads(
+        tern("run", "echo", "more", "--json", "--context", reply["context_id"], "--config", config).stdout
+    )
     assert again["context_id"] == reply["context_id"]
     ghost = tern("run", "ghost", "hi", "--config", config)
     assert ghost.returncode == 1 and "no agent named 'ghost'" in ghost.stderr
@@ -126,15 +128,24 @@ def test_chat(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, "-m", "runtime", "chat", "upper", "--config", agents_config(tmp_path)],
-                          input="one\n\ntwo\n/quit\n", capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime", "chat", "upper", "--config", agents_config(tmp_path)],
+        input="one\n\ntwo\n/quit\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout.count("ONE") == 1 and "TWO" in done.stdout
 
 
 def test_the_bundled_default_config_runs_offline(tmp_path):
     """No config file anywhere: the bundled default's three agents, offline."""
-    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
-           "HOME": str(tmp_path)}
+    env = {
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "HOME": str(tmp_path),
+    }
     assert tern("run", "echo", "offline", cwd=tmp_path, env_extra=env).stdout == "offline\n"
     files = tern("run", "files", "", cwd=tmp_path, env_extra=env)
     assert files.returncode == 0 and files.stdout == "(empty directory)\n"
@@ -154,8 +165,13 @@ def test_audit_tail_follows_new_records(tmp_path):
     config.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
     env["PYTHONPATH"] = str(ROOT)
-    follower = subprocess.Popen([sys.executable, "-m", "runtime", "audit", "tail", "-f", "--config", str(config)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "runtime", "audit", "tail", "-f", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert tern("call", "time_now", "--config", str(config)).returncode == 0  # creates the log
         record = json.loads(follower.stdout.readline())

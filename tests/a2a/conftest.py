@@ -13,10 +13,7 @@ SDK_SERVER = ROOT / "tests" / "fixtures" / "a2a_sdk_server.py"
 
 @pytest.fixture(scope="module")
 def sdk_url():
-    try:
-        python = str(peers.a2a_sdk_python())
-    except peers.PeerUnavailable as exc:
-        pytest.skip(str(exc))
+    python = str(peers.require(peers.a2a_sdk_python))
     process = subprocess.Popen([python, str(SDK_SERVER), "0"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     try:

@@ -245,8 +245,9 @@ class FakePeer:
             head, _, body = data.partition(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
             method, path, _ = lines[0].split(" ", 2)
-            length = next((int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length")),
-                          0)
+            length = next(
+                (int(line.split(":", 1)[1]) for line in lines[1:] if line.lower().startswith("content-length")), 0
+            )
             while len(body) < length:
                 body += await stream.receive_some(65536)
             self.requests.append((method, path, body))
@@ -255,13 +256,17 @@ class FakePeer:
             if payload is None:
                 await trio.sleep_forever()
             if isinstance(payload, tuple) and payload[0] == "unsized":  # close-delimited, no length
-                await stream.send_all(f"HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nConnection: close\r\n\r\n"
-                                      .encode())
+                await stream.send_all(
+                    f"HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nConnection: close\r\n\r\n".encode()
+                )
                 for _ in range(payload[2]):
                     await stream.send_all(payload[1])
             else:
-                await stream.send_all(f"HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nContent-Length: {len(payload)}"
-                                      f"\r\nConnection: close\r\n\r\n".encode() + payload)
+                await stream.send_all(
+                    f"HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nContent-Length: {len(payload)}"
+                    f"\r\nConnection: close\r\n\r\n".encode()
+                    + payload
+                )
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
@@ -298,7 +303,12 @@ async def test_bad_cards(nursery):
         with pytest.raises(A2aClientError, match="larger than 1048576 bytes"):
             await client.discover(url)
         zipped = {"name": "zipped", "url": url + "/rpc", "protocolVersion": "0.3.0"}
-        peer.routes[CARD] = (200, "application/json", gzip.compress(json.dumps(zipped).encode()), "Content-Encoding: gzip")
+        peer.routes[CARD] = (
+            200,
+            "application/json",
+            gzip.compress(json.dumps(zipped).encode()),
+            "Content-Encoding: gzip",
+        )
         assert (await client.discover(url)).name == "zipped"  # decoded, then read
         bomb = gzip.compress(b'{"name": "bomb", "pad": "' + b"x" * (8 * 1024 * 1024) + b'"}')
         assert len(bomb) < 20000
@@ -332,8 +342,11 @@ async def test_bad_answers(nursery):
         peer.routes["/rpc"] = (200, "text/event-stream", b"data: " + b"x" * 10000 + b"\n\n")
         with pytest.raises(A2aClientError, match="larger than 4096 bytes"):
             [e async for e in client.stream(remote, "hi")]
-        reply = {"jsonrpc": "2.0", "id": 1, "result": {"message": {"messageId": "m", "role": "ROLE_AGENT",
-                                                                   "parts": [{"text": "direct"}]}}}
+        reply = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "result": {"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "direct"}]}},
+        }
         peer.routes["/rpc"] = (200, "application/json", json.dumps(reply).encode())
         message = await client.send(remote, "hi")
         assert isinstance(message, Message) and reply_text(message) == "direct"
@@ -377,9 +390,22 @@ async def test_ssrf_guard_refuses_metadata_without_a_connection(nursery, monkeyp
 
     peer = FakePeer()
     url = await peer.start(nursery)
-    peer.routes[CARD] = (200, "application/json", json.dumps({
-        "name": "evil", "supportedInterfaces": [{"url": "http://169.254.169.254/latest/meta-data/",
-                                                 "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}).encode())
+    peer.routes[CARD] = (
+        200,
+        "application/json",
+        json.dumps(
+            {
+                "name": "evil",
+                "supportedInterfaces": [
+                    {
+                        "url": "http://169.254.169.254/latest/meta-data/",
+                        "protocolBinding": "JSONRPC",
+                        "protocolVersion": "1.0",
+                    }
+                ],
+            }
+        ).encode(),
+    )
     async with A2aClient() as client:
         evil = await client.discover(url)  # the card is fine; its endpoint is not
         monkeypatch.setattr(httpcore.TrioBackend, "connect_tcp", no_connections)
@@ -404,9 +430,15 @@ async def tern_cli(tmp_path, *args, stdin=b""):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
     env["PYTHONPATH"] = str(ROOT)
     with trio.fail_after(60):
-        return await trio.run_process([sys.executable, "-m", "runtime", "a2a", *args, "--config", str(config)],
-                                      stdin=stdin, capture_stdout=True, capture_stderr=True, check=False, env=env,
-                                      cwd=tmp_path)
+        return await trio.run_process(
+            [sys.executable, "-m", "runtime", "a2a", *args, "--config", str(config)],
+            stdin=stdin,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
+            cwd=tmp_path,
+        )
 
 
 async def test_cli(tern_url, tmp_path):
@@ -415,35 +447,43 @@ async def test_cli(tern_url, tmp_path):
     lines = found.stdout.decode().splitlines()
     assert "name:      echo" in lines and "dialect:   A2A 1.0" in lines
     assert f"endpoint:  {tern_url}/a2a/echo" in lines and "  echo: Echoes. [echo]" in lines
-    card = json.loads((await tern_cli(tmp_path, "discover", tern_url.removeprefix("http://") + "/a2a/sleepy",
-                                      "--json")).stdout)
+    card = json.loads(
+        (await tern_cli(tmp_path, "discover", tern_url.removeprefix("http://") + "/a2a/sleepy", "--json")).stdout
+    )
     assert card["name"] == "sleepy" and card["dialect"] == "1.0" and card["card"]["name"] == "sleepy"
 
     sent = await tern_cli(tmp_path, "send", tern_url, "hello there")
     assert (sent.returncode, sent.stdout, sent.stderr) == (0, b"hello there\n", b"")
-    as_json = json.loads((await tern_cli(tmp_path, "send", tern_url, "-", "--json", "--dialect", "0.3",
-                                         stdin=b"from stdin")).stdout)
+    as_json = json.loads(
+        (await tern_cli(tmp_path, "send", tern_url, "-", "--json", "--dialect", "0.3", stdin=b"from stdin")).stdout
+    )
     assert as_json["kind"] == "task" and as_json["state"] == "completed" and as_json["text"] == "from stdin"
     assert as_json["dialect"] == "0.3"
-    follow = json.loads((await tern_cli(tmp_path, "send", tern_url, "more", "--json", "--context",
-                                        as_json["context_id"])).stdout)
+    follow = json.loads(
+        (await tern_cli(tmp_path, "send", tern_url, "more", "--json", "--context", as_json["context_id"])).stdout
+    )
     assert follow["context_id"] == as_json["context_id"]
 
     streamed = await tern_cli(tmp_path, "send", tern_url + "/.well-known/agent.json", "streamed", "--stream")
     assert streamed.returncode == 0 and streamed.stdout == b"streamed\n"
     assert streamed.stderr.decode().splitlines()[-1].endswith("] completed")
-    events = [json.loads(line) for line in (await tern_cli(tmp_path, "send", tern_url, "s", "--stream",
-                                                           "--json")).stdout.splitlines()]
+    events = [
+        json.loads(line)
+        for line in (await tern_cli(tmp_path, "send", tern_url, "s", "--stream", "--json")).stdout.splitlines()
+    ]
     assert [e["event"] for e in events] == ["task", "status", "artifact", "status"]
     assert events[-1]["state"] == "completed" and events[2]["artifact"]["parts"] == [{"text": "s"}]
 
     got = await tern_cli(tmp_path, "get", tern_url, as_json["id"])
     assert got.returncode == 0 and got.stdout.decode().splitlines() == [
-        f"task {as_json['id']}: completed (context {as_json['context_id']})", "from stdin"]
+        f"task {as_json['id']}: completed (context {as_json['context_id']})",
+        "from stdin",
+    ]
     cancel = await tern_cli(tmp_path, "cancel", tern_url, as_json["id"])
     assert cancel.returncode == 1 and cancel.stdout == b""
     assert cancel.stderr.decode().strip().splitlines() == [
-        f"tern: echo: CancelTask: task {as_json['id']} is already completed (TaskNotCancelable -32002)"]
+        f"tern: echo: CancelTask: task {as_json['id']} is already completed (TaskNotCancelable -32002)"
+    ]
 
 
 async def test_cli_errors(tern_url, tmp_path):
@@ -477,15 +517,28 @@ async def test_an_openfang_style_legacy_server(nursery):
     base = {}
 
     async def card(request: Request) -> Response:
-        return json_response({"name": "openfang-agent", "description": "legacy", "url": base["url"] + "/a2a",
-                              "version": "0.1.0", "capabilities": {"streaming": True, "pushNotifications": False},
-                              "skills": [], "defaultInputModes": ["text"], "defaultOutputModes": ["text"]})
+        return json_response(
+            {
+                "name": "openfang-agent",
+                "description": "legacy",
+                "url": base["url"] + "/a2a",
+                "version": "0.1.0",
+                "capabilities": {"streaming": True, "pushNotifications": False},
+                "skills": [],
+                "defaultInputModes": ["text"],
+                "defaultOutputModes": ["text"],
+            }
+        )
 
     async def send(request: Request) -> Response:
         body = request.json()
         text = next(p["text"] for p in body["message"]["parts"] if p.get("type") == "text")
-        task = {"id": body["id"], "sessionId": body.get("sessionId"), "status": {"state": "completed"},
-                "artifacts": [{"parts": [{"type": "text", "text": f"openfang: {text}"}], "index": 0}]}
+        task = {
+            "id": body["id"],
+            "sessionId": body.get("sessionId"),
+            "status": {"state": "completed"},
+            "artifacts": [{"parts": [{"type": "text", "text": f"openfang: {text}"}], "index": 0}],
+        }
         tasks[body["id"]] = task
         return json_response(task)  # a bare task: no JSON-RPC envelope
 

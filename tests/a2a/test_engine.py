@@ -6,8 +6,17 @@ from __future__ import annotations
 import pytest
 import trio
 
-from runtime.a2a.server.engine import (TRANSITIONS, IllegalTransition, InvalidTaskRequest, Outcome, StoreFull, TaskEngine,
-                                       TaskNotCancelable, TaskNotFound, UnsupportedOperation)
+from runtime.a2a.server.engine import (
+    TRANSITIONS,
+    IllegalTransition,
+    InvalidTaskRequest,
+    Outcome,
+    StoreFull,
+    TaskEngine,
+    TaskNotCancelable,
+    TaskNotFound,
+    UnsupportedOperation,
+)
 from runtime.a2a.model import TERMINAL, ArtifactEvent, Message, StatusEvent, text_of
 from runtime.errors import TernError
 
@@ -42,7 +51,11 @@ async def test_life_cycle_and_events_in_order(engine):
     events = []
     async for event in engine.events(task.id):
         events.append(event)
-    assert [e.state if isinstance(e, StatusEvent) else "artifact" for e in events] == ["working", "artifact", "completed"]
+    assert [e.state if isinstance(e, StatusEvent) else "artifact" for e in events] == [
+        "working",
+        "artifact",
+        "completed",
+    ]
     assert isinstance(events[1], ArtifactEvent) and events[1].artifact.parts == [{"text": "echo: hi"}]
     assert events[-1].final and task.state == "completed" and task.history[-1].role == "agent"
 
@@ -174,10 +187,14 @@ async def test_tasks_survive_a_restart_with_persist_tasks(tmp_path):
     from runtime.config import A2aConfig, AgentConfig, Config, StateConfig
     from runtime.host.node import Node
 
-    config = Config(agents=[AgentConfig(name="echo", kind="echo"),
-                            AgentConfig(name="sleepy", kind="command", command=["sh", "-c", "sleep 30"])],
-                    state=StateConfig(dir=str(tmp_path)),
-                    a2a=A2aConfig(enabled=True, persist_tasks=True, max_tasks=3))
+    config = Config(
+        agents=[
+            AgentConfig(name="echo", kind="echo"),
+            AgentConfig(name="sleepy", kind="command", command=["sh", "-c", "sleep 30"]),
+        ],
+        state=StateConfig(dir=str(tmp_path)),
+        a2a=A2aConfig(enabled=True, persist_tasks=True, max_tasks=3),
+    )
     kernel = Node(config)
     async with trio.open_nursery() as nursery:
         await nursery.start(kernel.run)

@@ -186,7 +186,8 @@ def test_read_events_of_each_dialect(dialect):
     task = Task(id="t", context_id="c", agent="a", state="working")
     event = requests.parse_event(dialects.wrap_result(dialects.render_task(task, dialect), "task", dialect), "m")
     assert isinstance(event, Task) and (event.id, event.state) == ("t", "working")
-    assert requests.as_task(dialects.wrap_result(dialects.render_task(task, dialect), "task", dialect), "m", "p").id == "t"
+    wrapped = dialects.wrap_result(dialects.render_task(task, dialect), "task", dialect)
+    assert requests.as_task(wrapped, "m", "p").id == "t"
     done = dialects.render_event(StatusEvent(task_id="t", context_id="c", state="completed", final=True), dialect)
     assert requests.ends_stream(requests.parse_event(done, "m"))
     working = dialects.render_event(StatusEvent(task_id="t", context_id="c", state="working"), dialect)
@@ -199,7 +200,11 @@ def test_read_events_of_each_dialect(dialect):
 def test_the_seed_rest_fallback():
     assert requests.seed_fallback("0.1", "tasks/get", 404) and not requests.seed_fallback("0.3", "tasks/get", 404)
     assert not requests.seed_fallback("0.1", "tasks/get", 500)
-    assert requests.seed_request("http://h/a2a/", "tasks/get", {"id": "a/b"}) == ("GET", "http://h/a2a/tasks/a%2Fb", None)
+    assert requests.seed_request("http://h/a2a/", "tasks/get", {"id": "a/b"}) == (
+        "GET",
+        "http://h/a2a/tasks/a%2Fb",
+        None,
+    )
     verb, url, body = requests.seed_request("http://h/a2a", "tasks/send", {"id": "x", "message": {}})
     assert (verb, url, json.loads(body)) == ("POST", "http://h/a2a/tasks/send", {"id": "x", "message": {}})
     assert requests.read_seed(b'{"id": "x"}', 200, "p", "tasks/get", "u") == {"id": "x"}

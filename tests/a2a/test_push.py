@@ -45,8 +45,18 @@ async def test_events_reach_the_webhook_in_order_with_the_token(nursery, tmp_pat
     _, url = await start(nursery, tmp_path)
     hook, received = await webhook(nursery)
     async with httpx.AsyncClient(headers=V10) as client:
-        sent = (await client.post(url + "/a2a", json=rpc("SendMessage", {"message": message("push me"), "configuration": {
-            "taskPushNotificationConfig": {"url": hook, "token": "tok-123456"}}}))).json()["result"]["task"]
+        sent = (
+            await client.post(
+                url + "/a2a",
+                json=rpc(
+                    "SendMessage",
+                    {
+                        "message": message("push me"),
+                        "configuration": {"taskPushNotificationConfig": {"url": hook, "token": "tok-123456"}},
+                    },
+                ),
+            )
+        ).json()["result"]["task"]
     await wait_for(received, 3)
     bodies = [body for _, body in received]
     assert [next(iter(b)) for b in bodies] == ["statusUpdate", "artifactUpdate", "statusUpdate"]
@@ -59,8 +69,21 @@ async def test_a_failing_webhook_is_retried(nursery, tmp_path):
     kernel, url = await start(nursery, tmp_path)
     hook, received = await webhook(nursery, fail_first=2)
     async with httpx.AsyncClient() as client:
-        await client.post(url + "/a2a", json=rpc("message/send", {"message": message("retry", "0.3"), "configuration": {
-            "pushNotificationConfig": {"url": hook, "authentication": {"schemes": ["Bearer"], "credentials": "c-98765"}}}}))
+        await client.post(
+            url + "/a2a",
+            json=rpc(
+                "message/send",
+                {
+                    "message": message("retry", "0.3"),
+                    "configuration": {
+                        "pushNotificationConfig": {
+                            "url": hook,
+                            "authentication": {"schemes": ["Bearer"], "credentials": "c-98765"},
+                        }
+                    },
+                },
+            ),
+        )
     await wait_for(received, 3)
     headers, first = received[0]
     assert first["kind"] == "status-update" and headers["authorization"] == "Bearer c-98765"
@@ -71,15 +94,18 @@ async def test_config_crud_in_each_dialect(nursery, tmp_path):
     _, url = await start(nursery, tmp_path)
     hook, _ = await webhook(nursery)
     async with httpx.AsyncClient(headers=V10) as client:
+
         async def call(method, params, agent="sleepy"):
             return (await client.post(f"{url}/a2a/{agent}", json=rpc(method, params))).json()
 
-        task = (await call("SendMessage", {"message": message("zz"), "configuration": {"returnImmediately": True}}))
+        task = await call("SendMessage", {"message": message("zz"), "configuration": {"returnImmediately": True}})
         task_id = task["result"]["task"]["id"]
-        created = (await call("CreateTaskPushNotificationConfig", {"taskId": task_id, "url": hook, "token": "t-1234"}))
+        created = await call("CreateTaskPushNotificationConfig", {"taskId": task_id, "url": hook, "token": "t-1234"})
         config_id = created["result"]["id"]
         assert created["result"] == {"id": config_id, "taskId": task_id, "url": hook, "token": "t-1234"}
-        assert (await call("GetTaskPushNotificationConfig", {"taskId": task_id, "id": config_id}))["result"]["url"] == hook
+        assert (await call("GetTaskPushNotificationConfig", {"taskId": task_id, "id": config_id}))["result"][
+            "url"
+        ] == hook
         listed = (await call("ListTaskPushNotificationConfigs", {"taskId": task_id}))["result"]
         assert [c["id"] for c in listed["configs"]] == [config_id]
         v03 = (await call("tasks/pushNotificationConfig/list", {"id": task_id}))["result"]
@@ -103,12 +129,24 @@ async def test_0_3_details(nursery, tmp_path):
     _, url = await start(nursery, tmp_path)
     hook, _ = await webhook(nursery)
     async with httpx.AsyncClient() as client:
-        task = (await client.post(url + "/a2a/sleepy", json=rpc("message/send", {
-            "message": message("zz", "0.3"), "configuration": {"blocking": False}}))).json()["result"]
-        await client.post(url + "/a2a/sleepy", json=rpc("tasks/pushNotificationConfig/set", {
-            "taskId": task["id"], "pushNotificationConfig": {"url": hook}}))
-        got = (await client.post(url + "/a2a/sleepy", json=rpc("tasks/pushNotificationConfig/get", {
-            "id": task["id"], "pushNotificationConfigId": "default"}))).json()["result"]
+        task = (
+            await client.post(
+                url + "/a2a/sleepy",
+                json=rpc("message/send", {"message": message("zz", "0.3"), "configuration": {"blocking": False}}),
+            )
+        ).json()["result"]
+        await client.post(
+            url + "/a2a/sleepy",
+            json=rpc(
+                "tasks/pushNotificationConfig/set", {"taskId": task["id"], "pushNotificationConfig": {"url": hook}}
+            ),
+        )
+        got = (
+            await client.post(
+                url + "/a2a/sleepy",
+                json=rpc("tasks/pushNotificationConfig/get", {"id": task["id"], "pushNotificationConfigId": "default"}),
+            )
+        ).json()["result"]
         assert got["pushNotificationConfig"]["url"] == hook
         unknown = await client.post(url + "/a2a", json=rpc("tasks/resubscribe", {"id": "nope"}))
         assert unknown.headers["content-type"].startswith("text/event-stream")

@@ -20,10 +20,7 @@ KEY = "a2a-sdk-key-4321"
 
 @pytest.fixture(scope="module")
 def a2a_python():
-    try:
-        return str(peers.a2a_sdk_python())
-    except peers.PeerUnavailable as exc:
-        pytest.skip(str(exc))
+    return str(peers.require(peers.a2a_sdk_python))
 
 
 def serve(tmp, **env):
@@ -46,14 +43,24 @@ def serve(tmp, **env):
 def test_a2a_sdk_client_against_tern_serve(a2a_python, tmp_path, key, binding):
     process, url = serve(tmp_path, **({"TERN_API_KEY": key} if key else {}))
     try:
-        done = subprocess.run([a2a_python, CLIENT, url, *([key] if key else [])], capture_output=True, text=True,
-                              timeout=120, stdin=subprocess.DEVNULL, env={"A2A_BINDING": binding, "PATH": "/usr/bin:/bin"})
+        done = subprocess.run(
+            [a2a_python, CLIENT, url, *([key] if key else [])],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            env={"A2A_BINDING": binding, "PATH": "/usr/bin:/bin"},
+        )
     finally:
         process.terminate()
         process.wait(10)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["card"] == {"name": "echo", "streaming": True, "interfaces": [["JSONRPC", "1.0"], ["HTTP+JSON", "1.0"], ["JSONRPC", "0.3"]]}
+    assert seen["card"] == {
+        "name": "echo",
+        "streaming": True,
+        "interfaces": [["JSONRPC", "1.0"], ["HTTP+JSON", "1.0"], ["JSONRPC", "0.3"]],
+    }
     assert seen["sent"]["state"] == 3 and seen["sent"]["artifact"] == "hello from the a2a-sdk"  # TASK_STATE_COMPLETED
     assert seen["got"] == {"id_matches": True, "state": 3, "history": 2}
     assert seen["same_context"] is True and seen["listed"] == 2
@@ -63,17 +70,19 @@ def test_a2a_sdk_client_against_tern_serve(a2a_python, tmp_path, key, binding):
 
 @pytest.fixture(scope="module")
 def a2a03_python():
-    try:
-        return str(peers.a2a_sdk03_python())
-    except peers.PeerUnavailable as exc:
-        pytest.skip(str(exc))
+    return str(peers.require(peers.a2a_sdk03_python))
 
 
 def test_a2a_sdk_0_3_client_against_tern_serve(a2a03_python, tmp_path):
     process, url = serve(tmp_path)
     try:
-        done = subprocess.run([a2a03_python, str(ROOT / "tests" / "fixtures" / "a2a_sdk03_client.py"), url],
-                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [a2a03_python, str(ROOT / "tests" / "fixtures" / "a2a_sdk03_client.py"), url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         process.terminate()
         process.wait(10)
@@ -90,8 +99,13 @@ async def test_tern_client_against_an_a2a_sdk_0_3_server(a2a03_python):
     from runtime.a2a.client.client import A2aClient, reply_text
     from runtime.a2a.model import StatusEvent
 
-    process = subprocess.Popen([a2a03_python, str(ROOT / "tests" / "fixtures" / "a2a_sdk03_server.py"), "0"],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [a2a03_python, str(ROOT / "tests" / "fixtures" / "a2a_sdk03_server.py"), "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         line = process.stdout.readline()
         assert line.startswith("listening on "), line

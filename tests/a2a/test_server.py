@@ -169,12 +169,14 @@ async def test_seed_rest_routes(url):
         assert (await client.get(url + "/a2a/tasks/nope")).status_code == 404
         assert (await client.post(url + "/a2a/tasks/nope/cancel")).status_code == 404
         assert (await client.post(url + "/a2a/tasks/rest-1/cancel")).status_code == 409  # already completed
-        assert (await client.post(url + "/a2a/tasks/send", json={"id": "x", "message": {"parts": []}})).status_code == 400
+        empty = {"id": "x", "message": {"parts": []}}
+        assert (await client.post(url + "/a2a/tasks/send", json=empty)).status_code == 400
 
 
 async def test_bad_input(nursery, tmp_path):
     kernel, url = await start(nursery, tmp_path, max_tasks=3)
     async with httpx.AsyncClient() as client:
+
         async def call(method, params, headers=V10):
             return (await client.post(url + "/a2a", json=rpc(method, params), headers=headers)).json()
 
@@ -183,8 +185,9 @@ async def test_bad_input(nursery, tmp_path):
         assert (await call("GetTask", {"id": "nope"}))["error"]["data"][0]["reason"] == "TASK_NOT_FOUND"
         assert (await call("NoSuchMethod", {}))["error"]["code"] == -32601
         assert (await call("tasks/list", {}))["error"]["code"] == -32601  # not a 0.3 JSON-RPC method
-        unknown_part = await call("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER",
-                                                              "parts": [{"hologram": "x"}]}})
+        unknown_part = await call(
+            "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"hologram": "x"}]}}
+        )
         assert unknown_part["error"]["code"] == -32602 and "does not know" in unknown_part["error"]["message"]
         done = (await call("SendMessage", {"message": message("a")}))["result"]["task"]
         contradiction = await call("SendMessage", {"message": message("b", taskId=done["id"], contextId="other")})
@@ -195,16 +198,31 @@ async def test_bad_input(nursery, tmp_path):
         assert push["error"]["code"] == -32602 and "refused" in push["error"]["message"]  # the SSRF guard
         garbage = await client.post(url + "/a2a", content=b"{not json", headers={"Content-Type": "application/json"})
         assert garbage.json()["error"]["code"] == -32700
-        huge = await client.post(url + "/a2a", headers=V10,
-                                 json=rpc("SendMessage", {"message": message("x" * (11 * 1024 * 1024))}))
+        huge = await client.post(
+            url + "/a2a", headers=V10, json=rpc("SendMessage", {"message": message("x" * (11 * 1024 * 1024))})
+        )
         assert huge.status_code == 413
         # a flood past the store bound: live tasks are never evicted, new work is refused
         for i in range(3):  # the finished tasks make room; these three stay live
-            live = (await client.post(url + "/a2a/sleepy", headers=V10, json=rpc("SendMessage", {
-                "message": message(f"z{i}"), "configuration": {"returnImmediately": True}}))).json()
+            live = (
+                await client.post(
+                    url + "/a2a/sleepy",
+                    headers=V10,
+                    json=rpc(
+                        "SendMessage", {"message": message(f"z{i}"), "configuration": {"returnImmediately": True}}
+                    ),
+                )
+            ).json()
             assert "task" in live["result"]
-        refused = (await client.post(url + "/a2a/sleepy", headers=V10, json=rpc("SendMessage", {
-            "message": message("one too many"), "configuration": {"returnImmediately": True}}))).json()
+        refused = (
+            await client.post(
+                url + "/a2a/sleepy",
+                headers=V10,
+                json=rpc(
+                    "SendMessage", {"message": message("one too many"), "configuration": {"returnImmediately": True}}
+                ),
+            )
+        ).json()
         assert "unfinished" in refused["error"]["message"]
         assert (await client.get(url + "/health")).status_code == 200
         assert kernel.a2a.engine.counts().get("working", 0) + kernel.a2a.engine.counts().get("submitted", 0) == 3
@@ -212,8 +230,9 @@ async def test_bad_input(nursery, tmp_path):
 
 async def test_a_subscriber_that_disconnects_leaves_the_task_running(url):
     async with httpx.AsyncClient() as client:
-        async with client.stream("POST", url + "/a2a/sleepy", headers=V10,
-                                 json=rpc("SendStreamingMessage", {"message": message("long")})) as response:
+        async with client.stream(
+            "POST", url + "/a2a/sleepy", headers=V10, json=rpc("SendStreamingMessage", {"message": message("long")})
+        ) as response:
             async for line in response.aiter_lines():
                 if line.startswith("data:"):
                     task_id = json.loads(line[5:])["result"]["task"]["id"]
@@ -231,8 +250,9 @@ async def test_http_json_binding(url):
         assert sent["status"]["state"] == "TASK_STATE_COMPLETED"
         got = await client.get(f"{rest}/tasks/{sent['id']}", params={"historyLength": 1})
         assert got.json()["id"] == sent["id"] and len(got.json()["history"]) == 1
-        listed = (await client.get(rest + "/tasks", params={"contextId": sent["contextId"],
-                                                            "includeArtifacts": "true"})).json()
+        listed = (
+            await client.get(rest + "/tasks", params={"contextId": sent["contextId"], "includeArtifacts": "true"})
+        ).json()
         assert listed["totalSize"] == 1 and listed["tasks"][0]["artifacts"]
         missing = await client.get(rest + "/tasks/nope")
         assert missing.status_code == 404
@@ -240,9 +260,11 @@ async def test_http_json_binding(url):
         assert missing.json()["error"]["details"][0]["reason"] == "TASK_NOT_FOUND"
         cancel = await client.post(f"{rest}/tasks/{sent['id']}:cancel")
         assert cancel.status_code == 400 and cancel.json()["error"]["details"][0]["reason"] == "TASK_NOT_CANCELABLE"
-        streamed = [json.loads(line[5:]) for line in
-                    (await client.post(rest + "/message:stream", json={"message": message("s")})).text.splitlines()
-                    if line.startswith("data:")]
+        streamed = [
+            json.loads(line[5:])
+            for line in (await client.post(rest + "/message:stream", json={"message": message("s")})).text.splitlines()
+            if line.startswith("data:")
+        ]
         assert [next(iter(e)) for e in streamed] == ["task", "statusUpdate", "artifactUpdate", "statusUpdate"]
         old = await client.post(rest + "/message:send", json={"message": message("x")}, headers={"A2A-Version": "0.3"})
         assert old.status_code == 400 and old.json()["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
@@ -255,13 +277,18 @@ async def test_protocol_details_the_tck_checks(url):
     async with httpx.AsyncClient(headers=V10) as client:
         wrong_type = await client.post(url + "/a2a", content=b"{'not': json}", headers={"Content-Type": "text/plain"})
         assert wrong_type.status_code == 200 and wrong_type.json()["error"]["code"] == -32005
-        no_id = (await client.post(url + "/a2a", json={"jsonrpc": "2.0", "method": "message/ssend", "params": {}})).json()
+        no_id = (
+            await client.post(url + "/a2a", json={"jsonrpc": "2.0", "method": "message/ssend", "params": {}})
+        ).json()
         assert no_id["id"] is None and no_id["error"]["code"] == -32601  # A2A has no notifications
         sent = (await client.post(url + "/a2a", json=rpc("SendMessage", {"message": message("x")}))).json()["result"]
-        snake = (await client.post(url + "/a2a", json=rpc("GetTask", {"id": sent["task"]["id"], "history_length": 0})))
+        snake = await client.post(url + "/a2a", json=rpc("GetTask", {"id": sent["task"]["id"], "history_length": 0}))
         assert "history" not in snake.json()["result"]  # proto field names work as ProtoJSON says
-        listed = (await client.post(url + "/a2a", json=rpc("ListTasks", {"context_id": sent["task"]["contextId"],
-                                                                          "page_size": 1}))).json()["result"]
+        listed = (
+            await client.post(
+                url + "/a2a", json=rpc("ListTasks", {"context_id": sent["task"]["contextId"], "page_size": 1})
+            )
+        ).json()["result"]
         assert listed["totalSize"] == 1 and listed["pageSize"] == 1
 
 
@@ -272,35 +299,81 @@ async def test_a_command_agent_drives_its_task_with_events(nursery, tmp_path):
     from tests.test_cli import ROOT
 
     tck = [sys.executable, str(ROOT / "tests" / "fixtures" / "tck_agent.py")]
-    config = Config(agents=[AgentConfig(name="tck", kind="command", command=tck, a2a_events=True)],
-                    state=StateConfig(dir=str(tmp_path)), a2a=A2aConfig(enabled=True, default_agent="tck"))
+    config = Config(
+        agents=[AgentConfig(name="tck", kind="command", command=tck, a2a_events=True)],
+        state=StateConfig(dir=str(tmp_path)),
+        a2a=A2aConfig(enabled=True, default_agent="tck"),
+    )
     node = Node(config)
     await nursery.start(node.run)
     server = HttpServer(config.server, build_router(node), Access(""))
     bound = await nursery.start(server.serve, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{bound[0][1]}/a2a"
     async with httpx.AsyncClient(headers=V10, timeout=30) as client:
+
         async def send(message_id, text="hi"):
-            return (await client.post(url, json=rpc("SendMessage", {"message": {
-                "messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}}))).json()["result"]
+            return (
+                await client.post(
+                    url,
+                    json=rpc(
+                        "SendMessage",
+                        {"message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}},
+                    ),
+                )
+            ).json()["result"]
 
         data = (await send("tck-artifact-data-1"))["task"]
         assert data["status"]["state"] == "TASK_STATE_COMPLETED"
         assert data["artifacts"][0]["parts"] == [{"data": {"key": "value", "count": 42}}]
         reply = await send("tck-message-response-1")
-        assert reply == {"message": {"messageId": reply["message"]["messageId"], "role": "ROLE_AGENT",
-                                     "parts": [{"text": "Direct message response"}],
-                                     "contextId": reply["message"]["contextId"]}}
+        assert reply == {
+            "message": {
+                "messageId": reply["message"]["messageId"],
+                "role": "ROLE_AGENT",
+                "parts": [{"text": "Direct message response"}],
+                "contextId": reply["message"]["contextId"],
+            }
+        }
         waiting = (await send("tck-input-required-1"))["task"]
         assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-        chunked = [json.loads(line[5:])["result"] for line in (await client.post(url, json=rpc(
-            "SendStreamingMessage", {"message": {"messageId": "tck-stream-artifact-chunked-1", "role": "ROLE_USER",
-                                                 "parts": [{"text": "go"}]}}))).text.splitlines()
-                   if line.startswith("data:")]
+        chunked = [
+            json.loads(line[5:])["result"]
+            for line in (
+                await client.post(
+                    url,
+                    json=rpc(
+                        "SendStreamingMessage",
+                        {
+                            "message": {
+                                "messageId": "tck-stream-artifact-chunked-1",
+                                "role": "ROLE_USER",
+                                "parts": [{"text": "go"}],
+                            }
+                        },
+                    ),
+                )
+            ).text.splitlines()
+            if line.startswith("data:")
+        ]
         updates = [e["artifactUpdate"] for e in chunked if "artifactUpdate" in e]
         assert [(u["append"], u["lastChunk"]) for u in updates] == [(False, False), (True, True)]
-        streamed_message = [json.loads(line[5:])["result"] for line in (await client.post(url, json=rpc(
-            "SendStreamingMessage", {"message": {"messageId": "tck-message-response-2", "role": "ROLE_USER",
-                                                 "parts": [{"text": "go"}]}}))).text.splitlines()
-                            if line.startswith("data:")]
+        streamed_message = [
+            json.loads(line[5:])["result"]
+            for line in (
+                await client.post(
+                    url,
+                    json=rpc(
+                        "SendStreamingMessage",
+                        {
+                            "message": {
+                                "messageId": "tck-message-response-2",
+                                "role": "ROLE_USER",
+                                "parts": [{"text": "go"}],
+                            }
+                        },
+                    ),
+                )
+            ).text.splitlines()
+            if line.startswith("data:")
+        ]
         assert [next(iter(e)) for e in streamed_message] == ["message"]  # a message stream is that one message

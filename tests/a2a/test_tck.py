@@ -66,10 +66,7 @@ def agent_config(*agent_args: str, card_03: bool) -> str:
 
 @pytest.mark.parametrize("transport", ["jsonrpc", "http_json"])
 def test_tck_1_0(tmp_path, transport):
-    try:
-        python, checkout = peers.a2a_tck()
-    except peers.PeerUnavailable as exc:
-        pytest.skip(str(exc))
+    python, checkout = peers.require(peers.a2a_tck)
     output = run_in_namespace(tmp_path, agent_config(card_03=False),
                               [str(python), "run_tck.py", "--sut-host", "{URL}", "--transport", transport], checkout)
     result = counts(output)
@@ -80,10 +77,7 @@ def test_tck_1_0(tmp_path, transport):
 
 @pytest.mark.parametrize("category,least", [("mandatory", 30), ("capabilities", 33)])
 def test_tck_0_3(tmp_path, category, least):
-    try:
-        python, checkout = peers.a2a_tck03()
-    except peers.PeerUnavailable as exc:
-        pytest.skip(str(exc))
+    python, checkout = peers.require(peers.a2a_tck03)
     output = run_in_namespace(tmp_path, agent_config("--default", "input-required", card_03=True),
                               [str(python), "run_tck.py", "--sut-url", "{URL}/a2a/tck", "--category", category,
                                "--transports", "jsonrpc"], checkout)

@@ -8,7 +8,7 @@ import socket
 import struct
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, Union
+from typing import Any, Iterator
 from urllib.parse import parse_qs
 
 import h11
@@ -132,9 +132,9 @@ class Served:
         self.url = f"http://127.0.0.1:{port}"
 
 
-async def start_server(nursery: trio.Nursery, config: Union[ServerConfig, None] = None, *,
-                       access: Union[Access, None] = None, limiter: Any = "default",
-                       headers: Union[dict[str, str], None] = None) -> Served:
+async def start_server(nursery: trio.Nursery, config: ServerConfig | None = None, *,
+                       access: Access | None = None, limiter: Any = "default",
+                       headers: dict[str, str] | None = None) -> Served:
     """An HttpServer on 127.0.0.1:0 (loopback only), run in ``nursery``."""
     state = State()
     if limiter == "default":
@@ -147,7 +147,7 @@ async def start_server(nursery: trio.Nursery, config: Union[ServerConfig, None] 
 # --- Health ----------------------------------------------------------------------------
 
 
-def _serve_task(server: HttpServer) -> Union[trio.lowlevel.Task, None]:
+def _serve_task(server: HttpServer) -> trio.lowlevel.Task | None:
     stack = [trio.lowlevel.current_root_task()]
     while stack:
         task = stack.pop()
@@ -193,7 +193,7 @@ async def wait_settled(server: HttpServer, timeout: float = 2.0) -> None:
                          f"tasks={leaked_tasks(server)}")
 
 
-async def assert_healthy(server: HttpServer, port: int, *, headers: Union[dict[str, str], None] = None) -> None:
+async def assert_healthy(server: HttpServer, port: int, *, headers: dict[str, str] | None = None) -> None:
     """A normal request gets its 200, and then nothing is left behind: no open
     connection, no stream, no task but the acceptors."""
     with trio.fail_after(10):
@@ -254,7 +254,7 @@ class RawClient:
             self.reset = True
             return b""
 
-    async def response(self, method: bytes = b"GET") -> Union[RawResponse, None]:
+    async def response(self, method: bytes = b"GET") -> RawResponse | None:
         """The next response (``method`` is the request's, so HEAD has no body); None if
         the connection closed before a status line. Informational responses are skipped."""
         conn = self.h11
@@ -298,7 +298,7 @@ class RawClient:
             data += chunk
 
 
-def request(method: str, target: str, headers: Union[dict[str, str], None] = None, body: bytes = b"") -> bytes:
+def request(method: str, target: str, headers: dict[str, str] | None = None, body: bytes = b"") -> bytes:
     lines = [f"{method} {target} HTTP/1.1", "Host: localhost"]
     for name, value in (headers or {}).items():
         lines.append(f"{name}: {value}")
@@ -311,7 +311,7 @@ def request(method: str, target: str, headers: Union[dict[str, str], None] = Non
 
 
 @contextmanager
-def server_in_thread(config: Union[ServerConfig, None] = None) -> Iterator[tuple[Any, Served]]:
+def server_in_thread(config: ServerConfig | None = None) -> Iterator[tuple[Any, Served]]:
     """A server in its own ``trio.run`` on a thread: yields (trio token, Served), for
     ``trio.from_thread.run(fn, ..., trio_token=token)``. Shut down on exit."""
     ready = threading.Event()

@@ -54,7 +54,9 @@ async def test_an_llm_agents_conversation_is_committed_privately(tmp_path):
 async def test_command_agent(tmp_path, monkeypatch):
     monkeypatch.setenv("TERN_TEST_SECRET", "do-not-pass-me")
     upper = AgentConfig(name="upper", kind="command", command=["tr", "a-z", "A-Z"])
-    env = AgentConfig(name="env", kind="command", command=[PY, "-c", "import os, json; print(json.dumps(dict(os.environ)))"])
+    env = AgentConfig(
+        name="env", kind="command", command=[PY, "-c", "import os, json; print(json.dumps(dict(os.environ)))"]
+    )
     slow = AgentConfig(name="slow", kind="command", command=[PY, "-c", "import time; time.sleep(30)"], timeout_secs=0.5)
     fail = AgentConfig(name="fail", kind="command", command=[PY, "-c", "import sys; sys.exit('broken pipe dream')"])
     flood = AgentConfig(name="flood", kind="command", command=[PY, "-c", "print('x' * 100000)"], max_output_bytes=1000)
@@ -72,8 +74,12 @@ async def test_command_agent(tmp_path, monkeypatch):
 
 def grandchild_agent(tmp_path, **options) -> AgentConfig:
     """sh starts a sleep that would outlive it, writes its pid, and waits for it."""
-    return AgentConfig(name="spawner", kind="command",
-                       command=["sh", "-c", f"sleep 300 & echo $! > {tmp_path / 'pid'}; wait"], **options)
+    return AgentConfig(
+        name="spawner",
+        kind="command",
+        command=["sh", "-c", f"sleep 300 & echo $! > {tmp_path / 'pid'}; wait"],
+        **options,
+    )
 
 
 async def test_a_command_agents_grandchild_dies_with_it_on_timeout(tmp_path):
@@ -93,8 +99,10 @@ async def test_a_command_agents_grandchild_dies_with_it_on_cancel(tmp_path):
 
 
 async def test_a_command_agent_leaves_no_child_behind_when_it_exits(tmp_path):
-    k = kernel(tmp_path, AgentConfig(name="daemonizer", kind="command",
-                                     command=["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"]))
+    k = kernel(
+        tmp_path,
+        AgentConfig(name="daemonizer", kind="command", command=["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"]),
+    )
     grandchild = int((await k.agents.send("daemonizer", "")).text)
     assert await gone(grandchild)
 
@@ -107,8 +115,11 @@ async def test_tool_agent(tmp_path):
         await k.agents.send("clock", '{"zone": "UTC"}')  # a JSON object is the arguments: checked
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [(r["kind"], r.get("caller"), r["outcome"]) for r in records] == [
-        ("tool_call", "agent:clock", "ok"), ("agent_message", None, "ok"),
-        ("tool_call", "agent:clock", "invalid"), ("agent_message", None, "error")]
+        ("tool_call", "agent:clock", "ok"),
+        ("agent_message", None, "ok"),
+        ("tool_call", "agent:clock", "invalid"),
+        ("agent_message", None, "error"),
+    ]
 
 
 async def test_unknown_agent_and_a_remote_agent_without_its_peer(tmp_path):
@@ -153,8 +164,11 @@ async def test_agent_tools(tmp_path):
 
 async def test_agent_send_depth_is_capped(tmp_path):
     # n0 -> n1 -> n2 -> n3 -> e: tool agents forwarding the message inside their message.
-    k = kernel(tmp_path, *(AgentConfig(name=f"n{i}", kind="tool", tool="agent_send") for i in range(4)),
-               AgentConfig(name="e", kind="echo"))
+    k = kernel(
+        tmp_path,
+        *(AgentConfig(name=f"n{i}", kind="tool", tool="agent_send") for i in range(4)),
+        AgentConfig(name="e", kind="echo"),
+    )
 
     def chain(*names: str) -> str:
         message = "hi"

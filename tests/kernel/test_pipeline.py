@@ -81,7 +81,12 @@ async def test_capability_validation_and_audit(tmp_path):
     assert unknown.is_error and "did you mean 'echo'" in unknown.text
     log = records(tmp_path)
     assert [r["outcome"] for r in log] == ["ok", "denied", "invalid", "unavailable"]
-    assert log[0]["agent"] == "a" and log[3]["agent"] is None and log[0]["arguments"].startswith("sha256:") and "hi" not in json.dumps(log)
+    assert (
+        log[0]["agent"] == "a"
+        and log[3]["agent"] is None
+        and log[0]["arguments"].startswith("sha256:")
+        and "hi" not in json.dumps(log)
+    )
 
 
 async def test_a_run_its_caller_cancels_stops_its_call_and_is_audited_as_cancelled(tmp_path, autojump_clock):

@@ -40,16 +40,24 @@ CASES = [
     (READ_TEXT_FILE, {"path": "/a", "head": 10}, []),
     (READ_TEXT_FILE, {"path": "/a", "head": 2.5}, []),
     (READ_TEXT_FILE, {"path": 3}, ["arguments.path: expected string, got integer"]),
-    (READ_TEXT_FILE, {}, ["arguments: missing required property \"path\""]),
-    (READ_TEXT_FILE, {"path": "/a", "lines": 3},
-     ["arguments: unexpected property \"lines\" (allowed: path, head, tail)"]),
+    (READ_TEXT_FILE, {}, ['arguments: missing required property "path"']),
+    (
+        READ_TEXT_FILE,
+        {"path": "/a", "lines": 3},
+        ['arguments: unexpected property "lines" (allowed: path, head, tail)'],
+    ),
     (READ_TEXT_FILE, {"path": "/a", "head": True}, ["arguments.head: expected number, got boolean"]),
     (READ_TEXT_FILE, {"path": "/a", "head": "10"}, ["arguments.head: expected number, got string"]),
     (READ_TEXT_FILE, ["/a"], ["arguments: expected object, got array"]),
     (EDIT_FILE, {"path": "p", "edits": [{"oldText": "a", "newText": "b"}]}, []),
-    (EDIT_FILE, {"path": "p", "edits": [{"oldText": "a", "newText": "b"}, {"oldText": "a"}, {"oldText": 1, "newText": "x"}]},
-     ["arguments.edits[1]: missing required property \"newText\"",
-      "arguments.edits[2].oldText: expected string, got integer"]),
+    (
+        EDIT_FILE,
+        {"path": "p", "edits": [{"oldText": "a", "newText": "b"}, {"oldText": "a"}, {"oldText": 1, "newText": "x"}]},
+        [
+            'arguments.edits[1]: missing required property "newText"',
+            "arguments.edits[2].oldText: expected string, got integer",
+        ],
+    ),
     (EDIT_FILE, {"path": "p", "edits": {"oldText": "a"}}, ["arguments.edits: expected array, got object"]),
     (FETCH, {"url": "https://x"}, []),
     (FETCH, {"url": ""}, ["arguments.url: expected at least 1 characters, got 0"]),
@@ -68,7 +76,7 @@ CASES = [
     ({"type": ["string", "null"]}, 1, ["arguments: expected string or null, got integer"]),
     ({"type": "object"}, {"a": 1}, []),
     # enum / const compare as JSON: True is not 1, 1 is 1.0
-    ({"enum": ["a", "b"]}, "c", ["arguments: expected one of \"a\", \"b\", got \"c\""]),
+    ({"enum": ["a", "b"]}, "c", ['arguments: expected one of "a", "b", got "c"']),
     ({"enum": [1, 2]}, True, ["arguments: expected one of 1, 2, got true"]),
     ({"enum": [1, 2]}, 1.0, []),
     ({"enum": [[1], {"a": True}]}, {"a": True}, []),
@@ -83,13 +91,19 @@ CASES = [
     ({"type": "array", "minItems": 1, "maxItems": 2}, [], ["arguments: expected at least 1 items, got 0"]),
     ({"type": "array", "maxItems": 1}, [1, 2], ["arguments: expected at most 1 items, got 2"]),
     # additionalProperties as a schema; patternProperties disables the check
-    ({"type": "object", "additionalProperties": {"type": "string"}}, {"a": "x", "b": 1},
-     ["arguments.b: expected string, got integer"]),
-    ({"type": "object", "properties": {}, "additionalProperties": False}, {"x": 1},
-     ["arguments: unexpected property \"x\" (no properties are allowed)"]),
+    (
+        {"type": "object", "additionalProperties": {"type": "string"}},
+        {"a": "x", "b": 1},
+        ["arguments.b: expected string, got integer"],
+    ),
+    (
+        {"type": "object", "properties": {}, "additionalProperties": False},
+        {"x": 1},
+        ['arguments: unexpected property "x" (no properties are allowed)'],
+    ),
     ({"type": "object", "patternProperties": {"^x": {}}, "additionalProperties": False}, {"x1": 1}, []),
     # paths for keys that are not identifiers
-    ({"properties": {"a b": {"type": "string"}}}, {"a b": 1}, ["arguments[\"a b\"]: expected string, got integer"]),
+    ({"properties": {"a b": {"type": "string"}}}, {"a b": 1}, ['arguments["a b"]: expected string, got integer']),
     # unknown and unsupported keywords are ignored (accept)
     ({"type": "string", "format": "email", "pattern": "^x$", "x-custom": 1}, "hello", []),
     ({"$ref": "#/definitions/x", "definitions": {"x": {"type": "string"}}}, 1, []),
@@ -109,13 +123,23 @@ def test_validate(schema, instance, expected):
 
 
 def test_nested_arrays_of_objects():
-    schema = {"type": "object", "properties": {"rows": {"type": "array", "items": {
-        "type": "object", "required": ["cells"],
-        "properties": {"cells": {"type": "array", "items": {"type": "integer"}}}}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "rows": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["cells"],
+                    "properties": {"cells": {"type": "array", "items": {"type": "integer"}}},
+                },
+            }
+        },
+    }
     assert validate({"rows": [{"cells": [1, 2]}, {"cells": []}]}, schema) == []
     assert validate({"rows": [{"cells": [1, "2"]}, {}]}, schema) == [
         "arguments.rows[0].cells[1]: expected integer, got string",
-        "arguments.rows[1]: missing required property \"cells\"",
+        'arguments.rows[1]: missing required property "cells"',
     ]
 
 
@@ -146,4 +170,13 @@ def test_long_values_are_shortened_in_messages():
 def test_custom_path_and_json_type():
     assert validate(1, {"type": "string"}, path="result") == ["result: expected string, got integer"]
     assert [json_type(v) for v in (None, True, 1, 1.5, "s", {}, [], (), object())] == [
-        "null", "boolean", "integer", "number", "string", "object", "array", "array", "object"]
+        "null",
+        "boolean",
+        "integer",
+        "number",
+        "string",
+        "object",
+        "array",
+        "array",
+        "object",
+    ]

@@ -93,8 +93,11 @@ async def test_environment_is_cleared(ctx, monkeypatch):
     result = await shell("env")({"argv": ["env"]}, ctx)
     assert not result.is_error
     assert "TERN_TEST_SECRET_TOKEN" not in result.text and "s3cr3t-value" not in result.text
-    names = {line.split("=", 1)[0] for line in result.text.split("--- stdout ---\n")[1].split("\n--- stderr")[0].splitlines()
-             if "=" in line}
+    names = {
+        line.split("=", 1)[0]
+        for line in result.text.split("--- stdout ---\n")[1].split("\n--- stderr")[0].splitlines()
+        if "=" in line
+    }
     assert names <= {"PATH", "HOME", "TMP", "TEMP", "TMPDIR", "PWD", "SHLVL", "_"}
 
 

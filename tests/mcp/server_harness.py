@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import trio
 
@@ -56,7 +56,7 @@ def tern_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def request(msg_id: Any, method: str, params: Union[dict, None] = None) -> dict:
+def request(msg_id: Any, method: str, params: dict | None = None) -> dict:
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
     if params is not None:
         message["params"] = params
@@ -109,7 +109,7 @@ class TernMcp:
                     raise EOFError(f"tern mcp closed stdout; buffered {self._buffer[:200]!r}")
                 self._buffer += chunk
 
-    def _take(self) -> Union[dict, None]:
+    def _take(self) -> dict | None:
         if self.framing == "content-length":
             head, sep, rest = self._buffer.partition(b"\r\n\r\n")
             if not sep:
@@ -135,7 +135,7 @@ class TernMcp:
                 return message, others
             others.append(message)
 
-    async def call(self, msg_id: Any, method: str, params: Union[dict, None] = None) -> dict:
+    async def call(self, msg_id: Any, method: str, params: dict | None = None) -> dict:
         await self.send(request(msg_id, method, params))
         return (await self.answer(msg_id))[0]
 

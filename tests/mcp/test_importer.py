@@ -392,7 +392,8 @@ def test_header_env_references_are_converted():
     assert server.transport.headers == {"Authorization": "Bearer ${API_TOKEN}", "X-Both": "${A}:${B}",
                                         "X-Default": "${C}", "X-Port": "8080"}
     assert result.warnings == [
-        "server r: header X-Default: the default in ${C:-secret-default} was not copied; export C in tern's environment",
+        "server r: header X-Default: the default in ${C:-secret-default} was not copied; "
+        "export C in tern's environment",
         "server r: header X-Null: expected a string, got null; left out",
         'server r: header name "Bad Name" is not valid in HTTP; left out',
         "server r: header X-Split: the value contains a line break or NUL; left out",
@@ -401,9 +402,20 @@ def test_header_env_references_are_converted():
 
 
 def test_url_secrets_and_unknown_keys_are_reported():
-    result = run({"mcpServers": {"r": {"url": "https://x.example/mcp?profile=p&api_key=abc", "serverUrl": "https://y",
-                                       "command": "ignored", "autoApprove": ["t"], "timeout": 60,
-                                       "type": "http"}}})
+    result = run(
+        {
+            "mcpServers": {
+                "r": {
+                    "url": "https://x.example/mcp?profile=p&api_key=abc",
+                    "serverUrl": "https://y",
+                    "command": "ignored",
+                    "autoApprove": ["t"],
+                    "timeout": 60,
+                    "type": "http",
+                }
+            }
+        }
+    )
     (server,) = load(result)
     assert server.transport.url == "https://x.example/mcp?profile=p&api_key=abc"
     assert result.warnings == [
@@ -411,12 +423,22 @@ def test_url_secrets_and_unknown_keys_are_reported():
         "is; pass it in a header instead if the server allows",
         "server r: ignored keys tern does not use: serverUrl, command, autoApprove, timeout",
     ]
-    result = run({"mcpServers": {"u": {"url": "https://me:pw@x.example/mcp"},
-                                 "v": {"url": "https://x.example/mcp?to=a@b&page=2"}}})
-    assert [s.transport.url for s in load(result)] == ["https://me:pw@x.example/mcp",
-                                                       "https://x.example/mcp?to=a@b&page=2"]
-    assert result.warnings == ["server u: the url's user and password look like a secret and was copied into "
-                               "the config as it is; pass it in a header instead if the server allows"]
+    result = run(
+        {
+            "mcpServers": {
+                "u": {"url": "https://me:pw@x.example/mcp"},
+                "v": {"url": "https://x.example/mcp?to=a@b&page=2"},
+            }
+        }
+    )
+    assert [s.transport.url for s in load(result)] == [
+        "https://me:pw@x.example/mcp",
+        "https://x.example/mcp?to=a@b&page=2",
+    ]
+    assert result.warnings == [
+        "server u: the url's user and password look like a secret and was copied into "
+        "the config as it is; pass it in a header instead if the server allows"
+    ]
 
 
 def test_output_is_deterministic_and_in_source_order():

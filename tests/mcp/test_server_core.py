@@ -90,7 +90,9 @@ async def test_presets_and_the_allowlist(tmp_path):
     assert not (await server.handle(call(3, "clock", {}), peer, None)).result["isError"]
     # time_now is reachable only through its preset: by its own name it is not exposed
     assert (await server.handle(call(4, "time_now", {}), peer, None)).error.code == -32602
-    assert (await server.handle(call(5, "agent_send", {"agent": "echo", "message": "x"}), peer, None)).error.code == -32602
+    assert (
+        await server.handle(call(5, "agent_send", {"agent": "echo", "message": "x"}), peer, None)
+    ).error.code == -32602
 
 
 def test_config_check_catches_exposure_mistakes(tmp_path):
@@ -102,7 +104,10 @@ def test_config_check_catches_exposure_mistakes(tmp_path):
     for extra, expected in [
         ('[[agents]]\nname = "a_b"\nkind = "echo"\n', 'two exposed tools would be named "tern_agent_a_b"'),
         ('[[mcp_server.presets]]\nname = "bad name!"\ntool = "time_now"\n', "mcp_server.presets[0].name"),
-        ('[[mcp_server.presets]]\nname = "p"\ntool = "tern_agent_nobody"\n', 'no agent is exposed as "tern_agent_nobody"'),
+        (
+            '[[mcp_server.presets]]\nname = "p"\ntool = "tern_agent_nobody"\n',
+            'no agent is exposed as "tern_agent_nobody"',
+        ),
         ('[[mcp_server.presets]]\nname = "tern_agent_a_b"\ntool = "time_now"\n', "two exposed tools"),
         ("[mcp_server]\nmax_sessions = 0\n", "mcp_server.max_sessions"),
     ]:
@@ -150,5 +155,8 @@ async def test_a_handler_error_is_an_rpc_error_end_to_end(nursery, tmp_path):
     with pytest.raises(RpcError) as answered:  # and tern's client raises it for the error answer
         await session.request("tools/call", {"name": "nope", "arguments": {}})
     assert (answered.value.code, answered.value.message, answered.value.data) == (
-        jsonrpc.INVALID_PARAMS, "Unknown tool: nope", None)
+        jsonrpc.INVALID_PARAMS,
+        "Unknown tool: nope",
+        None,
+    )
     assert b'"data"' not in transport.wire[-1]  # no data: the member is left out, not null

@@ -114,7 +114,9 @@ async def test_bad_requests(mcp_url):
         assert html.status_code == 406
         text = await client.post(mcp_url, content=b"{}", headers={"Accept": BOTH, "Content-Type": "text/plain"})
         assert text.status_code == 415
-        garbage = await client.post(mcp_url, content=b"{nope", headers={"Accept": BOTH, "Content-Type": "application/json"})
+        garbage = await client.post(
+            mcp_url, content=b"{nope", headers={"Accept": BOTH, "Content-Type": "application/json"}
+        )
         assert garbage.status_code == 400 and garbage.json()["error"]["code"] == -32700
         batch = await client.post(mcp_url, json=[initialize(1)], headers={"Accept": BOTH})
         assert batch.status_code == 400 and batch.json()["error"]["code"] == -32600
@@ -123,18 +125,24 @@ async def test_bad_requests(mcp_url):
 
 async def test_modern_era_headers_and_statuses(mcp_url):
     async with httpx.AsyncClient() as client:
+
         async def post(body, headers):
             return await client.post(mcp_url, json=body, headers=headers)
 
-        ok = await post(call(1, "tern_agent_echo", {"message": "m"}, META), modern_headers("tools/call", "tern_agent_echo"))
+        ok = await post(
+            call(1, "tern_agent_echo", {"message": "m"}, META), modern_headers("tools/call", "tern_agent_echo")
+        )
         assert ok.status_code == 200 and "mcp-session-id" not in ok.headers
         assert sse_messages(ok.text)[-1]["result"]["resultType"] == "complete"
-        as_json = await post(call(2, "tern_agent_echo", {"message": "m"}, META),
-                             modern_headers("tools/call", "tern_agent_echo", accept="application/json"))
+        as_json = await post(
+            call(2, "tern_agent_echo", {"message": "m"}, META),
+            modern_headers("tools/call", "tern_agent_echo", accept="application/json"),
+        )
         assert as_json.json()["result"]["content"][0]["text"] == "m"
         encoded = "=?base64?" + base64.b64encode(b"tern_agent_echo").decode() + "?="
-        assert (await post(call(3, "tern_agent_echo", {"message": "b"}, META),
-                           modern_headers("tools/call", encoded))).status_code == 200
+        assert (
+            await post(call(3, "tern_agent_echo", {"message": "b"}, META), modern_headers("tools/call", encoded))
+        ).status_code == 200
         discover = await post(request(4, "server/discover", {"_meta": META}), modern_headers("server/discover"))
         assert discover.json()["result"]["supportedVersions"][0] == MODERN
 
@@ -144,16 +152,30 @@ async def test_modern_era_headers_and_statuses(mcp_url):
             assert response.json()["error"]["code"] == code
             return response.json()["error"]
 
-        await error(call(5, "tern_agent_echo", {"message": "m"}, META), modern_headers("tools/call", "other_tool"), 400, -32020)
+        await error(
+            call(5, "tern_agent_echo", {"message": "m"}, META), modern_headers("tools/call", "other_tool"), 400, -32020
+        )
         await error(call(6, "tern_agent_echo", {"message": "m"}, META), modern_headers("tools/list"), 400, -32020)
         await error(call(7, "tern_agent_echo", {"message": "m"}, META), modern_headers("tools/call"), 400, -32020)
-        await error(call(8, "tern_agent_echo", {"message": "m"}, META),
-                    {**modern_headers("tools/call", "tern_agent_echo"), "MCP-Protocol-Version": "2025-11-25"}, 400, -32020)
-        await error(call(9, "tern_agent_echo", {"message": "m"}), modern_headers("tools/call", "tern_agent_echo"), 400, -32602)
+        await error(
+            call(8, "tern_agent_echo", {"message": "m"}, META),
+            {**modern_headers("tools/call", "tern_agent_echo"), "MCP-Protocol-Version": "2025-11-25"},
+            400,
+            -32020,
+        )
+        await error(
+            call(9, "tern_agent_echo", {"message": "m"}), modern_headers("tools/call", "tern_agent_echo"), 400, -32602
+        )
         await error(request(10, "resources/list", {"_meta": META}), modern_headers("resources/list"), 404, -32601)
         old = {**META, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}
-        data = (await error(request(11, "tools/list", {"_meta": old}),
-                            {**modern_headers("tools/list"), "MCP-Protocol-Version": "2099-01-01"}, 400, -32022))["data"]
+        data = (
+            await error(
+                request(11, "tools/list", {"_meta": old}),
+                {**modern_headers("tools/list"), "MCP-Protocol-Version": "2099-01-01"},
+                400,
+                -32022,
+            )
+        )["data"]
         assert data == {"supported": [MODERN], "requested": "2099-01-01"}
         unknown_tool = await post(call(12, "nope", {}, META), modern_headers("tools/call", "nope"))
         assert sse_messages(unknown_tool.text)[-1]["error"]["code"] == -32602
@@ -162,8 +184,9 @@ async def test_modern_era_headers_and_statuses(mcp_url):
 async def test_progress_on_the_sse_stream(mcp_url):
     async with httpx.AsyncClient() as client:
         headers = await open_session(client, mcp_url)
-        response = await client.post(mcp_url, json=call(2, "tern_agent_counter", {"message": ""}, {"progressToken": "t"}),
-                                     headers=headers)
+        response = await client.post(
+            mcp_url, json=call(2, "tern_agent_counter", {"message": ""}, {"progressToken": "t"}), headers=headers
+        )
         messages = sse_messages(response.text)
         progress = [m["params"]["progress"] for m in messages if m.get("method") == "notifications/progress"]
         assert len(progress) >= 3 and progress == sorted(set(progress))
@@ -173,9 +196,12 @@ async def test_progress_on_the_sse_stream(mcp_url):
 async def test_a_client_that_disconnects_cancels_its_call(nursery, tmp_path):
     url = await start(nursery, tmp_path)
     async with httpx.AsyncClient() as client:
-        async with client.stream("POST", url, json=call(1, "tern_agent_slow_poke", {"message": ""},
-                                                        {**META, "progressToken": 1}),
-                                 headers=modern_headers("tools/call", "tern_agent_slow_poke")) as response:
+        async with client.stream(
+            "POST",
+            url,
+            json=call(1, "tern_agent_slow_poke", {"message": ""}, {**META, "progressToken": 1}),
+            headers=modern_headers("tools/call", "tern_agent_slow_poke"),
+        ) as response:
             async for line in response.aiter_lines():
                 if line.startswith("data:"):
                     break  # the "started" progress: the call is running; now go away
@@ -194,8 +220,13 @@ async def test_notifications_cancelled_over_http(mcp_url):
             answers = []
 
             async def slow():
-                answers.append(await client.post(mcp_url, json=call(2, "tern_agent_slow_poke", {"message": ""}),
-                                                 headers={**headers, "Accept": "application/json"}))
+                answers.append(
+                    await client.post(
+                        mcp_url,
+                        json=call(2, "tern_agent_slow_poke", {"message": ""}),
+                        headers={**headers, "Accept": "application/json"},
+                    )
+                )
 
             nursery.start_soon(slow)
             # A cancel before the call is in flight cancels nothing (and the agent sleeps

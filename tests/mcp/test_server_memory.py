@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Union
+from typing import Any, Callable, Iterator
 
 import pytest
 import trio
@@ -25,7 +25,7 @@ OBJECT = {"type": "object"}
 class FakeRun:
     """What ``ToolPort.run`` returns: the caller may cancel it, and a call in it stops."""
 
-    def __init__(self, progress: Union[Callable[[str], None], None]) -> None:
+    def __init__(self, progress: Callable[[str], None] | None) -> None:
         self.cancelled = False
         self.progress = progress
         self.stopped = trio.Event()
@@ -51,7 +51,7 @@ class FakeTools:
     def tools(self) -> list[Tool]:
         return list(self.list)
 
-    def get(self, name: str) -> Union[Tool, None]:
+    def get(self, name: str) -> Tool | None:
         return next((tool for tool in self.list if tool.name == name), None)
 
     def run(self, agent: Any = None, *, progress: Any = None, log: Any = None) -> FakeRun:
@@ -110,7 +110,7 @@ class FakeEvents:
         yield Subscription()
         self.subscribers.remove(send)
 
-    def publish(self, kind: str, data: Union[dict, None] = None) -> None:
+    def publish(self, kind: str, data: dict | None = None) -> None:
         for send in self.subscribers:
             send.send_nowait({"type": kind, **(data or {})})
 

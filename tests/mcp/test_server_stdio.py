@@ -98,7 +98,9 @@ async def test_modern_era_on_stdio(tern):
     called = await tern.call(3, "tools/call", {"name": "tern_agent_echo", "arguments": {"message": "m"},
                                                "_meta": META})
     assert called["result"]["content"][0]["text"] == "m" and called["result"]["resultType"] == "complete"
-    wrong = await tern.call(4, "tools/list", {"_meta": {**META, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}})
+    wrong = await tern.call(
+        4, "tools/list", {"_meta": {**META, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}}
+    )
     assert wrong["error"]["code"] == -32022
     assert wrong["error"]["data"] == {"supported": [MODERN], "requested": "2099-01-01"}
     no_caps = await tern.call(5, "tools/list", {"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN}})
@@ -125,20 +127,33 @@ async def test_bad_input_never_stops_the_server(tern):
     assert (await tern.call(10, "no/such/method"))["error"]["code"] == -32601
     assert (await tern.call(11, "ping"))["result"] == {}
     assert (await tern.call(12, "tools/list", {"cursor": "garbage!"}))["error"]["code"] == -32602
-    await tern.write(json.dumps({"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {
-        "name": "tern_agent_echo", "arguments": {"message": "x" * (11 * 1024 * 1024)}}}).encode() + b"\n")
+    await tern.write(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 13,
+                "method": "tools/call",
+                "params": {"name": "tern_agent_echo", "arguments": {"message": "x" * (11 * 1024 * 1024)}},
+            }
+        ).encode()
+        + b"\n"
+    )
     big = await tern.receive(timeout=20)
     assert big["id"] == 13 and big["error"]["code"] == -32600 and "too large" in big["error"]["message"]
     await tern.write(b'{"jsonrpc":"2.0","method":"notifications/x","params":"' + b"y" * (11 * 1024 * 1024) + b'"}\n')
-    await tern.write("{\"jsonrpc\":\"2.0\",\"id\":\"ünï\",\"method\":\"ping\"}\n".encode())
+    await tern.write('{"jsonrpc":"2.0","id":"ünï","method":"ping"}\n'.encode())
     after = await tern.receive(timeout=20)  # the oversized notification got no answer: this is the ping's
     assert after == {"jsonrpc": "2.0", "id": "ünï", "result": {}}
 
 
 async def test_interleaved_calls_all_answered_by_id(tern):
     await tern.handshake()
-    await tern.send(*[request(f"r{i}", "tools/call", {"name": "tern_agent_echo", "arguments": {"message": f"m{i}"}})
-                      for i in range(30)])
+    await tern.send(
+        *[
+            request(f"r{i}", "tools/call", {"name": "tern_agent_echo", "arguments": {"message": f"m{i}"}})
+            for i in range(30)
+        ]
+    )
     seen = {}
     for _ in range(30):
         reply = await tern.receive()
@@ -149,10 +164,16 @@ async def test_interleaved_calls_all_answered_by_id(tern):
 async def test_pipelined_requests_start_in_order_and_quick_ones_answer_in_it(tern):
     """A client that writes everything at once (``printf ... | tern mcp``) gets initialize
     answered first and the rest in order: requests read together start one by one."""
-    echo = [request(i, "tools/call", {"name": "tern_agent_echo", "arguments": {"message": f"m{i}"}})
-            for i in range(2, 12)]
-    await tern.send(initialize(0), {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                    request(1, "tools/list"), *echo, request(12, "ping"))
+    echo = [
+        request(i, "tools/call", {"name": "tern_agent_echo", "arguments": {"message": f"m{i}"}}) for i in range(2, 12)
+    ]
+    await tern.send(
+        initialize(0),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        request(1, "tools/list"),
+        *echo,
+        request(12, "ping"),
+    )
     replies = [await tern.receive() for _ in range(13)]
     assert [reply["id"] for reply in replies] == list(range(13))
     assert replies[0]["result"]["protocolVersion"] == "2025-11-25"
@@ -165,9 +186,13 @@ async def test_beyond_max_inflight_a_call_is_refused_and_stdin_is_still_read(ter
     from runtime.mcp.server.stdio import MAX_INFLIGHT, SERVER_BUSY
 
     await tern.handshake()
-    slow = [request(i, "tools/call", {"name": "tern_agent_slow_poke", "arguments": {"message": ""}})
-            for i in range(1, MAX_INFLIGHT + 1)]
-    await tern.send(*slow, request("one-more", "tools/call", {"name": "tern_agent_echo", "arguments": {"message": "x"}}))
+    slow = [
+        request(i, "tools/call", {"name": "tern_agent_slow_poke", "arguments": {"message": ""}})
+        for i in range(1, MAX_INFLIGHT + 1)
+    ]
+    await tern.send(
+        *slow, request("one-more", "tools/call", {"name": "tern_agent_echo", "arguments": {"message": "x"}})
+    )
     refused, _ = await tern.answer("one-more")
     assert refused["error"]["code"] == SERVER_BUSY and "busy" in refused["error"]["message"]
     assert (await tern.call("ping", "ping"))["result"] == {}
@@ -176,8 +201,9 @@ async def test_beyond_max_inflight_a_call_is_refused_and_stdin_is_still_read(ter
     # a real process, so real time; ask again until then rather than guess how long it takes.
     with trio.fail_after(10):
         for attempt in range(1000):
-            again = await tern.call(f"again-{attempt}", "tools/call",
-                                    {"name": "tern_agent_echo", "arguments": {"message": "y"}})
+            again = await tern.call(
+                f"again-{attempt}", "tools/call", {"name": "tern_agent_echo", "arguments": {"message": "y"}}
+            )
             if "error" not in again:
                 break
             assert again["error"]["code"] == SERVER_BUSY
@@ -204,8 +230,13 @@ async def test_content_length_framing_is_answered_in_kind(config, tmp_path):
 
 async def test_progress_during_a_long_agent_call(tern):
     await tern.handshake()
-    await tern.send(request(1, "tools/call", {"name": "tern_agent_counter", "arguments": {"message": ""},
-                                              "_meta": {"progressToken": "tok"}}))
+    await tern.send(
+        request(
+            1,
+            "tools/call",
+            {"name": "tern_agent_counter", "arguments": {"message": ""}, "_meta": {"progressToken": "tok"}},
+        )
+    )
     reply, before = await tern.answer(1)
     progress = [m["params"] for m in before if m.get("method") == "notifications/progress"]
     assert len(progress) >= 3 and all(p["progressToken"] == "tok" for p in progress)
@@ -238,8 +269,13 @@ async def test_logging_set_level_and_log_messages(tern):
 
 async def test_cancelled_call_gets_no_answer_and_the_server_goes_on(tern, tmp_path):
     await tern.handshake()
-    await tern.send(request(1, "tools/call", {"name": "tern_agent_slow_poke", "arguments": {"message": ""},
-                                              "_meta": {"progressToken": 1}}))
+    await tern.send(
+        request(
+            1,
+            "tools/call",
+            {"name": "tern_agent_slow_poke", "arguments": {"message": ""}, "_meta": {"progressToken": 1}},
+        )
+    )
     started = await tern.receive()
     assert started["method"] == "notifications/progress"
     await tern.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1, "reason": "x"}})
@@ -250,8 +286,9 @@ async def test_cancelled_call_gets_no_answer_and_the_server_goes_on(tern, tmp_pa
     await trio.sleep(0.2)
     audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
     assert any(r["kind"] == "agent_message" and r["agent"] == "slow-poke" and r["outcome"] == "error" for r in audit)
-    assert any(r["kind"] == "tool_call" and r["tool"] == "agent_send" and r["outcome"] == "cancelled"
-               for r in audit)  # the pipeline audits the cancelled call as such
+    assert any(
+        r["kind"] == "tool_call" and r["tool"] == "agent_send" and r["outcome"] == "cancelled" for r in audit
+    )  # the pipeline audits the cancelled call as such
 
 
 async def test_stdin_eof_cancels_in_flight_calls_and_exits_0(tern):
@@ -264,16 +301,19 @@ async def test_stdin_eof_cancels_in_flight_calls_and_exits_0(tern):
 
 
 def test_stray_prints_go_to_stderr_not_the_protocol_stream():
-    script = ("import trio, sys\n"
-              "from runtime.host.mcp_stdio import _stdio_streams\n"
-              "async def main():\n"
-              "    stdin, stdout = _stdio_streams()\n"
-              "    print('a stray print', flush=True)\n"
-              "    sys.stdout.write('more noise\\n'); sys.stdout.flush()\n"
-              "    await stdout.send_all(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\\n')\n"
-              "trio.run(main)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=ROOT, timeout=30,
-                          stdin=subprocess.DEVNULL)
+    script = (
+        "import trio, sys\n"
+        "from runtime.host.mcp_stdio import _stdio_streams\n"
+        "async def main():\n"
+        "    stdin, stdout = _stdio_streams()\n"
+        "    print('a stray print', flush=True)\n"
+        "    sys.stdout.write('more noise\\n'); sys.stdout.flush()\n"
+        '    await stdout.send_all(b\'{"jsonrpc":"2.0","id":1,"result":{}}\\n\')\n'
+        "trio.run(main)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, cwd=ROOT, timeout=30, stdin=subprocess.DEVNULL
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == b'{"jsonrpc":"2.0","id":1,"result":{}}\n'
     assert b"a stray print" in done.stderr and b"more noise" in done.stderr
@@ -282,11 +322,15 @@ def test_stray_prints_go_to_stderr_not_the_protocol_stream():
 async def test_first_answer_does_not_wait_for_mcp_servers_and_list_changes_follow(tmp_path):
     from tests.mcp.conftest import FAKE
 
-    config = write_config(tmp_path, f"""
+    config = write_config(
+        tmp_path,
+        f"""
 [[mcp_servers]]
 name = "fake"
 transport = {{ type = "stdio", command = "{sys.executable}", args = ["{FAKE}", "--init-delay", "1.5"] }}
-""", mcp_server='tools = ["time_now", "mcp_fake_*"]')
+""",
+        mcp_server='tools = ["time_now", "mcp_fake_*"]',
+    )
     server = await TernMcp.start(config, tern_env(tmp_path), "--standalone")
     try:
         started = time.monotonic()

@@ -44,8 +44,10 @@ def test_subprocess_env_keeps_only_the_allowed_names():
 
 async def test_the_child_sees_only_the_cleared_environment_in_a_session_of_its_own(monkeypatch):
     monkeypatch.setenv("TERN_TEST_SECRET", "do-not-pass-me")
-    proc = await spawn([PY, "-c", "import json, os; print(json.dumps([dict(os.environ), os.getsid(0), os.getpgid(0)]))"],
-                       env=subprocess_env([]))
+    proc = await spawn(
+        [PY, "-c", "import json, os; print(json.dumps([dict(os.environ), os.getsid(0), os.getpgid(0)]))"],
+        env=subprocess_env([]),
+    )
     try:
         env, sid, pgid = json.loads(await first_line(proc))
     finally:
