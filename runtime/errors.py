@@ -51,6 +51,7 @@ __all__ = [
     "UnknownAgent",
     "AgentError",
     "ToolRefused",
+    "StorageError",
     "single_leaf",
 ]
 
@@ -157,3 +158,10 @@ def single_leaf(exc: BaseException) -> BaseException:
         if len(inner) != 1:
             return exc
         exc = inner[0]
+
+
+class StorageError(TernError):
+    """A write to one of tern's SQLite files failed (the disk is full, the file is
+    read-only): that write is refused, tern keeps serving."""
+
+    http_status = 503

@@ -66,6 +66,10 @@ def find_problems(config: Config) -> list[str]:
     problems += _duplicates([a.name for a in config.a2a.external_agents], "a2a.external_agents", "name")
     if config.a2a.public_url:
         problems += _url_problem(config.a2a.public_url, "a2a.public_url")
+    problems += _positive(config.a2a, "a2a", ("max_tasks", "max_task_bytes", "max_store_bytes",
+                                              "max_subscribers_per_task"))
+    if config.a2a.max_task_bytes > config.a2a.max_store_bytes:
+        problems.append("a2a.max_task_bytes: must not be more than a2a.max_store_bytes")
     if not config.a2a.listen_path.startswith("/"):
         problems.append(f'a2a.listen_path: expected a path starting with "/", got "{config.a2a.listen_path}"')
     agent_names = [a.name for a in config.agents]

@@ -131,11 +131,20 @@ class ExternalAgent(_Section):
 
 
 class A2aConfig(_Section):
+    """The A2A server. Tasks are kept within ``max_tasks`` tasks and ``max_store_bytes``
+    bytes (in memory, and on disk with ``persist_tasks``), the oldest finished ones going
+    first; when unfinished tasks fill it, new work is refused. One task (its messages,
+    artifacts and status, as JSON) is at most ``max_task_bytes``: a message that would
+    pass it is refused. At most ``max_subscribers_per_task`` streams follow one task."""
+
     enabled: bool = False
     listen_path: str = "/a2a"
     public_url: str = ""
     default_agent: str = ""
     max_tasks: int = 1000
+    max_task_bytes: int = 8 * MiB
+    max_store_bytes: int = 128 * MiB
+    max_subscribers_per_task: int = 32
     persist_tasks: bool = False
     discovery_timeout_secs: float = 30.0
     external_agents: list[ExternalAgent] = []

@@ -11,9 +11,16 @@ ordered events to every subscriber.
   task or other clients.
 - Every state change follows :data:`TRANSITIONS`; any other is a bug in tern and
   raises :class:`IllegalTransition` (the task keeps its state).
-- The store keeps at most ``max_tasks``. Room is made by evicting terminal tasks in
-  insertion order; when every stored task is still live, new work is refused
-  (:class:`StoreFull`) rather than growing without bound.
+- The store keeps at most ``max_tasks`` tasks and ``max_store_bytes`` bytes, and one
+  task at most ``max_task_bytes`` (a task's bytes: its messages, artifacts and status
+  as JSON, counted as each is added, never by re-encoding the task). Room is made by
+  evicting terminal tasks oldest first; when live tasks fill it, new work is refused
+  (:class:`StoreFull`) rather than growing without bound. A message that would take
+  its task past ``max_task_bytes`` is refused (:class:`TaskTooLarge`: history is what
+  the client was told was kept, so it is never truncated behind its back); agent
+  output that would is not kept, the task fails saying why.
+- At most ``max_subscribers`` streams follow one task; one more is refused
+  (:class:`TooManySubscribers`).
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ __all__ = [
     "TaskNotFound",
     "TaskNotCancelable",
     "StoreFull",
+    "TaskTooLarge",
+    "TooManySubscribers",
+    "StorageUnavailable",
     "InvalidTaskRequest",
     "UnsupportedOperation",
     "IllegalTransition",
@@ -46,6 +56,13 @@ __all__ = [
 ]
 
 SUBSCRIBER_EVENTS = 256
+TASK_OVERHEAD = 256  # bytes a task counts for before its first message (ids, state, times)
+_size_encoder = msgspec.json.Encoder()
+
+
+def size_of(item: Message | Artifact | None) -> int:
+    """Bytes ``item`` counts for in its task's budget: its JSON encoding."""
+    return 0 if item is None else len(_size_encoder.encode(item))
 
 _AFTER_LIVE = frozenset(
     {"submitted", "working", "input-required", "auth-required", "completed", "canceled", "failed", "rejected"}
@@ -91,6 +108,22 @@ class StoreFull(A2aError):
     code = INTERNAL_ERROR
 
 
+class TaskTooLarge(A2aError):
+    """The message would take its task past ``[a2a] max_task_bytes``."""
+
+    code = INVALID_PARAMS
+
+
+class TooManySubscribers(A2aError):
+    code = INTERNAL_ERROR
+
+
+class StorageUnavailable(A2aError):
+    """Tasks cannot be saved right now (the disk is full): new work waits for space."""
+
+    code = INTERNAL_ERROR
+
+
 class IllegalTransition(TernError):
     """A bug: tern tried to move a task to a state :data:`TRANSITIONS` does not allow."""
 
@@ -126,6 +159,7 @@ class TaskReport:
     def artifact(self, artifact: Artifact, *, append: bool = False, last_chunk: bool = True) -> None:
         """A chunk: with ``append`` its parts extend the artifact of the same id."""
         task = self._entry.task
+        self._engine._grow(self._entry, size_of(artifact), "the agent's artifact")
         if task.state != "working":
             self.working()
         existing = next((a for a in task.artifacts if a.artifact_id == artifact.artifact_id), None) if append else None
@@ -160,10 +194,12 @@ Runner = Callable[[Task, Message, TaskReport], Awaitable[Outcome]]
 
 
 class _Entry:
-    __slots__ = ("task", "scope", "subscribers", "changed", "running")
+    __slots__ = ("task", "scope", "subscribers", "changed", "running", "size", "status_size")
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, size: int = TASK_OVERHEAD) -> None:
         self.task = task
+        self.size = size  # bytes counted against the budgets (status_size included)
+        self.status_size = 0  # of the status message that is not in the history
         self.scope: trio.CancelScope | None = None
         self.subscribers: list[trio.MemorySendChannel[Event]] = []
         self.changed = trio.Event()
@@ -176,11 +212,20 @@ class TaskEngine:
         runner: Runner,
         *,
         max_tasks: int = 1000,
+        max_task_bytes: int = 8 * 1024 * 1024,
+        max_store_bytes: int = 128 * 1024 * 1024,
+        max_subscribers: int = 32,
         on_change: Callable[[Task], None] | None = None,
         on_evict: Callable[[str], None] | None = None,
     ) -> None:
         self.runner = runner
         self.max_tasks = max_tasks
+        self.max_task_bytes = max_task_bytes
+        self.max_store_bytes = max_store_bytes
+        self.max_subscribers = max_subscribers
+        self.bytes = 0  # of every stored task, kept up to date as tasks grow and go
+        #: Why new work is refused right now (the task store cannot write), or None.
+        self.refusal: Callable[[], str | None] | None = None
         self.on_change = on_change  # persistence, metrics, the kernel's event bus
         self.on_evict = on_evict
         self.listeners: list[Callable[[Task, Event], None]] = []  # every event of every task (push)
@@ -216,11 +261,24 @@ class TaskEngine:
         ]
         return sorted(found, key=lambda t: t.timestamp, reverse=True)
 
-    def load(self, tasks: list[Task]) -> None:
-        """Tasks from a store that survived a restart (a live one there was cut off)."""
-        for task in tasks:
-            self._tasks[task.id] = _Entry(task)
-            self._tasks.move_to_end(task.id)
+    def load(self, tasks: list[tuple[Task, int]]) -> None:
+        """Tasks from a store that survived a restart, oldest first, each with its
+        stored size (a live one there was cut off). What does not fit the budgets
+        makes room the usual way: the oldest terminal tasks go."""
+        for task, size in tasks:
+            size = max(size, TASK_OVERHEAD)
+            if size > self.max_task_bytes or task.id in self._tasks:
+                if self.on_evict is not None:
+                    self.on_evict(task.id)
+                continue
+            try:
+                self._make_room(size)
+            except StoreFull:
+                if self.on_evict is not None:
+                    self.on_evict(task.id)
+                continue
+            self._tasks[task.id] = _Entry(task, size)
+            self.bytes += size
             if not task.terminal and task.state not in INTERRUPTED:
                 task.state, task.status_message = (
                     "failed",
@@ -248,16 +306,22 @@ class TaskEngine:
                 raise UnsupportedOperation(f"task {task.id} is {task.state}; start a new task in its context instead")
             if entry.running:
                 raise UnsupportedOperation(f"task {task.id} is still working; wait for it or cancel it")
+            self._refuse_if_unsaved()
             message.context_id = task.context_id
+            message.task_id = task.id
+            self._grow(entry, size_of(message), "the message")
         else:
             if task_id is not None and task_id in self._tasks:
                 raise InvalidTaskRequest(f"task {task_id!r} exists already")
-            self._make_room()
+            self._refuse_if_unsaved()
             task = Task(id=task_id or new_id(), context_id=message.context_id or new_id(), agent=agent, dialect=dialect)
-            message.context_id = task.context_id
-            entry = _Entry(task)
+            message.context_id, message.task_id = task.context_id, task.id
+            size = TASK_OVERHEAD + size_of(message)
+            self._check_task_size(task, size, "the message")
+            self._make_room(size)
+            entry = _Entry(task, size)
+            self.bytes += size
             self._tasks[task.id] = entry
-        message.task_id = task.id
         task.history.append(message)
         if task.state != "submitted":
             self._set(entry, "submitted", None)
@@ -269,17 +333,39 @@ class TaskEngine:
         self._nursery.start_soon(self._work, entry, message, scope)
         return task
 
-    def _make_room(self) -> None:
-        while len(self._tasks) >= self.max_tasks:
+    def _refuse_if_unsaved(self) -> None:
+        reason = self.refusal() if self.refusal is not None else None
+        if reason:
+            raise StorageUnavailable(f"tern cannot save tasks right now ({reason}); try again later")
+
+    def _check_task_size(self, task: Task, size: int, what: str) -> None:
+        if size > self.max_task_bytes:
+            raise TaskTooLarge(
+                f"{what} would make task {task.id} {size} bytes; the limit is {self.max_task_bytes} bytes "
+                "([a2a] max_task_bytes): send less, or start a new task"
+            )
+
+    def _grow(self, entry: _Entry, added: int, what: str) -> None:
+        """Count ``added`` bytes into ``entry``'s task before they are added, or raise."""
+        self._check_task_size(entry.task, entry.size + added, what)
+        self._make_room(added, keep=entry)
+        entry.size += added
+        self.bytes += added
+
+    def _make_room(self, size: int = 0, *, keep: _Entry | None = None) -> None:
+        """Evict terminal tasks, oldest first, until one more task (``keep`` is None)
+        and ``size`` more bytes fit."""
+        while (keep is None and len(self._tasks) >= self.max_tasks) or self.bytes + size > self.max_store_bytes:
             victim = next(
-                (task_id for task_id, e in self._tasks.items() if e.task.terminal and not e.subscribers), None
+                (task_id for task_id, e in self._tasks.items()
+                 if e.task.terminal and not e.subscribers and e is not keep), None
             )
             if victim is None:
                 raise StoreFull(
-                    f"tern is holding {len(self._tasks)} unfinished tasks (the limit is {self.max_tasks}); "
-                    "try again when some finish"
+                    f"tern is holding {len(self._tasks)} unfinished tasks of {self.bytes} bytes (the limits are "
+                    f"{self.max_tasks} tasks and {self.max_store_bytes} bytes); try again when some finish"
                 )
-            del self._tasks[victim]
+            self.bytes -= self._tasks.pop(victim).size
             if self.on_evict is not None:
                 self.on_evict(victim)
 
@@ -304,6 +390,13 @@ class TaskEngine:
 
     def _finish(self, entry: _Entry, outcome: Outcome) -> None:
         task = entry.task
+        added = size_of(outcome.reply) + sum(size_of(a) for a in outcome.artifacts)
+        if outcome.text:
+            added += len(outcome.text.encode()) * 2 + TASK_OVERHEAD  # the text may be both artifact and reply
+        try:
+            self._grow(entry, added, "the agent's answer")
+        except A2aError as exc:
+            outcome = Outcome(state="failed", text=f"the answer was not kept: {exc}")
         if outcome.reply is not None:
             outcome.reply.context_id, outcome.reply.task_id = task.context_id, task.id
             task.history.append(outcome.reply)
@@ -363,6 +456,17 @@ class TaskEngine:
         """The one place a task's state changes."""
         task = entry.task
         _check(task, state)
+        status_size = size_of(message)
+        if status_size > entry.status_size:
+            try:
+                self._check_task_size(task, entry.size + status_size - entry.status_size, "the status message")
+                self._make_room(status_size - entry.status_size, keep=entry)
+            except A2aError:
+                message = _agent_text(f"(a status message of {status_size} bytes was not kept: no room)", task)
+                status_size = size_of(message)
+        entry.size += status_size - entry.status_size
+        self.bytes += status_size - entry.status_size
+        entry.status_size = status_size
         task.state, task.status_message, task.timestamp = state, message, time.time()
         final = task.terminal or state in INTERRUPTED
         self._emit(
@@ -403,6 +507,11 @@ class TaskEngine:
         entry = self._tasks.get(task_id)
         if entry is None:
             raise TaskNotFound(f"task {task_id!r} not found (it never existed, or was evicted)")
+        if len(entry.subscribers) >= self.max_subscribers:
+            raise TooManySubscribers(
+                f"task {task_id} already has {len(entry.subscribers)} streams following it (the limit is "
+                f"{self.max_subscribers}, [a2a] max_subscribers_per_task); close one or poll GetTask"
+            )
         send, receive = trio.open_memory_channel[Event](SUBSCRIBER_EVENTS)
         if entry.task.terminal:
             send.close()

@@ -131,14 +131,20 @@ class A2aService:
 
             self.store = TaskStore(Path(config.state.dir) / "a2a_tasks.sqlite3")
         store = self.store
+        a2a = config.a2a
         self.engine = TaskEngine(
             agent_runner(agents),
-            max_tasks=config.a2a.max_tasks,
+            max_tasks=a2a.max_tasks,
+            max_task_bytes=a2a.max_task_bytes,
+            max_store_bytes=a2a.max_store_bytes,
+            max_subscribers=a2a.max_subscribers_per_task,
             on_change=store.changed if store else None,
             on_evict=store.evicted if store else None,
         )
         if store is not None:
-            self.engine.load(store.load())
+            self.engine.refusal = store.fault
+            self.engine.load(store.load(max_tasks=a2a.max_tasks, max_bytes=a2a.max_store_bytes,
+                                        max_task_bytes=a2a.max_task_bytes))
         self.push = PushNotifier(self.engine, AddressPolicy.from_security(config.security))
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
