@@ -7,11 +7,13 @@ run on the event loop on one connection kept open (0.03 ms, less than a thread h
 the WAL checkpoint, which does fsync, runs in a worker thread every CHECKPOINT_EVERY
 appends, after dropping the least recently used conversations beyond ``max_contexts``.
 History is bounded per context in count and in bytes; the oldest messages go first.
+A write that fails (the disk is full) raises :class:`StorageError` for that exchange
+only; reads go on, and writes succeed again once there is room. A file that is not a
+database is moved aside at open (``runtime.storage``) and a fresh one started.
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import time
 from pathlib import Path
@@ -19,7 +21,12 @@ from pathlib import Path
 import msgspec
 import trio
 
+from runtime.log import get_logger
+from runtime.storage import failed, open_db
+
 __all__ = ["Conversations", "Message"]
+
+log = get_logger("tern.conversations")
 
 MAX_MESSAGES = 200
 MAX_BYTES = 1024 * 1024
@@ -64,13 +71,9 @@ class Conversations:
     def _connect(self) -> sqlite3.Connection:
         """The one connection, opened on first use, used from the event loop's thread."""
         if self._db is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))  # private before SQLite opens it
-            db = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
+            db = open_db(self.path, _SCHEMA, timeout=10.0, check_same_thread=False)
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run off the event loop (append)
-            db.executescript(_SCHEMA)
             self._db = db
         return self._db
 
@@ -113,13 +116,22 @@ class Conversations:
         # On the event loop itself: a WAL commit without fsync is ~0.03 ms, far less than a
         # hop to a worker thread. The one slow part, the checkpoint (it fsyncs), runs in a
         # worker thread on its own connection every CHECKPOINT_EVERY appends.
-        self._append(context_id, list(messages))
+        try:
+            self._append(context_id, list(messages))
+        except (sqlite3.Error, OSError) as exc:
+            raise failed("the conversation was not saved", exc) from None
         self._appends += 1
         if self._appends % CHECKPOINT_EVERY == 0:
-            await trio.to_thread.run_sync(self._checkpoint)
+            try:
+                await trio.to_thread.run_sync(self._checkpoint)
+            except (sqlite3.Error, OSError) as exc:
+                log.warning("conversations: housekeeping of %s failed (%s); retried later", self.path, exc)
 
     async def history(self, context_id: str, limit: int = MAX_MESSAGES) -> list[Message]:
-        return self._history(context_id, limit)
+        try:
+            return self._history(context_id, limit)
+        except (sqlite3.Error, OSError) as exc:
+            raise failed("the conversation could not be read", exc) from None
 
     def _checkpoint(self) -> None:
         """Housekeeping off the event loop: drop the least recently used conversations

@@ -12,6 +12,8 @@ switching a new file to WAL fails with "database is locked" under concurrent ope
 and the busy timeout does not cover that. WAL mode and the busy timeout cover other
 processes using the same state directory.
 SQL is parameterised only; LIKE patterns escape ``%``, ``_`` and the escape itself.
+A file that is not a database is moved aside and a fresh one started
+(``runtime.storage``); a write that fails (the disk is full) is that call's error.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import trio
 from runtime.errors import ToolRefused
 from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry
+from runtime.storage import open_db
 
 __all__ = ["MEMORY_TOOLS", "register_memory_tools", "memory_store", "memory_recall", "memory_list", "like_pattern"]
 
@@ -63,18 +66,8 @@ def _when(updated: float) -> str:
 def _connect(context: ToolContext) -> sqlite3.Connection:
     if not context.state_dir:
         raise ToolRefused("memory is unavailable: tern has no state directory")
-    os.makedirs(context.state_dir, mode=0o700, exist_ok=True)
-    path = os.path.join(context.state_dir, DB_NAME)
-    if not os.path.exists(path):  # private from the start: sqlite would follow the umask
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
-    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_SECS, isolation_level=None)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(_SCHEMA)
-    except BaseException:
-        db.close()
-        raise
-    return db
+    return open_db(os.path.join(context.state_dir, DB_NAME), _SCHEMA, timeout=BUSY_TIMEOUT_SECS,
+                   isolation_level=None)
 
 
 def _tool(sync: Callable[[sqlite3.Connection, dict[str, Any], str], ToolResult]) -> Callable[..., Any]:

@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 SUBSCRIBER_EVENTS = 256
-TASK_OVERHEAD = 256  # bytes a task counts for before its first message (ids, state, times)
+TASK_OVERHEAD = 512  # bytes a task counts for besides its ids and messages (field names, state, times)
 _size_encoder = msgspec.json.Encoder()
 
 
@@ -316,7 +316,7 @@ class TaskEngine:
             self._refuse_if_unsaved()
             task = Task(id=task_id or new_id(), context_id=message.context_id or new_id(), agent=agent, dialect=dialect)
             message.context_id, message.task_id = task.context_id, task.id
-            size = TASK_OVERHEAD + size_of(message)
+            size = TASK_OVERHEAD + len(task.id) + len(task.context_id) + len(agent) + size_of(message)
             self._check_task_size(task, size, "the message")
             self._make_room(size)
             entry = _Entry(task, size)

@@ -67,31 +67,32 @@ class TaskStore:
         db = self._connect()
         kept: list[tuple[Task, int]] = []
         total, cutoff, dropped = 0, None, 0
+        doomed: list[tuple[str]] = []  # rows too large to be a task, or unreadable
         try:
             rows = db.execute("SELECT id, seq, length(body), CASE WHEN length(body) <= ? THEN body END "
                               "FROM tasks ORDER BY seq DESC", (max_task_bytes,))
             for task_id, seq, size, body in rows:  # one row at a time: a cursor, not fetchall
                 self._next_seq = max(self._next_seq, seq + 1)
+                if body is None:  # larger than a task may be: never read
+                    doomed.append((task_id,))
+                    continue
                 if len(kept) >= max_tasks or total + size > max_bytes:
                     cutoff = seq
                     break
-                task = None
-                if body is not None:
-                    try:
-                        task = _decoder.decode(body)
-                    except msgspec.DecodeError:
-                        pass  # a row from a newer or broken build
-                if task is None:
-                    self._pending[task_id] = None  # deleted with the next write
-                    dropped += 1
+                try:
+                    task = _decoder.decode(body)
+                except msgspec.DecodeError:  # a row from a newer or broken build
+                    doomed.append((task_id,))
                     continue
                 kept.append((task, size))
                 total += size
                 self._seq[task_id] = seq
             rows.close()
-            if cutoff is not None:
-                with db:
+            with db:
+                if cutoff is not None:
                     dropped += db.execute("DELETE FROM tasks WHERE seq <= ?", (cutoff,)).rowcount
+                db.executemany("DELETE FROM tasks WHERE id = ?", doomed)
+                dropped += len(doomed)
         finally:
             db.close()
         if dropped:
@@ -144,6 +145,7 @@ class TaskStore:
             db = self._connect()
             try:
                 db.execute("VACUUM")
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             finally:
                 db.close()
 
