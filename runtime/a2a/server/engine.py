@@ -507,6 +507,8 @@ class TaskEngine:
         entry = self._tasks.get(task_id)
         if entry is None:
             raise TaskNotFound(f"task {task_id!r} not found (it never existed, or was evicted)")
+        if len(entry.subscribers) >= self.max_subscribers:  # first forget followers that went away
+            entry.subscribers = [s for s in entry.subscribers if s.statistics().open_receive_channels]
         if len(entry.subscribers) >= self.max_subscribers:
             raise TooManySubscribers(
                 f"task {task_id} already has {len(entry.subscribers)} streams following it (the limit is "
