@@ -204,3 +204,24 @@ def test_corrupt_databases_are_moved_aside_at_boot(tmp_path, llm):
     assert "moved aside" in stored.stderr and len(list(state.glob("memory.sqlite3.corrupt-*"))) == 1
     recalled = tern("call", "memory_recall", "--args", '{"key": "k"}', "--config", config)
     assert recalled.returncode == 0 and "v" in recalled.stdout
+
+
+def test_a_task_store_that_cannot_be_opened_at_boot_does_not_stop_tern(tmp_path, llm):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "a2a_tasks.sqlite3").mkdir()  # in the way: SQLite cannot open it (neither corrupt nor full)
+    daemon = Daemon(write_config(tmp_path, state, llm))
+    try:
+        with httpx.Client(timeout=30) as client:
+            assert client.get(daemon.url + "/health").json() == {"status": "ok"}
+            refused = send(client, daemon.url, "blocked")
+            assert "cannot save tasks right now" in refused["error"]["message"], refused
+            (state / "a2a_tasks.sqlite3").rmdir()  # the operator clears the way
+            deadline = time.monotonic() + 60
+            while "result" not in (answer := send(client, daemon.url, "after")):
+                assert time.monotonic() < deadline, answer
+                time.sleep(0.25)
+            assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    finally:
+        daemon.stop()
+    assert "cannot open" in "".join(daemon.lines)

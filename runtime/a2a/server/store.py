@@ -64,7 +64,14 @@ class TaskStore:
         """The newest tasks that fit ``max_tasks`` and ``max_bytes`` (oldest first, each
         with its stored size); the rest are deleted from the file, never read."""
         started = time.monotonic()
-        db = self._connect()
+        try:
+            db = self._connect()
+        except (sqlite3.Error, OSError) as exc:  # not corrupt (that was moved aside): no room, no access
+            self._fault = str(exc)
+            log.error("a2a task store: cannot open %s (%s): starting with no stored tasks; new tasks are refused "
+                      "until it can be written", self.path, exc)
+            self._wake.set()  # the writer retries from the start
+            return []
         kept: list[tuple[Task, int]] = []
         total, cutoff, dropped = 0, None, 0
         doomed: list[tuple[str]] = []  # rows too large to be a task, or unreadable
@@ -158,8 +165,8 @@ class TaskStore:
         """Everything changed before this call is on disk when it returns: one writer at a
         time, so a flush never returns while another's batch is still being written."""
         async with self._writing:
-            if not self._pending:
-                return
+            if not self._pending and self._fault is None:
+                return  # (with a fault, an empty write still probes whether the file works again)
             batch, self._pending = self._pending, {}
             rows = [(task_id, self._seq.get(task_id, 0), body) for task_id, body in batch.items()]
             try:
