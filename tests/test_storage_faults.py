@@ -1,8 +1,9 @@
 """Storage faults against a real ``tern serve`` on 127.0.0.1:0: a full disk (a 4 MiB
 tmpfs as the state directory, filled by a file) refuses only the writes that fail, with
-a clear error, while /health and reads go on, and writes succeed again once the filler
-is gone; a corrupt SQLite file is moved aside at open with a warning and a fresh one
-started (the A2A task store, conversations, memory). Root is needed to mount the tmpfs."""
+a clear error (A2A tasks, conversations, memory over POST /mcp), while /health and reads
+go on, and writes succeed again once the filler is gone; a corrupt SQLite file is moved
+aside at open with a warning and a fresh one started (the A2A task store, conversations,
+memory). Root is needed to mount the tmpfs."""
 
 from __future__ import annotations
 
@@ -103,6 +104,21 @@ def get_task(client: httpx.Client, url: str, task_id: str) -> dict:
                        json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}).json()
 
 
+def remember(client: httpx.Client, url: str, value: str) -> dict:
+    """memory_store over POST /mcp (initialize, then the call in that session)."""
+    accept = {"Accept": "application/json, text/event-stream"}
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    init = client.post(url + "/mcp", headers=accept,
+                       json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+    headers = {**accept, "Mcp-Session-Id": init.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-06-18"}
+    client.post(url + "/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    called = client.post(url + "/mcp", headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                                              "params": {"name": "memory_store",
+                                                                         "arguments": {"key": "k", "value": value}}})
+    text = called.text
+    return json.loads(text.split("data:", 1)[1] if text.startswith(("event:", "data:")) else text)["result"]
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     if os.geteuid() != 0:
@@ -142,6 +158,7 @@ def test_a_full_disk_refuses_only_the_failing_writes_and_recovers(tmp_path, smal
             assert before["status"]["state"] == "TASK_STATE_COMPLETED"
             chat = client.post(daemon.url + "/api/agents/chat/message", json={"message": "hi"})
             assert chat.status_code == 200, chat.text
+            assert not remember(client, daemon.url, "first")["isError"]
             filler = fill(small_disk)
             refused, answers = None, []
             for i in range(20):  # the first may be taken before its write fails; then new tasks are refused
@@ -156,6 +173,8 @@ def test_a_full_disk_refuses_only_the_failing_writes_and_recovers(tmp_path, smal
             assert "cannot save tasks right now" in refused["message"], refused
             chat = client.post(daemon.url + "/api/agents/chat/message", json={"message": "x" * 200_000})
             assert chat.status_code == 503 and "the conversation was not saved" in chat.text, chat.text
+            memory = remember(client, daemon.url, "m" * 90_000)
+            assert memory["isError"] and "memory error" in memory["content"][0]["text"], memory
             assert client.get(daemon.url + "/health").json() == {"status": "ok"}
             assert get_task(client, daemon.url, before["id"])["result"]["id"] == before["id"]  # reads go on
             assert daemon.process.poll() is None
@@ -170,6 +189,7 @@ def test_a_full_disk_refuses_only_the_failing_writes_and_recovers(tmp_path, smal
             assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
             chat = client.post(daemon.url + "/api/agents/chat/message", json={"message": "again"})
             assert chat.status_code == 200, chat.text
+            assert not remember(client, daemon.url, "m" * 90_000)["isError"]
             assert daemon.process.poll() is None
     finally:
         daemon.stop()
