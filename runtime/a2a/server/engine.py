@@ -266,27 +266,31 @@ class TaskEngine:
         stored size (a live one there was cut off). What does not fit the budgets
         makes room the usual way: the oldest terminal tasks go."""
         for task, size in tasks:
-            size = max(size, TASK_OVERHEAD)
-            if size > self.max_task_bytes or task.id in self._tasks:
-                if self.on_evict is not None:
-                    self.on_evict(task.id)
+            if task.id in self._tasks:
                 continue
-            try:
-                self._make_room(size)
-            except StoreFull:
-                if self.on_evict is not None:
-                    self.on_evict(task.id)
-                continue
-            self._tasks[task.id] = _Entry(task, size)
-            self.bytes += size
-            if not task.terminal and task.state not in INTERRUPTED:
+            cut_off = not task.terminal and task.state not in INTERRUPTED
+            if cut_off:
+                old = size_of(task.status_message)
                 task.state, task.status_message = (
                     "failed",
                     _agent_text("tern restarted while this task was running", task),
                 )
                 task.timestamp = time.time()
-                if self.on_change is not None:
-                    self.on_change(task)
+                size += size_of(task.status_message) - old
+            size = max(size, TASK_OVERHEAD)
+            try:
+                self._check_task_size(task, size, "the stored task")
+                self._make_room(size)
+            except A2aError:
+                if self.on_evict is not None:
+                    self.on_evict(task.id)
+                continue
+            entry = _Entry(task, size)
+            entry.status_size = size_of(task.status_message)
+            self._tasks[task.id] = entry
+            self.bytes += size
+            if cut_off and self.on_change is not None:
+                self.on_change(task)
 
     # --- Starting and continuing ------------------------------------------------------------
 
