@@ -53,21 +53,27 @@ def open_db(path: str | Path, setup: str, *, check: bool = True, **connect: obje
     aside once and a fresh one made. ``check`` also reads the whole first page of the
     schema (a damaged file can pass the header test)."""
     path = Path(path)
-    for attempt in (1, 2):
-        _create_private(path)
-        db = sqlite3.connect(path, **connect)  # type: ignore[arg-type]
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(setup)
-            if check:
-                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            return db
-        except sqlite3.DatabaseError as exc:
-            db.close()
-            if attempt == 2 or not any(text in str(exc) for text in CORRUPT):
-                raise
-            move_aside(path, str(exc))
-    raise AssertionError("unreachable")
+    try:
+        return _open(path, setup, check, connect)
+    except sqlite3.DatabaseError as exc:
+        if not any(text in str(exc) for text in CORRUPT):
+            raise
+        move_aside(path, str(exc))
+    return _open(path, setup, check, connect)
+
+
+def _open(path: Path, setup: str, check: bool, connect: dict[str, object]) -> sqlite3.Connection:
+    _create_private(path)
+    db = sqlite3.connect(path, **connect)  # type: ignore[arg-type]
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(setup)
+        if check:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
 def failed(what: str, exc: BaseException) -> StorageError:
