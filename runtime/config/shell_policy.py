@@ -70,10 +70,17 @@ def runs_commands(name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in RUNS_COMMANDS)
 
 
+# Multi-call binaries pick the program by argv[0], which shell_exec pins to the allowed
+# name, so ``ls`` -> busybox (Alpine) is ``ls``; ``busybox`` by its own name is refused.
+_MULTI_CALL = ("busybox", "toybox")
+
+
 def why_refused(entry: str, *, real_name: str = "") -> str | None:
     """The reason an allowlist entry by name alone is refused, or None if it is not.
     ``real_name`` is the basename of the program's real path, when known."""
-    names = [os.path.basename(entry)] + ([real_name] if real_name and real_name != os.path.basename(entry) else [])
+    names = [os.path.basename(entry)]
+    if real_name and real_name not in names and real_name not in _MULTI_CALL:
+        names.append(real_name)
     for name in names:
         if runs_commands(name):
             how = _HOW.get(name, "its options or arguments")

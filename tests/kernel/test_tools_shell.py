@@ -259,6 +259,17 @@ async def test_an_alias_of_a_shell_is_refused_by_its_real_name(ctx, tmp_path):
     assert not os.path.exists(os.path.join(ctx.workspace, "pwned"))
 
 
+def test_runs_commands_is_checked_on_the_name_and_the_real_name():
+    from runtime.config.shell_policy import why_refused
+
+    assert why_refused("ls") is None and why_refused("/usr/bin/ls", real_name="ls") is None
+    for entry, real in [("find", ""), ("/usr/bin/python3", "python3.11"), ("awk", "mawk"), ("view", "vim.basic"),
+                        ("busybox", "busybox"), ("sort", "")]:
+        assert "can run other programs" in why_refused(entry, real_name=real), entry
+    assert "(it is 'dash')" in why_refused("lister", real_name="dash")
+    assert why_refused("ls", real_name="busybox") is None  # argv[0] is pinned to "ls": busybox runs its ls applet
+
+
 async def test_a_pinned_rule_allows_exactly_its_argv(tmp_path):
     workspace = tmp_path / "ws"
     workspace.mkdir()
