@@ -4,6 +4,7 @@ the bubblewrap sandbox, timeouts that kill, bounded output."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -349,11 +350,41 @@ def test_config_check_reports_a_program_allowed_by_name_that_runs_commands(tmp_p
 # --- the bubblewrap sandbox ----------------------------------------------------------------------------------
 
 BASH = ShellRule(program="bash", args=["-c", "*"])
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (CI installs it)")
 
 
-@needs_bwrap
-async def test_sandbox_workspace_writable_the_rest_not(ctx, tmp_path):
+@functools.cache
+def bwrap_problem() -> str | None:
+    """None when bwrap can build a sandbox on this machine, else why not (said in the skip)."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed (CI installs it)"
+    done = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--", "true"],
+                          capture_output=True, text=True, timeout=30)
+    return None if done.returncode == 0 else f"bwrap cannot build a sandbox here: {done.stderr.strip()[:300]}"
+
+
+@pytest.fixture
+def bwrap():
+    if bwrap_problem() is not None:
+        pytest.skip(bwrap_problem())
+
+
+@pytest.fixture
+def bwrap_broken():
+    if bwrap_problem() is None:
+        pytest.skip("bwrap runs here: the sandbox tests cover it")
+    if shutil.which("bwrap") is None:
+        pytest.skip(bwrap_problem())
+
+
+async def test_required_sandbox_where_bwrap_cannot_run_refuses(bwrap_broken, ctx):
+    """The other side of the sandbox tests: where bwrap is installed but cannot run (no user
+    namespaces), "bubblewrap" refuses with bwrap's own reason and runs nothing."""
+    refused = await shell("touch", sandbox="bubblewrap")({"argv": ["touch", "marker"]}, ctx)
+    assert refused.is_error and "cannot build the sandbox here" in refused.text
+    assert not os.path.exists(os.path.join(ctx.workspace, "marker"))
+
+
+async def test_sandbox_workspace_writable_the_rest_not(bwrap, ctx, tmp_path):
     read_only = tmp_path / "tools"
     read_only.mkdir()
     outside = tmp_path / "outside.txt"
@@ -372,8 +403,7 @@ async def test_sandbox_workspace_writable_the_rest_not(ctx, tmp_path):
     assert "Read-only file system" in result.text  # the bound directory and /etc are there, read-only
 
 
-@needs_bwrap
-async def test_sandbox_hides_files_outside_the_workspace(ctx, tmp_path):
+async def test_sandbox_hides_files_outside_the_workspace(bwrap, ctx, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("s3cr3t")
     result = await shell("cat", sandbox="bubblewrap")({"argv": ["cat", str(secret)]}, ctx)
@@ -382,9 +412,8 @@ async def test_sandbox_hides_files_outside_the_workspace(ctx, tmp_path):
     assert "s3cr3t" in plain.text  # the same call without the sandbox reads it
 
 
-@needs_bwrap
 @pytest.mark.parametrize("sandbox", ["bubblewrap", "auto"])
-async def test_sandbox_has_no_network(ctx, sandbox):
+async def test_sandbox_has_no_network(bwrap, ctx, sandbox):
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
@@ -400,8 +429,7 @@ async def test_sandbox_has_no_network(ctx, sandbox):
         listener.accept()[0].close()
 
 
-@needs_bwrap
-async def test_sandbox_timeout_kills_everything_inside(ctx):
+async def test_sandbox_timeout_kills_everything_inside(bwrap, ctx):
     # a background job in the sandbox's PID namespace must not outlive the call
     script = "(sleep 2; echo late > late.txt) & echo started; wait"
     with trio.fail_after(10):
