@@ -207,7 +207,8 @@ class ShellRule(_Section):
     exactly that many arguments; ``rest``, when set, the glob that every further argument
     must match (empty, the default: no further arguments); ``stdin`` whether the call may
     send standard input (off by default: an interpreter reads its program from stdin).
-    The way to allow a program that can run other programs (``find``, ``git``, ``sh``...)."""
+    The way to allow a program that can run other programs (``find``, ``git``, ``sh``...);
+    for one, no ``args`` and a ``rest`` that lets options through is refused (it pins nothing)."""
 
     program: str
     args: list[str] = []

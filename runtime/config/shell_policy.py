@@ -118,6 +118,10 @@ def rule_problems(allowlist: Sequence[str], rules: Sequence[ShellRule]) -> list[
         problem = _program_problem(rule.program)
         if problem:
             problems.append(f"tools.shell_rules[{i}].program: {problem}")
+        elif not rule.args and rule.rest and fnmatch.fnmatchcase("-x", rule.rest) and runs_commands(rule.program):
+            problems.append(f'tools.shell_rules[{i}].rest: "{rule.rest}" with no args pins nothing: any option '
+                            f"reaches {rule.program!r}, which can run other programs; pin its arguments in args, "
+                            f'or give rest a glob that refuses options such as "[!-]*"')
     return problems
 
 

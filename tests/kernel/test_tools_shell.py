@@ -342,6 +342,9 @@ def test_config_check_reports_a_program_allowed_by_name_that_runs_commands(tmp_p
     shown = tern_cli("--config", str(path), "config", "show")
     assert shown.returncode == 0 and "[[tools.shell_rules]]" in shown.stdout
     assert str(tmp_path / "tools") in shown.stdout  # relative paths resolve against the file
+    path.write_text('[tools]\n[[tools.shell_rules]]\nprogram = "find"\nrest = "*"\n')  # name-only in disguise
+    done = tern_cli("config", "check", str(path))
+    assert done.returncode == 2 and "tools.shell_rules[0].rest" in done.stderr and "pins nothing" in done.stderr
     path.write_text('[tools]\nshell_sandbox = "docker"\n')
     done = tern_cli("config", "check", str(path))
     assert done.returncode == 2 and "tools.shell_sandbox" in done.stderr
