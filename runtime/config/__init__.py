@@ -20,7 +20,7 @@ from runtime.config.load import (
 )
 from runtime.config.schema import (
     A2aConfig, AgentConfig, Config, ExternalAgent, HttpTransport, McpPreset, McpServerEntry, McpServerExposure,
-    ModelConfig, SecurityConfig, ServerConfig, Skill, SseTransport, StateConfig, StdioTransport, ToolsConfig,
+    ModelConfig, SecurityConfig, ServerConfig, ShellRule, Skill, SseTransport, StateConfig, StdioTransport, ToolsConfig,
 )
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "ModelConfig",
     "Skill",
     "ToolsConfig",
+    "ShellRule",
     "SecurityConfig",
     "StateConfig",
     "LoadedConfig",

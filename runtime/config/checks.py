@@ -12,6 +12,7 @@ import msgspec
 
 from runtime.config.schema import Config, StdioTransport
 from runtime.config.sentences import shorten
+from runtime.config.shell_policy import rule_problems
 
 __all__ = ["find_problems", "parse_listen"]
 
@@ -94,6 +95,9 @@ def find_problems(config: Config) -> list[str]:
         if agent.max_iterations < 1:
             problems.append(f"{where}.max_iterations: expected 1 or more, got {agent.max_iterations}")
     problems += _positive(config.tools, "tools", ("timeout_secs", "max_result_chars", "max_calls_per_run"))
+    problems += rule_problems(config.tools.shell_allowlist, config.tools.shell_rules)
+    problems += [f'tools.shell_sandbox_paths[{i}]: expected a directory path, got "{shorten(path)}"'
+                 for i, path in enumerate(config.tools.shell_sandbox_paths) if not path.strip() or "\x00" in path]
     problems += _mcp_server_problems(config)
     return problems
 

@@ -159,5 +159,7 @@ def _resolve_paths(config: Config, base_dir: Path | None) -> Config:
     ]
     server = msgspec.structs.replace(config.server, tls_cert=absolute(config.server.tls_cert),
                                      tls_key=absolute(config.server.tls_key))
-    return msgspec.structs.replace(config, agents=agents, mcp_servers=servers, server=server,
+    tools = msgspec.structs.replace(config.tools,
+                                    shell_sandbox_paths=[absolute(p) for p in config.tools.shell_sandbox_paths])
+    return msgspec.structs.replace(config, agents=agents, mcp_servers=servers, server=server, tools=tools,
                                    state=StateConfig(dir=str(state_dir)))

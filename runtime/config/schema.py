@@ -208,13 +208,50 @@ class AgentConfig(_Section):
 # --- [tools], [security], [state] --------------------------------------------------------
 
 
+class ShellRule(_Section):
+    """One pinned command for ``shell_exec`` (``[[tools.shell_rules]]``), matched on the
+    whole argv: ``program`` as in ``shell_allowlist`` (a bare name found on PATH, or an
+    absolute path); ``args`` one glob per argument (``fnmatch``: ``*`` matches anything,
+    options too; ``[!-]*`` matches anything but an option), so ``argv[1:]`` must have
+    exactly that many arguments; ``rest``, when set, the glob that every further argument
+    must match (empty, the default: no further arguments); ``stdin`` whether the call may
+    send standard input (off by default: an interpreter reads its program from stdin).
+    The way to allow a program that can run other programs (``find``, ``git``, ``sh``...);
+    for one, no ``args`` and a ``rest`` that lets options through is refused (it pins nothing)."""
+
+    program: str
+    args: list[str] = []
+    rest: str = ""
+    stdin: bool = False
+
+
+ShellSandbox = Literal["auto", "bubblewrap", "off"]
+
+
 class ToolsConfig(_Section):
+    """Limits of the built-in tools, and ``shell_exec``'s policy.
+
+    ``shell_allowlist``: programs ``shell_exec`` may run with any arguments, by bare name
+    or absolute path; a program that can run other programs through its arguments
+    (``find -exec``, ``git -c alias.x=!cmd``, ``tar --checkpoint-action``, shells,
+    interpreters, ``env``, ``xargs``...) is refused there and must be pinned in
+    ``shell_rules`` instead. ``shell_sandbox``: ``"auto"`` (default) runs each program
+    under bubblewrap (``bwrap``: system directories read-only, the workspace writable,
+    ``/tmp`` private, no network) when bwrap is on PATH and works, else unsandboxed with a
+    warning; ``"bubblewrap"`` requires it (calls are refused when it cannot run);
+    ``"off"`` never uses it. ``shell_sandbox_paths``: more directories bound read-only
+    into the sandbox (a toolchain outside ``/usr``, say); none by default.
+    """
+
     timeout_secs: float = 60.0
     timeouts: dict[str, float] = {}
     max_result_chars: int = 50_000
     max_calls_per_run: int = 50
     shell_exec_enabled: bool = False
     shell_allowlist: list[str] = []
+    shell_rules: list[ShellRule] = []
+    shell_sandbox: ShellSandbox = "auto"
+    shell_sandbox_paths: list[str] = []
     web_fetch_max_bytes: int = 2 * MiB
     web_fetch_timeout_secs: float = 30.0
 

@@ -1,32 +1,45 @@
-"""``shell_exec``: run one allowlisted program, directly, in the caller's workspace.
+"""``shell_exec``: run one allowed program, directly, in the caller's workspace.
 
 Off by default: ``register`` registers nothing unless ``[tools] shell_exec_enabled =
-true`` AND ``[tools] shell_allowlist`` names at least one program (an enabled tool that
-can run nothing would only waste the model's calls).
+true`` AND ``[tools] shell_allowlist`` or ``shell_rules`` allows something (an enabled
+tool that can run nothing would only waste the model's calls).
 
 Never a shell: ``argv`` is executed as given (no ``sh -c``, no globbing, no variable
-expansion; ``sh`` itself runs only if the operator allowlists it). The program is:
+expansion; ``sh`` itself runs only if the operator pins it in a rule). A call is allowed
+by (``runtime.config.shell_policy`` says which programs and how rules match):
 
-- a bare name in the allowlist (``"git"``), looked up on the absolute directories of
-  PATH only (a relative PATH entry such as ``.`` could pick a file from the
-  workspace); or
-- an absolute path listed verbatim in the allowlist (``"/opt/x/bin/tool"``); or
-- an absolute path whose basename is allowlisted and whose directory is one of PATH's
+- a ``[[tools.shell_rules]]`` entry: its program, and the whole argv matching its
+  argument globs (nothing left free unless the rule's ``rest`` says so); stdin only if
+  the rule says ``stdin = true``; or
+- a ``shell_allowlist`` entry, with any arguments, unless the program can run other
+  programs through its arguments (``find -exec``, ``git -c alias.x=!cmd``, ``tar
+  --checkpoint-action``, shells, interpreters, ``env``...): checked on the name given,
+  the entry and the basename of the program's real path (``awk`` -> ``mawk``), refused
+  with the reason and how to pin it.
+
+The program is:
+
+- a bare name, looked up on the absolute directories of PATH only (a relative PATH
+  entry such as ``.`` could pick a file from the workspace); or
+- an absolute path listed verbatim (``"/opt/x/bin/tool"``); or
+- an absolute path whose basename is listed and whose directory is one of PATH's
   directories (``"/bin/echo"`` for ``"echo"``), so ``/workspace/echo`` is not ``echo``.
 
 Refused: relative paths with a slash (``./x``, ``bin/x``), any ``..`` or ``.``
 component, NUL bytes. The resolved file is passed as the executable, ``argv``
-unchanged.
+unchanged (under bwrap, argv[0] is the resolved path).
 
-The environment is cleared (``runtime.net.process.subprocess_env([])``: PATH, HOME and
-the temp-dir variables only). The working directory is the workspace, or ``cwd`` inside
-it (realpath and commonpath, so ``..`` and symlinks out are refused). The timeout is
-``min(timeout_secs, [tools] timeouts.shell_exec or timeout_secs)``; the program runs in
-its own session and its whole process group is killed at once on timeout, on
-cancellation and when it exits (leftover children would otherwise hold the pipes open;
-``runtime.net.process.shutdown`` with no grace). stdout is kept up to 1 MiB, stderr up
-to 64 KiB; beyond that output is read and discarded, so the program does not block on a
-full pipe, and the result says how much was cut.
+It runs under bubblewrap per ``[tools] shell_sandbox`` (``runtime.kernel.shell_sandbox``:
+system read-only, workspace writable, no network). The environment is cleared
+(``runtime.net.process.subprocess_env([])``: PATH, HOME and the temp-dir variables
+only). The working directory is the workspace, or ``cwd`` inside it (realpath and
+commonpath, so ``..`` and symlinks out are refused). The timeout is ``min(timeout_secs,
+[tools] timeouts.shell_exec or timeout_secs)``; the program runs in its own session and
+its whole process group is killed at once on timeout, on cancellation and when it exits
+(leftover children would otherwise hold the pipes open; ``runtime.net.process.shutdown``
+with no grace). stdout is kept up to 1 MiB, stderr up to 64 KiB; beyond that output is
+read and discarded, so the program does not block on a full pipe, and the result says
+how much was cut.
 
 Result: ``exit code N\\n--- stdout ---\\n...\\n--- stderr ---\\n...``, a tool error when
 N != 0 or on timeout.
@@ -41,13 +54,16 @@ from typing import Any
 
 import trio
 
-from runtime.config import Config
+from runtime.config import Config, ShellRule
+from runtime.config.shell_policy import rule_matches, rule_text, why_refused
 from runtime.errors import ToolRefused
 from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry
+from runtime.kernel.shell_sandbox import Sandbox
 from runtime.net.process import shutdown, signal_group, spawn, subprocess_env
 
-__all__ = ["STDOUT_CAP", "STDERR_CAP", "shell_exec_tool", "resolve_program", "make_shell_exec", "register"]
+__all__ = ["STDOUT_CAP", "STDERR_CAP", "shell_exec_tool", "resolve_program", "allow_call", "make_shell_exec",
+           "register"]
 
 STDOUT_CAP = 1024 * 1024
 STDERR_CAP = 64 * 1024
@@ -55,12 +71,14 @@ MAX_STDIN_CHARS = 1024 * 1024
 _READ = 65536
 
 
-def shell_exec_tool(allowlist: list[str]) -> Tool:
-    allowed = ", ".join(sorted(set(allowlist)))
+def shell_exec_tool(allowlist: list[str], rules: list[ShellRule] | None = None) -> Tool:
+    allowed = ", ".join(sorted(set(allowlist))) or "none"
+    pinned = "; ".join(rule_text(rule) for rule in rules or [])
     return Tool(
         "shell_exec",
         "Run one program directly (no shell: no pipes, globs, redirection or $VARIABLES) in "
-        f"your workspace and return its exit code, stdout and stderr. Allowed programs: {allowed}.",
+        f"your workspace and return its exit code, stdout and stderr. Allowed programs: {allowed}."
+        + (f" Allowed commands (arguments pinned; globs per argument): {pinned}." if pinned else ""),
         {
             "type": "object",
             "properties": {
@@ -118,6 +136,40 @@ def resolve_program(program: str, allowlist: list[str], env: dict[str, str]) -> 
     if not _executable(program):
         raise ToolRefused(f"{program!r} is not an executable file")
     return program
+
+
+def allow_call(argv: list[str], allowlist: list[str], rules: list[ShellRule], env: dict[str, str],
+               *, stdin: bool = False) -> str:
+    """The executable for ``argv`` if a rule or the allowlist allows the whole call, else
+    ``ToolRefused`` saying why (and how to allow it, when the operator can)."""
+    if any("\x00" in arg for arg in argv):
+        raise ToolRefused("refused: an argument contains a NUL byte")
+    pinned_for_program: list[ShellRule] = []
+    for rule in rules:
+        try:
+            executable = resolve_program(argv[0], [rule.program], env)
+        except ToolRefused:
+            continue
+        pinned_for_program.append(rule)
+        if rule_matches(rule, argv[1:]) and (rule.stdin or not stdin):
+            return executable
+    try:
+        executable = resolve_program(argv[0], allowlist, env)
+    except ToolRefused:
+        if not pinned_for_program:
+            raise
+        executable = ""
+    if executable:
+        entry = argv[0] if argv[0] in allowlist else os.path.basename(argv[0])
+        reason = why_refused(entry, real_name=os.path.basename(os.path.realpath(executable)))
+        if reason is None:
+            return executable
+        if not pinned_for_program:
+            raise ToolRefused(f"refused: {reason}")
+    forms = "; ".join(rule_text(rule) + (" (with stdin)" if rule.stdin else "") for rule in pinned_for_program)
+    if stdin and any(rule_matches(rule, argv[1:]) for rule in pinned_for_program):
+        raise ToolRefused(f"refused: {argv[0]!r} takes no stdin here (allowed: {forms})")
+    raise ToolRefused(f"refused: these arguments to {argv[0]!r} are not allowed (allowed: {forms})")
 
 
 def _workdir(context: ToolContext, cwd: str | None) -> str:
@@ -181,22 +233,24 @@ def _exit_text(code: int | None) -> str:
 
 def make_shell_exec(config: Config) -> Any:
     allowlist = list(config.tools.shell_allowlist)
+    rules = list(config.tools.shell_rules)
+    sandbox = Sandbox(config.tools.shell_sandbox, list(config.tools.shell_sandbox_paths))
     cap_secs = config.tools.timeouts.get("shell_exec", config.tools.timeout_secs)
 
     async def shell_exec(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         argv = list(arguments["argv"])
         env = subprocess_env([])
         timeout = min(float(arguments.get("timeout_secs") or cap_secs), cap_secs)
-        try:
-            executable = resolve_program(argv[0], allowlist, env)
-            cwd = _workdir(context, arguments.get("cwd"))
-            if any("\x00" in arg for arg in argv):
-                raise ToolRefused("refused: an argument contains a NUL byte")
-        except ToolRefused as refused:
-            return ToolResult(f"shell_exec: {refused}", is_error=True)
         stdin = arguments.get("stdin")
         try:
-            process = await spawn(argv, executable=executable, cwd=cwd, env=env,
+            executable = allow_call(argv, allowlist, rules, env, stdin=stdin is not None)
+            cwd = _workdir(context, arguments.get("cwd"))
+            workspace = os.path.realpath(context.workspace)
+            run_argv, executable, env = await sandbox.wrap(argv, executable, workspace=workspace, cwd=cwd, env=env)
+        except ToolRefused as refused:
+            return ToolResult(f"shell_exec: {refused}", is_error=True)
+        try:
+            process = await spawn(run_argv, executable=executable, cwd=cwd, env=env,
                                   stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
         except OSError as error:
             return ToolResult(f"shell_exec: cannot start {argv[0]!r}: {error.strerror or error}", is_error=True)
@@ -223,8 +277,10 @@ def make_shell_exec(config: Config) -> Any:
 
 
 def register(registry: ToolRegistry, config: Config, **deps: Any) -> None:
-    """Register ``shell_exec`` if ``[tools] shell_exec_enabled`` and the allowlist is not
-    empty; otherwise register nothing. ``deps`` is unused (same signature as the others)."""
-    if not config.tools.shell_exec_enabled or not config.tools.shell_allowlist:
+    """Register ``shell_exec`` if ``[tools] shell_exec_enabled`` and the allowlist or the
+    rules allow something; otherwise register nothing. ``deps`` is unused (same signature
+    as the others)."""
+    tools = config.tools
+    if not tools.shell_exec_enabled or not (tools.shell_allowlist or tools.shell_rules):
         return
-    registry.register(shell_exec_tool(config.tools.shell_allowlist), make_shell_exec(config))
+    registry.register(shell_exec_tool(tools.shell_allowlist, tools.shell_rules), make_shell_exec(config))
