@@ -90,9 +90,13 @@ def test_agent_capability_and_mcp_server_exposure_match_every_spelling():
 # --- Item 12: a dead server, a server that never answers ----------------------------------
 
 
-async def test_killed_server_whose_grandchild_holds_stdout_is_seen_dead_at_once(nursery, tmp_path):
+@pytest.mark.parametrize("escape", [False, True], ids=["in-group", "own-session"])
+async def test_killed_server_whose_grandchild_holds_stdout_is_seen_dead_at_once(nursery, tmp_path, escape):
+    """In its group, the grandchild is killed with the server; in a session of its own
+    (out of reach), it keeps stdout open, and tern still closes the connection."""
     pids = tmp_path / "pids"
-    supervisor = await ready(nursery, entry("--tools", "hang,echo", "--grandchild", str(pids)))
+    flags = ("--escape",) if escape else ()
+    supervisor = await ready(nursery, entry("--tools", "hang,echo", "--grandchild", str(pids), *flags))
     server_pid, grandchild_pid = map(int, pids.read_text().split())
     failed: list[BaseException] = []
 
@@ -102,18 +106,23 @@ async def test_killed_server_whose_grandchild_holds_stdout_is_seen_dead_at_once(
         except ConnectionLost as exc:
             failed.append(exc)
 
-    nursery.start_soon(in_flight)
-    await trio.sleep(0.2)  # the call is sent and waiting
-    started = time.monotonic()
-    os.kill(server_pid, signal.SIGKILL)
-    with trio.fail_after(5):  # before the fix: ready for ever, the call waiting out its 30 s
-        while supervisor.status("h").state == "ready" or not failed:
-            await trio.sleep(0.01)
-    assert time.monotonic() - started < 3
-    assert "exited" in str(failed[0]) or "closed" in str(failed[0])
-    assert await gone(grandchild_pid), "the grandchild outlived its server"
-    with pytest.raises(ConnectionLost, match="MCP server 'h' is"):
-        await supervisor.call("mcp_h_echo", {"message": "x"})
+    try:
+        nursery.start_soon(in_flight)
+        await trio.sleep(0.2)  # the call is sent and waiting
+        started = time.monotonic()
+        os.kill(server_pid, signal.SIGKILL)
+        with trio.fail_after(5):  # before the fix: ready for ever, the call waiting out its 30 s
+            while supervisor.status("h").state == "ready" or not failed:
+                await trio.sleep(0.01)
+        assert time.monotonic() - started < 3
+        assert "exited" in str(failed[0]), failed[0]
+        if not escape:
+            assert await gone(grandchild_pid), "the grandchild outlived its server"
+        with pytest.raises(ConnectionLost, match="MCP server 'h' is"):
+            await supervisor.call("mcp_h_echo", {"message": "x"})
+    finally:
+        if escape:
+            os.kill(grandchild_pid, signal.SIGKILL)
 
 
 def test_server_timeout_secs_bounds_a_tool_call(tmp_path):
