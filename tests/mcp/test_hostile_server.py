@@ -138,7 +138,7 @@ def test_server_timeout_secs_bounds_a_tool_call(tmp_path):
 
 
 async def test_a_flood_of_server_requests_keeps_memory_bounded(nursery):
-    supervisor = await ready(nursery, entry("--tools", "flood_requests,echo"))
+    supervisor = await ready(nursery, entry("--tools", "flood_requests,echo,answers"))
     tracemalloc.start()
     try:
         result = await supervisor.call("mcp_h_flood_requests", {"n": 20_000, "pause_secs": 1.0})
@@ -152,6 +152,10 @@ async def test_a_flood_of_server_requests_keeps_memory_bounded(nursery):
     with trio.fail_after(10):
         echoed = await supervisor.call("mcp_h_echo", {"message": "still here"})
     assert echoed.text() == "still here"
+    answers = json.loads((await supervisor.call("mcp_h_answers", {})).text())
+    # 16 at a time answered; refusals written while the pipe had room, the rest unanswered
+    assert answers["results"] >= 16 and answers["refused"] > 0 and answers["other"] == 0, answers
+    assert answers["results"] + answers["refused"] <= 20_000
 
 
 _LINE_START = re.compile(r"^\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR) ")
