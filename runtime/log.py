@@ -6,6 +6,13 @@ every formatted record (by ``runtime.redact``, the tool pipeline's redactor too)
 whatever the code that logged them, so a secret that slips into a message still never
 reaches the log.
 
+Peer text (an MCP server's stderr and log messages, an A2A agent's error, an HTTP
+error body) reaches log messages all the time, so the formatters make *every* record's
+message one line of plain text (``clean``): control characters (C0 but tab, DEL, C1,
+U+2028/U+2029) become visible escapes (``\\n``, ``\\x1b``), so no peer can colour the
+terminal, rewrite a line or forge a log line, and no call site can forget to. Text that
+peers can send at will is also rate-limited by its caller with a ``LogBudget``.
+
 At debug level, ``log_wire`` records one line per protocol message in or out: direction,
 method, id, size, duration. Never the content: payloads carry arguments and tokens.
 """
@@ -13,13 +20,14 @@ method, id, size, duration. Never the content: payloads carry arguments and toke
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from typing import Any
 
 from runtime.redact import Redactor
 
-__all__ = ["setup_logging", "register_secret", "log_wire", "get_logger", "LEVELS"]
+__all__ = ["setup_logging", "register_secret", "log_wire", "get_logger", "LEVELS", "clean", "shorten", "LogBudget"]
 
 LEVELS = ("debug", "info", "warning", "error")
 _MASK = "********"
@@ -27,6 +35,60 @@ _MIN_SECRET_LEN = 4
 _secrets: set[str] = set()
 _redactor = Redactor((), mask=_MASK, min_len=_MIN_SECRET_LEN)
 _wire = logging.getLogger("tern.wire")
+
+
+_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029]")  # json.dumps escapes C0 itself
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def clean(text: str) -> str:
+    """``text`` as one line of plain text: control characters (tab kept) as escapes."""
+    return text if _UNSAFE.search(text) is None else _UNSAFE.sub(_escape, text)
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how many were cut."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+class LogBudget:
+    """A token bucket for log lines a peer can cause at will (``per_sec``, ``burst``),
+    counting what it drops so the caller can log one summary per ``summary_secs``
+    instead. Sans-IO: the caller passes the time."""
+
+    __slots__ = ("per_sec", "burst", "summary_secs", "_tokens", "_last", "_dropped", "_summarised")
+
+    def __init__(self, per_sec: float = 20.0, burst: int = 100, summary_secs: float = 1.0) -> None:
+        self.per_sec, self.burst, self.summary_secs = per_sec, burst, summary_secs
+        self._tokens = float(burst)
+        self._last: float | None = None
+        self._dropped = 0
+        self._summarised = float("-inf")
+
+    def admit(self, now: float) -> bool:
+        """Whether one more line may be logged now (if not, it is counted as dropped)."""
+        if self._last is not None:
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.per_sec)
+        self._last = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return True
+        self._dropped += 1
+        return False
+
+    def dropped(self, now: float, *, final: bool = False) -> int:
+        """How many were dropped since the last summary, when a summary is due (at most
+        one per ``summary_secs``, or any left over when ``final``); else 0."""
+        if not self._dropped or (not final and now - self._summarised < self.summary_secs):
+            return 0
+        count, self._dropped, self._summarised = self._dropped, 0, now
+        return count
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -47,6 +109,16 @@ class _TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
 
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = clean(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        # A traceback is many lines, and its exception's text may be a peer's: escape all
+        # but the newlines, and indent every line so none can pass for a record of its own.
+        lines = super().formatException(ei).split("\n")
+        return "\n".join("    " + clean(line) for line in lines)
+
     def format(self, record: logging.LogRecord) -> str:
         return _redactor.redact(super().format(record))
 
@@ -63,14 +135,17 @@ class _JsonFormatter(logging.Formatter):
             "time": round(record.created, 6),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": clean(record.getMessage()),
         }
         for key, value in vars(record).items():
             if key not in self._standard and not key.startswith("_"):
                 entry[key] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return _redactor.redact(json.dumps(entry, default=str, ensure_ascii=False))
+        line = json.dumps(entry, default=str, ensure_ascii=False)
+        if _JSON_UNSAFE.search(line) is not None:  # C1 and line separators, in peer-given extras too
+            line = _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", line)
+        return _redactor.redact(line)
 
 
 def setup_logging(level: str = "info", fmt: str = "text") -> None:

@@ -3,7 +3,9 @@
 import json
 import logging
 
-from runtime.log import get_logger, log_wire, register_secret, setup_logging
+from runtime.log import LogBudget, clean, get_logger, log_wire, register_secret, setup_logging
+
+PEER_TEXT = "\x1b[31mred\x1b[0m\r\n12:00:00 ERROR   tern.api: forged\x9b2J\u2028\x00\ttab"
 
 
 def test_json_lines_and_wire_records(capsys):
@@ -41,6 +43,42 @@ def test_log_masks_like_the_tool_pipeline(capsys):
     get_logger("test").warning("a %s b %s c %s d %s", 'pw"q\\uote', "xxabcdefghijklyy", "k3y!", "abc")
     record = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert record["message"] == "a ******** b xx********yy c ******** d abc"
+
+
+def test_peer_text_cannot_forge_a_line_in_either_format(capsys):
+    """The formatters escape control characters in every record, whoever logged it."""
+    setup_logging("info", "text")
+    get_logger("a2a").warning("peer said: %s", PEER_TEXT)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "\x9b" not in err and "\r" not in err
+    escaped = r"\x1b[31mred\x1b[0m\r\n12:00:00 ERROR   tern.api: forged\x9b2J\u2028\x00" + "\ttab"
+    assert err.rstrip("\n").endswith(escaped)
+    setup_logging("info", "json")
+    get_logger("a2a").warning("peer said: %s", PEER_TEXT, extra={"body": PEER_TEXT})
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x9b" not in err and "\u2028" not in err
+    record = json.loads(err)
+    assert record["message"] == "peer said: " + clean(PEER_TEXT) and record["body"] == PEER_TEXT
+
+
+def test_a_traceback_is_escaped_and_indented(capsys):
+    setup_logging("info", "text")
+    try:
+        raise ValueError("peer\n12:00:00 ERROR   forged\x1b[2J")
+    except ValueError:
+        get_logger("x").exception("failed")
+    lines = capsys.readouterr().err.rstrip("\n").split("\n")
+    assert lines[0].endswith("failed") and all(line.startswith("    ") for line in lines[1:])
+    assert "\x1b" not in "".join(lines)
+    assert lines[-2:] == ["    ValueError: peer", r"    12:00:00 ERROR   forged\x1b[2J"]  # indented: no record
+
+
+def test_log_budget_rate_burst_and_summaries():
+    budget = LogBudget(per_sec=20, burst=100, summary_secs=1.0)
+    assert sum(budget.admit(0.0) for _ in range(1000)) == 100
+    assert budget.dropped(0.0) == 900 and budget.dropped(0.5) == 0  # one summary a second
+    assert sum(budget.admit(0.5) for _ in range(100)) == 10  # 20 a second refilled
+    assert budget.dropped(0.9) == 0 and budget.dropped(0.9, final=True) == 90
 
 
 def teardown_module():

@@ -74,7 +74,13 @@ McpProtocol = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18", "2025-03
 
 
 class McpServerEntry(_Section):
-    """One external MCP server whose tools become ``mcp_{name}_{tool}``."""
+    """One external MCP server whose tools become ``mcp_{name}_{tool}``.
+
+    ``timeout_secs`` bounds every request to it, ``tools/call`` included (a call gets
+    the smaller of this and the ``[tools]`` timeout). ``tools_include``/``tools_exclude``
+    are globs matched on the tool's name or its ``mcp_{name}_{tool}`` name, casefolded
+    and with ``-`` and ``_`` the same: ``delete_*`` also excludes ``Delete-Repo``.
+    """
 
     name: str
     transport: McpTransport
@@ -105,7 +111,8 @@ class McpServerExposure(_Section):
     """What tern itself exposes as an MCP server (``tern mcp``, ``POST /mcp``).
 
     Agents are exposed as ``tern_agent_{name}``; kernel tools only when allowlisted
-    here by glob. Nothing dangerous is exposed by default.
+    here by glob (``tools``; matched casefolded, with ``-`` and ``_`` the same).
+    Nothing dangerous is exposed by default.
     """
 
     enabled: bool = True
@@ -184,7 +191,7 @@ class AgentConfig(_Section):
     name: str
     kind: AgentKind
     description: str = ""
-    tools: list[str] = []
+    tools: list[str] = []  # allowlist globs, matched casefolded with - and _ the same
     system_prompt: str = ""
     max_iterations: int = 10
     workspace: str = ""

@@ -12,7 +12,6 @@ what one run fetched never taints another.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import time
 from typing import Any
@@ -22,6 +21,7 @@ import trio
 from runtime.config import AgentConfig, Config
 from runtime.errors import TernError
 from runtime.log import register_secret
+from runtime.mcp.names import tool_globs
 from runtime.kernel.audit import AuditLog, digest
 from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
                                    secret_env_values, truncate)
@@ -56,8 +56,9 @@ class Run:
 
 
 def allowed(agent: AgentConfig | None, tool: str) -> bool:
-    """Capabilities: an agent may call only tools its ``tools`` globs name."""
-    return agent is None or any(fnmatch.fnmatchcase(tool, pattern) for pattern in agent.tools)
+    """Capabilities: an agent may call only tools its ``tools`` globs name (casefolded,
+    ``-`` and ``_`` the same; compiled once per agent config)."""
+    return agent is None or tool_globs(agent.tools).matches(tool)
 
 
 class ToolPipeline:

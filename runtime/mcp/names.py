@@ -11,10 +11,17 @@ tool names contain hyphens, and ``a-b`` and ``a_b`` normalise to the same thing.
   hashed suffix and the collision is reported, so neither silently shadows the other
   and the result does not depend on which server connected first;
 - the original tool name is always kept for the call itself (``ToolName.tool``).
+
+Tool globs (``tools_include``/``tools_exclude``, an agent's ``tools``, ``[mcp_server]
+tools``) decide what may be called, so they match a *normalised* name (``ToolGlobs``):
+casefolded, with ``-`` and ``_`` the same. ``delete_*`` names ``delete-repo`` and
+``Delete_Repo`` too: an exclude list cannot be dodged by spelling, and an allow list
+names a tool however its server spells it.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import re
 from typing import NamedTuple
@@ -29,6 +36,9 @@ __all__ = [
     "is_mcp_tool",
     "extract_mcp_server",
     "assign_names",
+    "glob_key",
+    "ToolGlobs",
+    "tool_globs",
 ]
 
 MAX_TOOL_NAME = 64
@@ -112,3 +122,46 @@ def agent_tool_name(agent: str) -> str:
     """The MCP tool tern's MCP server exposes an agent as: ``tern_agent_{name}``, with
     ``-`` as ``_``."""
     return "tern_agent_" + agent.replace("-", "_")
+
+
+def glob_key(name: str) -> str:
+    """A tool name or glob as tool globs compare them: casefolded, ``-`` as ``_``."""
+    return name.casefold().replace("-", "_")
+
+
+class ToolGlobs:
+    """A list of tool globs compiled once into one regular expression over ``glob_key``
+    names (fnmatch syntax: ``*``, ``?``, ``[...]``)."""
+
+    __slots__ = ("patterns", "_match")
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self.patterns = tuple(patterns)
+        keys = [fnmatch.translate(glob_key(pattern)) for pattern in self.patterns]
+        self._match = re.compile("|".join(keys)).match if keys else None
+
+    def matches(self, *names: str) -> bool:
+        """Whether any glob names any of ``names``."""
+        match = self._match
+        return match is not None and any(match(glob_key(name)) is not None for name in names)
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+
+_GLOB_CACHE: dict[int, tuple[list[str], ToolGlobs]] = {}
+_GLOB_CACHE_MAX = 1024
+
+
+def tool_globs(patterns: list[str]) -> ToolGlobs:
+    """``ToolGlobs`` for a config's list, compiled once per list object (config lists
+    are never changed in place: the config is frozen), so a check on every call costs a
+    dict lookup, not a compile."""
+    cached = _GLOB_CACHE.get(id(patterns))
+    if cached is not None and cached[0] is patterns:
+        return cached[1]
+    if len(_GLOB_CACHE) >= _GLOB_CACHE_MAX:
+        _GLOB_CACHE.clear()
+    globs = ToolGlobs(patterns)
+    _GLOB_CACHE[id(patterns)] = (patterns, globs)  # the list is kept alive, so its id is not reused
+    return globs

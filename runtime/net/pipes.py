@@ -12,11 +12,14 @@ a descriptor (in-memory ones in tests) take the ordinary path.
 from __future__ import annotations
 
 import os
+import select
 from typing import Any
 
 import trio
 
 __all__ = ["PipeReader", "PipeWriter"]
+
+ATOMIC_WRITE_BYTES = getattr(select, "PIPE_BUF", 512)  # POSIX: a pipe write this small is all or nothing
 
 
 def _fileno_of(stream: Any) -> Any:
@@ -40,6 +43,7 @@ class PipeReader:
         self.max_bytes = max_bytes
         self._fileno = _fileno_of(stream)
         self._waited = False  # the last read waited for input, and so let other tasks run
+        self._ending = False  # end_when_empty was called
 
     async def receive_some(self) -> bytes:
         """Up to ``max_bytes``; b"" at EOF. Raises OSError from ``os.read``, or
@@ -54,8 +58,24 @@ class PipeReader:
             try:
                 return os.read(fd, self.max_bytes)
             except BlockingIOError:
+                if self._ending:
+                    return b""
                 self._waited = True
-                await trio.lowlevel.wait_readable(fd)
+                try:
+                    await trio.lowlevel.wait_readable(fd)
+                except trio.ClosedResourceError:
+                    if not self._ending:
+                        raise
+
+    def end_when_empty(self) -> None:
+        """From now on, an empty pipe is EOF: what is buffered is still read, but no
+        read waits for more. For a pipe whose writer is known to be gone while someone
+        else (a grandchild) may still hold its write end open. Wakes a waiting read."""
+        self._ending = True
+        if self._fileno is not None:
+            fd = self._fileno()
+            if fd >= 0:
+                trio.lowlevel.notify_closing(fd)
 
 
 class PipeWriter:
@@ -69,6 +89,17 @@ class PipeWriter:
         self.timeout_secs = timeout_secs
         self._fileno = _fileno_of(stream)
         self._lock = trio.StrictFIFOLock()
+
+    def try_send_all(self, data: bytes) -> bool:
+        """Write ``data`` only if that needs no waiting: nobody else writing, the pipe
+        has room, and ``data`` fits one atomic pipe write (``PIPE_BUF``, 4096 on Linux, so it is either
+        written whole or not at all). False if it was not written."""
+        if self._fileno is None or self._lock.locked() or len(data) > ATOMIC_WRITE_BYTES:
+            return False
+        try:
+            return os.write(_open_fd(self._fileno), data) == len(data)
+        except BlockingIOError:
+            return False
 
     async def send_all(self, data: bytes) -> None:
         """Raises OSError, trio.BrokenResourceError or ClosedResourceError when the

@@ -9,6 +9,10 @@ stdio servers, command agents, ``shell_exec``):
   the group, wait, SIGKILL the group, reap. Shielded and bounded, and it always kills
   what is left of the group, so no grandchild outlives the call and no zombie is left.
 
+A long-lived child (an MCP stdio server) is also watched with ``watch_exit``: when it
+exits, its group is killed at once, so a grandchild cannot keep its pipes open and
+make a dead server look alive.
+
 No PR_SET_PDEATHSIG: Linux ties it to the *thread* that forked, and trio forks from
 worker threads that end after 10 idle seconds, which killed long-lived children. A
 child learns of tern's death from EOF on its stdin.
@@ -25,7 +29,7 @@ from collections.abc import Sequence
 
 import trio
 
-__all__ = ["BASE_ENV_NAMES", "KILL_WAIT_SECS", "subprocess_env", "spawn", "signal_group", "shutdown"]
+__all__ = ["BASE_ENV_NAMES", "KILL_WAIT_SECS", "subprocess_env", "spawn", "signal_group", "shutdown", "watch_exit"]
 
 BASE_ENV_NAMES = ("PATH", "HOME", "TMP", "TEMP", "TMPDIR")
 WINDOWS_ENV_NAMES = ("APPDATA", "LOCALAPPDATA", "USERPROFILE", "SystemRoot", "HOMEDRIVE", "HOMEPATH")
@@ -59,6 +63,14 @@ def signal_group(process: trio.Process, sig: int) -> None:
             process.kill()
     except OSError:  # the group is gone already
         pass
+
+
+async def watch_exit(process: trio.Process) -> int:
+    """Wait for ``process`` to exit, then SIGKILL what is left of its group (children it
+    left behind, which may hold its stdout open); return its exit code."""
+    code = await process.wait()
+    signal_group(process, signal.SIGKILL)
+    return code
 
 
 async def shutdown(process: trio.Process, *, grace_secs: float) -> int | None:

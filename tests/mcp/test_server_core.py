@@ -77,6 +77,17 @@ async def test_pagination_walks_every_tool_once(tmp_path):
         assert error.error.code == -32602
 
 
+async def test_the_allowlist_matches_normalised_names(tmp_path):
+    """``[mcp_server] tools`` globs match casefolded, with - and _ the same."""
+    config = Config(mcp_server=McpServerExposure(tools=["TIME-*"]), state=StateConfig(dir=str(tmp_path)))
+    server = McpServer(config, *_ports(Kernel(config)))
+    peer = await ready(server)
+    result = (await server.handle(jsonrpc.Request(1, "tools/list", {}), peer, None)).result
+    assert [t["name"] for t in result["tools"]] == ["time_now"]
+    reply = await server.handle(jsonrpc.Request(2, "tools/call", {"name": "time_now", "arguments": {}}), peer, None)
+    assert reply.result["isError"] is False
+
+
 async def test_presets_and_the_allowlist(tmp_path):
     config = Config(agents=[AgentConfig(name="echo", kind="echo")], state=StateConfig(dir=str(tmp_path)),
                     mcp_server=McpServerExposure(presets=[

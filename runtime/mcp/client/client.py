@@ -101,9 +101,13 @@ class McpClient:
                         timeout_secs: float | None = None,
                         on_progress: Callable[[dict[str, Any]], None] | None = None) -> protocol.CallResult:
         """Call a tool by its original name. A tool failure is ``result.is_error``;
-        protocol faults raise RpcError, timeouts TernTimeout, a dead server ConnectionLost."""
+        protocol faults raise RpcError, timeouts TernTimeout, a dead server ConnectionLost.
+
+        The call may take the smaller of ``timeout_secs`` (the pipeline's) and the
+        server's own ``timeout_secs``: either side can bound a server it distrusts."""
+        limit = self.entry.timeout_secs if timeout_secs is None else min(timeout_secs, self.entry.timeout_secs)
         result = await self.session.request("tools/call", {"name": name, "arguments": arguments or {}},
-                                            timeout_secs=timeout_secs, on_progress=on_progress)
+                                            timeout_secs=limit, on_progress=on_progress)
         return protocol.parse_call_result(result)
 
     async def aclose(self) -> None:

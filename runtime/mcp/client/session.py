@@ -22,6 +22,13 @@ Era negotiation with ``protocol = "auto"`` (fast against both kinds of server):
 
 What to send and what each answer means is decided by the transport's sans-IO
 ``McpConnection`` (``connection.py``); this module does the sending and the waiting.
+
+A hostile server cannot make the session grow or flood the log: at most
+``MAX_SERVER_REQUESTS`` of its requests are answered at once (one task each); beyond
+that a request is refused at once with -32000 and no task (stdio: written only if the
+pipe takes it without waiting; otherwise it goes unanswered). Its
+``notifications/message`` go through a ``LogBudget`` (20/s, burst 100), each cut to
+``MAX_LOG_MESSAGE_CHARS``, with one summary line a second of what was dropped.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import trio
 from msgspec import UNSET
 
 from runtime.errors import ConnectionLost, RpcError, TernTimeout
-from runtime.log import get_logger, log_wire
+from runtime.log import LogBudget, get_logger, log_wire, shorten
 from runtime.mcp import protocol
 from runtime.mcp.client.connection import DISCOVER, INITIALIZE, NO_ANSWER, PING, Legacy, McpConnection
 from runtime.wire import jsonrpc
@@ -51,6 +58,13 @@ log = get_logger("mcp")
 #: later answer is not lost: if ``initialize`` then fails, the discover answer is used.
 PING_GRACE_SECS = 0.05
 
+MAX_SERVER_REQUESTS = 16  # a server's requests being answered at once
+TOO_MANY_REQUESTS = -32000
+MAX_LOG_MESSAGE_CHARS = 4096  # of one notifications/message, as logged
+LOG_MESSAGES_PER_SEC = 20.0
+LOG_MESSAGES_BURST = 100
+_LEVELS = {"DEBUG": 10, "INFO": 20, "NOTICE": 20, "WARNING": 30, "ERROR": 40}
+
 
 class TransportClosed(ConnectionLost):
     """The transport has no more messages (EOF, process exit, stream closed)."""
@@ -63,7 +77,10 @@ SEND_ERRORS = (TransportClosed, trio.BrokenResourceError, trio.ClosedResourceErr
 class MessageTransport(Protocol):
     """Moves JSON-RPC messages. ``receive`` returns one message body (bytes) or raises
     TransportClosed; ``send`` may be called from several tasks at once and logs each
-    message it writes (``log_wire``), since only the transport knows its encoded size."""
+    message it writes (``log_wire``), since only the transport knows its encoded size.
+
+    Optionally ``send_nowait(message) -> bool``: write a small message only if that
+    needs no waiting (used to refuse a flood of server requests without a task)."""
 
     connection: McpConnection  # the era, version and session id, shared with the session
 
@@ -115,6 +132,9 @@ class McpSession:
         self._watching = False  # the watchdog runs (inside ``run``)
         self._watch_at = math.inf  # the deadline it sleeps until
         self._watch_wake = trio.Event()  # set when a call needs it to wake sooner
+        self._answering = 0  # server requests being answered (one task each)
+        self._refused = LogBudget(1.0, 1)  # one warning a second about refused server requests
+        self._log_budget = LogBudget(LOG_MESSAGES_PER_SEC, LOG_MESSAGES_BURST)
         self.closed = trio.Event()
 
     @property
@@ -144,6 +164,7 @@ class McpSession:
         finally:
             self._watching = False
             self._fail_all(ConnectionLost(f"MCP server '{self.name}' connection ended"))
+            self._log_dropped(trio.current_time(), final=True)
             self.closed.set()
 
     async def _watchdog(self) -> None:
@@ -193,20 +214,53 @@ class McpSession:
             waiter.event.set()
         elif isinstance(message, jsonrpc.Request):
             log_wire("in", message.method, message.id, len(body), peer=f"mcp:{self.name}")
+            if self._answering >= MAX_SERVER_REQUESTS:
+                self._refuse(message)
+                return
             assert self._nursery is not None
+            self._answering += 1
             self._nursery.start_soon(self._answer, message)
         else:
             log_wire("in", message.method, None, len(body), peer=f"mcp:{self.name}")
             self._notification(message.method, message.params)
 
     async def _answer(self, request: jsonrpc.Request) -> None:
-        params = None if request.params is UNSET else request.params
         try:
-            reply: jsonrpc.Message = jsonrpc.Response(
-                request.id, protocol.answer_server_request(request.method, params, self.roots))
-        except RpcError as exc:
-            reply = jsonrpc.error_response(request.id, exc.code, exc.message)
-        await self._send_quietly(reply)
+            params = None if request.params is UNSET else request.params
+            try:
+                reply: jsonrpc.Message = jsonrpc.Response(
+                    request.id, protocol.answer_server_request(request.method, params, self.roots))
+            except RpcError as exc:
+                reply = jsonrpc.error_response(request.id, exc.code, exc.message)
+            await self._send_quietly(reply)
+        finally:
+            self._answering -= 1
+
+    def _refuse(self, request: jsonrpc.Request) -> None:
+        """Over ``MAX_SERVER_REQUESTS``: an error answer if the transport can write it
+        without waiting, never a task; a warning a second at most."""
+        send_nowait = getattr(self.transport, "send_nowait", None)
+        reply = jsonrpc.error_response(request.id, TOO_MANY_REQUESTS, "too many concurrent requests")
+        try:
+            if send_nowait is not None:
+                send_nowait(reply)
+        except SEND_ERRORS:
+            pass
+        now = trio.current_time()
+        if self._refused.admit(now):
+            log.warning("MCP server '%s' sent more than %d requests at once; refusing the rest (-32000)",
+                        self.name, MAX_SERVER_REQUESTS)
+        self._log_dropped(now)
+
+    def _log_dropped(self, now: float, *, final: bool = False) -> None:
+        """The summaries: log messages dropped and requests refused since the last one."""
+        dropped = self._log_budget.dropped(now, final=final)
+        if dropped:
+            log.warning("MCP server '%s': %d log messages dropped (over %g a second)", self.name, dropped,
+                        LOG_MESSAGES_PER_SEC)
+        refused = self._refused.dropped(now, final=final)
+        if refused:
+            log.warning("MCP server '%s': %d more requests refused (too many at once)", self.name, refused)
 
     def _notification(self, method: str, params: Any) -> None:
         params = params if isinstance(params, dict) else {}
@@ -215,11 +269,20 @@ class McpSession:
             if callback is not None:
                 callback(params)
         elif method == "notifications/message":
-            level = str(params.get("level", "info")).upper()
-            numeric = {"DEBUG": 10, "INFO": 20, "NOTICE": 20, "WARNING": 30, "ERROR": 40}.get(level, 40)
-            log.log(numeric, "MCP server '%s' (%s): %s", self.name, params.get("logger", "-"), params.get("data"))
+            self._server_log(params)
         if self._on_notification is not None:
             self._on_notification(method, params)
+
+    def _server_log(self, params: dict[str, Any]) -> None:
+        """A server's log message: rate-limited, cut to a bound (the formatter escapes
+        control characters)."""
+        now = trio.current_time()
+        if self._log_budget.admit(now):
+            numeric = _LEVELS.get(str(params.get("level", "info")).upper()[:16], 40)
+            data = params.get("data")
+            log.log(numeric, "MCP server '%s' (%s): %s", self.name, shorten(str(params.get("logger", "-")), 100),
+                    shorten(data if isinstance(data, str) else repr(data), MAX_LOG_MESSAGE_CHARS))
+        self._log_dropped(now)
 
     # --- Requests ----------------------------------------------------------------------
 

@@ -6,8 +6,13 @@ Security and robustness, because the subprocess is someone else's code:
   (plus the Windows profile variables), and only the names listed in ``env``.
 - stdout is framed by ``NdjsonDecoder`` with a size cap: an oversized line is drained
   and logged, the connection continues. Non-JSON lines are the session's to skip.
-- stderr is drained all the time into the log, bounded per line and rate-limited, so a
-  chatty server can neither block on a full pipe nor flood tern's log.
+- stderr is drained all the time into the log, bounded per line and rate-limited (a
+  ``LogBudget``: 20 lines/s, burst 100, one summary a second of what was dropped), so a
+  chatty server can neither block on a full pipe nor flood tern's log; the log's
+  formatter escapes its control characters.
+- The process itself is watched, not only its stdout: when it exits, its process group
+  is killed and stdout is read only to its end of what is buffered, then the transport
+  closes, so a grandchild holding stdout open cannot make a dead server look alive.
 - Start and shutdown are ``runtime.net.process``'s: its own session; close stdin, wait,
   SIGTERM the process group, wait, SIGKILL. If tern itself is killed with SIGKILL, the
   server sees EOF on stdin, which the spec makes its signal to exit (not
@@ -23,9 +28,9 @@ import trio
 
 from runtime.config import StdioTransport as StdioConfig
 from runtime.errors import ConnectionLost
-from runtime.log import get_logger, log_wire
+from runtime.log import LogBudget, get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
-from runtime.net.process import shutdown, spawn, subprocess_env
+from runtime.net.process import shutdown, spawn, subprocess_env, watch_exit
 from runtime.net.pipes import PipeReader, PipeWriter
 from runtime.mcp.client.session import TransportClosed
 from runtime.wire import framing, jsonrpc
@@ -74,6 +79,13 @@ class StdioTransport:
         self._reader = PipeReader(self._process.stdout, READ_BYTES)
         self._writer = PipeWriter(self._process.stdin, timeout_secs=WRITE_TIMEOUT_SECS)
         nursery.start_soon(self._drain_stderr)
+        nursery.start_soon(self._watch_exit)
+
+    async def _watch_exit(self) -> None:
+        """When the process exits: kill its group, and let stdout end once it is empty."""
+        self.exit_code = await watch_exit(self._process)
+        assert self._reader is not None
+        self._reader.end_when_empty()
 
     async def send(self, message: jsonrpc.Message) -> None:
         if self._writer is None:
@@ -87,6 +99,13 @@ class StdioTransport:
             raise TransportClosed(f"stdin closed: {exc}") from None
         except trio.TooSlowError:
             raise TransportClosed(f"the server read nothing for {WRITE_TIMEOUT_SECS:g} s") from None
+
+    def send_nowait(self, message: jsonrpc.Message) -> bool:
+        """Write a small message only if the pipe takes it without waiting (see
+        ``McpSession._refuse``); False if it was not written."""
+        if self._writer is None:
+            return False
+        return self._writer.try_send_all(framing.encode_ndjson(jsonrpc.encode(message)))
 
     async def receive(self) -> bytes:
         while not self._frames:
@@ -122,9 +141,7 @@ class StdioTransport:
         """Log stderr line by line: each line cut to a bound, at most ~20 lines/s."""
         stream = self._process.stderr
         pending = b""
-        tokens = float(STDERR_BURST)
-        last = trio.current_time()
-        suppressed = 0
+        budget = LogBudget(STDERR_LINES_PER_SEC, STDERR_BURST)
         while True:
             try:
                 data = await stream.receive_some(READ_BYTES)
@@ -135,21 +152,19 @@ class StdioTransport:
             lines = (pending + data).split(b"\n")
             pending = lines.pop()[-STDERR_LINE_CHARS:]
             now = trio.current_time()
-            tokens = min(STDERR_BURST, tokens + (now - last) * STDERR_LINES_PER_SEC)
-            last = now
             for line in lines:
-                if tokens < 1:
-                    suppressed += 1
+                if not budget.admit(now):
                     continue
-                tokens -= 1
-                if suppressed:
-                    log.info("MCP server '%s' stderr: (%d lines suppressed)", self.name, suppressed)
-                    suppressed = 0
                 text = line[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip()
                 if text:
                     log.info("MCP server '%s' stderr: %s", self.name, text)
-        if suppressed:
-            log.info("MCP server '%s' stderr: (%d lines suppressed)", self.name, suppressed)
+            self._stderr_dropped(budget, now)
+        self._stderr_dropped(budget, trio.current_time(), final=True)
+
+    def _stderr_dropped(self, budget: LogBudget, now: float, *, final: bool = False) -> None:
+        dropped = budget.dropped(now, final=final)
+        if dropped:
+            log.info("MCP server '%s' stderr: (%d lines suppressed)", self.name, dropped)
 
     async def aclose(self) -> None:
         """Close stdin, then SIGTERM, then SIGKILL the group; always reap the process."""

@@ -10,12 +10,12 @@ given up on after five days.
 
 The tool list of a ready server is kept current (``notifications/tools/list_changed``
 triggers a debounced re-list) and filtered by ``tools_include`` / ``tools_exclude``
-globs, which match the tool's own name or its ``mcp_{server}_{tool}`` name.
+globs, which match the tool's own name or its ``mcp_{server}_{tool}`` name, casefolded
+and with ``-`` and ``_`` the same (``delete_*`` excludes ``Delete-Repo`` too).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import time
 from typing import Any, Literal
 from collections.abc import Callable
@@ -77,14 +77,12 @@ class _Server:
 
 
 def _wanted(entry: McpServerEntry, tool: str) -> bool:
+    """Include/exclude globs on the normalised name (``mcp_names.ToolGlobs``)."""
     full = mcp_names.format_mcp_tool_name(entry.name, tool)
-
-    def matches(patterns: list[str]) -> bool:
-        return any(fnmatch.fnmatchcase(tool, p) or fnmatch.fnmatchcase(full, p) for p in patterns)
-
-    if entry.tools_include and not matches(entry.tools_include):
+    include = mcp_names.tool_globs(entry.tools_include)
+    if include and not include.matches(tool, full):
         return False
-    return not matches(entry.tools_exclude)
+    return not mcp_names.tool_globs(entry.tools_exclude).matches(tool, full)
 
 
 class McpSupervisor:

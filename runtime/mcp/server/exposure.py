@@ -3,7 +3,8 @@
 - Every agent is the tool ``tern_agent_{name}`` (``-`` becomes ``_``): a required
   ``message`` and an optional ``context_id`` to continue a conversation; the reply is
   text content, and ``{reply, context_id}`` structured content (its ``outputSchema``).
-- Kernel tools only when ``[mcp_server] tools`` names them by glob: nothing is exposed
+- Kernel tools only when ``[mcp_server] tools`` names them by glob (casefolded, ``-``
+  and ``_`` the same, as every tool glob): nothing is exposed
   by default beyond the agents (OpenFang's ``/mcp`` hands shell and file writes to
   anyone with the key; tern does not).
 - ``[[mcp_server.presets]]``: a fixed call (an exposed tool plus fixed arguments)
@@ -15,14 +16,13 @@ redaction, audit): an agent tool is ``agent_send`` to that agent.
 
 from __future__ import annotations
 
-import fnmatch
 from typing import Any
 from collections.abc import AsyncIterator
 
 from runtime.config import AgentConfig, Config
 from runtime.errors import RpcError
 from runtime.ports import EventPort, Tool, ToolPort
-from runtime.mcp.names import agent_tool_name
+from runtime.mcp.names import agent_tool_name, tool_globs
 from runtime.wire.jsonrpc import INVALID_PARAMS
 
 __all__ = ["Exposure"]
@@ -93,14 +93,13 @@ class Exposure:
                     yield
 
     def _kernel_tools(self) -> list[Tool]:
-        patterns = self.config.mcp_server.tools
-        if not patterns:
+        globs = tool_globs(self.config.mcp_server.tools)
+        if not globs:
             return []
-        return [tool for tool in self.kernel_tools.tools()
-                if any(fnmatch.fnmatchcase(tool.name, pattern) for pattern in patterns)]
+        return [tool for tool in self.kernel_tools.tools() if globs.matches(tool.name)]
 
     def _kernel_tool_allowed(self, name: str) -> bool:
-        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.config.mcp_server.tools)
+        return tool_globs(self.config.mcp_server.tools).matches(name)
 
     @staticmethod
     def _agent_tool(name: str, agent: AgentConfig) -> dict[str, Any]:
