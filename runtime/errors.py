@@ -11,9 +11,14 @@ its code (``runtime.wire.jsonrpc.error_answer``).
     ├── UsageError         the command line is wrong (CLI exit 2)
     ├── BundleError        the pyz has no native bundle for this Python/platform
     ├── ProtocolError      a peer broke a protocol (bad JSON, bad framing, bad shape)
-    │   ├── RpcError       a JSON-RPC error object, to send or received
-    │   │   └── InvalidMessage          wire.jsonrpc: a message that breaks JSON-RPC
-    │   │       └── BatchNotSupported
+    │   ├── RpcError       a JSON-RPC error object, to send or received: the one carrier of a code
+    │   │   ├── InvalidMessage          wire.jsonrpc: a message that breaks JSON-RPC
+    │   │   │   └── BatchNotSupported
+    │   │   ├── A2aError                a2a.server.engine: each subclass names its code
+    │   │   │   └── TaskNotFound, TaskNotCancelable, UnsupportedOperation, InvalidTaskRequest,
+    │   │   │       StoreFull, TaskTooLarge, TooManySubscribers, StorageUnavailable,
+    │   │   │       ConfigNotFound (a2a.server.push)
+    │   │   └── PeerRpcError            a2a.client.requests: a peer's error answer (also an A2aClientError)
     │   ├── BlockedAddress net.guard: the SSRF guard refused an address (403)
     │   └── BadMessage     a2a.dialects: an A2A message tern cannot read
     ├── ConnectionLost     a peer went away (EOF, crash) while we needed it
@@ -25,10 +30,9 @@ its code (``runtime.wire.jsonrpc.error_answer``).
     ├── ToolRefused        a built-in tool declines a call (the model sees a tool error)
     ├── HttpError          httpd.messages: an HTTP answer with its own status
     ├── LlmError           kernel.llm: the model endpoint failed
-    ├── A2aError           a2a.server.engine: an A2A error with its JSON-RPC code
-    │   └── TaskNotFound, TaskNotCancelable, UnsupportedOperation, InvalidTaskRequest,
-    │       StoreFull, ConfigNotFound (a2a.server.push)
-    └── A2aClientError     a2a.client.client: a peer agent failed us
+    ├── StorageError       a write to tern's state could not be made (disk full, ...): 503
+    ├── IllegalTransition  a2a.server.engine: a task state change the table forbids (a bug)
+    └── A2aClientError     a2a.client.requests: a peer agent failed us
         └── A2aTimeout     (also a TernTimeout)
 
 Errors shared by several layers live here; the others live in the layer that owns them.

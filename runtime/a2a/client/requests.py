@@ -20,7 +20,7 @@ from runtime.a2a import dialects, protocol
 from runtime.a2a.dialects import BadMessage
 from runtime.a2a.model import INTERRUPTED, TERMINAL, ArtifactEvent, Message, StatusEvent, Task, new_id, text_of
 from runtime.a2a.protocol import TRAITS
-from runtime.errors import TernError, TernTimeout
+from runtime.errors import RpcError, TernError, TernTimeout
 from runtime.wire import jsonrpc
 
 __all__ = ["A2aClientError", "A2aTimeout", "Result", "StreamEvent", "send_request", "headers", "envelope",
@@ -36,10 +36,15 @@ class A2aClientError(TernError):
     JSON-RPC error (then ``code`` is its code and ``message`` its text)."""
 
     def __init__(self, text: str, *, code: int | None = None, message: str = "", data: Any = None) -> None:
-        super().__init__(text)
+        Exception.__init__(self, text)  # not super(): PeerRpcError's next base is RpcError
         self.code = code
         self.message = message or text
         self.data = data
+
+
+class PeerRpcError(A2aClientError, RpcError):
+    """The peer answered with a JSON-RPC error: an ``RpcError`` with its code, message
+    and data, which is also an :class:`A2aClientError` (a sentence naming peer and method)."""
 
 
 class A2aTimeout(A2aClientError, TernTimeout):
@@ -89,8 +94,8 @@ def read_result(raw: bytes, status: int, name: str, url: str, method: str) -> An
     answer = _answer(raw)
     if isinstance(answer, jsonrpc.ErrorResponse):
         code, text = answer.error.code, answer.error.message or "no message"
-        raise A2aClientError(f"{name}: {method}: {text} ({protocol.ERROR_NAMES.get(code, 'error')} {code})",
-                             code=code, message=text, data=None if answer.error.data is UNSET else answer.error.data)
+        raise PeerRpcError(f"{name}: {method}: {text} ({protocol.ERROR_NAMES.get(code, 'error')} {code})",
+                           code=code, message=text, data=None if answer.error.data is UNSET else answer.error.data)
     if status != 200:
         said = _said(raw)  # an HTTP error's own words: {"error": {"message": ...}} (tern, REST peers) or the body
         if status in (401, 403):

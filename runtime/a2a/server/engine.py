@@ -35,7 +35,7 @@ import trio
 
 from runtime.a2a import protocol
 from runtime.a2a.model import (INTERRUPTED, Artifact, ArtifactEvent, Event, Message, StatusEvent, Task, new_id)
-from runtime.errors import TernError
+from runtime.errors import RpcError, TernError
 from runtime.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 __all__ = [
@@ -82,10 +82,14 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
-class A2aError(TernError):
-    """An A2A error with its JSON-RPC code (``protocol.ERRORS`` names it)."""
+class A2aError(RpcError):
+    """An A2A error: an ``RpcError`` whose code its class names (``protocol.ERRORS``
+    names each code), so every binding answers it as it answers any RpcError."""
 
     code = INTERNAL_ERROR
+
+    def __init__(self, message: str, data: object = None) -> None:
+        super().__init__(type(self).code, message, data)
 
 
 class TaskNotFound(A2aError):

@@ -27,13 +27,11 @@ BLOCKING_WAIT_SECS = 300.0  # a blocking send returns the task as it is after th
 
 Frame = Callable[[Any], bytes]  # one stream result as the binding sends it (an SSE event)
 #: The errors an operation answers with (the bindings turn them into their error shape).
-ANSWERED = (A2aError, BadMessage, RpcError)
+ANSWERED = (BadMessage, RpcError)  # RpcError includes every A2aError
 
 
 def error_of(exc: Exception) -> tuple[int, str]:
     """The JSON-RPC code and text of one of :data:`ANSWERED`."""
-    if isinstance(exc, A2aError):
-        return exc.code, str(exc)
     if isinstance(exc, BadMessage):
         return INVALID_PARAMS, str(exc)
     assert isinstance(exc, RpcError)
