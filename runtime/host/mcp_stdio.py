@@ -4,7 +4,8 @@ A running daemon (its discovery file is live and it answers ``/health``) makes
 ``tern mcp`` a relay: each message goes to the daemon's ``POST /mcp`` with the key,
 through tern's own Streamable HTTP client transport, and everything the daemon sends
 comes back on stdout. The discovery file must pass ``discovery.py``'s checks first (a
-file that does not is logged in one line, and tern serves in-process). Otherwise a kernel boots in-process and ``LocalBackend`` answers
+file that does not is logged in one line, and tern serves in-process). Otherwise a
+kernel boots in-process and ``LocalBackend`` answers
 over its ports.
 """
 
