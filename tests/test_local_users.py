@@ -284,3 +284,21 @@ def test_the_daemon_refuses_a_world_writable_state_dir(tmp_path):
     (tmp_path / "state").chmod(0o777)
     done = tern("serve", "--config", config)
     assert done.returncode == 2 and "group- or world-writable" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o620])
+def test_a_local_token_others_could_read_or_write_is_replaced(tmp_path, mode):
+    from types import SimpleNamespace
+
+    from runtime.host.discovery import ensure_local_token, read_local_token
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    config = SimpleNamespace(state=SimpleNamespace(dir=str(state)))
+    token = ensure_local_token(config)
+    assert read_local_token(config) == token and (state / "local-token").stat().st_mode & 0o777 == 0o600
+    assert ensure_local_token(config) == token  # reused across restarts
+    (state / "local-token").chmod(mode)
+    assert read_local_token(config) == ""  # tern's clients will not send it
+    fresh = ensure_local_token(config)
+    assert fresh != token and (state / "local-token").stat().st_mode & 0o777 == 0o600

@@ -64,8 +64,9 @@ def unsafe_owner_or_mode(st: os.stat_result, what: str) -> str:
     return ""
 
 
-def _read_private(path: Path, what: str) -> tuple[bytes | None, str]:
-    """The file's bytes if it and its directory pass ``unsafe_owner_or_mode``."""
+def _read_private(path: Path, what: str, secret: bool = False) -> tuple[bytes | None, str]:
+    """The file's bytes if it and its directory pass ``unsafe_owner_or_mode`` (and, for a
+    ``secret``, nobody else may read it either)."""
     try:
         why = unsafe_owner_or_mode(os.stat(path.parent), f"the state directory {path.parent}")
         if why:
@@ -82,6 +83,8 @@ def _read_private(path: Path, what: str) -> tuple[bytes | None, str]:
         why = unsafe_owner_or_mode(st, f"{what} {path}")
         if why:
             return None, why
+        if secret and os.name == "posix" and st.st_mode & 0o077:
+            return None, f"{what} {path} is readable by other users (mode {stat.S_IMODE(st.st_mode):o})"
         return handle.read(MAX_FILE_BYTES), ""
 
 
@@ -158,9 +161,10 @@ def trusted_daemon(config: Config) -> tuple[dict[str, Any] | None, str]:
 
 
 def ensure_local_token(config: Config) -> str:
-    """The local token, made (0600, 256 bits) if missing or not safe to reuse."""
+    """The local token, made (0600, 256 bits) if missing or not safe to reuse (another
+    user could have read or written it)."""
     path = token_path(config)
-    data, _why = _read_private(path, "the local token")
+    data, _why = _read_private(path, "the local token", secret=True)
     token = data.decode("ascii", "replace").strip() if data else ""
     if len(token) >= 32:
         return token
@@ -175,5 +179,5 @@ def ensure_local_token(config: Config) -> str:
 
 def read_local_token(config: Config) -> str:
     """The local token for tern's own clients; "" when there is none safe to send."""
-    data, _why = _read_private(token_path(config), "the local token")
+    data, _why = _read_private(token_path(config), "the local token", secret=True)
     return data.decode("ascii", "replace").strip() if data else ""
