@@ -456,6 +456,8 @@ def add_native_bundles(
         for name in sorted(common_names):
             entries.add(f"_native/{common}/{name}", group[0][1][name], common)
         for digest, files, entry in group:
+            # Checked by runtime._bundle before anything extracted is loaded.
+            entry["sha256"] = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
             entry["files"] = sorted(set(files) - common_names)
             if common_names:
                 entry["common"] = common

@@ -19,10 +19,21 @@ first matching suffix of ``importlib.machinery.EXTENSION_SUFFIXES`` (and, on mac
 whose machine is ``os.uname().machine``, since both Mac builds share a file name).
 The bundle is extracted once into ``<cache>/native/<package>-<version>-<digest>``:
 
-- warm path: the directory exists; it goes first on ``sys.path``. Nothing else is
-  imported (no zipfile, json or platform: they cost ~18 ms per start).
+- every directory of the chain (``<cache>``, ``<cache>/native``, the bundle) must be
+  owned by this user and not group- or world-writable, else ``BundleError``: another
+  user who can write there could swap the native module tern loads. tern creates
+  them 0700 whatever the umask; extracted files are 0400.
+- warm path: the directory exists and every file still matches the stamp written at
+  extraction (``.tern-stamp``: size, mtime and inode of each file, 0400) and the
+  directory holds nothing else at its top (it goes first on ``sys.path``). A stat per
+  file, no hashing: hashing msgspec on every start would cost ~10 ms. Nothing else is
+  imported (no zipfile, json or platform: they cost
+  ~18 ms per start).
+- a directory whose files differ from their stamp (or without one) is moved aside and
+  extracted again.
 - cold path: extract into a fresh ``.tmp-*`` work directory in ``<cache>/native``,
-  precompile it, then
+  checking each file's SHA-256 against the manifest (written by ``build_pyz.py``) before
+  it is written, precompile it, stamp it, then
   ``os.rename`` it into place. A racer that loses the rename finds the target there
   and uses it; the work directory is removed either way. A published directory is
   complete and never changes again (CPython reads ``.pyc`` files without locking).
@@ -191,23 +202,79 @@ def _no_bundle(manifest, package):
     )
 
 
+def _unsafe(st, path):
+    """Why a directory with stat ``st`` must not hold code tern loads, or ""."""
+    if os.name != "posix":
+        return ""
+    if st.st_uid != os.geteuid():
+        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"{path} is group- or world-writable (mode {st.st_mode & 0o7777:o})"
+    return ""
+
+
+def _refuse(why):
+    from runtime.errors import BundleError
+
+    return BundleError(
+        f"refusing tern's native-module cache: {why}, so another user could replace the code "
+        "tern loads. Fix its owner or mode (chmod 700), or set TERN_CACHE_DIR to a private directory."
+    )
+
+
+def _private_dir(path, follow=False):
+    """Make ``path`` (and missing parents) 0700, or check the existing one is private.
+    Raises BundleError for a directory another user could write; OSError if it cannot
+    be made."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:
+        parent = os.path.dirname(path)
+        if parent and parent != path and not os.path.lexists(parent):
+            _private_dir(parent, follow=True)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        else:
+            if os.name == "posix":
+                os.chmod(path, 0o700)  # mkdir's mode is cut by the umask, never widened: be exact anyway
+        st = os.stat(path) if follow else os.lstat(path)
+    if (st.st_mode & 0o170000) != 0o040000:
+        raise NotADirectoryError(f"{path} is not a directory")  # unusable, not unsafe: a temp dir will do
+    why = _unsafe(st, path)
+    if why:
+        raise _refuse(why)
+
+
 def _ensure(archive, digest, entry):
     """The extracted bundle directory, extracting it first if it is not there yet."""
     name = _dir_name(digest, entry)
-    native = os.path.join(cache_root(), "native")
+    root = cache_root()
+    native = os.path.join(root, "native")
     target = os.path.join(native, name)
-    if os.path.isdir(target):
-        _in_use.append(name)
-        return target
     try:
-        os.makedirs(native, exist_ok=True)
+        _private_dir(root, follow=True)
+        _private_dir(native)
+    except OSError:
+        return _extract_to_temp(archive, digest, entry, name)
+    if os.path.lexists(target):
+        try:
+            st = os.lstat(target)
+        except OSError:
+            st = None
+        if st is not None:
+            if (st.st_mode & 0o170000) == 0o040000 and not _unsafe(st, target) and _stamp_matches(target, entry):
+                _in_use.append(name)
+                return target
+            _set_aside(native, target, name)
+    try:
         work = _make_work_dir(native, name)
     except OSError:
         return _extract_to_temp(archive, digest, entry, name)
     try:
         _extract(archive, digest, entry, work, target)
-        if os.name == "posix":
-            os.chmod(work, 0o755)
+        _write_stamp(work, entry)
         _publish(work, target)
     except OSError:  # e.g. the disk is full: still run, from a temp dir
         return _extract_to_temp(archive, digest, entry, name)
@@ -218,6 +285,68 @@ def _ensure(archive, digest, entry):
             shutil.rmtree(work, ignore_errors=True)
     _in_use.append(name)
     return target
+
+
+STAMP = ".tern-stamp"
+
+
+def _stamped_files(dest, entry):
+    """Every file extraction writes (relative names): the bundle's and their pycs."""
+    names = list(entry["files"]) + list(entry.get("common_files", ()))
+    if not sys.pycache_prefix:
+        from importlib.util import cache_from_source
+
+        for rel in list(names):
+            if rel.endswith(".py"):
+                names.append(os.path.relpath(cache_from_source(os.path.join(dest, rel)), dest).replace(os.sep, "/"))
+    return names
+
+
+def _write_stamp(dest, entry):
+    """Record (size, mtime, inode) of every extracted file, for the warm path's check."""
+    lines = []
+    for rel in _stamped_files(dest, entry):
+        st = os.lstat(os.path.join(dest, *rel.split("/")))
+        lines.append(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n")
+    fd = os.open(os.path.join(dest, STAMP), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    with open(fd, "w", encoding="utf-8") as out:
+        out.write("".join(lines))
+
+
+def _stamp_matches(target, entry):
+    """Whether ``target`` holds exactly what was extracted: its top-level names, and
+    every file as stamped (same size, mtime, inode, a regular file owned by us)."""
+    try:
+        with open(os.path.join(target, STAMP), encoding="utf-8") as stamp:
+            lines = stamp.read().splitlines()
+        tops = {STAMP}
+        seen = set()
+        uid = os.geteuid() if os.name == "posix" else None
+        for line in lines:
+            rel, size, mtime, ino = line.split("\0")
+            st = os.lstat(os.path.join(target, *rel.split("/")))
+            if (st.st_mode & 0o170000) != 0o100000 or st.st_size != int(size) or st.st_mtime_ns != int(mtime) \
+                    or st.st_ino != int(ino) or (uid is not None and (st.st_uid != uid or st.st_mode & 0o022)):
+                return False
+            tops.add(rel.split("/")[0])
+            seen.add(rel)
+        wanted = set(entry["files"]) | set(entry.get("common_files", ()))
+        return wanted <= seen and set(os.listdir(target)) == tops
+    except (OSError, ValueError):
+        return False
+
+
+def _set_aside(native, target, name):
+    """Move a damaged or foreign bundle directory out of the way (prune removes debris)."""
+    import shutil
+
+    try:
+        aside = _make_work_dir(native, "bad-" + name)
+        os.rmdir(aside)
+        os.rename(target, aside)
+    except OSError:
+        return  # another process set it aside first, or it cannot be moved: extraction will tell
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _make_work_dir(parent, name):
@@ -231,9 +360,11 @@ def _make_work_dir(parent, name):
     for attempt in range(100):
         path = os.path.join(parent, f"{base}-{attempt}")
         try:
-            os.mkdir(path)
+            os.mkdir(path, 0o700)
         except FileExistsError:
             continue
+        if os.name == "posix":
+            os.chmod(path, 0o700)
         return path
     raise FileExistsError(f"cannot create a work directory in {parent}")
 
@@ -297,33 +428,58 @@ def _extract(archive, digest, entry, dest, final):
     members = [(f"_native/{digest}/{f}", f) for f in entry["files"]]
     if entry.get("common"):
         members += [(f"_native/{entry['common']}/{f}", f) for f in entry["common_files"]]
+    hashes = entry.get("sha256")
     made = {dest}
     for member, rel in members:
         parts = rel.split("/")
-        if any(part in ("", ".", "..") or ":" in part or "\\" in part for part in parts):
+        if any(part in ("", ".", "..") or ":" in part or "\\" in part for part in parts) or rel == STAMP:
             from runtime.errors import BundleError
 
             raise BundleError(f"the pyz is damaged: unsafe entry name {member!r}")
         data = pyz.get_data(member)
+        if hashes is not None:
+            _check_hash(member, data, hashes.get(rel))
         path = os.path.join(dest, *parts)
-        folder = os.path.dirname(path)
-        if folder not in made:
-            os.makedirs(folder, exist_ok=True)
-            made.add(folder)
-        with open(path, "wb") as out:
-            out.write(data)
+        _write_new(made, path, data)
         if rel.endswith(".py") and not sys.pycache_prefix:
             # Complete before it is published (this also covers
             # PYTHONDONTWRITEBYTECODE=1): an unchecked-hash pyc (PEP 552), as
             # py_compile would write it, without importing py_compile.
             code = compile(data, os.path.join(final, *parts), "exec", dont_inherit=True)
             pyc = cache_from_source(path)
-            folder = os.path.dirname(pyc)
-            if folder not in made:
-                os.makedirs(folder, exist_ok=True)
-                made.add(folder)
-            with open(pyc, "wb") as out:
-                out.write(MAGIC_NUMBER + b"\x01\x00\x00\x00" + source_hash(data) + marshal.dumps(code))
+            _write_new(made, pyc, MAGIC_NUMBER + b"\x01\x00\x00\x00" + source_hash(data) + marshal.dumps(code))
+
+
+def _write_new(made, path, data):
+    """A new file, 0400 (its folders 0700), whatever the umask."""
+    folder = os.path.dirname(path)
+    if folder not in made:
+        missing = []
+        while folder not in made and not os.path.isdir(folder):
+            missing.append(folder)
+            folder = os.path.dirname(folder)
+        for folder in reversed(missing):
+            os.mkdir(folder, 0o700)  # the umask can only narrow it
+            made.add(folder)
+        made.add(os.path.dirname(path))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o400)
+    with open(fd, "wb") as out:
+        out.write(data)
+
+
+def _check_hash(member, data, expected):
+    """The member's SHA-256 must be the one the build recorded in the manifest."""
+    try:
+        from _sha2 import sha256  # 3.12+; hashlib would load OpenSSL (~5 ms)
+    except ImportError:
+        try:
+            from _sha256 import sha256
+        except ImportError:
+            from hashlib import sha256
+    if expected is None or sha256(data).hexdigest() != expected:
+        from runtime.errors import BundleError
+
+        raise BundleError(f"the pyz is damaged: {member} does not match the SHA-256 its manifest records")
 
 
 def prune_cache(keep=None, *, root=None, now=None):

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import stat
 import sys
 import time
 import zipfile
@@ -383,7 +384,7 @@ def test_extracted_bundle_is_complete_and_precompiled(pyz: Path, monkeypatch: py
     manifest = manifest_of(pyz)
     digest, entry = next((d, e) for d, e in sorted(manifest.items()) if e["package"] == "msgspec")
     path = Path(_bundle._ensure(str(pyz), digest, entry))
-    files = {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()}
+    files = {p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()} - {_bundle.STAMP}
     expected = set(entry["files"]) | set(entry["common_files"])
     sources = sorted(f for f in expected if f.endswith(".py"))
     assert "msgspec/__init__.py" in sources and f"msgspec/{entry['so']}" in expected
@@ -392,7 +393,7 @@ def test_extracted_bundle_is_complete_and_precompiled(pyz: Path, monkeypatch: py
     pycs = {Path(importlib.util.cache_from_source(str(path / f))).relative_to(path).as_posix() for f in sources}
     assert files == expected | pycs
     if os.name == "posix":
-        assert oct(path.stat().st_mode & 0o777) == oct(0o755)
+        assert oct(path.stat().st_mode & 0o777) == oct(0o700)
 
 
 # --- the built pyz ------------------------------------------------------------------
@@ -609,3 +610,101 @@ def test_pyz_serves_http_with_the_bundled_default_config(pyz: Path, dirs: tuple[
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+# --- the native-module cache against other users (hardening item 14) ----------------
+
+
+def bundle_so(cache: Path) -> Path:
+    (so,) = (cache / "native").glob("msgspec-*/msgspec/_core*")
+    return so
+
+
+def so_hash_in_manifest(pyz: Path, so: Path) -> str:
+    """The SHA-256 of the module as the pyz stores it (the manifest records the same)."""
+    digest = so.parent.parent.name.rsplit("-", 1)[1]
+    with zipfile.ZipFile(pyz) as archive:
+        return hashlib.sha256(archive.read(f"_native/{digest}/msgspec/{so.name}")).hexdigest()
+
+
+@pytest.mark.pyz
+def test_manifest_records_every_files_sha256(pyz: Path) -> None:
+    for entry in manifest_of(pyz).values():
+        assert set(entry["sha256"]) == set(entry["files"]) | set(entry.get("common_files", ()))
+        assert all(len(h) == 64 for h in entry["sha256"].values())
+
+
+@pytest.mark.pyz
+@pytest.mark.parametrize("how", ["rewritten", "swapped-with-forged-mtime"])
+def test_tampered_extracted_module_is_re_extracted_before_import(pyz: Path, dirs: tuple[Path, Path, Path],
+                                                                 how: str) -> None:
+    """Decision: re-extract (the directory is moved aside), not refuse: the run goes on
+    with the module the manifest names, never with the tampered one."""
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp)
+    assert run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd).returncode == 0
+    so = bundle_so(cache)
+    good = so_hash_in_manifest(pyz, so)
+    assert sha256(so) == good
+    before = so.stat()
+    garbage = b"\0not an ELF file" * (before.st_size // 16)
+    if how == "rewritten":
+        so.chmod(0o600)
+        so.write_bytes(garbage)
+        so.chmod(0o400)
+    else:  # a new file under the old name, its size and mtime forged: the inode differs
+        fake = so.with_name("fake")
+        fake.write_bytes(garbage.ljust(before.st_size, b"\0"))
+        os.utime(fake, ns=(before.st_atime_ns, before.st_mtime_ns))
+        os.replace(fake, so)
+    assert sha256(so) != good
+    report = assert_probe_ok(run([base_python(), "-I", "-S", "-c", PROBE, str(pyz)], env, cwd), pyz, "3.11")
+    assert sha256(bundle_so(cache)) == good and report["encoded"] == '{"ok":true}'
+    (bundle,) = native_listing(cache)  # the tampered copy is gone, no debris
+    assert not bundle.startswith(_bundle.WORK_PREFIX)
+
+
+@pytest.mark.pyz
+@pytest.mark.parametrize("where", ["cache", "native"])
+def test_a_cache_other_users_can_write_is_refused(pyz: Path, dirs: tuple[Path, Path, Path], where: str) -> None:
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp)
+    assert run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd).returncode == 0
+    (cache if where == "cache" else cache / "native").chmod(0o777)
+    refused = run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd)
+    assert refused.returncode == 3 and runtime.__version__ not in refused.stdout
+    assert refused.stderr.count("\n") == 1 and "group- or world-writable (mode 777)" in refused.stderr
+
+
+@pytest.mark.pyz
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="chown to another uid needs root")
+def test_a_cache_owned_by_another_user_is_refused(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+    cache, tmp, cwd = dirs
+    cache.mkdir(mode=0o700)
+    os.chown(cache, 65534, 65534)  # e.g. planted in a shared /tmp before tern's first run
+    refused = run([base_python(), "-I", "-S", str(pyz), "version"], clean_env(cache, tmp), cwd)
+    assert refused.returncode == 3 and "owned by uid 65534" in refused.stderr
+
+
+@pytest.mark.pyz
+@pytest.mark.skipif(os.name != "posix", reason="modes")
+def test_a_cache_made_under_umask_000_is_private(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+    cache, tmp, cwd = dirs
+    cache = cache / "deeper" / "tern"  # missing parents are made private too
+    result = subprocess.run([base_python(), "-I", "-S", str(pyz), "version"], env=clean_env(cache, tmp), cwd=cwd,
+                            capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS,
+                            preexec_fn=lambda: os.umask(0))
+    assert result.returncode == 0, result.stderr
+    modes = {str(p.relative_to(dirs[0])): stat.S_IMODE(p.lstat().st_mode) for p in dirs[0].rglob("*")}
+    assert modes and all(mode == (0o700 if (dirs[0] / p).is_dir() else 0o400) for p, mode in modes.items()), modes
+
+
+@pytest.mark.pyz
+def test_a_damaged_pyz_member_is_refused_before_it_is_written(pyz: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    monkeypatch.setenv("TERN_CACHE_DIR", str(tmp_path))
+    digest, entry = next((d, e) for d, e in sorted(manifest_of(pyz).items()) if e["package"] == "msgspec")
+    entry = dict(entry, sha256=dict(entry["sha256"], **{f"msgspec/{entry['so']}": "0" * 64}))
+    with pytest.raises(BundleError, match="does not match the SHA-256"):
+        _bundle._ensure(str(pyz), digest, entry)
+    assert os.listdir(tmp_path / "native") == []

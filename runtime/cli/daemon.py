@@ -1,5 +1,6 @@
 """``tern status`` and ``tern events``: clients of the running daemon (found through
-its discovery file)."""
+its discovery file, which must pass ``host/discovery.py``'s checks before the key or
+the local token is sent anywhere)."""
 
 from __future__ import annotations
 
@@ -19,15 +20,14 @@ def add_commands(commands: Commands) -> None:
 def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
     """The running daemon's discovery record and the headers to call it with."""
     from runtime.config import load_config
-    from runtime.host.daemon import api_key, read_discovery
+    from runtime.host.daemon import client_headers, read_discovery
     from runtime.errors import TernError
 
     config = load_config(getattr(args, "config", None)).config
     record, why = read_discovery(config)
     if record is None:
         raise TernError(why)
-    key = api_key(config)
-    return record, ({"Authorization": f"Bearer {key}"} if key else {})
+    return record, client_headers(config)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -22,7 +22,11 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
 
 
 class ServerConfig(_Section):
-    """The daemon's HTTP server (A2A, POST /mcp, the API)."""
+    """The daemon's HTTP server (A2A, POST /mcp, the API).
+
+    With no ``api_key``/``api_key_env``, only tern's own OS user may call it: a loopback
+    client whose socket is ours, or one sending the state directory's ``local-token``;
+    ``allow_unauthenticated_remote`` lets anyone in (see docs/threat-model.md)."""
 
     listen: str = "127.0.0.1:50051"
     api_key: str = ""
@@ -274,7 +278,9 @@ class SecurityConfig(_Section):
 
 
 class StateConfig(_Section):
-    """Where tern keeps conversations, tasks, audit logs and workspaces."""
+    """Where tern keeps conversations, tasks, audit logs and workspaces, and the daemon's
+    ``daemon.json`` and ``local-token``. Must be owned by tern's user and not group- or
+    world-writable (``tern serve`` refuses it otherwise)."""
 
     dir: str = ""
 

@@ -4,7 +4,14 @@ SIGINT or SIGTERM starts a graceful shutdown (stop accepting, finish requests wi
 ``shutdown_grace_secs``, close MCP servers); a second signal cancels at once. A
 discovery file (``daemon.json`` in the state directory, mode 0600: pid, URL, start
 time) tells ``tern status`` and ``tern events`` where the daemon is; it is removed on
-a clean exit and recognised as stale when its pid is gone.
+a clean exit and recognised as stale when its pid is gone. Clients check it before they
+trust it (``discovery.py``).
+
+With no API key the daemon serves only its own OS user: a loopback peer's socket must
+belong to this uid (``net/peer.py``), or the request must carry the local token
+(``local-token`` in the state directory, 0600), which tern's own clients send. So the
+state directory must be ours and not group- or world-writable, or the daemon refuses
+to start.
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ from runtime.config import Config, parse_listen
 from runtime.errors import ConfigError, UsageError
 from runtime.log import get_logger, register_secret
 
-__all__ = ["serve", "api_key", "read_discovery", "discovery_path"]
+from runtime.host.discovery import (DISCOVERY_FILE, discovery_path, ensure_local_token, read_local_token,
+                                    read_record, trusted_daemon, unsafe_owner_or_mode)
+
+__all__ = ["serve", "api_key", "read_discovery", "discovery_path", "client_headers", "DISCOVERY_FILE"]
 
 log = get_logger("daemon")
-DISCOVERY_FILE = "daemon.json"
 
 
 def api_key(config: Config) -> str:
@@ -39,39 +48,35 @@ def api_key(config: Config) -> str:
     return key
 
 
-def discovery_path(config: Config) -> Path:
-    return Path(config.state.dir) / DISCOVERY_FILE
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_discovery(config: Config) -> tuple[dict[str, Any] | None, str]:
-    """(the live daemon's record, "") or (None, why not)."""
-    path = discovery_path(config)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        pid = int(record["pid"])
-    except FileNotFoundError:
-        return None, f"no tern daemon is running (no {path})"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return None, f"unreadable discovery file {path}: {exc}"
-    if not _pid_alive(pid):
-        return None, f"stale discovery file {path}: pid {pid} is gone (the daemon did not exit cleanly)"
-    return record, ""
+    """(the daemon's record, "") if a client may send it a key, else (None, why not)."""
+    return trusted_daemon(config)
+
+
+def client_headers(config: Config) -> dict[str, str]:
+    """What tern's own clients send a daemon found by ``read_discovery``: the API key,
+    else the local token (a daemon without a key wants it where it cannot tell who we are)."""
+    key = api_key(config)
+    if not key:
+        key = read_local_token(config)
+        if key:
+            register_secret(key)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def _check_state_dir(config: Config) -> Path:
+    state = Path(config.state.dir)
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    why = unsafe_owner_or_mode(os.stat(state), f"the state directory {state}")
+    if why:
+        raise UsageError(f"{why}: other users could plant the discovery file or read the local token; "
+                         "fix its owner and mode (chmod go-w) or set [state] dir")
+    return state
 
 
 def _write_discovery(config: Config, url: str) -> Path:
     path = discovery_path(config)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    record, why = read_discovery(config)
+    record, why = read_record(config)
     if record is not None and record.get("pid") != os.getpid():
         raise UsageError(f"another tern daemon (pid {record['pid']}, {record.get('url')}) uses the state "
                          f"directory {path.parent}; stop it or set [state] dir")
@@ -127,6 +132,11 @@ async def serve(config: Config, listen: str | None = None, *,
     except ValueError as exc:
         raise UsageError(f"--listen: {exc}") from None
     key = api_key(config)
+    _check_state_dir(config)
+    local_token = ""
+    if not key:
+        local_token = ensure_local_token(config)
+        register_secret(local_token)
     loopback = host == "localhost" or is_loopback(host)
     if not key and config.server.allow_unauthenticated_remote and not loopback:
         log.warning("SECURITY: listening on %s with no API key and allow_unauthenticated_remote = true: "
@@ -144,7 +154,7 @@ async def serve(config: Config, listen: str | None = None, *,
                                       for s in kernel.mcp.statuses()])
     access = Access(key, allow_unauthenticated_remote=config.server.allow_unauthenticated_remote,
                     loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
-                    cors_origins=config.server.cors_origins)
+                    cors_origins=config.server.cors_origins, local_token=local_token)
     limiter = RateLimiter(config.server.rate_limit_per_sec, config.server.rate_limit_burst)
     if node.a2a is not None:
         engine = node.a2a.engine

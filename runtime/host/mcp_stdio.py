@@ -3,7 +3,9 @@
 A running daemon (its discovery file is live and it answers ``/health``) makes
 ``tern mcp`` a relay: each message goes to the daemon's ``POST /mcp`` with the key,
 through tern's own Streamable HTTP client transport, and everything the daemon sends
-comes back on stdout. Otherwise a kernel boots in-process and ``LocalBackend`` answers
+comes back on stdout. The discovery file must pass ``discovery.py``'s checks first (a
+file that does not is logged in one line, and tern serves in-process). Otherwise a
+kernel boots in-process and ``LocalBackend`` answers
 over its ports.
 """
 
@@ -31,11 +33,10 @@ HEALTH_TIMEOUT_SECS = 1.0
 class RelayBackend:
     """Forwards to a running daemon's ``POST /mcp`` (see the module docstring)."""
 
-    def __init__(self, url: str, key: str, *, timeout_secs: float = 60.0) -> None:
+    def __init__(self, url: str, headers: dict[str, str], *, timeout_secs: float = 60.0) -> None:
         from runtime.mcp.client.streamable_http import StreamableHttpTransport
         from runtime.net.guard import AddressPolicy
 
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.url = url
         self.transport = StreamableHttpTransport("daemon", SimpleNamespace(url=url, headers=headers),
                                                  policy=AddressPolicy(), timeout_secs=timeout_secs, environ={})
@@ -96,8 +97,10 @@ async def daemon_url(config: Config) -> str | None:
     """The running daemon's URL if its discovery file is live and it answers /health."""
     from runtime.host.daemon import read_discovery
 
-    record, _why = read_discovery(config)
-    if record is None or not isinstance(record.get("url"), str):
+    record, why = read_discovery(config)
+    if record is None:
+        if why.startswith("not trusting"):
+            log.warning("%s; serving in-process", why)
         return None
     import httpx
 
@@ -125,13 +128,13 @@ def _stdio_streams() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
 async def serve_stdio(config: Config, *, relay: bool | None = None) -> None:
     """``tern mcp``: relay to a running daemon if there is one (``relay=None``: look),
     else serve from an in-process kernel."""
-    from runtime.host.daemon import api_key
+    from runtime.host.daemon import client_headers
 
     url = await daemon_url(config) if relay is not False else None
     stdin, stdout = _stdio_streams()
     if url is not None:
         log.info("relaying to the tern daemon at %s", url)
-        await StdioServer(RelayBackend(url + "/mcp", api_key(config)), stdin, stdout).serve()
+        await StdioServer(RelayBackend(url + "/mcp", client_headers(config)), stdin, stdout).serve()
         return
     from runtime.kernel.kernel import Kernel
     from runtime.mcp.server.dispatch import McpServer

@@ -4,8 +4,12 @@
   ``Authorization: Bearer KEY`` (the scheme is case-insensitive, as RFC 7235 says) or
   ``X-API-Key: KEY``, compared in constant time. Never from a query string: a request
   that tries gets a 401 saying so, and query strings are never logged.
-- With no key configured, only loopback clients get in, unless
-  ``allow_unauthenticated_remote`` is set (and then boot logs a warning).
+- With no key configured, only tern's own OS user gets in: a loopback client whose
+  socket belongs to our uid (``net/peer.py``, looked up once per connection by the
+  server), or one presenting the local token (``local-token`` in the state directory,
+  0600: where the peer's uid cannot be told). Another local user gets a 401, a remote
+  client a 403, unless ``allow_unauthenticated_remote`` is set (then anyone gets in,
+  and boot logs a warning).
 - DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 sends
   ``Host: evil.example``. So on a loopback listener the Host must be a loopback name
   (or one of ``allowed_hosts``), and a browser ``Origin`` must be this server's own or
@@ -21,7 +25,7 @@ from urllib.parse import urlsplit
 
 from runtime.httpd.messages import HttpError, Request
 
-__all__ = ["Access", "is_loopback"]
+__all__ = ["Access", "is_loopback", "peer_is_owner"]
 
 _QUERY_KEYS = ("api_key=", "apikey=", "key=", "token=", "access_token=")
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
@@ -42,10 +46,21 @@ def _host_name(value: str) -> str:
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
+def peer_is_owner(peer: tuple[str, int], local: tuple[str, int]) -> bool:
+    """Whether the loopback client socket ``peer`` belongs to this process's OS user."""
+    import os
+
+    from runtime.net.peer import loopback_peer_uid
+
+    return os.name == "posix" and loopback_peer_uid(peer, local) == os.geteuid()
+
+
 class Access:
     def __init__(self, api_key: str, *, allow_unauthenticated_remote: bool = False, loopback_listener: bool = True,
-                 allowed_hosts: list[str] | None = None, cors_origins: list[str] | None = None) -> None:
+                 allowed_hosts: list[str] | None = None, cors_origins: list[str] | None = None,
+                 local_token: str = "") -> None:
         self._key = api_key.encode() if api_key else b""
+        self._local_token = local_token.encode() if local_token else b""
         self.allow_unauthenticated_remote = allow_unauthenticated_remote
         self.loopback_listener = loopback_listener
         self.allowed_hosts = {h.lower() for h in (allowed_hosts or [])}
@@ -55,16 +70,32 @@ class Access:
     def has_key(self) -> bool:
         return bool(self._key)
 
-    def authenticate(self, request: Request, client_is_loopback: bool) -> None:
-        """Raise HttpError(401/403) unless the request may use a key-protected route."""
+    @property
+    def needs_peer_owner(self) -> bool:
+        """Whether a loopback request's answer depends on who owns the client socket."""
+        return not self._key and not self.allow_unauthenticated_remote
+
+    def authenticate(self, request: Request, client_is_loopback: bool, same_user: bool = False) -> None:
+        """Raise HttpError(401/403) unless the request may use a key-protected route.
+        ``same_user``: the client socket belongs to tern's own OS user."""
         if request.query and any(k in request.query.lower() for k in _QUERY_KEYS):
             raise HttpError(401, "API keys are not accepted in the query string; "
                             "send Authorization: Bearer KEY or X-API-Key: KEY")
         if not self._key:
-            if client_is_loopback or self.allow_unauthenticated_remote:
+            if self.allow_unauthenticated_remote:
                 return
-            raise HttpError(403, "this tern has no API key configured, so it serves loopback clients only; "
-                            "set [server] api_key_env to serve remote clients")
+            if not client_is_loopback:
+                raise HttpError(403, "this tern has no API key configured, so it serves loopback clients only; "
+                                "set [server] api_key_env to serve remote clients")
+            if same_user:
+                return
+            presented = self._presented(request)
+            if self._local_token and presented is not None and hmac.compare_digest(presented, self._local_token):
+                return
+            raise HttpError(401, "this tern has no API key configured, so it serves only its own OS user: "
+                            "this connection is not known to be theirs (send the local token from the "
+                            "state directory's local-token file as Authorization: Bearer TOKEN)",
+                            [(b"www-authenticate", b'Bearer realm="tern"')])
         presented = self._presented(request)
         if presented is None:
             raise HttpError(401, "an API key is required: Authorization: Bearer KEY or X-API-Key: KEY",

@@ -38,7 +38,7 @@ import trio
 
 from runtime.config import ServerConfig
 from runtime.errors import TernError, single_leaf
-from runtime.httpd.access import Access, is_loopback
+from runtime.httpd.access import Access, is_loopback, peer_is_owner
 from runtime.httpd.messages import HttpError, Request, Response, StreamResponse, error_body
 from runtime.httpd.router import Route, Router
 from runtime.log import get_logger
@@ -106,10 +106,12 @@ class _Connection:
     timeout fires up to one sweep tick late, which is nothing against seconds.
     """
 
-    __slots__ = ("stream", "client", "loopback", "h11", "timer", "phase", "deadline", "fd")
+    __slots__ = ("stream", "client", "loopback", "h11", "timer", "phase", "deadline", "fd", "sock", "same_user")
 
-    def __init__(self, stream: trio.abc.Stream, client: tuple[str, int], max_header_bytes: int) -> None:
-        self.stream = stream
+    def __init__(self, stream: trio.SocketStream, client: tuple[str, int], max_header_bytes: int) -> None:
+        self.stream: trio.abc.Stream = stream
+        self.sock = stream.socket
+        self.same_user: bool | None = None  # the client socket is our OS user's: looked up once, when needed
         self.fd = -1  # plain TCP only: the socket's fd, for the direct first write (HttpServer._send)
         self.client = client
         self.loopback = is_loopback(client[0])
@@ -354,7 +356,9 @@ class HttpServer:
             if route.guard_origin:
                 self.access.check_origin(request)
             if route.auth:
-                self.access.authenticate(request, conn.loopback)
+                if conn.same_user is None and conn.loopback and self.access.needs_peer_owner:
+                    conn.same_user = self._peer_is_owner(conn)
+                self.access.authenticate(request, conn.loopback, conn.same_user is True)
             if route.websocket:
                 status = 101
                 await self._websocket(conn, request)
@@ -391,6 +395,15 @@ class HttpServer:
             if self.metrics is not None:
                 self.metrics.observe_request(route.path if route else "(unmatched)", request.method, status,
                                              time.perf_counter() - started)
+
+    @staticmethod
+    def _peer_is_owner(conn: _Connection) -> bool:
+        """Once per connection (no key configured): is the loopback client's socket ours?"""
+        try:
+            local = conn.sock.getsockname()[:2]
+        except OSError:
+            return False
+        return peer_is_owner(conn.client, local)
 
     async def _read_body(self, conn: _Connection, request: Request) -> None:
         event = conn.h11.next_event()

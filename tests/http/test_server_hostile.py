@@ -839,7 +839,10 @@ def test_a_remote_client_needs_a_key_unless_explicitly_allowed():
     with pytest.raises(HttpError) as refused:
         Access("").authenticate(plain, client_is_loopback=False)
     assert refused.value.http_status == 403
-    Access("").authenticate(plain, client_is_loopback=True)
+    Access("").authenticate(plain, client_is_loopback=True, same_user=True)
+    with pytest.raises(HttpError) as other_user:  # loopback, but not tern's own OS user
+        Access("").authenticate(plain, client_is_loopback=True)
+    assert other_user.value.http_status == 401
     Access("", allow_unauthenticated_remote=True).authenticate(plain, client_is_loopback=False)
     Access(KEY).authenticate(keyed, client_is_loopback=False)
     with pytest.raises(HttpError) as missing:

@@ -1,0 +1,183 @@
+"""The daemon's discovery file and local token, and the checks before a client trusts them.
+
+``daemon.json`` (pid, URL) tells ``tern status``, ``tern events`` and ``tern mcp``'s
+relay where the daemon is, and they send it the API key or the local token. So a
+client believes the file only when (item 13 of the hardening issue):
+
+- the state directory and the file are owned by this OS user and not group- or
+  world-writable (nobody else can have planted or edited it), the file is a regular
+  file (not a symlink);
+- the pid is alive and runs as this user;
+- the URL is http(s) on a loopback address, and (where /proc tells) the socket
+  listening there belongs to this user.
+
+``local-token`` (0600, made at the daemon's first start) is what tern's own clients
+present when the daemon has no API key and cannot tell who a loopback peer is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from runtime.config import Config
+
+__all__ = ["DISCOVERY_FILE", "TOKEN_FILE", "discovery_path", "token_path", "read_record", "trusted_daemon",
+           "unsafe_owner_or_mode", "ensure_local_token", "read_local_token", "pid_alive"]
+
+DISCOVERY_FILE = "daemon.json"
+TOKEN_FILE = "local-token"
+MAX_FILE_BYTES = 64 * 1024
+
+
+def discovery_path(config: Config) -> Path:
+    return Path(config.state.dir) / DISCOVERY_FILE
+
+
+def token_path(config: Config) -> Path:
+    return Path(config.state.dir) / TOKEN_FILE
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def unsafe_owner_or_mode(st: os.stat_result, what: str) -> str:
+    """Why ``st`` is not safe to trust (another owner, group/world-writable), or ""."""
+    if os.name != "posix":
+        return ""
+    if st.st_uid != os.geteuid():
+        return f"{what} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"{what} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):o})"
+    return ""
+
+
+def _read_private(path: Path, what: str, secret: bool = False) -> tuple[bytes | None, str]:
+    """The file's bytes if it and its directory pass ``unsafe_owner_or_mode`` (and, for a
+    ``secret``, nobody else may read it either)."""
+    try:
+        why = unsafe_owner_or_mode(os.stat(path.parent), f"the state directory {path.parent}")
+        if why:
+            return None, why
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None, ""
+    except OSError as exc:
+        return None, f"cannot read {what} {path}: {exc.strerror or exc}"
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"{what} {path} is not a regular file"
+        why = unsafe_owner_or_mode(st, f"{what} {path}")
+        if why:
+            return None, why
+        if secret and os.name == "posix" and st.st_mode & 0o077:
+            return None, f"{what} {path} is readable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+        return handle.read(MAX_FILE_BYTES), ""
+
+
+def read_record(config: Config) -> tuple[dict[str, Any] | None, str]:
+    """The discovery record of a live daemon, unchecked (the daemon itself uses this to
+    find another daemon in its state directory); or (None, why not)."""
+    path = discovery_path(config)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        pid = int(record["pid"])
+    except FileNotFoundError:
+        return None, f"no tern daemon is running (no {path})"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return None, f"unreadable discovery file {path}: {exc}"
+    if not pid_alive(pid):
+        return None, f"stale discovery file {path}: pid {pid} is gone (the daemon did not exit cleanly)"
+    return record, ""
+
+
+def _pid_uid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def _loopback_url(url: Any) -> tuple[str, int] | None:
+    import ipaddress
+
+    if not isinstance(url, str):
+        return None
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or port is None or parts.path not in ("", "/") \
+            or parts.query or parts.username or parts.password:
+        return None
+    if host == "localhost":
+        return "127.0.0.1", port
+    try:
+        return (host, port) if ipaddress.ip_address(host).is_loopback else None
+    except ValueError:
+        return None
+
+
+def trusted_daemon(config: Config) -> tuple[dict[str, Any] | None, str]:
+    """The discovery record, if a client may send this daemon a key; else (None, why not:
+    one line)."""
+    from runtime.net.peer import listener_uid
+
+    path = discovery_path(config)
+    data, why = _read_private(path, "the discovery file")
+    if data is None:
+        return None, (f"not trusting {path}: {why}" if why else f"no tern daemon is running (no {path})")
+    try:
+        record = json.loads(data)
+        pid = int(record["pid"])
+    except (ValueError, KeyError, TypeError) as exc:
+        return None, f"unreadable discovery file {path}: {exc}"
+    if not pid_alive(pid):
+        return None, f"stale discovery file {path}: pid {pid} is gone (the daemon did not exit cleanly)"
+    owner = _pid_uid(pid)
+    if os.name == "posix" and owner is not None and owner != os.geteuid():
+        return None, f"not trusting {path}: its pid {pid} runs as uid {owner}, not as this user"
+    address = _loopback_url(record.get("url"))
+    if address is None:
+        return None, f"not trusting {path}: its URL {str(record.get('url'))[:200]!r} is not a loopback http(s) URL"
+    listener = listener_uid(*address)
+    if os.name == "posix" and listener is not None and listener != os.geteuid():
+        return None, f"not trusting {path}: the socket at {record['url']} belongs to uid {listener}, not this user"
+    return record, ""
+
+
+def ensure_local_token(config: Config) -> str:
+    """The local token, made (0600, 256 bits) if missing or not safe to reuse (another
+    user could have read or written it)."""
+    path = token_path(config)
+    data, _why = _read_private(path, "the local token", secret=True)
+    token = data.decode("ascii", "replace").strip() if data else ""
+    if len(token) >= 32:
+        return token
+    token = secrets.token_urlsafe(32)
+    temp = path.with_name(f".{TOKEN_FILE}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as handle:
+        handle.write(token)
+    os.replace(temp, path)
+    return token
+
+
+def read_local_token(config: Config) -> str:
+    """The local token for tern's own clients; "" when there is none safe to send."""
+    data, _why = _read_private(token_path(config), "the local token", secret=True)
+    return data.decode("ascii", "replace").strip() if data else ""

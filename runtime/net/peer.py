@@ -1,0 +1,102 @@
+"""Which OS user owns the other end of a loopback TCP connection (Linux).
+
+With no API key, tern serves only its own OS user. The kernel lists every TCP socket
+of this network namespace in ``/proc/net/tcp`` (``tcp6`` for IPv6) with its owner's
+uid; the peer's socket is the row whose local address is the peer's and whose remote
+address is ours. One lookup per connection, only when a request needs it, reading
+``tcp6`` only for an IPv6 peer and at most ``MAX_PROC_BYTES``: a peer not found is
+unknown (None), and unknown peers must present the local token instead.
+
+``TERN_PEER_UID=off`` turns the lookup off (every peer is unknown): what tern does
+where it cannot identify a peer (macOS, Windows, a /proc without ``net``); the tests
+use it to drive the token fallback.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+__all__ = ["loopback_peer_uid", "lookup_enabled", "listener_uid", "PEER_UID_ENV"]
+
+PEER_UID_ENV = "TERN_PEER_UID"
+MAX_PROC_BYTES = 8 * 1024 * 1024  # ~55,000 sockets; past that the peer counts as unknown
+_GONE_STATES = {b"06", b"07", b"0A", b"0C"}  # TIME_WAIT, CLOSE, LISTEN, NEW_SYN_RECV: no live owner
+
+
+def lookup_enabled() -> bool:
+    return os.path.isdir("/proc/net") and os.environ.get(PEER_UID_ENV, "").lower() != "off"
+
+
+def _hex(host: str, port: int, v6: bool) -> bytes:
+    """An address as /proc/net/tcp prints it: 32-bit words in host byte order, then the port."""
+    if v6:
+        words = struct.unpack("=4I", socket.inet_pton(socket.AF_INET6, host))
+        return ("".join(f"{w:08X}" for w in words) + f":{port:04X}").encode()
+    return (f"{struct.unpack('=I', socket.inet_aton(host))[0]:08X}:{port:04X}").encode()
+
+
+def _unmapped(host: str) -> str | None:
+    host = host.split("%")[0]
+    return host[7:] if host.lower().startswith("::ffff:") and "." in host else None
+
+
+def _scan(table: str, local: bytes, remote: bytes | None, listening: bool) -> int | None:
+    """The uid of the first row matching (local, remote), reading at most MAX_PROC_BYTES."""
+    try:
+        with open(f"/proc/net/{table}", "rb") as rows:
+            read = 0
+            rows.readline()  # the header
+            for row in rows:
+                read += len(row)
+                if read > MAX_PROC_BYTES:
+                    return None
+                fields = row.split()
+                if len(fields) < 8 or fields[1] != local:
+                    continue
+                if listening:
+                    if fields[3] == b"0A":
+                        return int(fields[7])
+                elif fields[2] == remote and fields[3] not in _GONE_STATES:
+                    return int(fields[7])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def loopback_peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+    """The uid owning the client socket ``peer`` connected to our socket ``local``; None
+    when it cannot be told (lookup off, not Linux, not found)."""
+    if not lookup_enabled():
+        return None
+    try:
+        peer_v4, local_v4 = _unmapped(peer[0]), _unmapped(local[0])
+        if peer_v4 is not None and local_v4 is not None:  # an IPv4 client of a dual-stack listener
+            uid = _scan("tcp", _hex(peer_v4, peer[1], False), _hex(local_v4, local[1], False), False)
+            if uid is not None:
+                return uid
+        v6 = ":" in peer[0]
+        return _scan("tcp6" if v6 else "tcp", _hex(peer[0].split("%")[0], peer[1], v6),
+                     _hex(local[0].split("%")[0], local[1], v6), False)
+    except (OSError, ValueError, struct.error):
+        return None
+
+
+def listener_uid(host: str, port: int) -> int | None:
+    """The uid owning the socket listening on ``host:port`` (an IP address), or None."""
+    if not lookup_enabled():
+        return None
+    try:
+        v6 = ":" in host
+        uid = _scan("tcp6" if v6 else "tcp", _hex(host, port, v6), None, True)
+        if uid is None and not v6:  # a dual-stack listener on :: also takes IPv4
+            for any_host in ("::", "::ffff:0.0.0.0"):
+                uid = _scan("tcp6", _hex(any_host, port, True), None, True)
+                if uid is not None:
+                    break
+        if uid is None:  # a wildcard listener
+            uid = _scan("tcp6" if v6 else "tcp", _hex("::" if v6 else "0.0.0.0", port, v6), None, True)
+        return uid
+    except (OSError, ValueError, struct.error):
+        return None
