@@ -33,6 +33,7 @@ from collections.abc import Callable
 import msgspec
 import trio
 
+from runtime.wire.depth import loads as json_loads
 from runtime.config import AgentConfig, Config
 from runtime.errors import AgentError, TernError, UnknownAgent
 from runtime.ports import AgentReply
@@ -246,7 +247,7 @@ def _arguments(message: str, schema: dict[str, Any]) -> dict[str, Any]:
     text = message.strip()
     if text.startswith("{"):
         try:
-            parsed = json.loads(text)
+            parsed = json_loads(text)
         except ValueError:
             parsed = None
         if isinstance(parsed, dict):

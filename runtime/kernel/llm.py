@@ -11,7 +11,6 @@ Ollama, llama.cpp's llama-server, LM Studio, vLLM and hosted APIs.
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from typing import Any
@@ -21,6 +20,7 @@ import httpx
 import msgspec
 import trio
 
+from runtime.wire.depth import loads as json_loads
 from runtime.config import ModelConfig
 from runtime.errors import TernError
 from runtime.wire.sse import SseDecoder
@@ -55,7 +55,7 @@ def _arguments(raw: Any) -> Any:
         if not raw.strip():
             return {}
         try:
-            return json.loads(raw)
+            return json_loads(raw)
         except ValueError:
             return raw  # malformed: the pipeline refuses it, and the model reads why
     return raw
@@ -177,7 +177,7 @@ class ChatClient:
             if len(raw) > MAX_REPLY_BYTES:
                 raise LlmError("the model's reply is too large")
             try:
-                data = json.loads(raw)
+                data = json_loads(raw)
             except ValueError:
                 text = raw.decode("utf-8", "replace")
                 if on_text:
@@ -194,7 +194,7 @@ class ChatClient:
     @staticmethod
     def _chunk(data: str, assembler: _Assembler, on_text: Callable[[str], None] | None) -> None:
         try:
-            chunk = json.loads(data)
+            chunk = json_loads(data)
         except ValueError:
             return  # a keep-alive or a malformed line: skip it
         for choice in chunk.get("choices") or [] if isinstance(chunk, dict) else []:
