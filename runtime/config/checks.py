@@ -42,6 +42,11 @@ def find_problems(config: Config) -> list[str]:
     problems += _positive(config.server, "server", ("max_body_bytes", "max_header_bytes", "max_connections",
                                                     "request_head_timeout_secs", "keep_alive_timeout_secs",
                                                     "write_timeout_secs", "rate_limit_burst"))
+    if config.server.max_connections_per_client < 0:
+        problems.append("server.max_connections_per_client: expected 0 (no cap) or more, "
+                        f"got {config.server.max_connections_per_client}")
+    if not 0 <= config.server.client_ipv6_prefix <= 128:
+        problems.append(f"server.client_ipv6_prefix: expected 0 to 128, got {config.server.client_ipv6_prefix}")
     if config.server.rate_limit_per_sec < 0:
         problems.append(f"server.rate_limit_per_sec: expected 0 (off) or more, got {config.server.rate_limit_per_sec}")
     problems += _duplicates([s.name for s in config.mcp_servers], "mcp_servers", "name")
