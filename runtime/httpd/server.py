@@ -47,6 +47,7 @@ import trio
 from runtime.config import ServerConfig
 from runtime.errors import TernError, single_leaf
 from runtime.httpd.access import Access, client_key, is_loopback
+from runtime.httpd.metrics import method_label
 from runtime.httpd.messages import HttpError, Request, Response, StreamResponse, error_body
 from runtime.httpd.router import Route, Router
 from runtime.log import get_logger
@@ -451,8 +452,8 @@ class HttpServer:
             return await self._send_error(conn, 500, "internal error", request=request, close=True, with_id=True)
         finally:
             if self.metrics is not None:
-                self.metrics.observe_request(route.path if route else "(unmatched)", request.method, status,
-                                             time.perf_counter() - started)
+                self.metrics.observe_request(route.path if route else "(unmatched)", method_label(request.method),
+                                             status, time.perf_counter() - started)
 
     async def _read_body(self, conn: _Connection, request: Request) -> None:
         event = conn.h11.next_event()
