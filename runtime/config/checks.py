@@ -13,7 +13,18 @@ import msgspec
 from runtime.config.schema import Config, StdioTransport
 from runtime.config.sentences import shorten
 
-__all__ = ["find_problems", "parse_listen"]
+__all__ = ["MIN_KEY_CHARS", "find_problems", "key_warning", "parse_listen"]
+
+MIN_KEY_CHARS = 16
+
+
+def key_warning(key: str) -> str | None:
+    """A sentence if the API key is short enough to guess (never the key itself).
+    A warning, not an error: a short key still beats none, and tests use them."""
+    if key and len(key) < MIN_KEY_CHARS:
+        return (f"the API key is {len(key)} characters long; use at least {MIN_KEY_CHARS} random ones "
+                "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return None
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -22,6 +22,7 @@ import trio
 
 from runtime import __version__
 from runtime.config import Config, parse_listen
+from runtime.config.checks import key_warning
 from runtime.errors import ConfigError, UsageError
 from runtime.log import get_logger, register_secret
 
@@ -127,6 +128,9 @@ async def serve(config: Config, listen: str | None = None, *,
     except ValueError as exc:
         raise UsageError(f"--listen: {exc}") from None
     key = api_key(config)
+    weak = key_warning(key)
+    if weak:
+        log.warning("SECURITY: %s", weak)
     loopback = host == "localhost" or is_loopback(host)
     if not key and config.server.allow_unauthenticated_remote and not loopback:
         log.warning("SECURITY: listening on %s with no API key and allow_unauthenticated_remote = true: "

@@ -423,7 +423,10 @@ class HttpServer:
                 await self._websocket(conn, request)
                 return False
             await self._read_body(conn, request)
-            result = await route.handler(request)
+            if route.watch_disconnect and conn.fd >= 0:
+                result = await self._watched(conn, route.handler, request)
+            else:
+                result = await route.handler(request)
             if isinstance(result, StreamResponse):
                 status = result.status
                 await self._stream(conn, request, result)
@@ -456,6 +459,11 @@ class HttpServer:
                                              status, time.perf_counter() - started)
 
     async def _read_body(self, conn: _Connection, request: Request) -> None:
+        if request.header(b"transfer-encoding") is not None and request.header(b"content-length") is not None:
+            # RFC 9112 6.1: a request smuggling pattern. h11 would go by Transfer-Encoding;
+            # a proxy in front may have gone by Content-Length. Refuse, and close.
+            raise h11.RemoteProtocolError("a request may not have both Content-Length and Transfer-Encoding",
+                                          error_status_hint=400)
         event = conn.h11.next_event()
         if type(event) is h11.EndOfMessage:  # no body (most GETs): no timer, no I/O
             return
@@ -483,6 +491,36 @@ class HttpServer:
             event = conn.h11.next_event()
         conn.no_deadline()
         request.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _watched(self, conn: _Connection, handler: Any, request: Request) -> Any:
+        """Run ``handler`` while watching the socket: a client that closes its connection
+        cancels it (an agent call then stops, its processes killed) instead of it running
+        on for an answer no one reads. Plain TCP only, as in ``_pump``."""
+        result: list[Any] = []
+
+        async def watch() -> None:
+            try:
+                data = await conn.stream.receive_some(READ_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            if data:  # a pipelined next request: keep it for after this response
+                conn.h11.receive_data(data)
+                return
+            nursery.cancel_scope.cancel()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                result.append(await handler(request))
+                nursery.cancel_scope.cancel()
+        except Exception as exc:  # the nursery's group: re-raise the one error inside
+            leaf = single_leaf(exc)
+            if leaf is not exc and isinstance(leaf, Exception):
+                raise leaf from None
+            raise
+        if not result:
+            raise trio.BrokenResourceError("the client closed the connection during the call")
+        return result[0]
 
     def _base_headers(self, request: Request | None) -> list[tuple[bytes, bytes]]:
         headers = [(b"date", self._date.get())]

@@ -25,6 +25,7 @@ same contextId).
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any
@@ -78,6 +79,8 @@ class Agents:
             text = await self._answer(agent, message, context_id, on_text, on_log, env)
             outcome = "ok"
         finally:
+            if outcome == "error" and trio.current_effective_deadline() == -math.inf:
+                outcome = "cancelled"  # the caller went away (or shutdown); a nursery may have grouped the Cancelled
             if self.pipeline.audit is not None:
                 self.pipeline.audit.record("agent_message", agent=name, context_id=context_id, outcome=outcome,
                                            ms=round((time.perf_counter() - started) * 1000, 3),
