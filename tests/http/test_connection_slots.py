@@ -200,3 +200,28 @@ def test_emfile_does_not_spin(tmp_path):
             process.kill()
             process.wait()
         log.close()
+
+
+async def test_accept_backs_off_on_emfile_and_logs_once(autojump_clock, caplog):
+    """EMFILE leaves the connection in the backlog, so accept fails again at once: over
+    10 s the server tries a handful of times (backoff doubling to 2 s), not 100, and
+    logs one warning, not one a failure."""
+    import errno
+    import logging
+
+    class Exhausted:
+        calls = 0
+
+        async def accept(self):
+            Exhausted.calls += 1
+            await trio.lowlevel.checkpoint()
+            raise OSError(errno.EMFILE, "Too many open files")
+
+    server = HttpServer(small_config(), None, None)  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="tern.http"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server._accept, Exhausted(), nursery)
+            await trio.sleep(10)
+            nursery.cancel_scope.cancel()
+    assert Exhausted.calls <= 12, Exhausted.calls
+    assert sum("accept failed" in r.getMessage() for r in caplog.records) == 1
