@@ -20,7 +20,8 @@ import trio
 from runtime.httpd.access import client_key
 from runtime.httpd.ratelimit import RateLimiter
 from runtime.httpd.server import HttpServer, fd_budget
-from tests.http.serving import RawClient, assert_healthy, request, small_config, start_server
+from runtime.httpd.access import Access
+from tests.http.serving import RawClient, State, assert_healthy, build_test_router, request, small_config, start_server
 from tests.test_cli import ROOT
 
 
@@ -225,3 +226,31 @@ async def test_accept_backs_off_on_emfile_and_logs_once(autojump_clock, caplog):
             nursery.cancel_scope.cancel()
     assert Exhausted.calls <= 12, Exhausted.calls
     assert sum("accept failed" in r.getMessage() for r in caplog.records) == 1
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no ::1 here")
+async def test_the_live_server_rate_limits_ipv6_clients_by_prefix(nursery):
+    limiter = RateLimiter(0.001, 3)
+    server = HttpServer(small_config(), build_test_router(State()), Access(""), limiter=limiter)
+    port = (await nursery.start(server.serve, "::1", 0))[0][1]
+    statuses = []
+    with trio.fail_after(10):
+        for _ in range(5):
+            stream = await trio.open_tcp_stream("::1", port)
+            client = RawClient(stream)
+            await client.send(request("GET", "/ok", {"Connection": "close"}))
+            response = await client.response()
+            statuses.append(response.status if response else 0)
+            await client.aclose()
+    assert statuses == [200, 200, 200, 429, 429]
+    assert list(limiter._tats) == ["::/64"]
+    server.shutdown()
