@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from runtime.cli.common import Commands, needs_subcommand
 
@@ -18,6 +19,8 @@ def add_commands(commands: Commands) -> None:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     from runtime.config import load_config
+    from runtime.config.checks import key_warning
+    from runtime.host.daemon import api_key
 
     loaded = load_config(args.path or getattr(args, "config", None))
     config = loaded.config
@@ -29,6 +32,9 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     print(f"  MCP servers ({len(config.mcp_servers)}): {servers}")
     print(f"  A2A peers ({len(config.a2a.external_agents)}): {peers}")
     print(f"  listen: {config.server.listen}   state: {config.state.dir}")
+    weak = key_warning(api_key(config))
+    if weak:
+        print(f"warning: {weak}", file=sys.stderr)
     return 0
 
 

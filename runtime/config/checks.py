@@ -14,7 +14,18 @@ from runtime.config.schema import Config, StdioTransport
 from runtime.config.sentences import shorten
 from runtime.config.shell_policy import rule_problems
 
-__all__ = ["find_problems", "parse_listen"]
+__all__ = ["MIN_KEY_CHARS", "find_problems", "key_warning", "parse_listen"]
+
+MIN_KEY_CHARS = 16
+
+
+def key_warning(key: str) -> str | None:
+    """A sentence if the API key is short enough to guess (never the key itself).
+    A warning, not an error: a short key still beats none, and tests use them."""
+    if key and len(key) < MIN_KEY_CHARS:
+        return (f"the API key is {len(key)} characters long; use at least {MIN_KEY_CHARS} random ones "
+                "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return None
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -43,6 +54,11 @@ def find_problems(config: Config) -> list[str]:
     problems += _positive(config.server, "server", ("max_body_bytes", "max_header_bytes", "max_connections",
                                                     "request_head_timeout_secs", "keep_alive_timeout_secs",
                                                     "write_timeout_secs", "rate_limit_burst"))
+    if config.server.max_connections_per_client < 0:
+        problems.append("server.max_connections_per_client: expected 0 (no cap) or more, "
+                        f"got {config.server.max_connections_per_client}")
+    if not 0 <= config.server.client_ipv6_prefix <= 128:
+        problems.append(f"server.client_ipv6_prefix: expected 0 to 128, got {config.server.client_ipv6_prefix}")
     if config.server.rate_limit_per_sec < 0:
         problems.append(f"server.rate_limit_per_sec: expected 0 (off) or more, got {config.server.rate_limit_per_sec}")
     problems += _duplicates([s.name for s in config.mcp_servers], "mcp_servers", "name")

@@ -26,7 +26,16 @@ class ServerConfig(_Section):
 
     With no ``api_key``/``api_key_env``, only tern's own OS user may call it: a loopback
     client whose socket is ours, or one sending the state directory's ``local-token``;
-    ``allow_unauthenticated_remote`` lets anyone in (see docs/threat-model.md)."""
+    ``allow_unauthenticated_remote`` lets anyone in (see docs/threat-model.md).
+
+
+    Connections: at most ``max_connections`` at once, lowered at start to what the
+    open-file soft limit leaves after a reserve for files and subprocesses; at most
+    ``max_connections_per_client`` from one client, where an IPv6 client is its first
+    ``client_ipv6_prefix`` bits (64 by default: one household or server holds a whole
+    /64), as it is for ``rate_limit_per_sec``. Above 75% of ``max_connections`` a new or
+    idle connection gets 1 s (not ``request_head_timeout_secs``) to start a request.
+    """
 
     listen: str = "127.0.0.1:50051"
     api_key: str = ""
@@ -36,7 +45,9 @@ class ServerConfig(_Section):
     rate_limit_burst: int = 100
     max_body_bytes: int = 10 * MiB
     max_header_bytes: int = 16 * 1024
-    max_connections: int = 1000
+    max_connections: int = 1000  # never more than the open-file soft limit allows (see httpd/server.py)
+    max_connections_per_client: int = 32  # per client address (IPv6: per prefix); 0 means no per-client cap
+    client_ipv6_prefix: int = 64  # IPv6 clients count as one per /64 for the above and the rate limit
     request_head_timeout_secs: float = 10.0
     keep_alive_timeout_secs: float = 5.0
     write_timeout_secs: float = 30.0

@@ -104,7 +104,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     router.add("GET", "/api/tools", tools, summary="every tool agents can call")
     router.add("GET", "/api/mcp/servers", mcp_servers, summary="configured and connected MCP servers")
     router.add("GET", "/api/agents", agents, summary="configured agents")
-    router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, summary="send an agent a message")
+    router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, watch_disconnect=True,
+               summary="send an agent a message")
     router.add("POST", "/api/echo", echo, summary="answer the JSON body back (load tests, client checks)")
     router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
     router.add("GET", "/api/events", events, websocket=True, summary="kernel events over a WebSocket")

@@ -29,6 +29,7 @@ import trio
 
 from runtime import __version__
 from runtime.config import Config, parse_listen
+from runtime.config.checks import key_warning
 from runtime.errors import ConfigError, UsageError
 from runtime.log import get_logger, register_secret
 
@@ -132,6 +133,9 @@ async def serve(config: Config, listen: str | None = None, *,
     except ValueError as exc:
         raise UsageError(f"--listen: {exc}") from None
     key = api_key(config)
+    weak = key_warning(key)
+    if weak:
+        log.warning("SECURITY: %s", weak)
     _check_state_dir(config)
     local_token = ""
     if not key:

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from runtime.httpd.messages import HttpError, Request
 
-__all__ = ["Access", "is_loopback", "peer_is_owner"]
+__all__ = ["Access", "client_key", "is_loopback", "peer_is_owner"]
 
 _QUERY_KEYS = ("api_key=", "apikey=", "key=", "token=", "access_token=")
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
@@ -36,6 +36,28 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.split("%")[0]).is_loopback
     except ValueError:
         return host.lower() == "localhost"
+
+
+def client_key(host: str, ipv6_prefix: int = 64) -> str:
+    """Who a client is, for the rate limit and the per-client connection cap.
+
+    An IPv4 address is itself. An IPv6 client usually holds a whole /64 and can rotate
+    through it at will, so it is keyed by its first ``ipv6_prefix`` bits (128: the
+    address itself); an IPv4-mapped address is its IPv4 address. Called once a
+    connection, never per request.
+    """
+    if ":" not in host:
+        return host
+    try:
+        address = ipaddress.IPv6Address(host.split("%")[0])
+    except ValueError:
+        return host
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    prefix = min(max(ipv6_prefix, 0), 128)
+    if prefix == 128:
+        return str(address)
+    return str(ipaddress.IPv6Network((int(address) >> (128 - prefix) << (128 - prefix), prefix)))
 
 
 def _host_name(value: str) -> str:

@@ -15,6 +15,7 @@ import msgspec
 import trio
 
 from runtime.errors import TernError
+from runtime.wire.depth import MAX_DEPTH, too_deep
 
 __all__ = ["Request", "Response", "StreamResponse", "HttpError", "json_response", "error_body"]
 
@@ -86,6 +87,8 @@ class Request:
                 raise HttpError(415, f"expected Content-Type application/json, got {media or 'nothing'}")
         if not self.body:
             raise HttpError(400, "the request body is empty; expected JSON")
+        if too_deep(self.body):
+            raise HttpError(400, f"the request body is not valid JSON: nested more than {MAX_DEPTH} levels deep")
         try:
             return msgspec.json.decode(self.body, type=type)
         except msgspec.ValidationError as exc:

@@ -5,8 +5,12 @@ lookups and list increments (series in nested dicts keyed by label value, so no 
 tuple is built; bucket found by bisect), and a scrape only ever needs a handful of
 families. ``render()`` builds the text; serving it is the caller's business.
 
-Label values come from the outside (methods, tool names, route labels), so every
-family holds at most ``max_series`` label sets. New ones past that fold into one
+Label values from a request are mapped to a closed set before they get here: the
+route is its template (or "(unmatched)"), the status is ours, and the method goes
+through ``method_label`` (a known method, else "other"): a junk method up to the
+header limit long, once a series, made a scrape megabytes. Other label values still
+come from the outside (tool names), so every family also holds at most
+``max_series`` label sets. New ones past that fold into one
 series whose label values are all ``"other"``, and
 ``tern_metrics_dropped_series_total{family}`` counts the folded observations: a
 flood of junk cannot grow memory, and it shows.
@@ -24,12 +28,20 @@ from collections.abc import Callable, Iterable
 
 from runtime import __version__
 
-__all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "MAX_SERIES", "Metrics"]
+__all__ = ["CONTENT_TYPE", "DURATION_BUCKETS", "MAX_SERIES", "Metrics", "method_label"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MAX_SERIES = 1_000
 OTHER = "other"
+
+_METHODS = {m: m for m in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE")}
+
+
+def method_label(method: str) -> str:
+    """The ``method`` label for an HTTP method: one of the standard ones, else "other"."""
+    return _METHODS.get(method, OTHER)
+
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")

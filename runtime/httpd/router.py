@@ -2,8 +2,10 @@
 
 Static paths are one dict lookup (the hot path: ``/health``, ``/mcp``); only paths
 with parameters are matched segment by segment. Each route carries its policy: whether
-it needs the API key, its rate-limit cost, whether the Host/Origin checks apply, and
-whether it is a WebSocket endpoint.
+it needs the API key, its rate-limit cost, whether the Host/Origin checks apply,
+whether it is a WebSocket endpoint, and whether a client that disconnects while the
+handler runs cancels it (``watch_disconnect``: for long calls whose answer no one
+would read once the client is gone).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ Handler = Callable[[Request], Awaitable[Any]]
 
 
 class Route:
-    __slots__ = ("method", "path", "handler", "auth", "cost", "guard_origin", "websocket", "summary")
+    __slots__ = ("method", "path", "handler", "auth", "cost", "guard_origin", "websocket", "watch_disconnect",
+                 "summary")
 
     def __init__(self, method: str, path: str, handler: Handler, *, auth: bool = True, cost: float = 1.0,
-                 guard_origin: bool = True, websocket: bool = False, summary: str = "") -> None:
+                 guard_origin: bool = True, websocket: bool = False, watch_disconnect: bool = False,
+                 summary: str = "") -> None:
         self.method = method
         self.path = path  # the template, e.g. /api/agents/{name}/message; also the metrics label
         self.handler = handler
@@ -31,6 +35,7 @@ class Route:
         self.cost = cost
         self.guard_origin = guard_origin
         self.websocket = websocket
+        self.watch_disconnect = watch_disconnect
         self.summary = summary
 
 

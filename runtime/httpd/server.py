@@ -7,7 +7,15 @@ One task per connection, keep-alive, and a bound on everything a client controls
   ``keep_alive_timeout_secs``; every write must finish within ``write_timeout_secs``;
 - the body is refused (413) from its Content-Length before a byte is read, and a
   chunked body is cut off the moment it passes ``max_body_bytes``;
-- at most ``max_connections`` at once: the next one gets a 503 and is closed.
+- at most ``max_connections`` at once, and ``max_connections_per_client`` from one
+  client (``access.client_key``: an IPv6 client by its /64): the next gets a 503 and is
+  closed. ``max_connections`` is lowered at start to the open-file soft limit minus a
+  reserve (a quarter, at least 64) for files and subprocesses, so the process runs
+  out of connection slots, which it answers, before it runs out of descriptors;
+- under pressure (above 75% of the cap) a connection that has not started a request
+  (new, TLS handshake, or idle keep-alive) gets ``PRESSURE_IDLE_SECS``, not the usual
+  timeout, so idle sockets cannot hold the slots that working clients need;
+- a failing ``accept`` (EMFILE, ENFILE) backs off, doubling up to 2 s, and logs once.
 
 Per request, in this order: rate limit (per client address, the route's cost) ->
 route -> Host/Origin -> API key -> body -> handler. So a client without a key never
@@ -38,7 +46,8 @@ import trio
 
 from runtime.config import ServerConfig
 from runtime.errors import TernError, single_leaf
-from runtime.httpd.access import Access, is_loopback, peer_is_owner
+from runtime.httpd.access import Access, client_key, is_loopback, peer_is_owner
+from runtime.httpd.metrics import method_label
 from runtime.httpd.messages import HttpError, Request, Response, StreamResponse, error_body
 from runtime.httpd.router import Route, Router
 from runtime.log import get_logger
@@ -48,6 +57,22 @@ __all__ = ["HttpServer"]
 log = get_logger("http")
 
 READ_BYTES = 65536
+PRESSURE = 0.75  # above this share of max_connections, connections not in a request go sooner
+PRESSURE_IDLE_SECS = 1.0
+_ACCEPT_BACKOFF_MAX = 2.0
+
+
+def fd_budget(max_connections: int) -> int:
+    """``max_connections``, lowered to leave a reserve of open files (a quarter of the
+    soft RLIMIT_NOFILE, at least 64) for the process's own files and subprocesses."""
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit
+        return max_connections
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return max_connections
+    return max(1, min(max_connections, soft - max(64, soft // 4)))
 _JSON = b"application/json"
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
@@ -106,14 +131,16 @@ class _Connection:
     timeout fires up to one sweep tick late, which is nothing against seconds.
     """
 
-    __slots__ = ("stream", "client", "loopback", "h11", "timer", "phase", "deadline", "fd", "sock", "same_user")
+    __slots__ = ("stream", "client", "key", "loopback", "h11", "timer", "phase", "deadline", "fd", "sock",
+                 "same_user")
 
-    def __init__(self, stream: trio.SocketStream, client: tuple[str, int], max_header_bytes: int) -> None:
-        self.stream: trio.abc.Stream = stream
+    def __init__(self, stream: trio.SocketStream, client: tuple[str, int], key: str, max_header_bytes: int) -> None:
+        self.stream: trio.abc.Stream = stream  # an SSLStream over it once TLS is on
         self.sock = stream.socket
         self.same_user: bool | None = None  # the client socket is our OS user's: looked up once, when needed
         self.fd = -1  # plain TCP only: the socket's fd, for the direct first write (HttpServer._send)
         self.client = client
+        self.key = key  # the rate limit's and the per-client cap's key (access.client_key)
         self.loopback = is_loopback(client[0])
         self.h11 = _H11(h11.SERVER, max_incomplete_event_size=max_header_bytes)
         self.timer = trio.CancelScope()
@@ -139,6 +166,12 @@ class HttpServer:
         self.metrics = metrics
         self.ssl_context = ssl_context
         self.active = 0
+        self.max_connections = fd_budget(config.max_connections)
+        if self.max_connections < config.max_connections:
+            log.info("max_connections lowered from %d to %d to fit the open-file limit", config.max_connections,
+                     self.max_connections)
+        self._pressure = max(1, int(self.max_connections * PRESSURE))
+        self._per_client: dict[str, int] = {}
         self._connections: set[_Connection] = set()
         self._streams: set[trio.CancelScope] = set()
         self._terminating = trio.Event()
@@ -187,18 +220,32 @@ class HttpServer:
         while True:
             await trio.sleep(tick)
             now = trio.current_time()
+            if self.active > self._pressure:  # connections not in a request go sooner (see the module doc)
+                soon = now + PRESSURE_IDLE_SECS
+                for conn in self._connections:
+                    if conn.phase in ("idle", "handshake") and conn.deadline > soon:
+                        conn.deadline = soon
             for conn in self._connections:
                 if conn.deadline < now:
                     conn.timer.cancel()
 
     async def _accept(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
+        """Accept forever. EMFILE and friends leave the connection in the backlog, so
+        the listener stays readable: back off (doubling, up to 2 s) instead of
+        spinning, and log once an episode, not once a failure."""
+        backoff = 0.0
         while True:
             try:
                 stream = await listener.accept()
-            except OSError as exc:  # EMFILE and friends: back off instead of spinning
-                log.warning("accept failed: %s", exc)
-                await trio.sleep(0.1)
+            except OSError as exc:
+                if not backoff:
+                    log.warning("accept failed (%s); backing off until it succeeds", exc)
+                backoff = min(max(backoff * 2, 0.05), _ACCEPT_BACKOFF_MAX)
+                await trio.sleep(backoff)
                 continue
+            if backoff:
+                log.info("accepting connections again")
+                backoff = 0.0
             connections.start_soon(self._serve_connection, stream)
 
     # --- One connection -----------------------------------------------------------------
@@ -209,18 +256,24 @@ class HttpServer:
         except OSError:
             await trio.aclose_forcefully(stream)
             return
-        if self.active >= self.config.max_connections:
-            await self._refuse_full(stream)
+        if self.active >= self.max_connections:
+            await self._refuse_full(stream, "too many connections; try again shortly")
             return
+        key = client_key(client[0], self.config.client_ipv6_prefix)
+        per_client = self._per_client.get(key, 0)
+        if per_client >= self.config.max_connections_per_client > 0:
+            await self._refuse_full(stream, "too many connections from your address; try again shortly")
+            return
+        self._per_client[key] = per_client + 1
         self.active += 1
-        conn = _Connection(stream, client, self.config.max_header_bytes)
+        conn = _Connection(stream, client, key, self.config.max_header_bytes)
         self._connections.add(conn)
         try:
             with conn.timer:
                 if self.ssl_context is not None:
                     tls = trio.SSLStream(stream, self.ssl_context, server_side=True)
                     conn.stream = tls
-                    conn.expire_in("handshake", self.config.request_head_timeout_secs)
+                    conn.expire_in("handshake", self._first_wait())
                     await tls.do_handshake()
                 elif os.name != "nt":  # TLS: every byte must go through the SSLStream instead
                     conn.fd = stream.socket.fileno()
@@ -233,12 +286,23 @@ class HttpServer:
             log.exception("connection from %s failed", client[0])
         finally:
             self.active -= 1
+            left = self._per_client[key] - 1
+            if left:
+                self._per_client[key] = left
+            else:
+                del self._per_client[key]
             self._connections.discard(conn)
             await trio.aclose_forcefully(conn.stream)
 
-    async def _refuse_full(self, stream: trio.SocketStream) -> None:
+    def _first_wait(self) -> float:
+        """How long a new connection may take to start its first request."""
+        if self.active > self._pressure:
+            return min(PRESSURE_IDLE_SECS, self.config.request_head_timeout_secs)
+        return self.config.request_head_timeout_secs
+
+    async def _refuse_full(self, stream: trio.SocketStream, message: str) -> None:
         conn = h11.Connection(h11.SERVER)
-        body = error_body(503, "too many connections; try again shortly")
+        body = error_body(503, message)
         data = conn.send(h11.Response(status_code=503, reason=b"Service Unavailable", headers=[
             (b"content-type", _JSON), (b"content-length", str(len(body)).encode()), (b"connection", b"close"),
             (b"retry-after", b"1")]))
@@ -309,7 +373,7 @@ class HttpServer:
             conn.no_deadline()  # the last response's write deadline must not bound the handler
             return event
         config = self.config
-        conn.expire_in("idle", config.request_head_timeout_secs if first else config.keep_alive_timeout_secs)
+        conn.expire_in("idle", self._first_wait() if first else config.keep_alive_timeout_secs)
         await self._receive(conn)
         event = conn.h11.next_event()
         if event is h11.NEED_DATA:  # the head came in pieces: now the head timeout
@@ -344,13 +408,13 @@ class HttpServer:
         status = 500
         try:
             if self.limiter is not None:
-                wait = self.limiter.check(conn.client[0], 1.0)
+                wait = self.limiter.check(conn.key, 1.0)
                 if wait:
                     raise HttpError(429, "too many requests", [(b"retry-after", str(int(wait) + 1).encode())])
             route, request.params = self.router.match(request.method, request.path)
             request.route = route
             if route.cost > 1.0 and self.limiter is not None:
-                wait = self.limiter.check(conn.client[0], route.cost - 1.0)
+                wait = self.limiter.check(conn.key, route.cost - 1.0)
                 if wait:
                     raise HttpError(429, "too many requests", [(b"retry-after", str(int(wait) + 1).encode())])
             if route.guard_origin:
@@ -364,7 +428,10 @@ class HttpServer:
                 await self._websocket(conn, request)
                 return False
             await self._read_body(conn, request)
-            result = await route.handler(request)
+            if route.watch_disconnect and conn.fd >= 0:
+                result = await self._watched(conn, route.handler, request)
+            else:
+                result = await route.handler(request)
             if isinstance(result, StreamResponse):
                 status = result.status
                 await self._stream(conn, request, result)
@@ -393,8 +460,8 @@ class HttpServer:
             return await self._send_error(conn, 500, "internal error", request=request, close=True, with_id=True)
         finally:
             if self.metrics is not None:
-                self.metrics.observe_request(route.path if route else "(unmatched)", request.method, status,
-                                             time.perf_counter() - started)
+                self.metrics.observe_request(route.path if route else "(unmatched)", method_label(request.method),
+                                             status, time.perf_counter() - started)
 
     @staticmethod
     def _peer_is_owner(conn: _Connection) -> bool:
@@ -406,6 +473,11 @@ class HttpServer:
         return peer_is_owner(conn.client, local)
 
     async def _read_body(self, conn: _Connection, request: Request) -> None:
+        if request.header(b"transfer-encoding") is not None and request.header(b"content-length") is not None:
+            # RFC 9112 6.1: a request smuggling pattern. h11 would go by Transfer-Encoding;
+            # a proxy in front may have gone by Content-Length. Refuse, and close.
+            raise h11.RemoteProtocolError("a request may not have both Content-Length and Transfer-Encoding",
+                                          error_status_hint=400)
         event = conn.h11.next_event()
         if type(event) is h11.EndOfMessage:  # no body (most GETs): no timer, no I/O
             return
@@ -433,6 +505,36 @@ class HttpServer:
             event = conn.h11.next_event()
         conn.no_deadline()
         request.body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _watched(self, conn: _Connection, handler: Any, request: Request) -> Any:
+        """Run ``handler`` while watching the socket: a client that closes its connection
+        cancels it (an agent call then stops, its processes killed) instead of it running
+        on for an answer no one reads. Plain TCP only, as in ``_pump``."""
+        result: list[Any] = []
+
+        async def watch() -> None:
+            try:
+                data = await conn.stream.receive_some(READ_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            if data:  # a pipelined next request: keep it for after this response
+                conn.h11.receive_data(data)
+                return
+            nursery.cancel_scope.cancel()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                result.append(await handler(request))
+                nursery.cancel_scope.cancel()
+        except Exception as exc:  # the nursery's group: re-raise the one error inside
+            leaf = single_leaf(exc)
+            if leaf is not exc and isinstance(leaf, Exception):
+                raise leaf from None
+            raise
+        if not result:
+            raise trio.BrokenResourceError("the client closed the connection during the call")
+        return result[0]
 
     def _base_headers(self, request: Request | None) -> list[tuple[bytes, bytes]]:
         headers = [(b"date", self._date.get())]

@@ -14,8 +14,9 @@ import h11
 import trio
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Message, Ping, Request as WsRequest
+from wsproto.utilities import RemoteProtocolError
 
-from runtime.httpd.messages import Request
+from runtime.httpd.messages import HttpError, Request
 
 __all__ = ["ServerWebSocket", "serve_websocket"]
 
@@ -78,8 +79,15 @@ class ServerWebSocket:
 
 async def serve_websocket(stream: trio.abc.Stream, conn: h11.Connection, request: Request,
                           terminating: trio.Event) -> None:
+    upgrade = request.header(b"upgrade")
+    if upgrade is None or upgrade.strip().lower() != "websocket":
+        raise HttpError(426, "this endpoint speaks WebSocket only: send Upgrade: websocket",
+                        [(b"upgrade", b"websocket")])
     ws = WSConnection(ConnectionType.SERVER)
-    ws.initiate_upgrade_connection(request.headers, request.path)
+    try:
+        ws.initiate_upgrade_connection(request.headers, request.path)
+    except RemoteProtocolError as exc:  # a missing key, a wrong version...
+        raise HttpError(400, f"a WebSocket upgrade that cannot be accepted: {exc}") from None
     leftover, _ = conn.trailing_data
     for event in ws.events():
         if isinstance(event, WsRequest):

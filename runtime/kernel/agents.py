@@ -25,6 +25,7 @@ same contextId).
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any
@@ -33,6 +34,7 @@ from collections.abc import Callable
 import msgspec
 import trio
 
+from runtime.wire.depth import loads as json_loads
 from runtime.config import AgentConfig, Config
 from runtime.errors import AgentError, TernError, UnknownAgent
 from runtime.ports import AgentReply
@@ -77,6 +79,8 @@ class Agents:
             text = await self._answer(agent, message, context_id, on_text, on_log, env)
             outcome = "ok"
         finally:
+            if outcome == "error" and trio.current_effective_deadline() == -math.inf:
+                outcome = "cancelled"  # the caller went away (or shutdown); a nursery may have grouped the Cancelled
             if self.pipeline.audit is not None:
                 self.pipeline.audit.record("agent_message", agent=name, context_id=context_id, outcome=outcome,
                                            ms=round((time.perf_counter() - started) * 1000, 3),
@@ -246,7 +250,7 @@ def _arguments(message: str, schema: dict[str, Any]) -> dict[str, Any]:
     text = message.strip()
     if text.startswith("{"):
         try:
-            parsed = json.loads(text)
+            parsed = json_loads(text)
         except ValueError:
             parsed = None
         if isinstance(parsed, dict):

@@ -11,7 +11,6 @@ Ollama, llama.cpp's llama-server, LM Studio, vLLM and hosted APIs.
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from typing import Any
@@ -21,6 +20,7 @@ import httpx
 import msgspec
 import trio
 
+from runtime.wire.depth import loads as json_loads
 from runtime.config import ModelConfig
 from runtime.errors import TernError
 from runtime.wire.sse import SseDecoder
@@ -55,10 +55,26 @@ def _arguments(raw: Any) -> Any:
         if not raw.strip():
             return {}
         try:
-            return json.loads(raw)
+            return json_loads(raw)
         except ValueError:
             return raw  # malformed: the pipeline refuses it, and the model reads why
     return raw
+
+
+async def _read_bounded(response: httpx.Response, limit: int, *, cut: bool = False) -> bytes:
+    """The body, read piece by piece and stopped once past ``limit`` bytes: a model
+    server's reply is never held whole before its size is known. ``cut``: keep the
+    first ``limit`` bytes instead of refusing."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            if cut:
+                return b"".join(chunks)[:limit]
+            raise LlmError("the model's reply is too large")
+    return b"".join(chunks)
 
 
 class _Assembler:
@@ -161,23 +177,25 @@ class ChatClient:
                 after = response.headers.get("retry-after", "")
                 raise _Retry(response.status_code, float(after) if after.replace(".", "", 1).isdigit() else None)
             if response.status_code >= 400:
-                text = (await response.aread())[:300].decode("utf-8", "replace")
+                text = (await _read_bounded(response, 300, cut=True)).decode("utf-8", "replace")
                 raise LlmError(f"the model at {self.model.base_url} refused the request: HTTP "
                                f"{response.status_code}: {text}")
             content_type = response.headers.get("content-type", "")
             if "text/event-stream" in content_type:
                 decoder = SseDecoder(MAX_REPLY_BYTES)
+                streamed = 0
                 async for chunk in response.aiter_bytes():
+                    streamed += len(chunk)
+                    if streamed > MAX_REPLY_BYTES:
+                        raise LlmError("the model's reply is too large")
                     for event in decoder.feed(chunk):
                         if event.data.strip() == "[DONE]":
                             return assembler.turn()
                         self._chunk(event.data, assembler, on_text)
                 return assembler.turn()
-            raw = await response.aread()
-            if len(raw) > MAX_REPLY_BYTES:
-                raise LlmError("the model's reply is too large")
+            raw = await _read_bounded(response, MAX_REPLY_BYTES)
             try:
-                data = json.loads(raw)
+                data = json_loads(raw)
             except ValueError:
                 text = raw.decode("utf-8", "replace")
                 if on_text:
@@ -194,7 +212,7 @@ class ChatClient:
     @staticmethod
     def _chunk(data: str, assembler: _Assembler, on_text: Callable[[str], None] | None) -> None:
         try:
-            chunk = json.loads(data)
+            chunk = json_loads(data)
         except ValueError:
             return  # a keep-alive or a malformed line: skip it
         for choice in chunk.get("choices") or [] if isinstance(chunk, dict) else []:

@@ -21,6 +21,7 @@ import msgspec
 from msgspec import UNSET
 
 from runtime.errors import RpcError
+from runtime.wire.depth import MAX_DEPTH, too_deep
 
 __all__ = [
     "PARSE_ERROR",
@@ -169,6 +170,8 @@ def parse(data: bytes) -> Message:
     not JSON (or not UTF-8), -32600 for JSON that is not a valid message, and
     :class:`BatchNotSupported` for a non-empty array.
     """
+    if too_deep(data):
+        raise InvalidMessage(PARSE_ERROR, f"Parse error: JSON nested more than {MAX_DEPTH} levels deep")
     try:
         msg = _loose_decoder.decode(data)
     except msgspec.ValidationError:

@@ -557,7 +557,8 @@ def open_files_for_a_thousand():
 async def test_a_thousand_concurrent_connections(nursery, open_files_for_a_thousand):
     n = THOUSAND
     with trio.fail_after(30):
-        served = await start_server(nursery, small_config(max_connections=2000, request_head_timeout_secs=20.0))
+        served = await start_server(nursery, small_config(max_connections=2000, max_connections_per_client=0,
+                                                          request_head_timeout_secs=20.0))
         connected = 0
         all_connected = trio.Event()
         go = trio.Event()

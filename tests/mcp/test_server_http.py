@@ -207,10 +207,10 @@ async def test_a_client_that_disconnects_cancels_its_call(nursery, tmp_path):
                     break  # the "started" progress: the call is running; now go away
     audit = tmp_path / "state" / "audit.jsonl"
     with trio.fail_after(5):
-        while not (audit.exists() and '"outcome":"error"' in audit.read_text()):
+        while not (audit.exists() and '"outcome":"cancelled"' in audit.read_text()):
             await trio.sleep(0.05)
     record = [json.loads(line) for line in audit.read_text().splitlines() if '"agent_message"' in line][-1]
-    assert record["agent"] == "slow-poke" and record["outcome"] == "error" and record["ms"] < 5000
+    assert record["agent"] == "slow-poke" and record["outcome"] == "cancelled" and record["ms"] < 5000
 
 
 async def test_notifications_cancelled_over_http(mcp_url):

@@ -285,7 +285,8 @@ async def test_cancelled_call_gets_no_answer_and_the_server_goes_on(tern, tmp_pa
         assert late.get("id") != 1 or late.get("method"), f"a cancelled call was answered: {late}"
     await trio.sleep(0.2)
     audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
-    assert any(r["kind"] == "agent_message" and r["agent"] == "slow-poke" and r["outcome"] == "error" for r in audit)
+    assert any(r["kind"] == "agent_message" and r["agent"] == "slow-poke" and r["outcome"] == "cancelled"
+               for r in audit)
     assert any(
         r["kind"] == "tool_call" and r["tool"] == "agent_send" and r["outcome"] == "cancelled" for r in audit
     )  # the pipeline audits the cancelled call as such

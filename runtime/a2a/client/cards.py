@@ -12,12 +12,12 @@ the legacy 0.1 shape (``tasks/send``).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import msgspec
 
+from runtime.wire.depth import loads as json_loads
 from runtime.a2a.client.requests import A2aClientError, snippet
 
 __all__ = ["RemoteAgent", "NoCard", "CARD_PATHS", "card_urls", "read_card", "remote"]
@@ -60,7 +60,7 @@ def card_urls(url: str) -> list[str]:
 def read_card(body: bytes, card_url: str, content_type: str) -> dict[str, Any]:
     """The card in a 200 answer's ``body``; :class:`NoCard` says why it is not one."""
     try:
-        card = json.loads(body)
+        card = json_loads(body)
     except (ValueError, UnicodeDecodeError):
         kind = content_type.split(";")[0]
         raise NoCard(f"{short(card_url)}: not JSON ({kind}: {snippet(body)})") from None

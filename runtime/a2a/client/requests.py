@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from msgspec import UNSET
 
+from runtime.wire.depth import loads as json_loads
 from runtime.a2a import dialects, protocol
 from runtime.a2a.dialects import BadMessage
 from runtime.a2a.model import INTERRUPTED, TERMINAL, ArtifactEvent, Message, StatusEvent, Task, new_id, text_of
@@ -138,7 +139,7 @@ def _said(raw: bytes) -> str:
 
 def _loads(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
+        return json_loads(raw)
     except (ValueError, UnicodeDecodeError):
         return None
 
@@ -205,7 +206,7 @@ def read_seed(raw: bytes, status: int, name: str, method: str, url: str) -> Any:
     if status != 200:
         raise A2aClientError(f"{name}: {method}: HTTP {status} from {url}: {snippet(raw) if raw else 'empty'}")
     try:
-        return json.loads(raw)
+        return json_loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise A2aClientError(f"{name}: {method}: not JSON from {url}: {snippet(raw)}") from None
 

@@ -5,19 +5,36 @@ One card per agent, in the 1.0 shape with the 0.3 compatibility fields (``url``,
 serve it, plus the legacy 0.1 shape for ``/.well-known/agent.json``. Capabilities say
 only what works: streaming and push notifications (``push.py``).
 The ``url`` comes from ``[a2a] public_url``, else the concrete address tern listens
-on, else the Host the client used: never 0.0.0.0.
+on. On a wildcard listener (0.0.0.0, ::) the Host the client sent is used only when
+it is a loopback name or one of ``[server] allowed_hosts``; anything else is the
+caller's word, and a card is cached (max-age 60), so one caller could point every
+other peer at a host of its choosing. Then the card names this machine's host name
+and the port, and a warning (once) says to set ``public_url``. Never 0.0.0.0.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from runtime import __version__
 from runtime.config import AgentConfig, Config
+from runtime.log import get_logger
 
 __all__ = ["base_url", "agent_url", "card", "legacy_card", "skills"]
 
 _UNSPECIFIED = {"0.0.0.0", "::", "[::]", ""}
+_LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]"}
+log = get_logger("a2a")
+_warned = False
+
+
+def _host_name(host_header: str) -> str:
+    """``Example.com:8080`` -> ``example.com``; ``[::1]:80`` -> ``[::1]``."""
+    value = host_header.strip().lower()
+    if value.startswith("["):
+        return value[: value.find("]") + 1]
+    return value.rsplit(":", 1)[0]
 
 
 def base_url(config: Config, bound: tuple[str, int] | None, host_header: str | None) -> str:
@@ -28,7 +45,17 @@ def base_url(config: Config, bound: tuple[str, int] | None, host_header: str | N
     if bound is not None and bound[0] not in _UNSPECIFIED:
         host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
         return f"{scheme}://{host}:{bound[1]}"
-    return f"{scheme}://{host_header or '127.0.0.1'}"
+    if host_header and (_host_name(host_header) in _LOOPBACK_HOSTS
+                        or _host_name(host_header) in {h.lower() for h in config.server.allowed_hosts}):
+        return f"{scheme}://{host_header.strip()}"
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("[a2a] public_url is not set and tern listens on every address: agent cards name this "
+                    "machine (%s), not the Host header a caller sent; set public_url to say where peers reach it",
+                    socket.gethostname())
+    port = f":{bound[1]}" if bound is not None else ""
+    return f"{scheme}://{socket.gethostname()}{port}"
 
 
 def agent_url(config: Config, base: str, agent: str) -> str:

@@ -14,6 +14,7 @@ from runtime.a2a import protocol
 from runtime.a2a.server.handler import ANSWERED, A2aHandler, error_of
 from runtime.a2a.server.request import require_1x
 from runtime.httpd.messages import HttpError, Request, Response, StreamResponse
+from runtime.wire.depth import JsonTooDeep, check_depth
 from runtime.wire.jsonrpc import INVALID_PARAMS
 from runtime.wire.sse import encode_event
 
@@ -115,8 +116,9 @@ def _error(code: int, text: str) -> Response:
 
 def _body(request: Request) -> dict[str, Any]:
     try:
+        check_depth(request.body)
         body = msgspec.json.decode(request.body) if request.body else {}
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, JsonTooDeep):
         raise HttpError(400, "the body is not JSON") from None
     if not isinstance(body, dict):
         raise HttpError(400, "the body must be a JSON object")

@@ -5,11 +5,11 @@ store that the composition root starts."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import trio
 
+from runtime.wire.depth import loads as json_loads
 from runtime.a2a.dialects import BadMessage, parse_part
 from runtime.a2a.server.engine import Outcome, TaskReport
 from runtime.a2a.model import Artifact, Message, Task, text_of
@@ -56,7 +56,7 @@ async def _events_agent(agents: AgentPort, task: Task, message: Message, report:
         if not line:
             return
         try:
-            event = json.loads(line)
+            event = json_loads(line)
         except ValueError:
             problems.append(f"not JSON: {line[:80]}")
             return

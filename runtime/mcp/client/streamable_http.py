@@ -39,6 +39,7 @@ from runtime.net.guard import AddressPolicy, check_url
 from runtime.net.headers import expand_headers
 from runtime.net.outbound import make_client
 from runtime.wire import framing, jsonrpc
+from runtime.wire.depth import too_deep
 from runtime.wire.sse import SseDecoder
 
 __all__ = ["StreamableHttpTransport", "HttpTransportBase"]
@@ -61,6 +62,8 @@ _envelope = msgspec.json.Decoder(_Envelope)
 
 
 def _response_id(body: bytes) -> Any:
+    if too_deep(body):
+        return None
     try:
         env = _envelope.decode(body)
     except msgspec.DecodeError:
