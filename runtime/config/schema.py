@@ -28,7 +28,6 @@ class ServerConfig(_Section):
     client whose socket is ours, or one sending the state directory's ``local-token``;
     ``allow_unauthenticated_remote`` lets anyone in (see docs/threat-model.md).
 
-
     Connections: at most ``max_connections`` at once, lowered at start to what the
     open-file soft limit leaves after a reserve for files and subprocesses; at most
     ``max_connections_per_client`` from one client, where an IPv6 client is its first
