@@ -36,6 +36,9 @@ def outside(tmp_path):
     return secret
 
 
+SYMLINK = "is a symlink: symlinks inside the workspace are not followed"
+
+
 def refused(result, words="path escapes the workspace"):
     return result.is_error and words in result.text
 
@@ -69,15 +72,16 @@ async def test_absolute_path_inside_the_workspace_is_allowed(ws, ctx):
 async def test_symlink_pointing_outside_is_not_followed(ws, ctx, outside):
     os.symlink(outside / "secret.txt", ws / "link.txt")
     os.symlink(outside, ws / "linkdir")
-    assert refused(await file_read({"path": "link.txt"}, ctx))
-    assert refused(await file_read({"path": "linkdir/secret.txt"}, ctx))
-    assert refused(await file_write({"path": "link.txt", "content": "pwned"}, ctx))
-    assert refused(await file_write({"path": "linkdir/new.txt", "content": "pwned"}, ctx))
-    assert refused(await file_write({"path": "linkdir/deeper/new.txt", "content": "pwned"}, ctx))
-    assert refused(await file_write({"path": "link.txt", "content": "pwned", "append": True}, ctx))
+    assert refused(await file_read({"path": "link.txt"}, ctx), "link.txt is a symlink")
+    assert refused(await file_read({"path": "linkdir/secret.txt"}, ctx), "linkdir is a symlink")
+    assert refused(await file_write({"path": "link.txt", "content": "pwned"}, ctx), SYMLINK)
+    assert refused(await file_write({"path": "linkdir/new.txt", "content": "pwned"}, ctx), SYMLINK)
+    assert refused(await file_write({"path": "linkdir/deeper/new.txt", "content": "pwned"}, ctx), SYMLINK)
+    assert refused(await file_write({"path": "link.txt", "content": "pwned", "append": True}, ctx), SYMLINK)
     assert (outside / "secret.txt").read_text() == "top secret"
     assert sorted(os.listdir(outside)) == ["secret.txt"]
-    assert refused(await file_list({"path": "linkdir"}, ctx))
+    assert refused(await file_list({"path": "linkdir"}, ctx), SYMLINK)
+    assert refused(await file_search({"pattern": "*", "path": "linkdir"}, ctx), SYMLINK)
     listing = (await file_list({"recursive": True}, ctx)).text.splitlines()
     assert listing == ["link.txt", "linkdir"]  # listed, not a directory, not descended into
     found = await file_search({"pattern": "*", "text": "secret"}, ctx)
@@ -85,17 +89,23 @@ async def test_symlink_pointing_outside_is_not_followed(ws, ctx, outside):
     assert "secret" not in (await file_search({"pattern": "*"}, ctx)).text
 
 
-async def test_symlink_pointing_inside_is_allowed(ws, ctx):
+async def test_symlink_pointing_inside_is_refused_too(ws, ctx):
+    """Whether a link "stays inside" can change between a check and the use, so no symlink
+    in the workspace is followed, wherever it points (regression (d) of item 11)."""
     (ws / "real").mkdir()
     (ws / "real" / "a.txt").write_text("inside")
     os.symlink(ws / "real" / "a.txt", ws / "alias.txt")
     os.symlink("real", ws / "aliasdir")
-    assert (await file_read({"path": "alias.txt"}, ctx)).text == "inside"
-    assert (await file_read({"path": "aliasdir/a.txt"}, ctx)).text == "inside"
-    result = await file_write({"path": "alias.txt", "content": "changed"}, ctx)
-    assert not result.is_error and result.text == "wrote 7 bytes to real/a.txt"
-    assert (ws / "real" / "a.txt").read_text() == "changed" and os.path.islink(ws / "alias.txt")
-    assert (await file_list({"path": "aliasdir"}, ctx)).text == "real/a.txt"
+    assert refused(await file_read({"path": "alias.txt"}, ctx), "alias.txt is a symlink")
+    assert refused(await file_read({"path": "aliasdir/a.txt"}, ctx), "aliasdir is a symlink")
+    assert refused(await file_read({"path": str(ws / "aliasdir" / "a.txt")}, ctx), "aliasdir is a symlink")
+    assert refused(await file_write({"path": "alias.txt", "content": "changed"}, ctx), "alias.txt is a symlink")
+    assert refused(await file_write({"path": "aliasdir/b.txt", "content": "x"}, ctx), "aliasdir is a symlink")
+    assert refused(await file_write({"path": "alias.txt", "content": "x", "append": True}, ctx), SYMLINK)
+    assert (ws / "real" / "a.txt").read_text() == "inside" and os.path.islink(ws / "alias.txt")
+    assert os.listdir(ws / "real") == ["a.txt"]
+    assert refused(await file_list({"path": "aliasdir"}, ctx), "aliasdir is a symlink")
+    assert (await file_read({"path": "real/../real/a.txt"}, ctx)).text == "inside"  # lexical ".." is fine
 
 
 async def test_workspace_reached_through_a_symlink(tmp_path, outside):
@@ -188,7 +198,7 @@ async def test_write_is_atomic_creates_parents_and_appends(ws, ctx):
 async def test_failed_write_leaves_old_content_and_no_temp(ws, ctx, monkeypatch):
     (ws / "keep.txt").write_text("old")
 
-    def broken(src, dst):
+    def broken(src, dst, **dir_fds):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(tools_files.os, "replace", broken)
