@@ -1,11 +1,13 @@
 """File tools: read, write, list and search inside the caller's workspace, and nowhere else.
 
-Every path goes through ``_resolve``: realpath of both the workspace and the target,
-then a separator-aware containment check (``commonpath``), so ``..`` escapes, sibling
-directories such as ``ws-x`` next to ``ws``, absolute paths elsewhere and symlinks
-pointing outside are all refused. Writes re-check after creating parent directories
-and open the final file with ``O_NOFOLLOW``, so a symlink swapped in late is not
-followed. Walks (list, search) never follow symlinks at all.
+A path is split into components lexically (``..`` that would climb out of the workspace,
+sibling directories such as ``ws-x`` next to ``ws`` and absolute paths elsewhere are
+refused), then opened by ``fs_beneath``: one component at a time from a descriptor of the
+workspace, never following a symlink. So nothing swapped in while a call runs can redirect
+it outside. Symlinks inside the workspace are refused (read, write) or listed but not
+followed (list, search), wherever they point: "points inside" is a fact that can change
+between the check and the use. Writes refuse files with more than one hard link and
+anything that is not a regular file; reads refuse FIFOs and devices without opening them.
 
 Blocking file I/O runs in a worker thread (``trio.to_thread``), and every walk is
 bounded, so a big workspace cannot stall the event loop or the tool. Outputs name
@@ -15,11 +17,11 @@ business, not the model's. Truncation, redaction and timeouts are the pipeline's
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import os
 import stat
-import tempfile
 from typing import Any
 from collections.abc import Callable, Iterator
 
@@ -27,6 +29,8 @@ import trio
 
 from runtime.errors import ToolRefused
 from runtime.ports import Tool, ToolContext, ToolResult
+from runtime.kernel import fs_beneath
+from runtime.kernel.fs_beneath import os_refusal, symlink_refusal
 from runtime.kernel.registry import ToolRegistry
 
 __all__ = ["FILE_TOOLS", "register_file_tools", "file_read", "file_write", "file_list", "file_search"]
@@ -35,17 +39,15 @@ MiB = 1024 * 1024
 MAX_READ_BYTES = 10 * MiB
 MAX_WRITE_BYTES = 10 * MiB
 MAX_PATH_CHARS = 4096
+MAX_FULL_PATH_BYTES = 4095  # the workspace and the path together: PATH_MAX, so other tools can use it
 MAX_LIST_ENTRIES = 1000
 MAX_WALK_ENTRIES = 100_000  # how far past MAX_LIST_ENTRIES we keep counting for "[N more]"
+MAX_WALK_DEPTH = 100  # a walk holds one descriptor per level
 MAX_SEARCH_MATCHES = 200
 MAX_SEARCH_FILES = 2000
 MAX_SEARCH_FILE_BYTES = 1 * MiB
 BINARY_SNIFF_BYTES = 8192
 MAX_LINE_CHARS = 200
-
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a FIFO must not hang the worker thread
 
 _PATH = {"type": "string", "minLength": 1, "maxLength": MAX_PATH_CHARS,
          "description": "Path relative to the workspace (absolute paths only if inside it)."}
@@ -54,69 +56,79 @@ _PATH = {"type": "string", "minLength": 1, "maxLength": MAX_PATH_CHARS,
 # --- paths ---------------------------------------------------------------------------------
 
 
-def _workspace(context: ToolContext) -> str:
-    """The caller's workspace, created private on first use, as a realpath."""
-    if not context.workspace:
-        raise ToolRefused("this caller has no workspace")
-    os.makedirs(context.workspace, mode=0o700, exist_ok=True)
-    return os.path.realpath(context.workspace)
-
-
 def _show(path: str) -> str:
     """The requested path, shortened for an error message (it is the caller's own input)."""
     return repr(path if len(path) <= 200 else path[:200] + "...")
 
 
-def _inside(ws: str, target: str) -> bool:
-    return os.path.commonpath([ws, target]) == ws
-
-
-def _resolve(ws: str, path: str, shown: str = "") -> str:
-    """The realpath of ``path`` (relative to ``ws``), refused unless inside ``ws``.
-    ``shown`` is what error messages name (default: ``path`` as the caller gave it)."""
-    shown = shown or path
+def _parts(context: ToolContext, path: str) -> tuple[str, list[str]]:
+    """(the workspace's realpath, the components of ``path`` beneath it), refused unless
+    inside. Lexical: no component is ``..``, and none has been looked at on disk yet."""
+    if not context.workspace:
+        raise ToolRefused("this caller has no workspace")
     if "\x00" in path:
         raise ToolRefused("path contains a NUL byte")
     if len(path) > MAX_PATH_CHARS:
         raise ToolRefused(f"path is too long ({len(path)} characters, at most {MAX_PATH_CHARS})")
+    os.makedirs(context.workspace, mode=0o700, exist_ok=True)
+    ws = os.path.realpath(context.workspace)
+    rel = os.path.normpath(path)
+    if os.path.isabs(rel):  # allowed when inside the workspace as configured or as resolved
+        for root in dict.fromkeys([ws, os.path.abspath(context.workspace)]):
+            if os.path.commonpath([root, rel]) == root:
+                rel = os.path.relpath(rel, root)
+                break
+        else:
+            raise ToolRefused(f"path escapes the workspace: {_show(path)}")
+    parts = [] if rel == "." else rel.split(os.sep)
+    if parts and parts[0] == "..":
+        raise ToolRefused(f"path escapes the workspace: {_show(path)}")
+    if len(os.fsencode(os.path.join(ws, *parts))) > MAX_FULL_PATH_BYTES:
+        raise ToolRefused(f"path is too long for this workspace: {_show(path)}")
+    return ws, parts
+
+
+@contextlib.contextmanager
+def _closing(fd: int) -> Iterator[int]:
     try:
-        target = os.path.realpath(os.path.join(ws, path))
-    except (OSError, ValueError) as exc:
-        raise ToolRefused(f"cannot resolve path {_show(shown)}: {type(exc).__name__}") from None
-    if not _inside(ws, target):
-        raise ToolRefused(f"path escapes the workspace: {_show(shown)}")
-    return target
+        yield fd
+    finally:
+        os.close(fd)
 
 
-def _rel(ws: str, target: str) -> str:
-    rel = os.path.relpath(target, ws)
-    return rel.replace(os.sep, "/")
-
-
-def _os_error(exc: OSError, rel: str) -> ToolRefused:
-    """An OSError without the absolute path its message would carry."""
-    return ToolRefused(f"{rel}: {exc.strerror or type(exc).__name__}")
-
-
-def _open_regular(target: str, rel: str, max_bytes: int) -> tuple[int, int]:
-    """Open a regular file for reading without following a final symlink; (fd, size)."""
+def _open_regular(dir_fd: int, name: str, rel: str, max_bytes: int) -> tuple[int, int]:
+    """Open a regular file for reading without following a symlink; (fd, size). A FIFO or
+    device is refused before it is opened, and checked again on the descriptor."""
+    found = fs_beneath.lstat(dir_fd, name)
+    if found is None:
+        raise ToolRefused(f"{rel}: No such file or directory")
+    _check_regular(found, rel, "is a directory (use file_list)")
+    fd = fs_beneath.open_file(dir_fd, name, rel, fs_beneath.READ_FLAGS)
     try:
-        st = os.stat(target)
-    except OSError as exc:
-        raise _os_error(exc, rel) from None
+        st = os.fstat(fd)
+        _check_regular(st, rel, "is a directory (use file_list)")
+        if st.st_size > max_bytes:
+            raise ToolRefused(f"{rel} is too large ({st.st_size} bytes, at most {max_bytes})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+def _check_regular(st: os.stat_result, rel: str, directory: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise symlink_refusal(rel)
     if stat.S_ISDIR(st.st_mode):
-        raise ToolRefused(f"{rel} is a directory (use file_list)")
+        raise ToolRefused(f"{rel} {directory}")
     if not stat.S_ISREG(st.st_mode):
         raise ToolRefused(f"{rel} is not a regular file")
-    try:
-        fd = os.open(target, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
-    except OSError as exc:
-        raise _os_error(exc, rel) from None
-    size = os.fstat(fd).st_size
-    if size > max_bytes:
-        os.close(fd)
-        raise ToolRefused(f"{rel} is too large ({size} bytes, at most {max_bytes})")
-    return fd, size
+
+
+def _check_writable(st: os.stat_result, rel: str) -> None:
+    _check_regular(st, rel, "is a directory")
+    if st.st_nlink > 1:
+        raise ToolRefused(f"{rel} has {st.st_nlink} hard links: the file tools do not write to a file linked "
+                          "from elsewhere")
 
 
 def _read_all(fd: int, limit: int) -> bytes:
@@ -148,10 +160,13 @@ def _tool(sync: Callable[[dict[str, Any], ToolContext], ToolResult], *, abandon:
 
 
 def _file_read(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-    ws = _workspace(context)
-    target = _resolve(ws, arguments["path"])
-    rel = _rel(ws, target)
-    fd, _ = _open_regular(target, rel, MAX_READ_BYTES)
+    ws, parts = _parts(context, arguments["path"])
+    rel = "/".join(parts) or "."
+    with _closing(fs_beneath.open_root(ws)) as root:
+        if not parts:
+            raise ToolRefused(". is a directory (use file_list)")
+        with _closing(fs_beneath.open_dir(root, parts[:-1])) as parent:
+            fd, _ = _open_regular(parent, parts[-1], rel, MAX_READ_BYTES)
     text = _read_all(fd, MAX_READ_BYTES + 1).decode("utf-8", errors="replace")
     offset = arguments.get("offset", 0)
     limit = arguments.get("limit")
@@ -161,148 +176,148 @@ def _file_read(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
 
 
 def _file_write(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-    ws = _workspace(context)
     path = arguments["path"]
     data = arguments["content"].encode("utf-8", errors="replace")
     if len(data) > MAX_WRITE_BYTES:
         raise ToolRefused(f"content is too large ({len(data)} bytes, at most {MAX_WRITE_BYTES})")
-    _resolve(ws, path)  # NUL, length, and a first containment check of the whole path
-    joined = os.path.join(ws, path)
-    name = os.path.basename(joined)
-    if name in ("", ".", ".."):
+    ws, parts = _parts(context, path)
+    if not parts:
         raise ToolRefused(f"not a file path: {_show(path)}")
-    parent = _resolve(ws, os.path.dirname(joined), path)
-    try:
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-    except OSError as exc:
-        raise _os_error(exc, _rel(ws, parent)) from None
-    parent = _resolve(ws, parent, path)  # again: a symlink may have appeared while we created it
-    final = _resolve(ws, os.path.join(parent, name), path)  # a symlink named by path must point inside
-    rel = _rel(ws, final)
-    if os.path.isdir(final):
-        raise ToolRefused(f"{rel} is a directory")
-    try:
-        if arguments.get("append", False):
-            _append(final, data)
-        else:
-            _replace(final, data)
-    except OSError as exc:
-        raise _os_error(exc, rel) from None
+    rel, name = "/".join(parts), parts[-1]
+    with _closing(fs_beneath.open_root(ws)) as root, \
+            _closing(fs_beneath.open_dir(root, parts[:-1], create=True)) as parent:
+        found = fs_beneath.lstat(parent, name)
+        if found is not None:
+            _check_writable(found, rel)
+        try:
+            if arguments.get("append", False):
+                _append(parent, name, rel, data)
+            else:
+                fs_beneath.replace_file(parent, name, data, stat.S_IMODE(found.st_mode) if found else 0o600)
+        except OSError as exc:
+            raise os_refusal(exc, rel) from None
     return ToolResult(f"wrote {len(data)} bytes to {rel}")
 
 
-def _append(final: str, data: bytes) -> None:
-    fd = os.open(final, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
+def _append(parent: int, name: str, rel: str, data: bytes) -> None:
+    """Append through a descriptor checked after opening: a regular file with one link."""
+    fd = fs_beneath.open_file(parent, name, rel, fs_beneath.APPEND_FLAGS)
     with os.fdopen(fd, "wb") as handle:
+        _check_writable(os.fstat(fd), rel)
         handle.write(data)
 
 
-def _replace(final: str, data: bytes) -> None:
-    """Write a temp file beside ``final`` and rename it over: readers see the old or the new
-    content, never half. ``os.replace`` renames over a symlink rather than through it."""
-    directory, name = os.path.split(final)
+def _walk(top: int, prefix: str, recursive: bool) -> Iterator[tuple[str, int, str, bool, bool]]:
+    """(workspace-relative path, its directory's fd, name, is_dir, is_file) in sorted depth-first
+    order. Symlinks are listed but never followed (a symlinked directory is not a directory
+    here); unreadable directories, and those deeper than MAX_WALK_DEPTH, are skipped.
+    Iterative: a deep tree must not hit the recursion limit."""
+    stack: list[tuple[int, str, Iterator[tuple[str, bool, bool]]]] = []
     try:
-        mode = stat.S_IMODE(os.stat(final, follow_symlinks=False).st_mode)
-    except FileNotFoundError:
-        mode = 0o600
-    fd, temp = tempfile.mkstemp(prefix=f".{name[:100]}.", suffix=".tmp", dir=directory)
+        fd = os.dup(top)
+        stack.append((fd, prefix, _entries(fd)))
+        while stack:
+            fd, base, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                os.close(stack.pop()[0])
+                continue
+            name, is_dir, is_file = entry
+            rel = f"{base}/{name}" if base else name
+            yield rel, fd, name, is_dir, is_file
+            if recursive and is_dir and len(stack) < MAX_WALK_DEPTH:
+                try:
+                    child = os.open(name, fs_beneath.DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    continue  # gone, swapped for a symlink, or unreadable
+                stack.append((child, rel, _entries(child)))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+
+
+def _entries(fd: int) -> Iterator[tuple[str, bool, bool]]:
+    """(name, is_dir, is_file) of the directory ``fd``, sorted, symlinks not followed (both
+    False); empty when it cannot be read."""
+    found = []
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, final)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
-
-
-def _walk(ws: str, top: str, recursive: bool) -> Iterator[tuple[str, os.DirEntry[str], bool]]:
-    """(workspace-relative path, entry, is_dir) in sorted depth-first order. Symlinks are
-    listed but never followed (a symlinked directory is not a directory here); unreadable
-    directories are skipped. Iterative: a deep tree must not hit the recursion limit."""
-    stack: list[Iterator[os.DirEntry[str]]] = [_entries(top)]
-    while stack:
-        entry = next(stack[-1], None)
-        if entry is None:
-            stack.pop()
-            continue
-        try:
-            is_dir = entry.is_dir(follow_symlinks=False)
-        except OSError:
-            is_dir = False
-        yield _rel(ws, entry.path), entry, is_dir
-        if recursive and is_dir:
-            stack.append(_entries(entry.path))
-
-
-def _entries(directory: str) -> Iterator[os.DirEntry[str]]:
-    try:
-        with os.scandir(directory) as scan:
-            return iter(sorted(scan, key=lambda e: e.name))
+        with os.scandir(fd) as scan:
+            for entry in scan:
+                try:
+                    kind = entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False)
+                except OSError:
+                    kind = False, False
+                found.append((entry.name, *kind))
     except OSError:
         return iter(())
+    return iter(sorted(found))
 
 
-def _directory(ws: str, path: str) -> str:
-    top = _resolve(ws, path)
-    if not os.path.isdir(top):
-        raise ToolRefused(f"{_rel(ws, top)} is not a directory" if os.path.exists(top) else
-                      f"{_rel(ws, top)}: no such directory")
-    return top
+def _directory(root: int, parts: list[str]) -> int:
+    """A descriptor of the directory the caller names, with the sentences list and search use."""
+    rel = "/".join(parts) or "."
+    if not parts:
+        return os.dup(root)
+    with _closing(fs_beneath.open_dir(root, parts[:-1])) as parent:
+        found = fs_beneath.lstat(parent, parts[-1])
+        if found is None:
+            raise ToolRefused(f"{rel}: no such directory")
+        if stat.S_ISLNK(found.st_mode):
+            raise symlink_refusal(rel)
+        if not stat.S_ISDIR(found.st_mode):
+            raise ToolRefused(f"{rel} is not a directory")
+        return fs_beneath.open_dir(parent, parts[-1:])
 
 
 def _file_list(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-    ws = _workspace(context)
-    top = _directory(ws, arguments.get("path", "."))
+    ws, parts = _parts(context, arguments.get("path", "."))
     lines: list[str] = []
     more = 0
-    for rel, _, is_dir in _walk(ws, top, arguments.get("recursive", False)):
-        if len(lines) < MAX_LIST_ENTRIES:
-            lines.append(rel + "/" if is_dir else rel)
+    with _closing(fs_beneath.open_root(ws)) as root, _closing(_directory(root, parts)) as top, \
+            contextlib.closing(_walk(top, "/".join(parts), arguments.get("recursive", False))) as walk:
+        for rel, _, _, is_dir, _ in walk:
+            if len(lines) < MAX_LIST_ENTRIES:
+                lines.append(rel + "/" if is_dir else rel)
+            else:
+                more += 1
+                if more >= MAX_WALK_ENTRIES:
+                    lines.append(f"[at least {more} more]")
+                    break
         else:
-            more += 1
-            if more >= MAX_WALK_ENTRIES:
-                lines.append(f"[at least {more} more]")
-                break
-    else:
-        if more:
-            lines.append(f"[{more} more]")
+            if more:
+                lines.append(f"[{more} more]")
     return ToolResult("\n".join(lines) if lines else "(empty directory)")
 
 
 def _file_search(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-    ws = _workspace(context)
     pattern = arguments["pattern"]
     text = arguments.get("text")
-    top = _directory(ws, arguments.get("path", "."))
+    ws, parts = _parts(context, arguments.get("path", "."))
     lines: list[str] = []
     scanned = skipped = 0
     stopped = ""
-    for rel, entry, is_dir in _walk(ws, top, True):
-        if is_dir or not entry.is_file(follow_symlinks=False):
-            continue  # directories, and symlinks (never followed)
-        if scanned >= MAX_SEARCH_FILES:
-            stopped = f"[stopped after scanning {MAX_SEARCH_FILES} files]"
-            break
-        scanned += 1
-        subject = rel if "/" in pattern else entry.name
-        if not fnmatch.fnmatchcase(subject, pattern):
-            continue
-        if text is None:
-            lines.append(rel)
-        else:
-            found = _grep(entry.path, rel, text, MAX_SEARCH_MATCHES - len(lines))
-            if found is None:
-                skipped += 1
-            lines.extend(found or [])
-        if len(lines) >= MAX_SEARCH_MATCHES:
-            stopped = f"[stopped at {MAX_SEARCH_MATCHES} matches]"
-            break
+    with _closing(fs_beneath.open_root(ws)) as root, _closing(_directory(root, parts)) as top, \
+            contextlib.closing(_walk(top, "/".join(parts), True)) as walk:
+        for rel, dir_fd, name, _, is_file in walk:
+            if not is_file:
+                continue  # directories, symlinks (never followed), FIFOs, devices
+            if scanned >= MAX_SEARCH_FILES:
+                stopped = f"[stopped after scanning {MAX_SEARCH_FILES} files]"
+                break
+            scanned += 1
+            subject = rel if "/" in pattern else name
+            if not fnmatch.fnmatchcase(subject, pattern):
+                continue
+            if text is None:
+                lines.append(rel)
+            else:
+                hits = _grep(dir_fd, name, rel, text, MAX_SEARCH_MATCHES - len(lines))
+                if hits is None:
+                    skipped += 1
+                lines.extend(hits or [])
+            if len(lines) >= MAX_SEARCH_MATCHES:
+                stopped = f"[stopped at {MAX_SEARCH_MATCHES} matches]"
+                break
     if skipped:
         lines.append(f"[skipped {skipped} binary, large or unreadable files]")
     if stopped:
@@ -310,11 +325,11 @@ def _file_search(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
     return ToolResult("\n".join(lines) if lines else "no matches")
 
 
-def _grep(path: str, rel: str, text: str, room: int) -> list[str] | None:
+def _grep(dir_fd: int, name: str, rel: str, text: str, room: int) -> list[str] | None:
     """Matching lines of one file, at most ``room``; None when skipped (binary, too large,
     unreadable)."""
     try:
-        fd, _ = _open_regular(path, rel, MAX_SEARCH_FILE_BYTES)
+        fd, _ = _open_regular(dir_fd, name, rel, MAX_SEARCH_FILE_BYTES)
         data = _read_all(fd, MAX_SEARCH_FILE_BYTES + 1)
     except (ToolRefused, OSError):
         return None
@@ -338,14 +353,15 @@ _BOOL = {"type": "boolean"}
 
 FILE_TOOLS: list[tuple[Tool, Any]] = [
     (Tool("file_read", "Read a text file in your workspace (UTF-8; at most 10 MiB). "
-          "offset and limit select a range of characters.",
+          "offset and limit select a range of characters. Symlinks are not followed.",
           {"type": "object", "properties": {
               "path": _PATH,
               "offset": {"type": "integer", "minimum": 0, "description": "First character to return."},
               "limit": {"type": "integer", "minimum": 0, "description": "How many characters to return."}},
            "required": ["path"], "additionalProperties": False}), file_read),
     (Tool("file_write", "Write a text file in your workspace, replacing it atomically, or append to it. "
-          "Parent directories are created.",
+          "Parent directories are created. Symlinks, files with several hard links and special files "
+          "are refused.",
           {"type": "object", "properties": {
               "path": _PATH,
               "content": {"type": "string", "maxLength": MAX_WRITE_BYTES},

@@ -4,8 +4,16 @@ writes, bounded listing and search, and the pipeline's default workspace."""
 from __future__ import annotations
 
 import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
 
 import pytest
+import trio
 
 from runtime.config import AgentConfig, Config, StateConfig
 from runtime.kernel import tools_files
@@ -34,6 +42,9 @@ def outside(tmp_path):
     secret.mkdir()
     (secret / "secret.txt").write_text("top secret")
     return secret
+
+
+SYMLINK = "is a symlink: symlinks inside the workspace are not followed"
 
 
 def refused(result, words="path escapes the workspace"):
@@ -69,15 +80,16 @@ async def test_absolute_path_inside_the_workspace_is_allowed(ws, ctx):
 async def test_symlink_pointing_outside_is_not_followed(ws, ctx, outside):
     os.symlink(outside / "secret.txt", ws / "link.txt")
     os.symlink(outside, ws / "linkdir")
-    assert refused(await file_read({"path": "link.txt"}, ctx))
-    assert refused(await file_read({"path": "linkdir/secret.txt"}, ctx))
-    assert refused(await file_write({"path": "link.txt", "content": "pwned"}, ctx))
-    assert refused(await file_write({"path": "linkdir/new.txt", "content": "pwned"}, ctx))
-    assert refused(await file_write({"path": "linkdir/deeper/new.txt", "content": "pwned"}, ctx))
-    assert refused(await file_write({"path": "link.txt", "content": "pwned", "append": True}, ctx))
+    assert refused(await file_read({"path": "link.txt"}, ctx), "link.txt is a symlink")
+    assert refused(await file_read({"path": "linkdir/secret.txt"}, ctx), "linkdir is a symlink")
+    assert refused(await file_write({"path": "link.txt", "content": "pwned"}, ctx), SYMLINK)
+    assert refused(await file_write({"path": "linkdir/new.txt", "content": "pwned"}, ctx), SYMLINK)
+    assert refused(await file_write({"path": "linkdir/deeper/new.txt", "content": "pwned"}, ctx), SYMLINK)
+    assert refused(await file_write({"path": "link.txt", "content": "pwned", "append": True}, ctx), SYMLINK)
     assert (outside / "secret.txt").read_text() == "top secret"
     assert sorted(os.listdir(outside)) == ["secret.txt"]
-    assert refused(await file_list({"path": "linkdir"}, ctx))
+    assert refused(await file_list({"path": "linkdir"}, ctx), SYMLINK)
+    assert refused(await file_search({"pattern": "*", "path": "linkdir"}, ctx), SYMLINK)
     listing = (await file_list({"recursive": True}, ctx)).text.splitlines()
     assert listing == ["link.txt", "linkdir"]  # listed, not a directory, not descended into
     found = await file_search({"pattern": "*", "text": "secret"}, ctx)
@@ -85,17 +97,23 @@ async def test_symlink_pointing_outside_is_not_followed(ws, ctx, outside):
     assert "secret" not in (await file_search({"pattern": "*"}, ctx)).text
 
 
-async def test_symlink_pointing_inside_is_allowed(ws, ctx):
+async def test_symlink_pointing_inside_is_refused_too(ws, ctx):
+    """Whether a link "stays inside" can change between a check and the use, so no symlink
+    in the workspace is followed, wherever it points (regression (d) of item 11)."""
     (ws / "real").mkdir()
     (ws / "real" / "a.txt").write_text("inside")
     os.symlink(ws / "real" / "a.txt", ws / "alias.txt")
     os.symlink("real", ws / "aliasdir")
-    assert (await file_read({"path": "alias.txt"}, ctx)).text == "inside"
-    assert (await file_read({"path": "aliasdir/a.txt"}, ctx)).text == "inside"
-    result = await file_write({"path": "alias.txt", "content": "changed"}, ctx)
-    assert not result.is_error and result.text == "wrote 7 bytes to real/a.txt"
-    assert (ws / "real" / "a.txt").read_text() == "changed" and os.path.islink(ws / "alias.txt")
-    assert (await file_list({"path": "aliasdir"}, ctx)).text == "real/a.txt"
+    assert refused(await file_read({"path": "alias.txt"}, ctx), "alias.txt is a symlink")
+    assert refused(await file_read({"path": "aliasdir/a.txt"}, ctx), "aliasdir is a symlink")
+    assert refused(await file_read({"path": str(ws / "aliasdir" / "a.txt")}, ctx), "aliasdir is a symlink")
+    assert refused(await file_write({"path": "alias.txt", "content": "changed"}, ctx), "alias.txt is a symlink")
+    assert refused(await file_write({"path": "aliasdir/b.txt", "content": "x"}, ctx), "aliasdir is a symlink")
+    assert refused(await file_write({"path": "alias.txt", "content": "x", "append": True}, ctx), SYMLINK)
+    assert (ws / "real" / "a.txt").read_text() == "inside" and os.path.islink(ws / "alias.txt")
+    assert os.listdir(ws / "real") == ["a.txt"]
+    assert refused(await file_list({"path": "aliasdir"}, ctx), "aliasdir is a symlink")
+    assert (await file_read({"path": "real/../real/a.txt"}, ctx)).text == "inside"  # lexical ".." is fine
 
 
 async def test_workspace_reached_through_a_symlink(tmp_path, outside):
@@ -140,6 +158,127 @@ async def test_workspace_is_created_private(tmp_path):
     ctx = ToolContext(workspace=str(tmp_path / "new" / "ws"))
     assert (await file_list({}, ctx)).text == "(empty directory)"
     assert (os.stat(tmp_path / "new" / "ws").st_mode & 0o777) == 0o700
+
+
+# --- races and hostile files (item 11 of the hardening issue) --------------------------------
+
+RACE_SECONDS = 2.0  # each race runs this long: thousands of calls, 100,000s of swaps on a busy machine
+READERS = 4  # concurrent reads, as concurrent tool calls would be: more tries within the bound
+DEEP = "/".join(["d"] * 8)  # the deeper the path, the longer the old code took between check and use
+SWAPPER = Path(__file__).parent.parent / "fixtures" / "swapper.py"
+
+
+class Swapper:
+    """A hostile process (tests/fixtures/swapper.py) that swaps the workspace directory
+    ``sub`` for a symlink to ``outside`` and back while the block runs."""
+
+    def __init__(self, ws, outside):
+        self.sub, self.link, self.stop = ws / "sub", ws / "sub.link", ws.parent / "stop-swapping"
+        os.symlink(outside, self.link)
+        self.swaps = 0
+
+    def __enter__(self):
+        self.process = subprocess.Popen([sys.executable, str(SWAPPER), str(self.sub), str(self.link), str(self.stop),
+                                         str(2 * RACE_SECONDS + 5)], stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 10
+        while not os.path.islink(self.sub) and time.monotonic() < deadline:  # started swapping
+            time.sleep(0.001)
+        return self
+
+    def __exit__(self, *exc_info):
+        self.stop.touch()
+        try:
+            out, _ = self.process.communicate(timeout=30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        self.swaps = int(out.strip() or 0)
+        assert os.path.isdir(self.sub) and not os.path.islink(self.sub)
+
+
+@pytest.fixture
+def race(ws, outside):
+    """``sub/secret.txt`` and ``sub/DEEP/secret.txt`` inside; the same names outside."""
+    for top, content in [(ws / "sub", "inside"), (outside, "top secret")]:
+        (top / DEEP).mkdir(parents=True)
+        (top / "secret.txt").write_text(content)
+        (top / DEEP / "secret.txt").write_text(content)
+    return Swapper(ws, outside)
+
+
+async def test_read_race_never_returns_outside_content(ctx, race):
+    """(a) A directory swapped for a symlink between resolving and opening: the old code
+    resolved by path, then opened the path, and read the outside file."""
+    seen = Counter()
+
+    async def reader(deadline, path):
+        while time.monotonic() < deadline:
+            result = await file_read({"path": path}, ctx)
+            assert result.text != "top secret", f"read outside the workspace after {sum(seen.values())} reads"
+            seen["refused" if result.is_error else result.text] += 1
+
+    with race:
+        async with trio.open_nursery() as nursery:
+            for index in range(READERS):
+                path = f"sub/{DEEP}/secret.txt" if index % 2 else "sub/secret.txt"
+                nursery.start_soon(reader, time.monotonic() + RACE_SECONDS, path)
+    assert race.swaps > 100 and seen["inside"] > 0 and seen["refused"] > 0, (race.swaps, seen)
+
+
+def tree(top):
+    """Every path under ``top`` with its content (files) or None (directories)."""
+    found = {}
+    for directory, _, files in os.walk(top):
+        found[directory] = None
+        found.update({os.path.join(directory, name): Path(directory, name).read_bytes() for name in files})
+    return found
+
+
+async def test_write_race_never_writes_outside(ctx, race, outside):
+    """(b) The same race for writes (replace and append): nothing ever lands outside."""
+    before, calls = tree(outside), 0
+    with race:
+        deadline = time.monotonic() + RACE_SECONDS
+        while time.monotonic() < deadline and tree(outside) == before:
+            path = f"sub/{DEEP}/new.txt" if calls % 2 else "sub/new.txt"
+            append = calls % 4 > 1  # half appends: no fsync, so more tries within the bound
+            await file_write({"path": path, "content": "pwned", "append": append}, ctx)
+            calls += 1
+    assert tree(outside) == before, f"wrote outside the workspace after {calls} writes"
+    assert race.swaps > 100 and calls > 100, (race.swaps, calls)
+
+
+async def test_write_through_a_hard_link_is_refused(ws, ctx, outside):
+    """(c) A hard link in the workspace to a file outside: neither replacing nor appending
+    may touch it (the old code appended through it)."""
+    os.link(outside / "secret.txt", ws / "hard.txt")
+    for append in (False, True):
+        result = await file_write({"path": "hard.txt", "content": "pwned", "append": append}, ctx)
+        assert refused(result, "hard.txt has 2 hard links"), result.text
+    assert (outside / "secret.txt").read_text() == "top secret"
+    assert os.stat(ws / "hard.txt").st_ino == os.stat(outside / "secret.txt").st_ino
+    assert sorted(os.listdir(ws)) == ["hard.txt"]  # no temp file left
+    assert (await file_read({"path": "hard.txt"}, ctx)).text == "top secret"  # reading is not writing
+
+
+async def test_fifo_is_refused_at_once(ws, ctx):
+    """(e) A FIFO in the workspace: read, append and replace are refused without blocking
+    (the old code opened it for appending and waited for a reader, for ever: writes are
+    not abandoned on timeout). A watchdog opens the reading end to free a stuck call."""
+    os.mkfifo(ws / "fifo")
+    rescue = threading.Timer(5, lambda: os.close(os.open(ws / "fifo", os.O_RDONLY | os.O_NONBLOCK)))
+    rescue.start()
+    try:
+        started = time.monotonic()
+        assert refused(await file_read({"path": "fifo"}, ctx), "fifo is not a regular file")
+        assert refused(await file_write({"path": "fifo", "content": "x", "append": True}, ctx), "not a regular file")
+        assert refused(await file_write({"path": "fifo", "content": "x"}, ctx), "not a regular file")
+        assert (await file_search({"pattern": "*", "text": "x"}, ctx)).text == "no matches"
+        assert time.monotonic() - started < 2
+    finally:
+        rescue.cancel()
+    assert stat.S_ISFIFO(os.stat(ws / "fifo", follow_symlinks=False).st_mode)  # not replaced either
 
 
 # --- read / write -----------------------------------------------------------------------------
@@ -188,7 +327,7 @@ async def test_write_is_atomic_creates_parents_and_appends(ws, ctx):
 async def test_failed_write_leaves_old_content_and_no_temp(ws, ctx, monkeypatch):
     (ws / "keep.txt").write_text("old")
 
-    def broken(src, dst):
+    def broken(src, dst, **dir_fds):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(tools_files.os, "replace", broken)
