@@ -190,14 +190,19 @@ async def test_close_leaves_no_child(fake_entry, nursery):
         os.kill(pid, 0)
 
 
-async def test_server_outlives_the_thread_that_spawned_it(fake_entry, nursery):
+async def test_server_outlives_the_thread_that_spawned_it(fake_entry, nursery, monkeypatch):
     """Regression: PR_SET_PDEATHSIG tied the server's life to trio's spawning worker
-    thread, which exits after 10 idle seconds, so every server died at 10 s."""
+    thread, which exits after 10 idle seconds, so every server died at 10 s. The test
+    shortens trio's idle timeout (a module constant its worker threads read at each
+    wait) so the spawning thread is gone in 1 s instead of 10."""
     import trio
+    from trio._core import _thread_cache
 
     from runtime.mcp.client.client import McpClient
 
+    idle = 1.0 if hasattr(_thread_cache, "IDLE_TIMEOUT") else 10.0
+    monkeypatch.setattr(_thread_cache, "IDLE_TIMEOUT", idle, raising=False)
     client = await McpClient.connect(fake_entry(), nursery)
-    await trio.sleep(11.5)
+    await trio.sleep(idle + 1.5)  # the worker thread that spawned the server has exited
     assert (await client.call_tool("echo", {"message": "still here"})).text() == "still here"
     await client.aclose()
