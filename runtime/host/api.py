@@ -65,10 +65,13 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
     async def agent_message(request: Request) -> Response:
         from runtime.errors import AgentError
+        from runtime.wire.limits import check_id, check_name
 
+        name = check_name(request.params["name"], "the agent name")
         body = request.json(_MessageIn)
+        check_id(body.context_id, "context_id")  # 400 naming the bound (the kernel checks again)
         try:  # an UnknownAgent answers itself: 404 and its message
-            reply = await kernel.agents.send(request.params["name"], body.message, context_id=body.context_id)
+            reply = await kernel.agents.send(name, body.message, context_id=body.context_id)
         except AgentError as exc:
             raise HttpError(502, f"the agent could not answer: {exc}") from None
         return json_response(reply)
