@@ -113,7 +113,7 @@ class Agents:
             reply = await self.remote(agent.remote, message, context_id=context_id)
         except TernError as exc:
             raise AgentError(f"agent {agent.name!r}: {exc}") from None
-        return reply.text
+        return self.pipeline.redact(reply.text)  # a peer may echo the credentials tern sent it
 
     async def _command(self, agent: AgentConfig, message: str, on_text: Callable[[str], None] | None,
                        on_log: Callable[[str, str], None] | None,
