@@ -79,10 +79,12 @@ class AuditLog:
 
     def record(self, kind: str, **fields: Any) -> bool:
         """Append one record; False (never an exception) when it could not be written."""
-        for key, value in fields.items():
-            if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
-                fields[key] = value[:MAX_FIELD_CHARS] + f"...[cut: {len(value)} characters]"
         line = _encoder.encode({"time": round(time.time(), 6), "kind": kind, **fields}) + b"\n"
+        if len(line) > MAX_FIELD_CHARS:  # only then can a field be too long: no cost for the usual record
+            for key, value in fields.items():
+                if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+                    fields[key] = value[:MAX_FIELD_CHARS] + f"...[cut: {len(value)} characters]"
+            line = _encoder.encode({"time": round(time.time(), 6), "kind": kind, **fields}) + b"\n"
         try:
             self._write(line)
         except OSError as exc:
