@@ -107,13 +107,13 @@ class AuditLog:
             if self._size >= self.max_bytes:
                 self._rotate()
 
-    def _failed(self, exc: OSError) -> None:
+    def _failed(self, exc: OSError, *, lost: bool = True) -> None:
         self.close()  # reopened by the next record: the path may be fixed by then
         now = time.monotonic()
         if not self.error:
             self.failing_since = round(time.time(), 3)
         self.error = exc.strerror or type(exc).__name__
-        self.failures += 1
+        self.failures += lost
         if now - self._warned_at >= WARN_EVERY_SECS:
             self._warned_at = now
             log.error("cannot write the audit log %s: %s (%d records lost so far)", self.path, self.error,
@@ -125,7 +125,7 @@ class AuditLog:
         try:
             self._open()
         except OSError as exc:
-            self._failed(exc)
+            self._failed(exc, lost=False)
             return False
         return True
 
