@@ -151,8 +151,8 @@ class ToolPipeline:
         if tool is None:  # unknown, or the tool of an MCP server that is down: say which
             try:
                 await self.registry.call(name, arguments)
-            except TernError as exc:
-                return _refused(str(exc)), "unavailable"
+            except TernError as exc:  # the server's last error may quote what a peer said: redacted too
+                return _refused(self.redactor.redact(str(exc))), "unavailable"
             return _refused(f"there is no tool named {name}"), "unknown"
         if not isinstance(arguments, dict):
             return _refused(f"{name} takes a JSON object of arguments"), "invalid"

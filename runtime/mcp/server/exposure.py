@@ -24,7 +24,7 @@ from runtime.errors import RpcError
 from runtime.ports import EventPort, Tool, ToolPort
 from runtime.mcp.names import agent_tool_name
 from runtime.wire.jsonrpc import INVALID_PARAMS
-from runtime.wire.limits import check_id
+from runtime.wire.limits import MAX_ID_CHARS, check_id
 
 __all__ = ["Exposure"]
 
@@ -33,8 +33,9 @@ AGENT_INPUT = {
     "type": "object",
     "properties": {
         "message": {"type": "string", "description": "What to ask or tell the agent."},
-        "context_id": {"type": "string", "description": "The context_id of an earlier reply, to continue "
-                                                        "that conversation; leave it out to start a new one."},
+        "context_id": {"type": "string", "maxLength": MAX_ID_CHARS,
+                       "description": "The context_id of an earlier reply, to continue "
+                                      "that conversation; leave it out to start a new one."},
     },
     "required": ["message"],
     "additionalProperties": False,
