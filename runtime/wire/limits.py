@@ -28,10 +28,12 @@ class LimitExceeded(RpcError):
         super().__init__(INVALID_PARAMS, message)
 
 
-def check_id(value: Any, what: str) -> Any:
-    """``value`` if it is not a string longer than ``MAX_ID_CHARS`` (other checks are the caller's)."""
+def check_id(value: Any, what: str, error: type[Exception] = LimitExceeded) -> Any:
+    """``value`` if it is not a string longer than ``MAX_ID_CHARS`` (other checks are the
+    caller's); ``error`` lets a parser raise its own kind (A2A's ``BadMessage``, which
+    servers answer as invalid params and clients as a peer's invalid answer)."""
     if isinstance(value, str) and len(value) > MAX_ID_CHARS:
-        raise LimitExceeded(f"{what} is {len(value)} characters long: ids are at most {MAX_ID_CHARS}")
+        raise error(f"{what} is {len(value)} characters long: ids are at most {MAX_ID_CHARS}")
     return value
 
 
