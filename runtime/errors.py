@@ -12,8 +12,9 @@ its code (``runtime.wire.jsonrpc.error_answer``).
     ├── BundleError        the pyz has no native bundle for this Python/platform
     ├── ProtocolError      a peer broke a protocol (bad JSON, bad framing, bad shape)
     │   ├── RpcError       a JSON-RPC error object, to send or received
-    │   │   └── InvalidMessage          wire.jsonrpc: a message that breaks JSON-RPC
-    │   │       └── BatchNotSupported
+    │   │   ├── InvalidMessage          wire.jsonrpc: a message that breaks JSON-RPC
+    │   │   │   └── BatchNotSupported
+    │   │   └── LimitExceeded           wire.limits: a caller's id or name over its bound
     │   ├── BlockedAddress net.guard: the SSRF guard refused an address (403)
     │   └── BadMessage     a2a.dialects: an A2A message tern cannot read
     ├── ConnectionLost     a peer went away (EOF, crash) while we needed it
