@@ -18,7 +18,8 @@ its code (``runtime.wire.jsonrpc.error_answer``).
     │   │   │   └── TaskNotFound, TaskNotCancelable, UnsupportedOperation, InvalidTaskRequest,
     │   │   │       StoreFull, TaskTooLarge, TooManySubscribers, StorageUnavailable,
     │   │   │       ConfigNotFound (a2a.server.push)
-    │   │   └── PeerRpcError            a2a.client.requests: a peer's error answer (also an A2aClientError)
+    │   │   ├── PeerRpcError            a2a.client.requests: a peer's error answer (also an A2aClientError)
+    │   │   └── LimitExceeded           wire.limits: a caller's id or name over its bound
     │   ├── BlockedAddress net.guard: the SSRF guard refused an address (403)
     │   └── BadMessage     a2a.dialects: an A2A message tern cannot read
     ├── ConnectionLost     a peer went away (EOF, crash) while we needed it

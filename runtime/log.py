@@ -4,7 +4,13 @@ Two formats: ``text`` for people, ``json`` (one object per line) for machines. K
 secret values are registered with ``register_secret`` and replaced by ``********`` in
 every formatted record (by ``runtime.redact``, the tool pipeline's redactor too),
 whatever the code that logged them, so a secret that slips into a message still never
-reaches the log.
+reaches the log. The tool pipeline masks the same set in every tool result.
+
+The set is tern's own secrets (API keys, expanded header values, configured secrets),
+never a caller's (A2A push tokens are not registered): it is bounded to
+``MAX_SECRETS`` values of ``MIN_SECRET_CHARS`` to ``MAX_SECRET_CHARS`` characters. A
+shorter value would mask ordinary words (``ERROR``); a refused value is reported once,
+without the value.
 
 Peer text (an MCP server's stderr and log messages, an A2A agent's error, an HTTP
 error body) reaches log messages all the time, so the formatters make *every* record's
@@ -27,13 +33,18 @@ from typing import Any
 
 from runtime.redact import Redactor
 
-__all__ = ["setup_logging", "register_secret", "log_wire", "get_logger", "LEVELS", "clean", "shorten", "LogBudget"]
+__all__ = ["setup_logging", "register_secret", "secrets_version", "registered_secrets", "log_wire", "get_logger",
+           "LEVELS", "clean", "shorten", "LogBudget"]
 
 LEVELS = ("debug", "info", "warning", "error")
 _MASK = "********"
-_MIN_SECRET_LEN = 4
+MIN_SECRET_CHARS = 8
+MAX_SECRET_CHARS = 8192  # a large JWT in a header still fits
+MAX_SECRETS = 256
 _secrets: set[str] = set()
-_redactor = Redactor((), mask=_MASK, min_len=_MIN_SECRET_LEN)
+_version = 0  # bumped on every change of the set: users rebuild their matchers only then
+_redactor = Redactor((), mask=_MASK, min_len=MIN_SECRET_CHARS)
+_refused: set[str] = set()  # why values were refused, each reported once
 _wire = logging.getLogger("tern.wire")
 
 
@@ -96,13 +107,39 @@ def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(f"tern.{name}")
 
 
-def register_secret(value: str) -> None:
-    """Mask ``value`` in every log record from now on (values shorter than 4 are too
-    common to mask without mangling ordinary text)."""
-    global _redactor
-    if value and len(value) >= _MIN_SECRET_LEN and value not in _secrets:
-        _secrets.add(value)
-        _redactor = Redactor(tuple(_secrets), mask=_MASK, min_len=_MIN_SECRET_LEN)
+def register_secret(value: str) -> bool:
+    """Mask ``value`` in every log record and tool result from now on; False when it is
+    refused: shorter than ``MIN_SECRET_CHARS`` (too common to mask without mangling
+    ordinary text), longer than ``MAX_SECRET_CHARS``, or the set is full."""
+    global _redactor, _version
+    if not isinstance(value, str) or len(value) < MIN_SECRET_CHARS:
+        return False
+    if value in _secrets:
+        return True
+    why = ""
+    if len(value) > MAX_SECRET_CHARS:
+        why = f"a secret of {len(value)} characters is not masked in logs (at most {MAX_SECRET_CHARS})"
+    elif len(_secrets) >= MAX_SECRETS:
+        why = f"more than {MAX_SECRETS} secrets: the others are not masked in logs"
+    if why:
+        if why not in _refused and len(_refused) < 16:
+            _refused.add(why)
+            get_logger("log").warning(why)
+        return False
+    _secrets.add(value)
+    _version += 1
+    _redactor = Redactor(tuple(_secrets), mask=_MASK, min_len=MIN_SECRET_CHARS)
+    return True
+
+
+def secrets_version() -> int:
+    """A number that changes whenever the registered set does."""
+    return _version
+
+
+def registered_secrets() -> tuple[str, ...]:
+    """The registered values (for the tool pipeline's redactor)."""
+    return tuple(_secrets)
 
 
 class _TextFormatter(logging.Formatter):

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from runtime.a2a.model import Artifact, ArtifactEvent, Message, StatusEvent, Task, now_iso
 from runtime.errors import ProtocolError
+from runtime.wire.limits import MAX_REFERENCES, check_id
 
 __all__ = ["Dialect", "BadMessage", "parse_message", "render_task", "render_message", "render_event",
            "render_state", "parse_state", "parse_time", "render_artifact", "parse_task", "parse_event", "MAX_PARTS"]
@@ -63,9 +64,12 @@ def parse_message(obj: Any) -> Message:
         if value is not None:
             if not isinstance(value, str) or not value:
                 raise BadMessage(f"message.{key} must be a non-empty string")
-            setattr(message, attr, value)
-    if isinstance(obj.get("referenceTaskIds"), list):
-        message.reference_task_ids = [str(t) for t in obj["referenceTaskIds"]]
+            setattr(message, attr, check_id(value, f"message.{key}", BadMessage))
+    references = obj.get("referenceTaskIds")
+    if isinstance(references, list):
+        if len(references) > MAX_REFERENCES:
+            raise BadMessage(f"message.referenceTaskIds has {len(references)} ids (at most {MAX_REFERENCES})")
+        message.reference_task_ids = [check_id(str(t), "message.referenceTaskIds[]", BadMessage) for t in references]
     if isinstance(obj.get("metadata"), dict):
         message.metadata = obj["metadata"]
     return message

@@ -61,6 +61,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         error = f": {server['last_error']}" if server["last_error"] and server["state"] != "ready" else ""
         print(f"  MCP server {server['name']}: {server['state']}, {server['tools']} tools{error}")
     print(f"  A2A peers: {', '.join(p['name'] for p in status['a2a_peers']) or 'none'}")
+    audit = status.get("audit")
+    if audit:
+        state = "ok" if audit["ok"] else f"FAILING ({audit['error']}; {audit['failures']} records lost)"
+        print(f"  audit log {audit['path']}: {state}")
     return 0
 
 

@@ -278,13 +278,20 @@ class ToolsConfig(_Section):
 
 
 class SecurityConfig(_Section):
-    """Network and secret policy. Metadata and link-local addresses are always blocked."""
+    """Network and secret policy. Metadata and link-local addresses are always blocked.
+
+    ``audit_required``: refuse every tool call (a tool error naming the cause) while the
+    audit log (``<state dir>/audit.jsonl``) cannot be written. Off (the default), calls
+    go on, and the failure is counted, logged once a minute and shown by ``/health``
+    ("degraded"), ``/api/status`` and ``tern status``.
+    """
 
     block_private_networks: bool = False
     block_loopback: bool = False
     web_fetch_allow_private: bool = False
     redact_env: list[str] = []
     redact: list[str] = []
+    audit_required: bool = False
 
 
 class StateConfig(_Section):

@@ -20,6 +20,7 @@ from runtime.httpd.router import Router
 __all__ = ["build_router"]
 
 _HEALTH = Response(200, b'{"status":"ok"}')
+_DEGRADED = Response(200, b'{"status":"degraded","failing":["audit"]}')  # no path, no error text: /health is public
 
 
 class _MessageIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -33,8 +34,10 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     config = node.config
     kernel = node.kernel
 
+    audit = kernel.pipeline.audit
+
     async def health(request: Request) -> Response:
-        return _HEALTH
+        return _DEGRADED if audit is not None and audit.failing else _HEALTH
 
     async def status(request: Request) -> Response:
         states: dict[str, int] = {}
@@ -49,6 +52,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
             "mcp_server_states": states,
             "a2a_peers": kernel.external.statuses() if kernel.external is not None else [],
             "tasks": node.a2a.engine.counts() if node.a2a is not None else {},
+            "audit": audit.status() if audit is not None else None,
         })
 
     async def tools(request: Request) -> Response:
@@ -65,10 +69,13 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
     async def agent_message(request: Request) -> Response:
         from runtime.errors import AgentError
+        from runtime.wire.limits import check_id, check_name
 
+        name = check_name(request.params["name"], "the agent name")
         body = request.json(_MessageIn)
+        check_id(body.context_id, "context_id")  # 400 naming the bound (the kernel checks again)
         try:  # an UnknownAgent answers itself: 404 and its message
-            reply = await kernel.agents.send(request.params["name"], body.message, context_id=body.context_id)
+            reply = await kernel.agents.send(name, body.message, context_id=body.context_id)
         except AgentError as exc:
             raise HttpError(502, f"the agent could not answer: {exc}") from None
         return json_response(reply)

@@ -151,6 +151,8 @@ async def serve(config: Config, listen: str | None = None, *,
     tls = _ssl_context(config)
     node = Node(config)
     kernel = node.kernel
+    if kernel.pipeline.audit is not None:  # an unwritable audit log shows at once (/health, log), not at a call
+        kernel.pipeline.audit.probe()
     metrics = Metrics()
     kernel.tool_observers.append(metrics.observe_tool_call)
     metrics.add_gauge_source("tern_mcp_server_up", "1 when the MCP server is ready, per state", ("server", "state"),

@@ -106,10 +106,13 @@ def _base() -> dict[str, Any]:
                     "security": [],
                     "responses": {
                         "200": {
-                            "description": "up",
+                            "description": "up; \"degraded\" while a part fails (the audit log cannot be "
+                                           "written): /api/status has the detail",
                             "content": {
                                 "application/json": {
-                                    "schema": {"type": "object", "properties": {"status": {"const": "ok"}}}
+                                    "schema": {"type": "object", "properties": {
+                                        "status": {"enum": ["ok", "degraded"]},
+                                        "failing": {"type": "array", "items": {"type": "string"}}}}
                                 }
                             },
                         }

@@ -41,6 +41,7 @@ from runtime.ports import AgentReply
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.pipeline import ToolPipeline
 from runtime.net.process import shutdown, spawn, subprocess_env
+from runtime.wire.limits import check_id, check_name
 
 __all__ = ["Agents"]
 
@@ -71,6 +72,8 @@ class Agents:
         its conversation before the reply is returned. ``on_text`` gets output as it comes (model text, a
         command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
         added to a command agent's cleared environment."""
+        check_name(name, "the agent name")
+        check_id(context_id, "context_id")
         agent = self.get(name)
         context_id = context_id or os.urandom(16).hex()  # as random as uuid4().hex, 4x cheaper
         started = time.perf_counter()
@@ -114,7 +117,7 @@ class Agents:
             reply = await self.remote(agent.remote, message, context_id=context_id)
         except TernError as exc:
             raise AgentError(f"agent {agent.name!r}: {exc}") from None
-        return reply.text
+        return self.pipeline.redact(reply.text)  # a peer may echo the credentials tern sent it
 
     async def _command(self, agent: AgentConfig, message: str, on_text: Callable[[str], None] | None,
                        on_log: Callable[[str, str], None] | None,

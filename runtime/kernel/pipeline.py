@@ -5,7 +5,13 @@ A2A tasks through their agents):
     execution -> truncation -> redaction -> taint labelling -> audit record
 
 Every refusal and failure comes back as a tool error (``ToolResult.is_error``) with a
-sentence a model can act on; only the caller's own cancellation escapes. A ``Run`` is
+sentence a model can act on, and an audit record; only the caller's own cancellation
+escapes. An unexpected exception in a tool (a bug) is logged with its traceback and
+answered as ``internal error in <tool>: <ExceptionType>``. Results are redacted with
+the configured secrets plus every value registered with ``runtime.log.register_secret``
+(expanded header values, API keys), so a peer that echoes a credential back does not
+hand it to the caller; the matcher is rebuilt only when that set changes. With
+``[security] audit_required``, no tool runs while the audit log cannot be written. A ``Run`` is
 one agent run (or one CLI call): the loop guard and the taint tracker live there, so
 what one run fetched never taints another.
 """
@@ -20,7 +26,7 @@ import trio
 
 from runtime.config import AgentConfig, Config
 from runtime.errors import TernError
-from runtime.log import register_secret
+from runtime.log import get_logger, register_secret, registered_secrets, secrets_version
 from runtime.mcp.names import tool_globs
 from runtime.kernel.audit import AuditLog, digest
 from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
@@ -30,6 +36,8 @@ from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.schema import validate
 
 __all__ = ["Run", "ToolPipeline"]
+
+log = get_logger("pipeline")
 
 
 class Run:
@@ -69,11 +77,24 @@ class ToolPipeline:
         self.audit = audit
         secret_values = [*(secrets or []), *config.security.redact,
                          *secret_env_values(os.environ, extra_names=config.security.redact_env)]
-        self.redactor = Redactor(secret_values)
         for value in secret_values:  # the same secrets never reach a log line either
             register_secret(value)
+        self._own_secrets = secret_values  # with the live registered set: see _current_redactor
+        self._secrets_version = secrets_version()
+        self.redactor = Redactor([*secret_values, *registered_secrets()])
         self.observers = observers if observers is not None else []  # (tool, outcome, seconds)
         self._remote_agents = frozenset(a.name for a in config.agents if a.kind == "remote")
+
+    def _refresh_redactor(self) -> None:
+        self._secrets_version = secrets_version()
+        self.redactor = Redactor([*self._own_secrets, *registered_secrets()])
+
+    def redact(self, text: str) -> str:
+        """``text`` with every known secret masked (for what reaches a caller outside a
+        tool call: a remote agent's reply)."""
+        if self._secrets_version != secrets_version():
+            self._refresh_redactor()
+        return self.redactor.redact(text)
 
     def tools(self) -> list[Tool]:
         return self.registry.tools()
@@ -100,14 +121,25 @@ class ToolPipeline:
         started = time.perf_counter()
         tool = self.registry.get(name)  # looked up once: the call and its audit record share it
         untrusted = is_untrusted_source(name, mcp=tool is not None and tool.source == "mcp")
-        result, outcome = await self._call(name, tool, untrusted, arguments, run, timeout_secs)
+        if self._secrets_version != secrets_version():  # a secret was registered since: mask it too
+            self._refresh_redactor()
+        audit = self.audit
+        if audit is not None and self.config.security.audit_required and not audit.probe():
+            result, outcome = _refused(f"{name} was not run: the audit log cannot be written ({audit.error}) "
+                                       "and [security] audit_required is on"), "audit_unavailable"
+        else:
+            try:
+                result, outcome = await self._call(name, tool, untrusted, arguments, run, timeout_secs)
+            except Exception as exc:  # a bug in a tool: a tool error and a record, never a dropped call
+                log.error("tool %s failed with an unexpected %s", name, type(exc).__name__, exc_info=True)
+                result, outcome = _refused(f"internal error in {name}: {type(exc).__name__}"), "error"
         seconds = time.perf_counter() - started
         for observe in self.observers:
             observe(name, outcome, seconds)
-        if self.audit is not None:
-            self.audit.record("tool_call", agent=run.agent.name if run.agent else None, caller=caller, tool=name,
-                              arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
-                              untrusted=untrusted)
+        if audit is not None:
+            audit.record("tool_call", agent=run.agent.name if run.agent else None, caller=caller, tool=name,
+                         arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
+                         untrusted=untrusted)
         return result
 
     async def _call(self, name: str, tool: Tool | None, untrusted: bool, arguments: dict[str, Any], run: Run,
@@ -120,8 +152,8 @@ class ToolPipeline:
         if tool is None:  # unknown, or the tool of an MCP server that is down: say which
             try:
                 await self.registry.call(name, arguments)
-            except TernError as exc:
-                return _refused(str(exc)), "unavailable"
+            except TernError as exc:  # the server's last error may quote what a peer said: redacted too
+                return _refused(self.redactor.redact(str(exc))), "unavailable"
             return _refused(f"there is no tool named {name}"), "unknown"
         if not isinstance(arguments, dict):
             return _refused(f"{name} takes a JSON object of arguments"), "invalid"

@@ -262,6 +262,8 @@ async def _fetch(client: Any, url: str, policy: AddressPolicy, max_bytes: int) -
                 body, total, cut = await _read(response, max_bytes)
                 return str(response.url), response.status_code, _render(response, body, total, cut, max_bytes), \
                     response.status_code >= 400
+        except httpx.InvalidURL as error:  # what the guard let through but httpx cannot use
+            raise ToolRefused(f"invalid URL {url!r}: {error}") from None
         except httpx.HTTPError as error:
             blocked = _blocked_message(error)
             if blocked:

@@ -202,6 +202,17 @@ def _ip_literal(host: str) -> str | None:
     return None
 
 
+def _idna(host: str, url: str) -> str:
+    """A non-ASCII host in its IDNA (ASCII) form, encoded exactly as httpx encodes it
+    (IDNA 2008, no compatibility mapping): ``①②⑦.0.0.1`` is no name, not 127.0.0.1."""
+    import idna
+
+    try:
+        return idna.encode(host).decode("ascii")
+    except (idna.IDNAError, UnicodeError, ValueError) as error:
+        raise ProtocolError(f"invalid URL {url!r}: the host is not a valid internationalized name ({error})") from None
+
+
 def check_url(url: str, policy: AddressPolicy) -> tuple[str, int]:
     """Check what can be checked without DNS; return ``(host, port)`` to resolve.
 
@@ -219,6 +230,8 @@ def check_url(url: str, policy: AddressPolicy) -> tuple[str, int]:
     host = parts.hostname  # lowercased, IPv6 brackets removed
     if not host:
         raise ProtocolError(f"invalid URL {url!r}: no host")
+    if not host.isascii():  # checked as the name httpx would resolve, or refused as httpx would
+        host = _idna(host, url)
     check_hostname(host)
     literal = _ip_literal(host)
     if literal is not None:

@@ -20,7 +20,8 @@ def expand_headers(headers: Mapping[str, str], owner: str,
     """Header values with ``${VAR}`` taken from tern's environment.
 
     An unset variable is a configuration error, not an empty credential; expanded
-    values are registered as secrets so no log line can show them.
+    values, and each variable's value on its own (the token without its "Bearer "), are
+    registered as secrets, so no log line or tool result can show them.
     """
     env = os.environ if environ is None else environ
     out: dict[str, str] = {}
@@ -30,6 +31,7 @@ def expand_headers(headers: Mapping[str, str], owner: str,
             if name not in env:
                 raise ConfigError(f"{owner}: header {key} needs ${{{name}}}, "
                                   "which is not set in tern's environment")
+            register_secret(env[name])
             return env[name]
 
         expanded = _VAR.sub(lookup, value)

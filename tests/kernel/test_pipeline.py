@@ -155,9 +155,17 @@ async def test_mcp_result_taints_a_sink(tmp_path, nursery):
 
 
 def test_audit_rotates(tmp_path):
+    """Rotated files of earlier days beyond ``backups`` are deleted (today's never are:
+    tests/kernel/test_audit_bounds.py)."""
+    import os
+    import time
+
     audit = AuditLog(tmp_path / "audit.jsonl", max_bytes=2000, backups=2)
+    two_days_ago = time.time() - 2 * 86400
     for i in range(100):
         audit.record("tool_call", tool="x", n=i)
+        for rotated in tmp_path.glob("audit.jsonl.*"):  # as if each rotated file were of an earlier day
+            os.utime(rotated, (two_days_ago, two_days_ago))
     audit.close()
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["audit.jsonl", "audit.jsonl.1", "audit.jsonl.2"]

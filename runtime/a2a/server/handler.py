@@ -16,7 +16,7 @@ from runtime.a2a.model import StatusEvent, Task
 from runtime.a2a.protocol import TRAITS
 from runtime.a2a.server.engine import A2aError, TaskEngine, TaskNotFound, UnsupportedOperation
 from runtime.a2a.server.push import PushNotifier
-from runtime.a2a.server.request import history_length, string, task_id
+from runtime.a2a.server.request import check_ids, history_length, string, task_id
 from runtime.errors import RpcError
 from runtime.httpd.messages import StreamResponse
 from runtime.wire.jsonrpc import INVALID_PARAMS
@@ -47,6 +47,7 @@ class A2aHandler:
         """``method`` (a key of ``protocol.METHODS``) for ``agent``; a stream is framed by ``frame``."""
         row = protocol.METHODS[method]
         dialect, op = row.dialect, row.op
+        check_ids(params)
         if op == "send":
             return await self.send(params, agent, dialect)
         if op == "stream":
@@ -87,6 +88,7 @@ class A2aHandler:
         return dialects.wrap_result(rendered, "task", dialect)
 
     def _start(self, params: dict[str, Any], agent: str, dialect: str) -> Task:
+        check_ids(params)  # again: the seed's REST route calls send() directly
         message = dialects.parse_message(params.get("message"))
         if TRAITS[dialect].client_names_task:  # the client chooses the task id; sessionId is the context
             named = params.get("id")

@@ -10,7 +10,11 @@ status and artifact event to.
   every connection goes through tern's guarded HTTP client (no DNS-rebinding gap).
 - The body is the event in the dialect the config was registered in (1.0: a
   ``StreamResponse``); the token goes in ``X-A2A-Notification-Token``, credentials
-  in ``Authorization``. Tokens and credentials are registered as secrets (never logged).
+  in ``Authorization``, each at most ``MAX_SECRET_CHARS``. They are the caller's
+  secrets, which tern only forwards and never puts in a log line, so they are *not*
+  registered as log secrets: a registered value masks every log line it appears in,
+  and a caller could otherwise blank out any text it likes (``ERROR``, its own address,
+  a task id) from tern's logs, and grow that set without end.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from runtime.a2a import dialects, protocol
 from runtime.a2a.dialects import Dialect
 from runtime.a2a.server.engine import A2aError, InvalidTaskRequest, TaskEngine
 from runtime.a2a.model import Event, Task
-from runtime.log import get_logger, register_secret
+from runtime.log import get_logger
+from runtime.wire.limits import check_id
 
 __all__ = ["PushNotifier", "ConfigNotFound"]
 
@@ -34,6 +39,7 @@ log = get_logger("a2a.push")
 ATTEMPTS = 4
 QUEUE_EVENTS = 64
 MAX_CONFIGS_PER_TASK = 10
+MAX_SECRET_CHARS = 4096  # a token or credentials: opaque short strings; a JWT fits
 TIMEOUT_SECS = 10.0
 _encoder = msgspec.json.Encoder()
 
@@ -114,15 +120,17 @@ class PushNotifier:
         except (BlockedAddress, ValueError) as exc:
             raise InvalidTaskRequest(f"webhook {url} refused: {exc}") from None
         configs = self._configs.setdefault(task.id, {})
-        config_id = str(raw.get("id") or f"push-{next(self._ids)}")
+        config_id = str(check_id(raw.get("id"), "the push notification config id") or f"push-{next(self._ids)}")
         if config_id not in configs and len(configs) >= MAX_CONFIGS_PER_TASK:
             raise InvalidTaskRequest(f"task {task.id} has {MAX_CONFIGS_PER_TASK} webhooks already")
         auth = raw.get("authentication") if isinstance(raw.get("authentication"), dict) else {}
         scheme = auth.get("scheme") or (auth.get("schemes") or [None])[0]
         auth = {k: v for k, v in (("scheme", scheme), ("credentials", auth.get("credentials"))) if isinstance(v, str)}
         token = raw.get("token") if isinstance(raw.get("token"), str) else ""
-        for secret in (token, auth.get("credentials", "")):
-            register_secret(secret)
+        for what, secret in (("token", token), ("authentication credentials", auth.get("credentials", ""))):
+            if len(secret) > MAX_SECRET_CHARS:
+                raise InvalidTaskRequest(f"the push notification {what} is {len(secret)} characters long "
+                                         f"(at most {MAX_SECRET_CHARS})")
         old = configs.pop(config_id, None)
         if old is not None:
             old.send.close()

@@ -9,8 +9,23 @@ from runtime.a2a import protocol
 from runtime.a2a.dialects import BadMessage
 from runtime.errors import RpcError
 from runtime.httpd.messages import Request
+from runtime.wire.limits import check_id
 
-__all__ = ["task_id", "string", "history_length", "json_names", "require_1x"]
+__all__ = ["check_ids", "task_id", "string", "history_length", "json_names", "require_1x"]
+
+
+#: The params of any operation, in any dialect, that carry an id the caller chose.
+_ID_PARAMS = ("id", "taskId", "contextId", "sessionId", "pushNotificationConfigId")
+
+
+def check_ids(params: dict[str, Any]) -> None:
+    """Every id in an operation's params within ``MAX_ID_CHARS`` (invalid params
+    otherwise); the message's own ids are checked where it is read (``parse_message``)."""
+    for key in _ID_PARAMS:
+        check_id(params.get(key), f"params.{key}")
+    for key in ("pushNotificationConfig", "config"):
+        if isinstance(params.get(key), dict):
+            check_id(params[key].get("id"), f"params.{key}.id")
 
 
 def task_id(params: dict[str, Any]) -> str:

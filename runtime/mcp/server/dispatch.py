@@ -34,6 +34,7 @@ from msgspec import UNSET
 from runtime import __version__
 from runtime.config import Config
 from runtime.errors import RpcError
+from runtime.wire.limits import check_name
 from runtime.log import get_logger
 from runtime.ports import EventPort, ToolPort
 from runtime.mcp.server.exposure import Exposure
@@ -214,6 +215,7 @@ class McpServer:
         name = params.get("name")
         if not isinstance(name, str):
             raise RpcError(jsonrpc.INVALID_PARAMS, "tools/call needs params.name (a string)")
+        check_name(name, "params.name (the tool name)")
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}

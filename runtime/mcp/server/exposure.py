@@ -24,6 +24,7 @@ from runtime.errors import RpcError
 from runtime.ports import EventPort, Tool, ToolPort
 from runtime.mcp.names import agent_tool_name, tool_globs
 from runtime.wire.jsonrpc import INVALID_PARAMS
+from runtime.wire.limits import MAX_ID_CHARS, check_id
 
 __all__ = ["Exposure"]
 
@@ -32,8 +33,9 @@ AGENT_INPUT = {
     "type": "object",
     "properties": {
         "message": {"type": "string", "description": "What to ask or tell the agent."},
-        "context_id": {"type": "string", "description": "The context_id of an earlier reply, to continue "
-                                                        "that conversation; leave it out to start a new one."},
+        "context_id": {"type": "string", "maxLength": MAX_ID_CHARS,
+                       "description": "The context_id of an earlier reply, to continue "
+                                      "that conversation; leave it out to start a new one."},
     },
     "required": ["message"],
     "additionalProperties": False,
@@ -137,7 +139,7 @@ class Exposure:
                 return _error_result(f"invalid arguments: unexpected {', '.join(extra)}")
             forwarded = {"agent": agent.name, "message": message}
             if arguments.get("context_id") is not None:
-                forwarded["context_id"] = arguments["context_id"]
+                forwarded["context_id"] = check_id(arguments["context_id"], "arguments.context_id")
             result = await pipeline.call("agent_send", forwarded, run=run, caller=caller)
         elif (preset is not None or self._kernel_tool_allowed(name)) and pipeline.get(name) is not None:
             result = await pipeline.call(name, arguments, run=run, caller=caller)
