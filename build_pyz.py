@@ -607,8 +607,9 @@ def strip_docstrings(tree: Any) -> Any:
 def compile_worker(stage: str) -> int:
     """``--compile-worker``: compile the sources named on stdin (paths in ``stage``).
 
-    Third-party code is compiled without its docstrings (tern never reads them; about
-    a fifth of the bytecode); tern's own keeps them.
+    Compiled without docstrings (tern reads none at run time, its own or third-party
+    code's: about a fifth of the bytecode); the sources beside them keep theirs, so a
+    traceback still shows the lines as written.
     """
     import ast
     import importlib.util
@@ -619,8 +620,7 @@ def compile_worker(stage: str) -> int:
             continue
         source = Path(stage, name).read_bytes()
         tree = ast.parse(source, filename=name)
-        if not name.startswith("runtime/"):
-            tree = strip_docstrings(tree)
+        tree = strip_docstrings(tree)
         code = compile(tree, name, "exec", dont_inherit=True, optimize=0)
         data = _code_to_hash_pyc(code, importlib.util.source_hash(source), checked=False)
         Path(stage, name + "c").write_bytes(bytes(data))
