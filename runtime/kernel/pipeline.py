@@ -110,6 +110,16 @@ class ToolPipeline:
         workspace = ""
         if agent is not None:
             workspace = agent.workspace or (os.path.join(state, "workspaces", agent.name) if state else "")
+        if progress is not None:  # streamed output is masked like results: a peer may echo a secret
+            shown_progress = progress
+
+            def progress(text: str) -> None:
+                shown_progress(self.redact(text))
+        if log is not None:
+            shown_log = log
+
+            def log(level: str, text: str) -> None:
+                shown_log(level, self.redact(text))
         context = ToolContext(agent=agent.name if agent else "", workspace=workspace, state_dir=state,
                               progress=progress, log=log)
         return Run(agent, max_calls=self.config.tools.max_calls_per_run, context=context)

@@ -209,3 +209,22 @@ async def test_secrets_never_reach_a_log_line(tmp_path, monkeypatch):
     finally:
         logging.getLogger("tern").removeHandler(handler)
     assert handler_output and SECRET not in handler_output[0] and "tok-9f8e7d6c5b4a" not in handler_output[0]
+
+
+async def test_streamed_progress_and_log_lines_are_masked_like_results(tmp_path):
+    """A tool's streamed output (MCP progress, a command's stderr) reaches the caller
+    outside the result: a secret a peer echoes there is masked too."""
+    async def chatty(arguments, context):
+        context.progress(f"echoing {SECRET} back")
+        context.log("warning", f"header was Bearer {SECRET}")
+        return ToolResult("done")
+
+    reg = registry()
+    reg.register(Tool("chatty", "", OBJECT), chatty)
+    pipeline = ToolPipeline(reg, config(tmp_path))
+    progress, logged = [], []
+    run = pipeline.run(None, progress=progress.append, log=lambda level, text: logged.append((level, text)))
+    assert (await pipeline.call("chatty", {}, run=run)).text == "done"
+    assert progress and logged
+    assert not any(SECRET in text for text in progress) and not any(SECRET in text for _, text in logged)
+    assert logged[0][0] == "warning"
