@@ -511,20 +511,9 @@ class HttpServer:
         cancels it (an agent call then stops, its processes killed) instead of it running
         on for an answer no one reads. Plain TCP only, as in ``_pump``."""
         result: list[Any] = []
-
-        async def watch() -> None:
-            try:
-                data = await conn.stream.receive_some(READ_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                data = b""
-            if data:  # a pipelined next request: keep it for after this response
-                conn.h11.receive_data(data)
-                return
-            nursery.cancel_scope.cancel()
-
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(watch)
+                nursery.start_soon(_cancel_on_close, conn, nursery.cancel_scope)
                 result.append(await handler(request))
                 nursery.cancel_scope.cancel()
         except Exception as exc:  # the nursery's group: re-raise the one error inside
@@ -632,22 +621,12 @@ class HttpServer:
             async with send:
                 await response.producer(send)
 
-        async def watch_disconnect() -> None:
-            """A client that closes its connection mid-stream cancels the producer at once
-            (MCP 2026-07-28 cancels a call that way), not at the next keep-alive write."""
-            try:
-                data = await conn.stream.receive_some(READ_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                data = b""
-            if data:  # a pipelined next request: keep it for after this response
-                conn.h11.receive_data(data)
-                return
-            nursery.cancel_scope.cancel()
-
         async with trio.open_nursery() as nursery:
             nursery.start_soon(produce)
             if conn.fd >= 0:  # plain TCP; a cancelled TLS read could leave the TLS state unknown
-                nursery.start_soon(watch_disconnect)
+                # a client that closes mid-stream cancels the producer at once (MCP 2026-07-28
+                # cancels a call that way), not at the next keep-alive write
+                nursery.start_soon(_cancel_on_close, conn, nursery.cancel_scope)
             while True:
                 # The quiet timer covers the wait only, never a write: a chunk cut short by
                 # it and followed by a keep-alive would break the chunked framing.
@@ -669,3 +648,16 @@ class HttpServer:
         from runtime.httpd.websocket import serve_websocket
 
         await serve_websocket(conn.stream, conn.h11, request, self._terminating)
+
+
+async def _cancel_on_close(conn: _Connection, scope: trio.CancelScope) -> None:
+    """Read while an answer is being made: EOF (the client left) cancels ``scope``; a
+    pipelined next request is kept for h11, to be read after this answer."""
+    try:
+        data = await conn.stream.receive_some(READ_BYTES)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        data = b""
+    if data:
+        conn.h11.receive_data(data)
+        return
+    scope.cancel()
