@@ -47,7 +47,7 @@ import os
 import sys
 
 __all__ = ["BUNDLE_PACKAGES", "bootstrap", "cache_root", "bundle_dir_names", "in_use", "running_manifest",
-           "prune_cache"]
+           "prune_cache", "unsafe_owner_or_mode"]
 
 #: Native packages every platform needs (others, e.g. ``_cffi_backend``, are needed
 #: where the manifest has bundles for the platform).
@@ -202,14 +202,17 @@ def _no_bundle(manifest, package):
     )
 
 
-def _unsafe(st, path):
-    """Why a directory with stat ``st`` must not hold code tern loads, or ""."""
+def unsafe_owner_or_mode(st, what):
+    """Why ``what`` (with stat ``st``) is not safe to trust, or "": another user owns it,
+    or its group or others may write to it. Here, stdlib-only, because the bootstrap
+    checks the cache with it before anything else loads; the daemon's state directory
+    and discovery file are checked with it too (``runtime.host.discovery``)."""
     if os.name != "posix":
         return ""
     if st.st_uid != os.geteuid():
-        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+        return f"{what} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
     if st.st_mode & 0o022:
-        return f"{path} is group- or world-writable (mode {st.st_mode & 0o7777:o})"
+        return f"{what} is group- or world-writable (mode {st.st_mode & 0o7777:o})"
     return ""
 
 
@@ -242,7 +245,7 @@ def _private_dir(path, follow=False):
         st = os.stat(path) if follow else os.lstat(path)
     if (st.st_mode & 0o170000) != 0o040000:
         raise NotADirectoryError(f"{path} is not a directory")  # unusable, not unsafe: a temp dir will do
-    why = _unsafe(st, path)
+    why = unsafe_owner_or_mode(st, path)
     if why:
         raise _refuse(why)
 
@@ -264,7 +267,8 @@ def _ensure(archive, digest, entry):
         except OSError:
             st = None
         if st is not None:
-            if (st.st_mode & 0o170000) == 0o040000 and not _unsafe(st, target) and _stamp_matches(target, entry):
+            if ((st.st_mode & 0o170000) == 0o040000 and not unsafe_owner_or_mode(st, target)
+                    and _stamp_matches(target, entry)):
                 _in_use.append(name)
                 return target
             _set_aside(native, target, name)

@@ -24,13 +24,15 @@ def write_config(tmp_path: Path) -> str:
     return str(path)
 
 
-def start_daemon(config: str) -> tuple[subprocess.Popen, str]:
+def start_daemon(config: str, env_extra: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """``tern serve`` in a subprocess (no TERN_* variables but ``env_extra``); its URL."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
     env["PYTHONPATH"] = str(ROOT)
+    env.update(env_extra or {})
     process = subprocess.Popen([sys.executable, "-m", "runtime", "serve", "--config", config],
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, env=env)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     line = ""
     while time.monotonic() < deadline:
         line = process.stderr.readline()

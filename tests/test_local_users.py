@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli import ROOT, tern
+from tests.test_daemon import start_daemon
 
 pytestmark = pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="needs root to act as another uid")
 
@@ -37,23 +38,6 @@ def write_config(tmp_path: Path, extra: str = "") -> str:
     return str(path)
 
 
-def start_daemon(config: str, env_extra: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(env_extra or {})
-    process = subprocess.Popen([sys.executable, "-m", "runtime", "serve", "--config", config],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, env=env)
-    deadline = time.monotonic() + 30
-    line = ""
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if "serving on " in line:
-            return process, line.split("serving on ", 1)[1].strip()
-        if not line and process.poll() is not None:
-            break
-    process.kill()
-    raise AssertionError(f"the daemon did not start: {line!r}")
 
 
 def http_get(url: str, path: str, uid: int | None = None, headers: dict[str, str] | None = None) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from runtime._bundle import unsafe_owner_or_mode
 from runtime.config import Config
 
 __all__ = ["DISCOVERY_FILE", "TOKEN_FILE", "discovery_path", "token_path", "read_record", "trusted_daemon",
@@ -51,17 +52,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def unsafe_owner_or_mode(st: os.stat_result, what: str) -> str:
-    """Why ``st`` is not safe to trust (another owner, group/world-writable), or ""."""
-    if os.name != "posix":
-        return ""
-    if st.st_uid != os.geteuid():
-        return f"{what} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
-    if st.st_mode & 0o022:
-        return f"{what} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):o})"
-    return ""
 
 
 def _read_private(path: Path, what: str, secret: bool = False) -> tuple[bytes | None, str]:

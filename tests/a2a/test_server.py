@@ -335,45 +335,16 @@ async def test_a_command_agent_drives_its_task_with_events(nursery, tmp_path):
             }
         }
         waiting = (await send("tck-input-required-1"))["task"]
+
+        async def streamed(message_id):
+            """The results of one SendStreamingMessage, in order."""
+            message = {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": "go"}]}
+            answer = await client.post(url, json=rpc("SendStreamingMessage", {"message": message}))
+            return [json.loads(line[5:])["result"] for line in answer.text.splitlines() if line.startswith("data:")]
+
         assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-        chunked = [
-            json.loads(line[5:])["result"]
-            for line in (
-                await client.post(
-                    url,
-                    json=rpc(
-                        "SendStreamingMessage",
-                        {
-                            "message": {
-                                "messageId": "tck-stream-artifact-chunked-1",
-                                "role": "ROLE_USER",
-                                "parts": [{"text": "go"}],
-                            }
-                        },
-                    ),
-                )
-            ).text.splitlines()
-            if line.startswith("data:")
-        ]
+        chunked = await streamed("tck-stream-artifact-chunked-1")
         updates = [e["artifactUpdate"] for e in chunked if "artifactUpdate" in e]
         assert [(u["append"], u["lastChunk"]) for u in updates] == [(False, False), (True, True)]
-        streamed_message = [
-            json.loads(line[5:])["result"]
-            for line in (
-                await client.post(
-                    url,
-                    json=rpc(
-                        "SendStreamingMessage",
-                        {
-                            "message": {
-                                "messageId": "tck-message-response-2",
-                                "role": "ROLE_USER",
-                                "parts": [{"text": "go"}],
-                            }
-                        },
-                    ),
-                )
-            ).text.splitlines()
-            if line.startswith("data:")
-        ]
+        streamed_message = await streamed("tck-message-response-2")
         assert [next(iter(e)) for e in streamed_message] == ["message"]  # a message stream is that one message

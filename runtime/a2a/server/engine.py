@@ -412,29 +412,14 @@ class TaskEngine:
             self._set(entry, outcome.state, None)
             return
         if outcome.status_text:
-            for artifact in outcome.artifacts:
-                task.artifacts.append(artifact)
-                self._emit(
-                    entry,
-                    ArtifactEvent(
-                        task_id=task.id, context_id=task.context_id, artifact=artifact, index=len(task.artifacts) - 1
-                    ),
-                )
+            self._add_artifacts(entry, outcome.artifacts)
             status = _agent_text(outcome.text, task) if outcome.text else None
             if status is not None:
                 task.history.append(status)
             self._set(entry, outcome.state, status)
             return
         if outcome.state == "completed":
-            artifacts = outcome.artifacts or [Artifact(parts=[{"text": outcome.text}], name="reply")]
-            for artifact in artifacts:
-                task.artifacts.append(artifact)
-                self._emit(
-                    entry,
-                    ArtifactEvent(
-                        task_id=task.id, context_id=task.context_id, artifact=artifact, index=len(task.artifacts) - 1
-                    ),
-                )
+            self._add_artifacts(entry, outcome.artifacts or [Artifact(parts=[{"text": outcome.text}], name="reply")])
             reply = _agent_text(outcome.text, task) if outcome.text else None
             if reply is not None:
                 task.history.append(reply)
@@ -444,6 +429,14 @@ class TaskEngine:
             if status is not None and outcome.state in INTERRUPTED:
                 task.history.append(status)
             self._set(entry, outcome.state, status)
+
+    def _add_artifacts(self, entry: _Entry, artifacts: list[Artifact]) -> None:
+        """Append each artifact to the task and tell subscribers, in order."""
+        task = entry.task
+        for artifact in artifacts:
+            task.artifacts.append(artifact)
+            self._emit(entry, ArtifactEvent(task_id=task.id, context_id=task.context_id, artifact=artifact,
+                                            index=len(task.artifacts) - 1))
 
     # --- Cancel -----------------------------------------------------------------------------
 
