@@ -32,6 +32,9 @@ its code (``runtime.wire.jsonrpc.error_answer``).
     ├── HttpError          httpd.messages: an HTTP answer with its own status
     ├── LlmError           kernel.llm: the model endpoint failed
     ├── StorageError       a write to tern's state could not be made (disk full, ...): 503
+    ├── BudgetExceeded     an agent's budget is spent for now: 429 with Retry-After
+    ├── UnknownApproval    no approval request has this id: 404
+    ├── ApprovalClosed     the approval request was already decided or expired: 409
     ├── IllegalTransition  a2a.server.engine: a task state change the table forbids (a bug)
     └── A2aClientError     a2a.client.requests: a peer agent failed us
         └── A2aTimeout     (also a TernTimeout)
@@ -57,6 +60,9 @@ __all__ = [
     "AgentError",
     "ToolRefused",
     "StorageError",
+    "BudgetExceeded",
+    "UnknownApproval",
+    "ApprovalClosed",
     "single_leaf",
 ]
 
@@ -170,3 +176,27 @@ class StorageError(TernError):
     read-only): that write is refused, tern keeps serving."""
 
     http_status = 503
+
+
+class BudgetExceeded(TernError):
+    """An agent used up one of its budgets (requests a minute, tokens an hour, tool
+    calls a run). ``retry_after`` is how many seconds until it may go on (0: never
+    within this run)."""
+
+    http_status = 429
+
+    def __init__(self, message: str, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class UnknownApproval(TernError):
+    """No approval request has this id."""
+
+    http_status = 404
+
+
+class ApprovalClosed(TernError):
+    """The approval request was already approved, denied, or expired: it takes no decision."""
+
+    http_status = 409

@@ -24,6 +24,7 @@ import msgspec
 __all__ = [
     "Tool", "ToolResult", "ToolContext", "AgentReply", "Handler", "TextSink",
     "Run", "ToolPort", "AgentPort", "EventPort", "Subscription", "ToolSource",
+    "Approval", "Ask", "ApprovalPort",
 ]
 
 Source = Literal["builtin", "mcp", "a2a"]
@@ -39,6 +40,9 @@ class Tool(msgspec.Struct, frozen=True):
     source: Source = "builtin"
     server: str = ""  # MCP tools: the configured server
     original_name: str = ""  # MCP tools: the name the server knows it by
+    # MCP tool annotations (readOnlyHint, destructiveHint, idempotentHint, openWorldHint), as a
+    # server sent them or as tern declares them on its built-in tools; policy and tiers read them.
+    annotations: dict[str, Any] | None = None
 
 
 class ToolResult(msgspec.Struct):
@@ -55,13 +59,16 @@ class ToolContext(msgspec.Struct, frozen=True):
     """Who is calling, for tools that act on the caller's own things: the agent's
     name, its workspace directory (file tools stay inside it), tern's state directory.
     A caller that can show a long call's life (the MCP server) sets ``progress(text)``
-    (output as it comes) and ``log(level, text)``: plain callbacks that never block."""
+    (output as it comes) and ``log(level, text)``: plain callbacks that never block.
+    A caller that can put a question to a person sets ``ask`` (see ``Ask``); it is passed
+    on to the runs of agents this call sends messages to."""
 
     agent: str = ""
     workspace: str = ""
     state_dir: str = ""
     progress: Any = None
     log: Any = None
+    ask: Any = None
 
 
 class AgentReply(msgspec.Struct, frozen=True):
@@ -73,6 +80,50 @@ class AgentReply(msgspec.Struct, frozen=True):
 
 
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
+
+
+class Approval(msgspec.Struct, frozen=True):
+    """A tool call waiting for (or past) a person's decision. ``arguments`` are redacted;
+    ``state`` is pending, approved, denied or expired; ``scope`` once, always (this agent
+    and tool from now on) or args (these exact arguments from now on)."""
+
+    id: str
+    agent: str
+    tool: str
+    arguments: Any
+    caller: str
+    context_id: str
+    created: float
+    expires: float
+    state: str = "pending"
+    scope: str = ""
+    decided_by: str = ""
+    channel: str = ""
+    reason: str = ""
+    decided_at: float = 0.0
+
+
+#: A caller's way to put a pending approval to a person (an MCP client's elicitation, an
+#: A2A caller's input-required turn, a terminal prompt). It is called once per request,
+#: runs while the request waits, and is cancelled as soon as the request is decided by
+#: any channel. It decides through the ``ApprovalPort`` it was built with; returning
+#: without deciding leaves the request to the other channels until it expires.
+Ask = Callable[[Approval], Awaitable[None]]
+
+
+class ApprovalPort(Protocol):
+    """Pending tool-call approvals, and the one way to decide them."""
+
+    def list(self, state: str | None = "pending") -> list[Approval]: ...
+
+    def get(self, approval_id: str) -> Approval:
+        """Raises ``UnknownApproval``."""
+        ...
+
+    def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
+               by: str = "", channel: str = "") -> Approval:
+        """Approve or deny a pending request. Raises ``UnknownApproval`` and ``ApprovalClosed``."""
+        ...
 
 
 class Run(Protocol):
@@ -91,7 +142,7 @@ class ToolPort(Protocol):
     def get(self, name: str) -> Tool | None: ...
 
     def run(self, agent: Any = None, *, progress: TextSink | None = None,
-            log: Callable[[str, str], None] | None = None) -> Run: ...
+            log: Callable[[str, str], None] | None = None, ask: Ask | None = None) -> Run: ...
 
     async def call(self, name: str, arguments: Any = None, *, run: Any = None,
                    timeout_secs: float | None = None, caller: str = "") -> ToolResult: ...
@@ -104,7 +155,13 @@ class AgentPort(Protocol):
 
     async def send(self, name: str, message: str, *, context_id: str | None = None,
                    on_text: TextSink | None = None, on_log: Callable[[str, str], None] | None = None,
-                   env: dict[str, str] | None = None) -> AgentReply: ...
+                   env: dict[str, str] | None = None, ask: Ask | None = None) -> AgentReply: ...
+
+    def admit(self, name: str) -> None:
+        """Whether ``name`` may take a message now under its ``requests_per_minute``
+        (checked, not counted: ``send`` counts); raises ``BudgetExceeded`` (with
+        ``retry_after``). A server calls it before it creates any work (an A2A task)."""
+        ...
 
 
 class Subscription(Protocol):

@@ -19,8 +19,9 @@ from runtime.config.load import (
     user_state_dir,
 )
 from runtime.config.schema import (
-    A2aConfig, AgentConfig, Config, ExternalAgent, HttpTransport, McpPreset, McpServerEntry, McpServerExposure,
-    ModelConfig, SecurityConfig, ServerConfig, ShellRule, Skill, SseTransport, StateConfig, StdioTransport, ToolsConfig,
+    A2aConfig, AccessTier, AgentConfig, ApprovalRule, Config, ExternalAgent, GovernanceConfig, HttpTransport, McpPreset,
+    McpServerEntry, McpServerExposure, ModelConfig, ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill,
+    SseTransport, StateConfig, StdioTransport, ToolsConfig,
 )
 
 __all__ = [
@@ -38,6 +39,10 @@ __all__ = [
     "ModelConfig",
     "Skill",
     "ToolsConfig",
+    "GovernanceConfig",
+    "ApprovalRule",
+    "AccessTier",
+    "ScriptsConfig",
     "ShellRule",
     "SecurityConfig",
     "StateConfig",

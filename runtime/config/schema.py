@@ -167,6 +167,10 @@ class A2aConfig(_Section):
     max_store_bytes: int = 128 * MiB
     max_subscribers_per_task: int = 32
     persist_tasks: bool = False
+    # A task whose agent waits for a person's approval of a tool call stays "working" with a
+    # status message naming the approval; true turns it into "input-required" with a data part
+    # describing the request, and the caller's next message on the task answers it.
+    caller_may_approve: bool = False
     discovery_timeout_secs: float = 30.0
     external_agents: list[ExternalAgent] = []
     # The card at /.well-known/agent-card.json carries the 0.3 fields (url, protocolVersion,
@@ -224,6 +228,15 @@ class AgentConfig(_Section):
     remote: str = ""
     # Taint policy: may this agent pass untrusted content to sensitive tools?
     allow_tainted_sinks: bool = False
+    # Governance (README "Governance"): an access tier narrows the tools the agent may call
+    # ("read", "write", "full", an OSSA tier name, or a [[governance.tiers]] name; "" is full).
+    access_tier: str = ""
+    # Budgets; 0 is no limit. requests_per_minute counts messages sent to the agent;
+    # tokens_per_hour the model's usage (estimated when the endpoint reports none);
+    # max_tool_calls_per_run caps one run's tool calls (0: [tools] max_calls_per_run).
+    requests_per_minute: int = 0
+    tokens_per_hour: int = 0
+    max_tool_calls_per_run: int = 0
 
 
 # --- [tools], [security], [state] --------------------------------------------------------
@@ -294,6 +307,55 @@ class SecurityConfig(_Section):
     audit_required: bool = False
 
 
+# --- [governance], [scripts] -------------------------------------------------------------
+
+Decision = Literal["allow", "ask", "deny"]
+
+
+class ApprovalRule(_Section):
+    """One policy rule (``[[governance.rules]]``): a call of a tool matching ``tool`` by an
+    agent matching ``agent`` (globs, casefolded, ``-`` and ``_`` the same; the operator,
+    ``tern call`` or an MCP client calling a kernel tool, is the agent ``""``, which ``*``
+    matches) is allowed, asked of a person, or denied. The first matching rule wins."""
+
+    tool: str
+    decision: Decision
+    agent: str = "*"
+
+
+class AccessTier(_Section):
+    """A named tier of its own (``[[governance.tiers]]``): the tool globs an agent of this
+    tier may call at most (its ``tools`` still apply too)."""
+
+    name: str
+    tools: list[str]
+
+
+class GovernanceConfig(_Section):
+    """Who may run what without a person saying yes.
+
+    With no rule matching a call, tern asks for ``shell_exec``, ``script_run`` and any
+    tool annotated ``destructiveHint: true``, and allows the rest. A request waits at
+    most ``approval_timeout_secs`` (then it is denied); an agent has at most
+    ``max_pending_per_agent`` requests waiting (more are denied at once)."""
+
+    rules: list[ApprovalRule] = []
+    tiers: list[AccessTier] = []
+    approval_timeout_secs: float = 300.0
+    max_pending_per_agent: int = 5
+
+
+class ScriptsConfig(_Section):
+    """Approved scripts (the ``script_*`` tools, on when ``dir`` is set): executable files
+    in ``dir``, run only while their SHA-256 is in ``allow`` (name -> hex digest) or was
+    approved with ``tern scripts approve NAME``; any change to a file makes it pending again."""
+
+    dir: str = ""
+    allow: dict[str, str] = {}
+    timeout_secs: float = 60.0
+    max_output_bytes: int = 1 * MiB
+
+
 class StateConfig(_Section):
     """Where tern keeps conversations, tasks, audit logs and workspaces, and the daemon's
     ``daemon.json`` and ``local-token``. Must be owned by tern's user and not group- or
@@ -310,4 +372,6 @@ class Config(_Section):
     agents: list[AgentConfig] = []
     tools: ToolsConfig = ToolsConfig()
     security: SecurityConfig = SecurityConfig()
+    governance: GovernanceConfig = GovernanceConfig()
+    scripts: ScriptsConfig = ScriptsConfig()
     state: StateConfig = StateConfig()
