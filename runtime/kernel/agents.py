@@ -67,11 +67,12 @@ class Agents:
     async def send(self, name: str, message: str, *, context_id: str | None = None,
                    on_text: Callable[[str], None] | None = None,
                    on_log: Callable[[str, str], None] | None = None,
-                   env: dict[str, str] | None = None) -> AgentReply:
+                   env: dict[str, str] | None = None, ask: Any = None) -> AgentReply:
         """Answer one message; for an agent that remembers, the exchange is committed to
         its conversation before the reply is returned. ``on_text`` gets output as it comes (model text, a
         command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
-        added to a command agent's cleared environment."""
+        added to a command agent's cleared environment; ``ask`` puts a tool call that needs
+        approval to the person behind the caller (``runtime.ports.Ask``)."""
         check_name(name, "the agent name")
         check_id(context_id, "context_id")
         agent = self.get(name)
@@ -79,7 +80,7 @@ class Agents:
         started = time.perf_counter()
         outcome = "error"
         try:
-            text = await self._answer(agent, message, context_id, on_text, on_log, env)
+            text = await self._answer(agent, message, context_id, on_text, on_log, env, ask)
             outcome = "ok"
         finally:
             if outcome == "error" and trio.current_effective_deadline() == -math.inf:
@@ -96,15 +97,15 @@ class Agents:
     async def _answer(self, agent: AgentConfig, message: str, context_id: str,
                       on_text: Callable[[str], None] | None,
                       on_log: Callable[[str, str], None] | None,
-                      env: dict[str, str] | None = None) -> str:
+                      env: dict[str, str] | None = None, ask: Any = None) -> str:
         if agent.kind == "llm":
-            return await self._llm(agent, message, context_id, on_text)
+            return await self._llm(agent, message, context_id, on_text, ask)
         if agent.kind == "echo":
             return message
         if agent.kind == "command":
             return await self._command(agent, message, on_text, on_log, env)
         if agent.kind == "tool":
-            return await self._tool(agent, message)
+            return await self._tool(agent, message, context_id, ask)
         if agent.kind == "remote":
             return await self._remote(agent, message, context_id)
         raise AgentError(f"agent {agent.name!r} is of kind {agent.kind!r}, which does not run in this build yet")
@@ -170,7 +171,7 @@ class Agents:
         return text + (f"\n[output cut at {cap} bytes]" if len(out) >= cap else "")
 
     async def _llm(self, agent: AgentConfig, message: str, context_id: str,
-                   on_text: Callable[[str], None] | None) -> str:
+                   on_text: Callable[[str], None] | None, ask: Any = None) -> str:
         from runtime.kernel.llm import ChatClient, LlmError
         from runtime.kernel.pipeline import allowed
 
@@ -191,7 +192,7 @@ class Agents:
             for t in self.pipeline.registry.tools()
             if agent.tools and allowed(agent, t.name)
         ]
-        run = self.pipeline.run(agent)
+        run = self.pipeline.run(agent, ask=ask, context_id=context_id)
         client = ChatClient(agent.model)
         try:
             for _ in range(max(agent.max_iterations, 1)):
@@ -232,7 +233,7 @@ class Agents:
             await client.aclose()
         return f"[stopped after {agent.max_iterations} model turns without a final answer]"
 
-    async def _tool(self, agent: AgentConfig, message: str) -> str:
+    async def _tool(self, agent: AgentConfig, message: str, context_id: str = "", ask: Any = None) -> str:
         if not agent.tool:
             raise AgentError(f'agent {agent.name!r}: kind = "tool" needs tool = "..."')
         tool = self.pipeline.registry.get(agent.tool)
@@ -242,7 +243,8 @@ class Agents:
             agent if agent.tool in agent.tools else msgspec.structs.replace(agent, tools=[*agent.tools, agent.tool])
         )
         result = await self.pipeline.call(
-            agent.tool, arguments, run=self.pipeline.run(allowed), caller=f"agent:{agent.name}"
+            agent.tool, arguments, run=self.pipeline.run(allowed, ask=ask, context_id=context_id),
+            caller=f"agent:{agent.name}"
         )
         if result.is_error:
             raise AgentError(result.text)

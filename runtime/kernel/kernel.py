@@ -43,6 +43,14 @@ class Kernel:
         audit = AuditLog(Path(config.state.dir) / "audit.jsonl") if config.state.dir else None
         self.pipeline = ToolPipeline(self.registry, config, audit=audit, observers=self.tool_observers)
         state = Path(config.state.dir) if config.state.dir else None
+        from runtime.kernel.approvals import Approvals
+
+        governance = config.governance
+        self.approvals = Approvals(state / "approvals.sqlite3" if state else None,
+                                   timeout_secs=governance.approval_timeout_secs,
+                                   max_pending_per_agent=governance.max_pending_per_agent, audit=audit,
+                                   publish=self.events.publish, redact=self.pipeline.redact_obj)
+        self.pipeline.approvals = self.approvals
         self.conversations = Conversations(state / "conversations.sqlite3") if state else None
         self.agents = Agents(config, self.pipeline, self.conversations)
         register_agent_tools(self.registry, lambda: self.agents)

@@ -1,8 +1,8 @@
 """The one tool pipeline every caller goes through (agents, ``tern call``, the MCP server,
 A2A tasks through their agents):
 
-    capability -> arguments vs inputSchema -> loop guard -> taint check -> timeout ->
-    execution -> truncation -> redaction -> taint labelling -> audit record
+    capability -> arguments vs inputSchema -> loop guard -> taint check -> policy and
+    approval -> timeout -> execution -> truncation -> redaction -> taint labelling -> audit record
 
 Every refusal and failure comes back as a tool error (``ToolResult.is_error``) with a
 sentence a model can act on, and an audit record; only the caller's own cancellation
@@ -14,6 +14,11 @@ hand it to the caller; the matcher is rebuilt only when that set changes. With
 ``[security] audit_required``, no tool runs while the audit log cannot be written. A ``Run`` is
 one agent run (or one CLI call): the loop guard and the taint tracker live there, so
 what one run fetched never taints another.
+
+Policy (``policy.py``) says allow, ask or deny for each agent and tool; an ``ask`` waits
+in ``approvals.py`` for a person (the run's ``ask`` callback, if its caller can put the
+question, runs meanwhile) unless a persisted decision already answers it. A call the
+policy allows costs one cached dict look-up here.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from runtime.errors import TernError
 from runtime.log import get_logger, register_secret, registered_secrets, secrets_version
 from runtime.mcp.names import tool_globs
 from runtime.kernel.audit import AuditLog, digest
+from runtime.kernel.policy import Policy
 from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
                                    secret_env_values, truncate)
 from runtime.ports import Tool, ToolContext, ToolResult
@@ -45,9 +51,10 @@ class Run:
     loop guard, what untrusted content it has seen, and whether its caller gave up."""
 
     def __init__(self, agent: AgentConfig | None = None, *, max_calls: int = 50,
-                 context: ToolContext | None = None) -> None:
+                 context: ToolContext | None = None, context_id: str = "") -> None:
         self.agent = agent
         self.context = context or ToolContext(agent=agent.name if agent else "")
+        self.context_id = context_id  # the conversation, for approval requests
         self.loop_guard = LoopGuard(max_calls=max_calls)
         self.taint = TaintTracker()
         self.cancelled = False
@@ -71,10 +78,13 @@ def allowed(agent: AgentConfig | None, tool: str) -> bool:
 
 class ToolPipeline:
     def __init__(self, registry: ToolRegistry, config: Config, *, audit: AuditLog | None = None,
-                 secrets: list[str] | None = None, observers: list[Any] | None = None) -> None:
+                 secrets: list[str] | None = None, observers: list[Any] | None = None,
+                 approvals: Any = None) -> None:
         self.registry = registry
         self.config = config
         self.audit = audit
+        self.policy = Policy(config)
+        self.approvals = approvals  # kernel.approvals.Approvals; None: an "ask" is refused
         secret_values = [*(secrets or []), *config.security.redact,
                          *secret_env_values(os.environ, extra_names=config.security.redact_env)]
         for value in secret_values:  # the same secrets never reach a log line either
@@ -96,16 +106,22 @@ class ToolPipeline:
             self._refresh_redactor()
         return self.redactor.redact(text)
 
+    def redact_obj(self, value: Any) -> Any:
+        if self._secrets_version != secrets_version():
+            self._refresh_redactor()
+        return self.redactor.redact_obj(value)
+
     def tools(self) -> list[Tool]:
         return self.registry.tools()
 
     def get(self, name: str) -> Tool | None:
         return self.registry.get(name)
 
-    def run(self, agent: AgentConfig | None = None, *, progress: Any = None, log: Any = None) -> Run:
+    def run(self, agent: AgentConfig | None = None, *, progress: Any = None, log: Any = None, ask: Any = None,
+            context_id: str = "") -> Run:
         """A new run for ``agent`` (None: an operator), with its tool context: the agent's
         workspace (default ``<state dir>/workspaces/<agent>``), and the caller's
-        ``progress``/``log`` callbacks (see ToolContext)."""
+        ``progress``/``log``/``ask`` callbacks (see ToolContext)."""
         state = self.config.state.dir
         workspace = ""
         if agent is not None:
@@ -121,8 +137,8 @@ class ToolPipeline:
             def log(level: str, text: str) -> None:
                 shown_log(level, self.redact(text))
         context = ToolContext(agent=agent.name if agent else "", workspace=workspace, state_dir=state,
-                              progress=progress, log=log)
-        return Run(agent, max_calls=self.config.tools.max_calls_per_run, context=context)
+                              progress=progress, log=log, ask=ask)
+        return Run(agent, max_calls=self.config.tools.max_calls_per_run, context=context, context_id=context_id)
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None, *, run: Run | None = None,
                    timeout_secs: float | None = None, caller: str = "") -> ToolResult:
@@ -139,7 +155,7 @@ class ToolPipeline:
                                        "and [security] audit_required is on"), "audit_unavailable"
         else:
             try:
-                result, outcome = await self._call(name, tool, untrusted, arguments, run, timeout_secs)
+                result, outcome = await self._call(name, tool, untrusted, arguments, run, timeout_secs, caller)
             except Exception as exc:  # a bug in a tool: a tool error and a record, never a dropped call
                 log.error("tool %s failed with an unexpected %s", name, type(exc).__name__, exc_info=True)
                 result, outcome = _refused(f"internal error in {name}: {type(exc).__name__}"), "error"
@@ -153,7 +169,7 @@ class ToolPipeline:
         return result
 
     async def _call(self, name: str, tool: Tool | None, untrusted: bool, arguments: dict[str, Any], run: Run,
-                    timeout_secs: float | None) -> tuple[ToolResult, str]:
+                    timeout_secs: float | None, caller: str = "") -> tuple[ToolResult, str]:
         agent = run.agent
         if run.cancelled:
             return _refused(f"{name} was not run: its caller cancelled"), "cancelled"
@@ -179,6 +195,11 @@ class ToolPipeline:
             if taint is not None and not (agent is not None and agent.allow_tainted_sinks):
                 return _refused(f"refused: the arguments of {name} contain content from {taint.source} "
                                 f"({taint.path}), which is untrusted; sensitive tools do not take it"), "tainted"
+        decision = self.policy.verdict(agent, tool)
+        if decision.decision != "allow":
+            refusal = await self._govern(decision, name, arguments, run, caller)
+            if refusal is not None:
+                return refusal
         limit = timeout_secs or self.config.tools.timeouts.get(name, self.config.tools.timeout_secs)
         with trio.move_on_after(limit) as scope:
             run._scopes.add(scope)
@@ -200,6 +221,48 @@ class ToolPipeline:
         outcome = "tool_error" if result.is_error else "ok"
         structured = self.redactor.redact_obj(result.structured) if result.structured is not None else None
         return ToolResult(text, result.is_error, structured, self.redactor.redact_obj(result.content)), outcome
+
+
+    async def _govern(self, verdict: Any, name: str, arguments: dict[str, Any], run: Run,
+                      caller: str) -> tuple[ToolResult, str] | None:
+        """Deny, or ask a person and wait; None when the call may go on."""
+        if verdict.decision == "deny":
+            return _refused(f"{name} was not run: {verdict.reason}"), "denied"
+        approvals = self.approvals
+        if approvals is None:
+            return _refused(f"{name} was not run: it needs a person's approval ({verdict.reason}), and this tern "
+                            "has no state directory to keep the request in"), "denied"
+        agent = run.agent.name if run.agent is not None else ""
+        arguments_digest = digest(arguments)
+        remembered = approvals.remembered(agent, name, arguments_digest)
+        if remembered == "allow":
+            return None
+        if remembered == "deny":
+            return _refused(f"{name} was not run: a person denied it from now on"
+                            f"{' for agent ' + repr(agent) if agent else ''}"), "rejected"
+        with trio.CancelScope() as scope:  # run.cancel() stops the wait too
+            run._scopes.add(scope)
+            try:
+                approval = await approvals.request(agent, name, arguments, arguments_digest, caller=caller,
+                                                   context_id=run.context_id, reason=verdict.reason,
+                                                   ask=run.context.ask)
+            except TernError as exc:
+                return _refused(f"{name} was not run: {exc}"), "denied"
+            finally:
+                run._scopes.discard(scope)
+        if run.cancelled or scope.cancelled_caught:
+            return _refused(f"{name} was cancelled by its caller while it waited for approval"), "cancelled"
+        if approval.state == "approved":
+            return None
+        if approval.state == "expired":
+            return _refused(f"{name} was not run: approval {approval.id} expired ({approval.reason}); a person "
+                            f"can allow it with `tern approve` next time, or a [[governance.rules]] entry"), "expired"
+        if not approval.id:  # refused before it was asked (too many waiting)
+            return _refused(f"{name} was not run: {approval.reason}"), "denied"
+        by = approval.decided_by or "a person"
+        return _refused(f"{name} was not run: {by} denied it (approval {approval.id}"
+                        f"{', ' + approval.channel if approval.channel else ''})"
+                        f"{': ' + approval.reason if approval.reason else ''}"), "rejected"
 
 
 def _refused(message: str) -> ToolResult:

@@ -11,7 +11,10 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Sequence
 
+import msgspec
+
 from runtime.errors import UnknownTool
+from runtime.kernel.annotations import BUILTIN_ANNOTATIONS
 from runtime.ports import Handler, Tool, ToolContext, ToolResult, ToolSource
 
 __all__ = ["ToolRegistry"]
@@ -25,6 +28,10 @@ class ToolRegistry:
     def register(self, tool: Tool, handler: Handler) -> None:
         if tool.name in self._builtins:
             raise RuntimeError(f"built-in tool {tool.name!r} registered twice")
+        if tool.annotations is None:  # tern's own hints, one table (kernel/annotations.py)
+            known = BUILTIN_ANNOTATIONS.get(tool.name)
+            if known is not None:
+                tool = msgspec.structs.replace(tool, annotations=known)
         self._builtins[tool.name] = (tool, handler)
 
     def tools(self) -> list[Tool]:

@@ -9,7 +9,8 @@ import sys
 import pytest
 import trio
 
-from runtime.config import AgentConfig, Config, McpServerEntry, SecurityConfig, StateConfig, StdioTransport, ToolsConfig
+from runtime.config import (AgentConfig, ApprovalRule, Config, GovernanceConfig, McpServerEntry, SecurityConfig,
+                            StateConfig, StdioTransport, ToolsConfig)
 from runtime.kernel.audit import AuditLog
 from runtime.kernel.builtins import register_builtins
 from runtime.kernel.pipeline import ToolPipeline
@@ -60,7 +61,8 @@ def registry(mcp=None) -> ToolRegistry:
 
 def config(tmp_path, **tools) -> Config:
     return Config(tools=ToolsConfig(**tools), security=SecurityConfig(redact=[SECRET]),
-                  state=StateConfig(dir=str(tmp_path)))
+                  state=StateConfig(dir=str(tmp_path)),
+                  governance=GovernanceConfig(rules=[ApprovalRule(tool="file_write", decision="allow")]))
 
 
 def records(tmp_path) -> list[dict]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from runtime.config import AgentConfig, Config, StateConfig
+from runtime.config import AgentConfig, ApprovalRule, Config, GovernanceConfig, StateConfig
 from runtime.kernel import tools_files
 from runtime.kernel.builtins import register_builtins
 from runtime.kernel.pipeline import ToolPipeline
@@ -400,7 +400,8 @@ async def test_search_bounds(ws, ctx, monkeypatch):
 async def test_pipeline_uses_the_default_workspace(tmp_path):
     registry = ToolRegistry()
     register_builtins(registry)
-    pipeline = ToolPipeline(registry, Config(state=StateConfig(dir=str(tmp_path))))
+    allow = GovernanceConfig(rules=[ApprovalRule(tool="file_write", decision="allow")])
+    pipeline = ToolPipeline(registry, Config(state=StateConfig(dir=str(tmp_path)), governance=allow))
     run = pipeline.run(AgentConfig(name="w", kind="echo", tools=["file_*", "memory_*"]))
     result = await pipeline.call("file_write", {"path": "notes/n.txt", "content": "hello"}, run=run)
     assert result.text == "wrote 5 bytes to notes/n.txt"

@@ -15,7 +15,7 @@ import time
 import pytest
 import trio
 
-from runtime.config import Config, ShellRule, ToolsConfig
+from runtime.config import ApprovalRule, Config, GovernanceConfig, ShellRule, ToolsConfig
 from runtime.kernel import tools_shell
 from runtime.kernel.pipeline import ToolPipeline
 from runtime.ports import ToolContext
@@ -29,7 +29,8 @@ def config(*allow: str, timeout: float = 60.0, rules: tuple[ShellRule, ...] = ()
            paths: tuple[str, ...] = ()) -> Config:
     """The process-lifecycle tests run unsandboxed (they read host PIDs); the sandbox has tests of its own."""
     return Config(tools=ToolsConfig(shell_exec_enabled=True, shell_allowlist=list(allow), timeout_secs=timeout,
-                                    shell_rules=list(rules), shell_sandbox=sandbox, shell_sandbox_paths=list(paths)))
+                                    shell_rules=list(rules), shell_sandbox=sandbox, shell_sandbox_paths=list(paths)),
+                  governance=ALLOW_SHELL)
 
 
 def shell(*allow: str, timeout: float = 60.0, rules: tuple[ShellRule, ...] = (), sandbox: str = "off",
@@ -37,6 +38,8 @@ def shell(*allow: str, timeout: float = 60.0, rules: tuple[ShellRule, ...] = (),
     return tools_shell.make_shell_exec(config(*allow, timeout=timeout, rules=rules, sandbox=sandbox, paths=paths))
 
 
+# These tests are about shell_exec's own policy, not about approvals (tests/kernel/test_approvals.py).
+ALLOW_SHELL = GovernanceConfig(rules=[ApprovalRule(tool="shell_exec", decision="allow")])
 SH = ShellRule(program="sh", args=["-c", "*"], rest="*")  # the tests' own scripts: any `sh -c SCRIPT ARGS...`
 
 
@@ -245,7 +248,7 @@ async def test_a_program_that_runs_commands_is_refused_by_name_alone(program, tm
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "data").write_text("x" * 100_000)  # something for tar to archive, past one checkpoint
-    cfg = Config(tools=ToolsConfig(shell_exec_enabled=True, shell_allowlist=[program]))
+    cfg = Config(tools=ToolsConfig(shell_exec_enabled=True, shell_allowlist=[program]), governance=ALLOW_SHELL)
     result = await call_through_pipeline(cfg, workspace, {"argv": ATTACKS[program]})
     assert not (workspace / "pwned").exists(), result.text
     assert result.is_error and "can run other programs" in result.text and "[[tools.shell_rules]]" in result.text
@@ -276,7 +279,7 @@ async def test_a_pinned_rule_allows_exactly_its_argv(tmp_path):
     workspace.mkdir()
     (workspace / "a.txt").write_text("a")
     rule = ShellRule(program="find", args=[".", "-name", "*.txt"])
-    cfg = Config(tools=ToolsConfig(shell_exec_enabled=True, shell_rules=[rule]))
+    cfg = Config(tools=ToolsConfig(shell_exec_enabled=True, shell_rules=[rule]), governance=ALLOW_SHELL)
     ok = await call_through_pipeline(cfg, workspace, {"argv": ["find", ".", "-name", "*.txt"]})
     assert not ok.is_error and "./a.txt" in ok.text
     for argv in (["find", ".", "-name", "*.txt", "-exec", "/bin/sh", "-c", "touch pwned", ";"],

@@ -162,6 +162,7 @@ def register_tools(registry: Any, external: ExternalAgents) -> None:
                         "context_id": {"type": "string", "maxLength": 200},
                     },
                 },
+                annotations={"readOnlyHint": False, "destructiveHint": False, "openWorldHint": True},
             ),
             handler,
         )

@@ -323,4 +323,5 @@ class McpToolSource:
 
 def _as_tool(entry: McpToolEntry) -> Tool:
     return Tool(entry.name, f"[MCP:{entry.server}] {entry.tool.description}".rstrip(), entry.tool.input_schema,
-                source="mcp", server=entry.server, original_name=entry.tool.name)
+                source="mcp", server=entry.server, original_name=entry.tool.name,
+                annotations=entry.tool.annotations if isinstance(entry.tool.annotations, dict) else None)
