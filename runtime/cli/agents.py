@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from runtime.cli.approvals import terminal_ask
 from runtime.cli.common import Commands, print_json, with_kernel
 
 if TYPE_CHECKING:  # the type only: the kernel is imported when a command runs
@@ -37,7 +38,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
 
-        reply = await kernel.agents.send(args.agent, message, context_id=args.context, on_text=show)
+        reply = await kernel.agents.send(args.agent, message, context_id=args.context, on_text=show,
+                                         ask=terminal_ask(kernel.approvals))
         if args.json:
             print_json(reply)
         elif not streamed:
@@ -77,7 +79,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
 
             try:
-                reply = await kernel.agents.send(args.agent, line, context_id=context_id, on_text=show)
+                reply = await kernel.agents.send(args.agent, line, context_id=context_id, on_text=show,
+                                                 ask=terminal_ask(kernel.approvals))
             except AgentError as exc:
                 print(f"tern: {exc}", file=sys.stderr)
                 continue

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from runtime.cli.common import Commands, needs_subcommand
+
+if TYPE_CHECKING:  # the type only: nothing heavy at import
+    from runtime.config import Config
 
 
 def add_commands(commands: Commands) -> None:
@@ -35,7 +39,27 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     weak = key_warning(api_key(config))
     if weak:
         print(f"warning: {weak}", file=sys.stderr)
+    for problem in _unmatched_rules(config):
+        print(f"warning: {problem} (a typo? rules name tools by glob; `tern tools` lists them)", file=sys.stderr)
     return 0
+
+
+def _unmatched_rules(config: Config) -> list[str]:
+    """[[governance.rules]] whose tool glob can match nothing: not a built-in tool, an
+    agent or A2A tool, nor a tool a configured MCP server could offer (those are not
+    known until it connects, so any ``mcp_{server}_...`` glob counts)."""
+    from runtime.kernel.builtins import register_builtins
+    from runtime.kernel.policy import Policy
+    from runtime.kernel.registry import ToolRegistry
+    from runtime.mcp.names import agent_tool_name
+
+    registry = ToolRegistry()
+    register_builtins(registry, config)
+    names = [t.name for t in registry.tools()] + ["agent_list", "agent_send", "script_list", "script_run",
+                                                  "script_reload"]
+    names += [f"a2a_{a.name}" for a in config.a2a.external_agents]
+    names += [agent_tool_name(a.name) for a in config.agents]
+    return Policy(config).unmatched_rules(names, [s.name for s in config.mcp_servers])
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:

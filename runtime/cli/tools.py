@@ -67,7 +67,10 @@ def cmd_call(args: argparse.Namespace) -> int:
         raise UsageError("--args must be a JSON object, e.g. --args '{\"path\": \"notes.txt\"}'")
 
     async def work(kernel: Kernel) -> int:
-        result = await kernel.call_tool(args.tool, arguments, timeout_secs=args.timeout, caller="cli")
+        from runtime.cli.approvals import terminal_ask
+
+        run = kernel.pipeline.run(ask=terminal_ask(kernel.approvals))
+        result = await kernel.call_tool(args.tool, arguments, timeout_secs=args.timeout, caller="cli", run=run)
         if args.json:
             print_json(result)
         else:

@@ -115,6 +115,27 @@ def find_problems(config: Config) -> list[str]:
     problems += [f'tools.shell_sandbox_paths[{i}]: expected a directory path, got "{shorten(path)}"'
                  for i, path in enumerate(config.tools.shell_sandbox_paths) if not path.strip() or "\x00" in path]
     problems += _mcp_server_problems(config)
+    problems += _governance_problems(config)
+    return problems
+
+
+def _governance_problems(config: Config) -> list[str]:
+    from runtime.config.schema import OSSA_TIERS, PRESET_TIERS
+
+    governance = config.governance
+    problems = _positive(governance, "governance", ("approval_timeout_secs", "max_pending_per_agent"))
+    problems += _duplicates([t.name for t in governance.tiers], "governance.tiers", "name")
+    for i, tier in enumerate(governance.tiers):
+        if tier.name in PRESET_TIERS or tier.name in OSSA_TIERS:
+            problems.append(f'governance.tiers[{i}].name: "{tier.name}" is a preset tier; choose another name')
+    known = sorted({*PRESET_TIERS, *OSSA_TIERS, *(t.name for t in governance.tiers)})
+    for i, agent in enumerate(config.agents):
+        if agent.access_tier and agent.access_tier not in known:
+            problems.append(f'agents[{i}].access_tier: "{agent.access_tier}" is not a tier '
+                            f'(known: {", ".join(known)})')
+        for budget in ("requests_per_minute", "tokens_per_hour", "max_tool_calls_per_run"):
+            if getattr(agent, budget) < 0:
+                problems.append(f"agents[{i}].{budget}: expected 0 (no limit) or more, got {getattr(agent, budget)}")
     return problems
 
 

@@ -310,6 +310,10 @@ class SecurityConfig(_Section):
 # --- [governance], [scripts] -------------------------------------------------------------
 
 Decision = Literal["allow", "ask", "deny"]
+#: The access tiers an agent may name without defining them, and the OSSA names for them.
+PRESET_TIERS = ("read", "write", "full")
+OSSA_TIERS = {"tier_1_read": "read", "tier_2_write_limited": "write", "tier_3_full_access": "full",
+              "tier_4_policy": "full"}
 
 
 class ApprovalRule(_Section):

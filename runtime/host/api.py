@@ -8,7 +8,8 @@ router when they are enabled.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import parse_qs
 
 import msgspec
 
@@ -26,6 +27,23 @@ _DEGRADED = Response(200, b'{"status":"degraded","failing":["audit"]}')  # no pa
 class _MessageIn(msgspec.Struct, forbid_unknown_fields=True):
     message: str
     context_id: str | None = None
+
+
+class _DecisionIn(msgspec.Struct, forbid_unknown_fields=True):
+    decision: Literal["approve", "deny"]
+    scope: Literal["once", "always", "args"] = "once"
+    reason: str = ""
+
+
+_APPROVAL_STATES = ("pending", "approved", "denied", "expired", "all")
+
+
+def _approval_id(request: Request) -> str:
+    from runtime.wire.limits import check_id
+
+    approval_id = request.params["id"]
+    check_id(approval_id, "the approval id")
+    return approval_id
 
 
 def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> Router:
@@ -80,6 +98,26 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
             raise HttpError(502, f"the agent could not answer: {exc}") from None
         return json_response(reply)
 
+    approvals = kernel.approvals
+
+    async def approval_list(request: Request) -> Response:
+        state = parse_qs(request.query).get("state", ["pending"])[0]
+        if state not in _APPROVAL_STATES:
+            raise HttpError(400, f"state must be one of {', '.join(_APPROVAL_STATES)}")
+        listed = approvals.list(None if state == "all" else state)
+        return json_response({"approvals": [msgspec.structs.asdict(a) for a in listed]})
+
+    async def approval_get(request: Request) -> Response:
+        return json_response(approvals.get(_approval_id(request)))  # UnknownApproval answers 404 itself
+
+    async def approval_decide(request: Request) -> Response:
+        approval_id = _approval_id(request)
+        body = request.json(_DecisionIn)
+        who = f"api:{request.client[0]}"
+        decided = approvals.decide(approval_id, body.decision == "approve", scope=body.scope, reason=body.reason,
+                                   by=str(who), channel="http")  # 404 unknown, 409 already decided or expired
+        return json_response(decided)
+
     async def echo(request: Request) -> Response:
         request.json()  # validate: a load test must not be able to echo garbage
         return Response(200, request.body)
@@ -113,6 +151,10 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     router.add("GET", "/api/agents", agents, summary="configured agents")
     router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, watch_disconnect=True,
                summary="send an agent a message")
+    router.add("GET", "/api/approvals", approval_list, summary="tool calls waiting for a person (?state=...)")
+    router.add("GET", "/api/approvals/{id}", approval_get, summary="one approval request")
+    router.add("POST", "/api/approvals/{id}", approval_decide,
+               summary='decide a pending approval: {"decision": "approve"|"deny", "scope": "once"|"always"|"args"}')
     router.add("POST", "/api/echo", echo, summary="answer the JSON body back (load tests, client checks)")
     router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
     router.add("GET", "/api/events", events, websocket=True, summary="kernel events over a WebSocket")

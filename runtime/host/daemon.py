@@ -158,6 +158,12 @@ async def serve(config: Config, listen: str | None = None, *,
     metrics.add_gauge_source("tern_mcp_server_up", "1 when the MCP server is ready, per state", ("server", "state"),
                              lambda: [((s.name, s.state), 1.0 if s.state == "ready" else 0.0)
                                       for s in kernel.mcp.statuses()])
+    approvals = kernel.approvals
+    metrics.add_gauge_source("tern_approvals_pending", "Tool calls waiting for a person's approval", (),
+                             lambda: [((), float(approvals.pending_count()))])
+    count_approval = metrics.add_counter("tern_approvals_total", "Approval requests and their ends, by outcome "
+                                         "(requested, approved, denied, expired, refused)", ("outcome",))
+    approvals.observers.append(count_approval)
     access = Access(key, allow_unauthenticated_remote=config.server.allow_unauthenticated_remote,
                     loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
                     cors_origins=config.server.cors_origins, local_token=local_token)

@@ -11,6 +11,9 @@ __all__ = ["document"]
 
 _ERROR = {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+_APPROVAL = {"type": "object", "required": ["id", "agent", "tool", "state", "expires"],
+             "properties": {"state": {"enum": ["pending", "approved", "denied", "expired"]}}}
 
 
 def _ok(description: str, schema: Any = None, content_type: str = "application/json") -> dict[str, Any]:
@@ -154,6 +157,35 @@ def _base() -> dict[str, Any]:
                         "502": _ERROR,
                     },
                 }
+            },
+            "/api/approvals": {
+                "get": {
+                    "summary": "tool calls waiting for a person's approval (newest first)",
+                    "parameters": [{"name": "state", "in": "query", "required": False,
+                                    "schema": {"enum": ["pending", "approved", "denied", "expired", "all"]}}],
+                    "responses": {**_ok("approvals", {"type": "object", "required": ["approvals"]}), "400": _ERROR},
+                }
+            },
+            "/api/approvals/{id}": {
+                "get": {
+                    "summary": "one approval request",
+                    "parameters": [_ID],
+                    "responses": {**_ok("the request", _APPROVAL), "404": _ERROR},
+                },
+                "post": {
+                    "summary": "approve or deny a pending request; the waiting call resumes at once",
+                    "parameters": [_ID],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": {
+                            "type": "object", "required": ["decision"], "additionalProperties": False,
+                            "properties": {"decision": {"enum": ["approve", "deny"]},
+                                           "scope": {"enum": ["once", "always", "args"], "default": "once"},
+                                           "reason": {"type": "string"}}}}},
+                    },
+                    "responses": {**_ok("the decided request", _APPROVAL), "400": _ERROR, "404": _ERROR,
+                                  "409": _ERROR},
+                },
             },
             "/api/echo": {
                 "post": {

@@ -235,6 +235,30 @@ class Metrics:
             hist = family.series[OTHER] = _new_histogram()
         return hist
 
+    # --- counters of the kernel's own ------------------------------------------
+
+    def add_counter(self, name: str, help: str, labels: tuple[str, ...]) -> Callable[..., None]:
+        """A counter family of the caller's (approvals by outcome, say); returns the
+        function that counts one, called with the label values. Bounded like every
+        family: past ``max_series`` label sets, counts go to the "other" series."""
+        if not _METRIC_NAME.match(name) or not name.endswith("_total"):
+            raise ValueError(f"{name!r} is not a valid counter name (it must end in _total)")
+        if name in self._families or name in self._gauges or name in self._fixed_names():
+            raise ValueError(f"a metric family named {name!r} already exists")
+        family = self._families[name] = _Family(name, help, "counter", tuple(labels))
+        self._dropped.series[name] = 0
+
+        def count(*values: str) -> None:
+            node = family.series
+            try:
+                for value in values[:-1]:
+                    node = node[value]
+                node[values[-1]] += 1
+            except KeyError:
+                self._count_new(family, values)
+
+        return count
+
     # --- gauges ------------------------------------------------------------------
 
     def add_gauge_source(

@@ -180,7 +180,7 @@ class Approvals:
         woken = self._waiters[approval_id] = trio.Event()
         timer = trio.CancelScope()
         try:
-            with trio.move_on_after(max(expires - self.clock(), 0)) as timer:
+            with trio.move_on_after(self.timeout_secs) as timer:
                 async with trio.open_nursery() as nursery:
                     if ask is not None:
                         nursery.start_soon(self._ask, ask, approval)

@@ -27,14 +27,12 @@ from __future__ import annotations
 from typing import Any, Literal, NamedTuple
 
 from runtime.config import AgentConfig, Config
+from runtime.config.schema import OSSA_TIERS, PRESET_TIERS
 from runtime.mcp.names import ToolGlobs
 
 __all__ = ["Policy", "Verdict", "PRESET_TIERS", "OSSA_TIERS", "ASK_BY_DEFAULT", "is_read_only", "is_destructive"]
 
 Decision = Literal["allow", "ask", "deny"]
-PRESET_TIERS = ("read", "write", "full")
-OSSA_TIERS = {"tier_1_read": "read", "tier_2_write_limited": "write", "tier_3_full_access": "full",
-              "tier_4_policy": "full"}
 ASK_BY_DEFAULT = frozenset({"shell_exec", "script_run"})
 
 
@@ -74,7 +72,7 @@ class Policy:
         self.rules = [_Rule(ToolGlobs([r.tool]), ToolGlobs([r.agent]), r.decision, i)
                       for i, r in enumerate(governance.rules)]
         self.custom_tiers = {t.name: ToolGlobs(t.tools) for t in governance.tiers}
-        self._cache: dict[tuple[str, str], tuple[Any, Verdict]] = {}
+        self._cache: dict[tuple[str, str, str], tuple[Any, Verdict]] = {}
 
     def tier_of(self, agent: AgentConfig | None) -> str:
         """The agent's tier as a preset or custom name ("full" for none); unknown names are
@@ -87,7 +85,7 @@ class Policy:
         return "read"
 
     def verdict(self, agent: AgentConfig | None, tool: Any) -> Verdict:
-        key = (agent.name if agent is not None else "", tool.name)
+        key = (agent.name, agent.access_tier, tool.name) if agent is not None else ("", "", tool.name)
         cached = self._cache.get(key)
         if cached is not None and cached[0] is tool.annotations:
             return cached[1]
@@ -119,13 +117,6 @@ class Policy:
         if tool.name in ASK_BY_DEFAULT or _explicitly_destructive(tool):
             return Verdict("ask", f"{tool.name} needs a person's approval by default")
         return Verdict("allow", "")
-
-    def unknown_tiers(self, config: Config) -> list[str]:
-        """Agents naming a tier that is neither a preset, an OSSA name nor a custom tier."""
-        known = {*PRESET_TIERS, *OSSA_TIERS, *self.custom_tiers}
-        return [f"agents[{i}] ({a.name}): access_tier '{a.access_tier}' is not a tier "
-                f"(known: {', '.join(sorted(known))})"
-                for i, a in enumerate(config.agents) if a.access_tier and a.access_tier not in known]
 
     def unmatched_rules(self, tool_names: list[str], mcp_servers: list[str]) -> list[str]:
         """Rules whose tool glob matches none of ``tool_names`` nor could match a tool of a

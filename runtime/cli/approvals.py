@@ -1,0 +1,170 @@
+"""``tern approvals``, ``tern approve ID``, ``tern deny ID``: answer the tool calls that
+wait for a person. They work on the state directory's approvals file directly, so they
+answer a daemon and a ``tern run`` on another terminal alike (the waiting process sees
+the decision within a fraction of a second); no kernel is booted."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from runtime.cli.common import Commands, print_json
+
+
+def add_commands(commands: Commands) -> None:
+    listing = commands.add("approvals", cmd_approvals, "list tool calls waiting for approval (and past decisions)")
+    listing.add_argument("--state", default="pending", choices=("pending", "approved", "denied", "expired", "all"),
+                         help="which requests (default: pending)")
+    listing.add_argument("--rules", action="store_true",
+                         help="list the persisted decisions (approve --always / --always-args) instead")
+    listing.add_argument("--forget-rules", action="store_true",
+                         help="delete persisted decisions (all, or those of --agent / --tool)")
+    listing.add_argument("--agent", default=None, help="with --forget-rules: only this agent's")
+    listing.add_argument("--tool", default=None, help="with --forget-rules: only this tool's")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    approve = commands.add("approve", cmd_approve, "approve a tool call that waits (see tern approvals)")
+    approve.add_argument("id", help="the approval id (ap_...)")
+    scope = approve.add_mutually_exclusive_group()
+    scope.add_argument("--always", action="store_true", help="and every later call of this tool by this agent")
+    scope.add_argument("--always-args", action="store_true",
+                       help="and every later call of this tool by this agent with these exact arguments")
+    approve.add_argument("--reason", default="", help="a note kept with the decision")
+    deny = commands.add("deny", cmd_deny, "deny a tool call that waits (the model gets a tool error)")
+    deny.add_argument("id", help="the approval id (ap_...)")
+    deny.add_argument("--always", action="store_true", help="and every later call of this tool by this agent")
+    deny.add_argument("--reason", default="", help="why (the model reads it)")
+
+
+def open_approvals(args: argparse.Namespace) -> Any:
+    """The state directory's approvals, with its audit log (decisions are audited)."""
+    from pathlib import Path
+
+    from runtime.config import load_config
+    from runtime.errors import UsageError
+    from runtime.kernel.approvals import Approvals
+    from runtime.kernel.audit import AuditLog
+
+    config = load_config(getattr(args, "config", None)).config
+    if not config.state.dir:
+        raise UsageError("no state directory is configured ([state] dir), so there are no approvals")
+    state = Path(config.state.dir)
+    return Approvals(state / "approvals.sqlite3", timeout_secs=config.governance.approval_timeout_secs,
+                     max_pending_per_agent=config.governance.max_pending_per_agent,
+                     audit=AuditLog(state / "audit.jsonl"))
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    from runtime.kernel.approvals import describe, remaining
+
+    approvals = open_approvals(args)
+    if args.forget_rules:
+        gone = approvals.forget_rules(args.agent, args.tool)
+        print(f"forgot {gone} persisted decision{'s' if gone != 1 else ''}")
+        return 0
+    if args.rules:
+        rules = approvals.rules()
+        if args.json:
+            print_json({"rules": rules})
+        elif not rules:
+            print("no persisted decisions")
+        for rule in [] if args.json else rules:
+            who = f"agent '{rule['agent']}'" if rule["agent"] else "the operator"
+            which = "these exact arguments" if rule["arguments"] else "any arguments"
+            print(f"{rule['decision']:<5}  {rule['tool']} by {who}, {which} (by {rule['decided_by'] or '?'})")
+        return 0
+    listed = approvals.list(None if args.state == "all" else args.state)
+    if args.json:
+        print_json({"approvals": listed})
+        return 0
+    if not listed:
+        print(f"no {'' if args.state == 'all' else args.state + ' '}approval requests")
+        return 0
+    for approval in listed:
+        if approval.state == "pending":
+            status = f"pending, {remaining(approval)} s left"
+        else:
+            by = f" by {approval.decided_by}" if approval.decided_by else ""
+            status = f"{approval.state}{by}{': ' + approval.reason if approval.reason else ''}"
+        print(f"{approval.id}  {describe(approval, width=120)}  [{status}]")
+    if args.state == "pending":
+        print("answer with: tern approve ID [--always | --always-args]   or   tern deny ID [--reason TEXT]")
+    return 0
+
+
+def _decide(args: argparse.Namespace, approve: bool) -> int:
+    from runtime.kernel.approvals import describe
+
+    scope = "always" if args.always else "args" if getattr(args, "always_args", False) else "once"
+    decided = open_approvals(args).decide(args.id, approve, scope=scope, reason=args.reason, by=f"cli:{_user()}",
+                                          channel="cli")
+    verb = "approved" if approve else "denied"
+    extra = {"always": ", and from now on for this agent and tool",
+             "args": ", and from now on for these exact arguments"}.get(scope, "")
+    print(f"{verb} {decided.id}: {describe(decided, width=120)}{extra}")
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _decide(args, True)
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    return _decide(args, False)
+
+
+_ANSWERS = {"y": (True, "once"), "yes": (True, "once"), "a": (True, "always"), "A": (True, "args"),
+            "n": (False, "once"), "no": (False, "once"), "": (False, "once")}
+
+
+def terminal_ask(approvals: Any) -> Any:
+    """The ``Ask`` of a command run by a person (``tern run``, ``chat``, ``call``): the
+    request is shown on stderr, and on a terminal the answer is read inline. Elsewhere
+    (stdin is a pipe, a script) it says how to answer from another shell and waits for
+    the other channels. Another channel deciding first cancels the prompt."""
+    import sys
+
+    import trio
+
+    from runtime.kernel.approvals import describe, remaining
+
+    interactive = sys.stdin.isatty() and sys.stderr.isatty()
+
+    async def ask(approval: Any) -> None:
+        print(f"tern: {describe(approval)} — approval {approval.id}, {remaining(approval)} s to answer",
+              file=sys.stderr, flush=True)
+        if not interactive:
+            print(f"tern: waiting for a person: tern approve {approval.id}  (or: tern deny {approval.id})",
+                  file=sys.stderr, flush=True)
+            return
+        while True:
+            line = await trio.to_thread.run_sync(_read_answer, abandon_on_cancel=True)
+            if line is None:  # end of input: leave it to the other channels
+                return
+            answer = line.strip()
+            if answer in _ANSWERS:
+                approve, scope = _ANSWERS[answer]
+                approvals.decide(approval.id, approve, scope=scope, by=f"terminal:{_user()}", channel="terminal",
+                                 reason="" if approve else "denied at the terminal")
+                return
+            print("tern: answer y (yes), n (no), a (always for this tool), A (always with these arguments)",
+                  file=sys.stderr, flush=True)
+
+    return ask
+
+
+def _read_answer() -> str | None:
+    import sys
+
+    sys.stderr.write("approve? [y]es / [n]o / [a]lways for this tool / [A]lways with these arguments: ")
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    return line if line else None
+
+
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name (a container with an unknown uid)
+        return "?"
