@@ -1,0 +1,224 @@
+"""Approvals across real processes: a ``tern run`` whose model asks for ``shell_exec``
+waits while ``tern approvals``/``approve``/``deny`` answer from other processes; a
+daemon's calls are answered through ``POST /api/approvals/{id}``; many answers at once
+from several processes; a restart with requests pending; ids that do not exist and
+requests that already ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from tests.test_cli import ROOT
+from tests.test_daemon import start_daemon
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX processes")
+
+
+@pytest.fixture
+def model_url():
+    """An OpenAI-compatible model that asks for ``shell_exec echo approved-run`` and then
+    answers with what the tool returned, so the reply shows what the model was told."""
+
+    class Chat(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            chat = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            last = chat["messages"][-1]
+            if last["role"] == "tool":
+                message = {"role": "assistant", "content": f"the tool said: {last['content']}"}
+            else:
+                call = {"id": "c1", "type": "function",
+                        "function": {"name": "shell_exec", "arguments": json.dumps({"argv": ["echo", "approved-run"]})}}
+                message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            body = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": message}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Chat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def write_config(tmp_path, model_url: str = "", *, timeout: float = 300, max_pending: int = 5) -> str:
+    path = tmp_path / "config.toml"
+    text = ('[server]\nlisten = "127.0.0.1:0"\nrate_limit_per_sec = 0\nmax_connections_per_client = 0\n'
+            f'[state]\ndir = "{tmp_path / "state"}"\n'
+            f'[governance]\napproval_timeout_secs = {timeout}\nmax_pending_per_agent = {max_pending}\n'
+            '[tools]\nshell_exec_enabled = true\nshell_allowlist = ["echo"]\nshell_sandbox = "off"\n'
+            '[[agents]]\nname = "writer"\nkind = "tool"\ntool = "file_write"\n')
+    if model_url:
+        text += (f'[[agents]]\nname = "bot"\nkind = "llm"\ntools = ["shell_exec"]\n'
+                 f'[agents.model]\nbase_url = "{model_url}"\nmodel = "m"\n')
+    path.write_text(text)
+    return str(path)
+
+
+def env() -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+    clean["PYTHONPATH"] = str(ROOT)
+    return clean
+
+
+def tern(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runtime", *args], capture_output=True, text=True, env=env(),
+                          stdin=subprocess.DEVNULL, timeout=60)
+
+
+def pending(config: str, count: int = 1, within: float = 30) -> list[dict]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        listed = json.loads(tern("approvals", "--json", "--config", config).stdout)["approvals"]
+        if len(listed) >= count:
+            return listed
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {count} approval requests appeared")
+
+
+def start_run(config: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "runtime", "run", "bot", "go", "--config", config],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env())
+
+
+def test_a_run_waits_until_another_process_approves(tmp_path, model_url):
+    config = write_config(tmp_path, model_url)
+    run = start_run(config)
+    try:
+        [request] = pending(config)
+        assert (request["agent"], request["tool"], request["arguments"]) == ("bot", "shell_exec",
+                                                                             {"argv": ["echo", "approved-run"]})
+        assert run.poll() is None  # still waiting
+        human = tern("approvals", "--config", config)
+        assert request["id"] in human.stdout and "shell_exec" in human.stdout and "tern approve" in human.stdout
+        approved = tern("approve", request["id"], "--config", config)
+        assert approved.returncode == 0 and f"approved {request['id']}" in approved.stdout
+        out, err = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert run.returncode == 0, err
+    assert out.startswith("the tool said: exit code 0") and "approved-run" in out
+    assert f"tern approve {request['id']}" in err  # a non-interactive run says how to answer
+    records = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+    resolved = [r for r in records if r["kind"] == "approval_resolved"]
+    assert resolved[0]["channel"] == "cli" and resolved[0]["outcome"] == "approved"
+    assert [r["outcome"] for r in records if r["kind"] == "tool_call"] == ["ok"]
+
+
+def test_deny_and_expiry_reach_the_model_as_tool_errors(tmp_path, model_url):
+    config = write_config(tmp_path, model_url, timeout=2)
+    run = start_run(config)
+    try:
+        [request] = pending(config)
+        denied = tern("deny", request["id"], "--reason", "not on a friday", "--config", config)
+        assert denied.returncode == 0
+        out, _ = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert run.returncode == 0
+    assert "shell_exec was not run" in out and "denied it" in out and "not on a friday" in out
+    expired = start_run(config)  # nobody answers: denied after approval_timeout_secs
+    out, _ = expired.communicate(timeout=30)
+    assert expired.returncode == 0 and "shell_exec was not run" in out and "expired" in out
+    again = tern("approve", request["id"], "--config", config)
+    assert again.returncode != 0 and "already denied" in again.stderr and "Traceback" not in again.stderr
+    unknown = tern("approve", "ap_doesnotexist", "--config", config)
+    assert unknown.returncode != 0 and "no approval request has the id" in unknown.stderr
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    processes = []
+
+    def start(**options):
+        process, url = start_daemon(write_config(tmp_path, **options))
+        processes.append(process)
+        return process, url
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_fifty_requests_answered_out_of_order_from_several_processes(tmp_path, daemon):
+    _, url = daemon(max_pending=50)
+    config = str(tmp_path / "config.toml")
+    with ThreadPoolExecutor(50) as pool:
+        sends = [pool.submit(httpx.post, f"{url}/api/agents/writer/message",
+                             json={"message": json.dumps({"path": f"f{i}.txt", "content": str(i)})}, timeout=60)
+                 for i in range(50)]
+        requests = pending(config, 50)
+        assert len(requests) == 50
+        order = [r["id"] for r in requests]
+        random.shuffle(order)
+        verdicts = {approval_id: ("approve" if n % 3 else "deny") for n, approval_id in enumerate(order)}
+        chunks = [order[i::5] for i in range(5)]  # five processes, each answering ten in its own order
+        scripts = [" && ".join(f"{sys.executable} -m runtime {verdicts[a]} {a} --config {config} >/dev/null"
+                               for a in chunk) for chunk in chunks]
+        answering = [subprocess.Popen(["sh", "-c", script], env=env()) for script in scripts]
+        assert [p.wait(timeout=120) for p in answering] == [0] * 5
+        answers = [send.result() for send in sends]
+    by_path = {}
+    for request in requests:
+        by_path[request["arguments"]["path"]] = verdicts[request["id"]]
+    workspace = tmp_path / "state" / "workspaces" / "writer"
+    for i, answer in enumerate(answers):
+        if by_path[f"f{i}.txt"] == "approve":
+            assert answer.status_code == 200 and (workspace / f"f{i}.txt").read_text() == str(i)
+        else:
+            assert answer.status_code == 502 and "denied it" in answer.json()["error"]["message"]
+            assert not (workspace / f"f{i}.txt").exists()
+    assert httpx.get(f"{url}/api/approvals").json() == {"approvals": []}
+
+
+def test_http_decisions_and_a_restart_with_requests_pending(tmp_path, daemon):
+    process, url = daemon()
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(httpx.post, f"{url}/api/agents/writer/message",
+                            json={"message": json.dumps({"path": "a.txt", "content": "a"})}, timeout=60)
+        [request] = httpx.get(f"{url}/api/approvals").json()["approvals"] or pending(str(tmp_path / "config.toml"))
+        assert httpx.get(f"{url}/api/approvals/{request['id']}").json()["state"] == "pending"
+        bad = httpx.post(f"{url}/api/approvals/{request['id']}", json={"decision": "maybe"})
+        assert bad.status_code == 400
+        assert httpx.post(f"{url}/api/approvals/ap_nothere", json={"decision": "approve"}).status_code == 404
+        started = time.monotonic()
+        decided = httpx.post(f"{url}/api/approvals/{request['id']}", json={"decision": "approve", "reason": "ok"})
+        answer = first.result()
+        resumed = time.monotonic() - started
+    assert decided.status_code == 200 and decided.json()["state"] == "approved"
+    assert decided.json()["channel"] == "http" and decided.json()["decided_by"].startswith("api:127.0.0.1")
+    assert answer.status_code == 200 and resumed < 2
+    closed = httpx.post(f"{url}/api/approvals/{request['id']}", json={"decision": "deny"})
+    assert closed.status_code == 409 and "already approved" in closed.json()["error"]["message"]
+    metrics = httpx.get(f"{url}/metrics").text
+    assert 'tern_approvals_total{outcome="approved"} 1' in metrics and "tern_approvals_pending 0" in metrics
+
+    with ThreadPoolExecutor(1) as pool:  # a request left pending when the daemon dies
+        pool.submit(httpx.post, f"{url}/api/agents/writer/message",
+                    json={"message": json.dumps({"path": "b.txt", "content": "b"})}, timeout=60)
+        [left] = pending(str(tmp_path / "config.toml"))
+        process.kill()
+        process.wait()
+    _, url = daemon()
+    gone = httpx.get(f"{url}/api/approvals/{left['id']}").json()
+    assert gone["state"] == "expired" and gone["reason"] == "tern stopped while it waited"
+    late = httpx.post(f"{url}/api/approvals/{left['id']}", json={"decision": "approve"})
+    assert late.status_code == 409 and "already expired" in late.json()["error"]["message"]
