@@ -6,6 +6,7 @@ the loader prefixes the file and reports the first one.
 
 from __future__ import annotations
 
+import json
 import re
 
 import msgspec
@@ -14,9 +15,12 @@ from runtime.config.schema import Config, StdioTransport
 from runtime.config.sentences import shorten
 from runtime.config.shell_policy import rule_problems
 
-__all__ = ["MIN_KEY_CHARS", "find_problems", "key_warning", "parse_listen"]
+__all__ = ["MIN_KEY_CHARS", "SCRIPT_NAME", "find_problems", "key_warning", "parse_listen"]
 
 MIN_KEY_CHARS = 16
+#: A script's name: a file directly in ``[scripts] dir`` (no path, no leading dot, no "..").
+SCRIPT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_SHA256_HEX = re.compile(r"[0-9A-Fa-f]{64}")
 
 
 def key_warning(key: str) -> str | None:
@@ -115,6 +119,20 @@ def find_problems(config: Config) -> list[str]:
     problems += [f'tools.shell_sandbox_paths[{i}]: expected a directory path, got "{shorten(path)}"'
                  for i, path in enumerate(config.tools.shell_sandbox_paths) if not path.strip() or "\x00" in path]
     problems += _mcp_server_problems(config)
+    problems += _scripts_problems(config)
+    return problems
+
+
+def _scripts_problems(config: Config) -> list[str]:
+    scripts = config.scripts
+    problems = _positive(scripts, "scripts", ("timeout_secs", "max_output_bytes"))
+    for name, digest in scripts.allow.items():
+        if not SCRIPT_NAME.fullmatch(name):
+            problems.append(f"scripts.allow: {json.dumps(shorten(name), ensure_ascii=False)} is not a script name "
+                            '(1 to 128 letters, digits, "-", "_" and ".", starting with a letter or digit)')
+        elif not _SHA256_HEX.fullmatch(digest):
+            problems.append(f"scripts.allow.{name}: expected a SHA-256 as 64 hex characters, "
+                            f"got {json.dumps(shorten(digest), ensure_ascii=False)}")
     return problems
 
 
