@@ -3,6 +3,8 @@ with the same state directory."""
 
 import hashlib
 import json
+import os
+import pwd
 
 import pytest
 
@@ -45,7 +47,7 @@ async def test_approve_lets_the_tool_run_and_revoke_makes_it_pending(setup):
     tmp_path, config, sha256 = setup
     assert (await run_script(config)).text.startswith(PENDING)
 
-    done = tern("scripts", "approve", "hello", "--config", config)
+    done = tern("scripts", "approve", "hello", "--config", config, env_extra={"USER": "mallory"})
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"approved hello: sha256 {sha256}\n"
     result = await run_script(config)
@@ -55,7 +57,7 @@ async def test_approve_lets_the_tool_run_and_revoke_makes_it_pending(setup):
     assert listed.returncode == 0, listed.stderr
     [row] = json.loads(listed.stdout)["scripts"]
     assert row["name"] == "hello" and row["sha256"] == sha256 and row["status"] == "approved"
-    assert row["approved_by"] and row["approved_at"] > 0
+    assert row["approved_by"] == pwd.getpwuid(os.getuid()).pw_name and row["approved_at"] > 0
 
     done = tern("scripts", "revoke", "hello", "--config", config)
     assert done.returncode == 0 and done.stdout == f"revoked hello: sha256 {sha256} is no longer approved\n"

@@ -40,12 +40,19 @@ def _config(args: argparse.Namespace) -> Any:
 
 
 def _who() -> str:
+    """The OS user running the command, from the uid (not $USER, which anyone can set)."""
     import getpass
     import os
 
     try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):  # Windows, or a uid with no passwd entry (a bare container)
+        pass
+    try:
         return getpass.getuser()
-    except (KeyError, OSError, ImportError):  # no passwd entry and no $USER (a bare container)
+    except (KeyError, OSError, ImportError):
         return f"uid {os.getuid()}"
 
 
