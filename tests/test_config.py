@@ -186,3 +186,28 @@ def test_dump_toml_writes_any_string_back_unchanged(tmp_path):
     ("127.0.0.1:50051", ("127.0.0.1", 50051)), ("[::1]:8080", ("::1", 8080)), ("0.0.0.0:0", ("0.0.0.0", 0))])
 def test_parse_listen(listen, expected):
     assert parse_listen(listen) == expected
+
+
+SHA = "ab" * 32
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('[scripts]\nallow = {report = "xyz"}\n',
+     'scripts.allow.report: expected a SHA-256 as 64 hex characters, got "xyz"'),
+    (f'[scripts]\nallow = {{report = "{SHA}0"}}\n', "scripts.allow.report: expected a SHA-256 as 64 hex"),
+    (f'[scripts]\nallow = {{"../x" = "{SHA}"}}\n', 'scripts.allow: "../x" is not a script name'),
+    (f'[scripts]\nallow = {{"" = "{SHA}"}}\n', 'scripts.allow: "" is not a script name'),
+    (f'[scripts]\nallow = {{"a\\nb" = "{SHA}"}}\n', 'scripts.allow: "a\\nb" is not a script name'),
+    ('[scripts]\ntimeout_secs = 0\n', "scripts.timeout_secs: expected a number above 0, got 0.0"),
+    ('[scripts]\nmax_output_bytes = -1\n', "scripts.max_output_bytes: expected a number above 0, got -1"),
+])
+def test_scripts_section_problems_are_one_line(text, expected):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "config.toml", None)
+    assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_scripts_dir_resolves_against_the_config_file_and_hashes_any_case(tmp_path):
+    (tmp_path / "config.toml").write_text(f'[scripts]\ndir = "scripts"\nallow = {{report = "{SHA.upper()}"}}\n')
+    scripts = load_config(str(tmp_path / "config.toml")).config.scripts
+    assert scripts.dir == str(tmp_path / "scripts") and scripts.allow == {"report": SHA.upper()}

@@ -6,6 +6,7 @@ the loader prefixes the file and reports the first one.
 
 from __future__ import annotations
 
+import json
 import re
 
 import msgspec
@@ -14,9 +15,12 @@ from runtime.config.schema import Config, StdioTransport
 from runtime.config.sentences import shorten
 from runtime.config.shell_policy import rule_problems
 
-__all__ = ["MIN_KEY_CHARS", "find_problems", "key_warning", "parse_listen"]
+__all__ = ["MIN_KEY_CHARS", "SCRIPT_NAME", "find_problems", "key_warning", "parse_listen"]
 
 MIN_KEY_CHARS = 16
+#: A script's name: a file directly in ``[scripts] dir`` (no path, no leading dot, no "..").
+SCRIPT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_SHA256_HEX = re.compile(r"[0-9A-Fa-f]{64}")
 
 
 def key_warning(key: str) -> str | None:
@@ -116,6 +120,7 @@ def find_problems(config: Config) -> list[str]:
                  for i, path in enumerate(config.tools.shell_sandbox_paths) if not path.strip() or "\x00" in path]
     problems += _mcp_server_problems(config)
     problems += _governance_problems(config)
+    problems += _scripts_problems(config)
     return problems
 
 
@@ -136,6 +141,19 @@ def _governance_problems(config: Config) -> list[str]:
         for budget in ("requests_per_minute", "tokens_per_hour", "max_tool_calls_per_run"):
             if getattr(agent, budget) < 0:
                 problems.append(f"agents[{i}].{budget}: expected 0 (no limit) or more, got {getattr(agent, budget)}")
+    return problems
+
+
+def _scripts_problems(config: Config) -> list[str]:
+    scripts = config.scripts
+    problems = _positive(scripts, "scripts", ("timeout_secs", "max_output_bytes"))
+    for name, digest in scripts.allow.items():
+        if not SCRIPT_NAME.fullmatch(name):
+            problems.append(f"scripts.allow: {json.dumps(shorten(name), ensure_ascii=False)} is not a script name "
+                            '(1 to 128 letters, digits, "-", "_" and ".", starting with a letter or digit)')
+        elif not _SHA256_HEX.fullmatch(digest):
+            problems.append(f"scripts.allow.{name}: expected a SHA-256 as 64 hex characters, "
+                            f"got {json.dumps(shorten(digest), ensure_ascii=False)}")
     return problems
 
 

@@ -161,5 +161,6 @@ def _resolve_paths(config: Config, base_dir: Path | None) -> Config:
                                      tls_key=absolute(config.server.tls_key))
     tools = msgspec.structs.replace(config.tools,
                                     shell_sandbox_paths=[absolute(p) for p in config.tools.shell_sandbox_paths])
+    scripts = msgspec.structs.replace(config.scripts, dir=absolute(config.scripts.dir))
     return msgspec.structs.replace(config, agents=agents, mcp_servers=servers, server=server, tools=tools,
-                                   state=StateConfig(dir=str(state_dir)))
+                                   scripts=scripts, state=StateConfig(dir=str(state_dir)))
