@@ -122,7 +122,8 @@ class ToolPipeline:
                 shown_log(level, self.redact(text))
         context = ToolContext(agent=agent.name if agent else "", workspace=workspace, state_dir=state,
                               progress=progress, log=log)
-        return Run(agent, max_calls=self.config.tools.max_calls_per_run, context=context)
+        return Run(agent, max_calls=(agent and agent.max_tool_calls_per_run) or self.config.tools.max_calls_per_run,
+                   context=context)
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None, *, run: Run | None = None,
                    timeout_secs: float | None = None, caller: str = "") -> ToolResult:
