@@ -158,6 +158,13 @@ async def serve(config: Config, listen: str | None = None, *,
     metrics.add_gauge_source("tern_mcp_server_up", "1 when the MCP server is ready, per state", ("server", "state"),
                              lambda: [((s.name, s.state), 1.0 if s.state == "ready" else 0.0)
                                       for s in kernel.mcp.statuses()])
+    budgets = kernel.agents.budgets  # configured agents and three budget names: bounded labels
+    metrics.add_counter_source("tern_budget_exceeded_total", "Work an agent's budget refused, per agent and budget",
+                               ("agent", "budget"), budgets.exceeded_samples)
+    metrics.add_gauge_source("tern_budget_used", "An agent's use of a budget now: messages in the last minute, "
+                             "model tokens in the last hour", ("agent", "budget"), budgets.used_samples)
+    metrics.add_gauge_source("tern_budget_limit", "An agent's configured budget", ("agent", "budget"),
+                             budgets.limit_samples)
     access = Access(key, allow_unauthenticated_remote=config.server.allow_unauthenticated_remote,
                     loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
                     cors_origins=config.server.cors_origins, local_token=local_token)
