@@ -13,7 +13,7 @@ import pytest
 
 from runtime.config import AgentConfig, Config, ModelConfig, StateConfig
 from runtime.errors import BudgetExceeded
-from runtime.kernel.budgets import SLOTS, Window
+from runtime.kernel.budgets import SLOTS, Budgets, Window
 from runtime.kernel.kernel import Kernel
 from tests.scripted_llm import ScriptedLLM, call_chunk, sse, text_chunk, whole
 
@@ -59,6 +59,18 @@ def test_a_window_counts_each_amount_for_its_width_and_at_most_a_slot_more():
     assert window.wait(70.5) == 0.0 and window.current(70.5) == 1
     assert window.wait(70.5, need=3) == pytest.approx(20.0)  # until 30.0's slot ends too
     assert window.wait(70.5, need=4) == 60.0  # more than the limit: never sooner than a window
+
+
+def test_budgets_read_the_clock_they_are_given():
+    now = [1000.0]
+    budgets = Budgets([AgentConfig(name="a", kind="echo", requests_per_minute=1)], clock=lambda: now[0])
+    budgets.take("a")
+    with pytest.raises(BudgetExceeded) as refused:
+        budgets.take("a")
+    assert refused.value.retry_after == 60.5
+    now[0] += 60.5
+    budgets.take("a")
+    assert budgets.status()["a"]["requests_per_minute"] == {"limit": 1, "used": 1, "window_secs": 60, "exceeded": 1}
 
 
 # --- Messages a minute ------------------------------------------------------------------------------
