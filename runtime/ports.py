@@ -159,8 +159,9 @@ class AgentPort(Protocol):
 
     def admit(self, name: str) -> None:
         """Whether ``name`` may take a message now under its ``requests_per_minute``
-        (checked, not counted: ``send`` counts); raises ``BudgetExceeded`` (with
-        ``retry_after``). A server calls it before it creates any work (an A2A task)."""
+        and ``tokens_per_hour`` (checked, not counted: ``send`` counts); raises
+        ``BudgetExceeded`` (with ``retry_after``). A server calls it before it creates
+        any work (an A2A task)."""
         ...
 
 

@@ -47,6 +47,8 @@ BAD = [
     ('[[agents]]\nname="a"\nkind="llm"\n[agents.model]\nbase_ur="x"\n',
      'agents[0].model.base_ur: unknown key (did you mean "base_url"?)'),
     ('[[agents]]\nname="a b"\nkind="echo"\n', 'agents[0].name: expected letters, digits'),
+    ('[[agents]]\nname="a"\nkind="echo"\nmax_tool_calls_per_run=-1\n',
+     "agents[0].max_tool_calls_per_run: expected 0 (no limit) or more, got -1"),
     ('[[agents]]\nname="r"\nkind="remote"\nremote="nowhere"\n',
      'agents[0].remote: expected the name of an [[a2a.external_agents]] entry, got "nowhere"'),
     ('[a2a]\ndefault_agent="ghost"\n', 'a2a.default_agent: no agent named "ghost"'),

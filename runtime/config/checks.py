@@ -114,6 +114,9 @@ def find_problems(config: Config) -> list[str]:
                             f'got "{agent.remote}"')
         if agent.max_iterations < 1:
             problems.append(f"{where}.max_iterations: expected 1 or more, got {agent.max_iterations}")
+        for budget in ("requests_per_minute", "tokens_per_hour", "max_tool_calls_per_run"):
+            if getattr(agent, budget) < 0:
+                problems.append(f"{where}.{budget}: expected 0 (no limit) or more, got {getattr(agent, budget)}")
     problems += _positive(config.tools, "tools", ("timeout_secs", "max_result_chars", "max_calls_per_run"))
     problems += rule_problems(config.tools.shell_allowlist, config.tools.shell_rules)
     problems += [f'tools.shell_sandbox_paths[{i}]: expected a directory path, got "{shorten(path)}"'

@@ -71,6 +71,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
             "a2a_peers": kernel.external.statuses() if kernel.external is not None else [],
             "tasks": node.a2a.engine.counts() if node.a2a is not None else {},
             "audit": audit.status() if audit is not None else None,
+            "budgets": kernel.agents.budgets.status(),  # agents with a budget: limits, use, times exceeded
         })
 
     async def tools(request: Request) -> Response:

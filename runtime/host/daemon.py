@@ -164,6 +164,13 @@ async def serve(config: Config, listen: str | None = None, *,
     count_approval = metrics.add_counter("tern_approvals_total", "Approval requests and their ends, by outcome "
                                          "(requested, approved, denied, expired, refused)", ("outcome",))
     approvals.observers.append(count_approval)
+    budgets = kernel.agents.budgets  # configured agents and three budget names: bounded labels
+    metrics.add_counter_source("tern_budget_exceeded_total", "Work an agent's budget refused, per agent and budget",
+                               ("agent", "budget"), budgets.exceeded_samples)
+    metrics.add_gauge_source("tern_budget_used", "An agent's use of a budget now: messages in the last minute, "
+                             "model tokens in the last hour", ("agent", "budget"), budgets.used_samples)
+    metrics.add_gauge_source("tern_budget_limit", "An agent's configured budget", ("agent", "budget"),
+                             budgets.limit_samples)
     access = Access(key, allow_unauthenticated_remote=config.server.allow_unauthenticated_remote,
                     loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
                     cors_origins=config.server.cors_origins, local_token=local_token)

@@ -14,12 +14,15 @@ _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 _APPROVAL = {"type": "object", "required": ["id", "agent", "tool", "state", "expires"],
              "properties": {"state": {"enum": ["pending", "approved", "denied", "expired"]}}}
+_TOO_MANY = {**_ERROR, "description": "the rate limit, or the agent's budget (requests_per_minute, tokens_per_hour), "
+             "is spent", "headers": {"Retry-After": {"description": "whole seconds until it may succeed",
+                                                    "schema": {"type": "integer", "minimum": 1}}}}
 
 
 def _ok(description: str, schema: Any = None, content_type: str = "application/json") -> dict[str, Any]:
     return {"200": {"description": description,
                     "content": {content_type: {"schema": schema or {"type": "object"}}}},
-            "401": _ERROR, "403": _ERROR, "429": _ERROR}
+            "401": _ERROR, "403": _ERROR, "429": _TOO_MANY}
 
 
 def document(*, a2a_path: Any = None, mcp: bool = True) -> dict[str, Any]:

@@ -6,6 +6,7 @@ touch the socket: the server owns framing, limits, timeouts and shutdown.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any
@@ -14,10 +15,11 @@ from collections.abc import Awaitable, Callable
 import msgspec
 import trio
 
-from runtime.errors import TernError
+from runtime.errors import BudgetExceeded, TernError
 from runtime.wire.depth import MAX_DEPTH, too_deep
 
-__all__ = ["Request", "Response", "StreamResponse", "HttpError", "json_response", "error_body"]
+__all__ = ["Request", "Response", "StreamResponse", "HttpError", "json_response", "error_body", "error_headers",
+           "retry_after"]
 
 _encoder = msgspec.json.Encoder()
 _ID_PREFIX = os.urandom(3).hex()
@@ -43,6 +45,22 @@ class HttpError(TernError):
         super().__init__(message)
         self.http_status = status
         self.headers = _checked(headers or [])
+
+
+def retry_after(seconds: float) -> list[tuple[bytes, bytes]]:
+    """A ``Retry-After`` header: whole seconds, rounded up, at least 1 (a day at most)."""
+    whole = math.ceil(min(seconds, 86400.0)) if seconds == seconds else 1
+    return [(b"retry-after", str(max(1, whole)).encode())]
+
+
+def error_headers(exc: TernError) -> list[tuple[bytes, bytes]]:
+    """The headers an error answer carries besides its body: an ``HttpError``'s own, and
+    ``Retry-After`` for a spent budget (429), whichever route it came from."""
+    if isinstance(exc, HttpError):
+        return exc.headers
+    if isinstance(exc, BudgetExceeded):
+        return retry_after(exc.retry_after)
+    return []
 
 
 class Request:

@@ -124,7 +124,8 @@ def _new_histogram() -> list:
 
 
 class Metrics:
-    """Request and tool-call counters and histograms, plus gauges read at scrape."""
+    """Request and tool-call counters and histograms, plus gauges (and counters kept
+    elsewhere) read at scrape."""
 
     def __init__(self, *, max_series: int = MAX_SERIES, start_time: float | None = None) -> None:
         if max_series < 1:
@@ -276,16 +277,24 @@ class Metrics:
         ``tern_metrics_gauge_source_errors_total``), not the whole scrape; samples
         past ``max_series`` are left out and counted as dropped.
         """
+        self._add_source(name, help, labels, source, "gauge")
+
+    def add_counter_source(self, name: str, help: str, labels: tuple[str, ...], source: GaugeSource) -> None:
+        """A counter family whose values another object keeps (``source()`` yields them
+        at each scrape, as for ``add_gauge_source``); they must only ever grow."""
+        self._add_source(name, help, labels, source, "counter")
+
+    def _add_source(self, name: str, help: str, labels: tuple[str, ...], source: GaugeSource, kind: str) -> None:
         if not _METRIC_NAME.match(name):
             raise ValueError(f"{name!r} is not a valid metric name")
         for label in labels:
             if not _LABEL_NAME.match(label) or label.startswith("__"):
                 raise ValueError(f"{label!r} is not a valid label name")
         if len(set(labels)) != len(labels):
-            raise ValueError(f"gauge {name!r} repeats a label name")
+            raise ValueError(f"{kind} {name!r} repeats a label name")
         if name in self._families or name in self._gauges or name in self._fixed_names():
             raise ValueError(f"a metric family named {name!r} already exists")
-        self._gauges[name] = (_Family(name, help, "gauge", tuple(labels)), source)
+        self._gauges[name] = (_Family(name, help, kind, tuple(labels)), source)
         self._dropped.series[name] = 0
         self._source_errors.series[name] = 0
 

@@ -22,7 +22,8 @@ route -> Host/Origin -> API key -> body -> handler. So a client without a key ne
 gets to upload a body, and a flood is refused before any other work.
 
 A handler that raises a ``TernError`` (``HttpError`` included) gets its ``http_status``
-and its message as the JSON error body; anything else is a bug and gets a 500 with a
+and its message as the JSON error body (and ``messages.error_headers``: a spent budget's
+``Retry-After``); anything else is a bug and gets a 500 with a
 request id (also in the log). Either way the server goes on.
 
 Shutdown (``shutdown()``): stop accepting, close idle connections at once, let requests
@@ -48,7 +49,7 @@ from runtime.config import ServerConfig
 from runtime.errors import TernError, single_leaf
 from runtime.httpd.access import Access, client_key, is_loopback, peer_is_owner
 from runtime.httpd.metrics import method_label
-from runtime.httpd.messages import HttpError, Request, Response, StreamResponse, error_body
+from runtime.httpd.messages import HttpError, Request, Response, StreamResponse, error_body, error_headers
 from runtime.httpd.router import Route, Router
 from runtime.log import get_logger
 
@@ -444,7 +445,7 @@ class HttpServer:
             if status >= 500 and not isinstance(exc, HttpError):
                 log.warning("request %s %s %s failed: %s", request.request_id, request.method,
                             route.path if route else request.path, exc)
-            headers = exc.headers if isinstance(exc, HttpError) else None
+            headers = error_headers(exc)
             return await self._send_error(conn, status, str(exc), headers, request,
                                           close=status in (408, 413, 431) or status >= 500)
         except h11.RemoteProtocolError as exc:

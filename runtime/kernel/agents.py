@@ -20,6 +20,12 @@ same contextId).
   taint tracker). Text streams to ``on_text`` as it comes.
 - ``remote``: an ``[[a2a.external_agents]]`` entry reached over A2A (``a2a/external.py``),
   in the conversation's contextId.
+
+Budgets (``budgets.py``): ``send`` takes one of the agent's ``requests_per_minute``
+before any work (``admit`` only checks); an llm agent's ``tokens_per_hour`` is checked
+before each model turn and charged after it; its run's tool calls are capped at its
+``max_tool_calls_per_run``. A spent budget is ``BudgetExceeded``, audited as
+``budget_exceeded``.
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ import trio
 
 from runtime.wire.depth import loads as json_loads
 from runtime.config import AgentConfig, Config
-from runtime.errors import AgentError, TernError, UnknownAgent
+from runtime.errors import AgentError, BudgetExceeded, TernError, UnknownAgent
 from runtime.ports import AgentReply
+from runtime.kernel.budgets import Budgets
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.pipeline import ToolPipeline
 from runtime.net.process import shutdown, spawn, subprocess_env
@@ -50,11 +57,14 @@ REMEMBERING_KINDS = frozenset({"llm"})  # the kinds whose replies depend on thei
 
 
 class Agents:
-    def __init__(self, config: Config, pipeline: ToolPipeline, conversations: Conversations | None) -> None:
+    def __init__(self, config: Config, pipeline: ToolPipeline, conversations: Conversations | None, *,
+                 clock: Callable[[], float] | None = None) -> None:
+        """``clock``: the budgets' time in seconds (default trio's)."""
         self.config = config
         self.pipeline = pipeline
         self.conversations = conversations
         self._by_name = {agent.name: agent for agent in config.agents}
+        self.budgets = Budgets(config.agents, clock=clock)
         self.remote: Any = None  # ExternalAgents.send, when [a2a] external_agents are configured
 
     def get(self, name: str) -> AgentConfig:
@@ -63,6 +73,12 @@ class Agents:
             known = ", ".join(self._by_name) or "none configured"
             raise UnknownAgent(f"no agent named {name!r} (agents: {known})")
         return agent
+
+    def admit(self, name: str) -> None:
+        """Whether ``name`` may take a message now (``UnknownAgent``, ``BudgetExceeded``);
+        counts nothing."""
+        check_name(name, "the agent name")
+        self.budgets.admit(self.get(name).name)
 
     async def send(self, name: str, message: str, *, context_id: str | None = None,
                    on_text: Callable[[str], None] | None = None,
@@ -80,8 +96,12 @@ class Agents:
         started = time.perf_counter()
         outcome = "error"
         try:
+            self.budgets.take(name)
             text = await self._answer(agent, message, context_id, on_text, on_log, env, ask)
             outcome = "ok"
+        except BudgetExceeded:
+            outcome = "budget_exceeded"
+            raise
         finally:
             if outcome == "error" and trio.current_effective_deadline() == -math.inf:
                 outcome = "cancelled"  # the caller went away (or shutdown); a nursery may have grouped the Cancelled
@@ -193,10 +213,13 @@ class Agents:
             if agent.tools and allowed(agent, t.name)
         ]
         run = self.pipeline.run(agent, ask=ask, context_id=context_id)
-        client = ChatClient(agent.model)
+        self.budgets.watch_run(agent.name, run.loop_guard)
+        client = ChatClient(agent.model, usage=agent.tokens_per_hour > 0)
         try:
             for _ in range(max(agent.max_iterations, 1)):
+                self.budgets.check_tokens(agent.name)
                 turn = await client.complete(messages, tools, on_text=on_text)
+                self.budgets.spend_tokens(agent.name, turn.tokens)
                 if not turn.tool_calls:
                     return turn.text
                 messages.append(

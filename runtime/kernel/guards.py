@@ -20,8 +20,10 @@ Loop guard
     canonical JSON of its arguments (sorted keys, compact), so key order does not
     matter. Identical calls: warn at the 3rd, block at the 5th. Ping-pong: warn when
     the last four calls are A,B,A,B (A != B), block when the last six are A,B,A,B,A,B.
-    A run may make at most ``max_calls`` calls; the next ones are blocked. A blocked
-    call is not counted and not remembered, so the counts reflect what actually ran.
+    A run may make at most ``max_calls`` calls; the next ones are blocked, with
+    ``cap_reason`` when the cap is an agent's own budget (``kernel.budgets``), which
+    ``on_cap`` hears of. A blocked call is not counted and not remembered, so the
+    counts reflect what actually ran.
 
 Taint
     ``TaintTracker`` records the text of untrusted results (network-facing tools: MCP
@@ -66,7 +68,7 @@ import fnmatch
 import re
 from collections import deque
 from typing import Any, Literal, NamedTuple
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import msgspec
 
@@ -157,6 +159,8 @@ class LoopGuard:
 
     def __init__(self, warn_at: int = 3, block_at: int = 5, max_calls: int = 50) -> None:
         self.warn_at, self.block_at, self.max_calls = warn_at, block_at, max_calls
+        self.cap_reason = ""  # what a call past max_calls is told, when the cap is not the default one
+        self.on_cap: Callable[[], None] | None = None  # told of each call refused for max_calls
         self.calls = 0
         self._counts: dict[bytes, int] = {}
         self._recent: deque[tuple[bytes, str]] = deque(maxlen=6)
@@ -164,8 +168,10 @@ class LoopGuard:
     def check(self, tool: str, arguments: Any) -> Verdict:
         """The verdict on the next call; counts it unless it is blocked."""
         if self.calls >= self.max_calls:
-            return Verdict("block", f"this run has already made {self.max_calls} tool calls, the limit; "
-                                    "stop calling tools and answer with what you have")
+            if self.on_cap is not None:
+                self.on_cap()
+            return Verdict("block", self.cap_reason or f"this run has already made {self.max_calls} tool calls, "
+                                                       "the limit; stop calling tools and answer with what you have")
         key = _call_key(tool, arguments)
         seen = self._counts.get(key, 0) + 1
         if seen >= self.block_at:

@@ -6,11 +6,19 @@ Ollama, llama.cpp's llama-server, LM Studio, vLLM and hosted APIs.
 - Tolerant: ``arguments`` sent as an object instead of a JSON string, tool calls
   without ids (tern makes them), several calls in one turn, a reply in plain text.
 - Retries 429 and 5xx with backoff (honouring ``Retry-After``), up to ``RETRIES``.
+- Counts each turn's tokens (``Turn.tokens``, for an agent's ``tokens_per_hour``): the
+  ``usage`` the server reports (``total_tokens``, else ``prompt_tokens`` +
+  ``completion_tokens``; in a stream, the chunk that carries it, which
+  ``stream_options.include_usage`` asks for when ``usage=True``). A server that reports
+  none gets an estimate (``estimate_tokens``): a quarter of the characters, rounded up,
+  of every string sent (messages and tool definitions) plus of the reply (text, tool
+  names and arguments); about right for English, high for JSON-heavy tool traffic.
 - An endpoint that cannot be reached is one clear sentence, not a traceback.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from typing import Any
@@ -25,7 +33,7 @@ from runtime.config import ModelConfig
 from runtime.errors import TernError
 from runtime.wire.sse import SseDecoder
 
-__all__ = ["ChatClient", "LlmError", "ToolCall", "Turn"]
+__all__ = ["ChatClient", "LlmError", "ToolCall", "Turn", "estimate_tokens"]
 
 RETRIES = 3
 MAX_REPLY_BYTES = 8 * 1024 * 1024
@@ -42,10 +50,46 @@ class ToolCall(msgspec.Struct):
 
 
 class Turn(msgspec.Struct):
-    """One assistant turn: its text and the tool calls it asked for."""
+    """One assistant turn: its text, the tool calls it asked for, and what it cost:
+    ``usage`` as the server reported it (None: not reported), ``tokens`` that or the
+    estimate."""
 
     text: str = ""
     tool_calls: list[ToolCall] = []
+    usage: int | None = None
+    tokens: int = 0
+
+
+def _usage(obj: Any) -> int | None:
+    """The tokens an OpenAI-style ``usage`` object reports, if it reports any."""
+    if not isinstance(obj, dict):
+        return None
+    total = obj.get("total_tokens")
+    if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+        return total
+    parts = [obj.get("prompt_tokens"), obj.get("completion_tokens")]
+    numbers = [n for n in parts if isinstance(n, int) and not isinstance(n, bool) and n >= 0]
+    return sum(numbers) if numbers else None
+
+
+def _chars(value: Any) -> int:
+    """Characters of every string in ``value`` (keys too), at any depth."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(str(k)) + _chars(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sum(_chars(v) for v in value)
+    return 0
+
+
+def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]], turn: Turn) -> int:
+    """A turn's tokens when the server reports no usage: characters / 4, rounded up, of
+    what was sent and of what came back."""
+    sent = _chars(messages) + _chars(tools)
+    got = len(turn.text) + sum(len(c.name) + len(c.arguments if isinstance(c.arguments, str)
+                                                  else json.dumps(c.arguments)) for c in turn.tool_calls)
+    return -(-sent // 4) + -(-got // 4)
 
 
 def _arguments(raw: Any) -> Any:
@@ -83,6 +127,7 @@ class _Assembler:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: int | None = None
 
     def message(self, message: dict[str, Any], streamed: bool) -> None:
         content = message.get("content")
@@ -113,12 +158,15 @@ class _Assembler:
                 continue
             raw = slot["object"] if slot["object"] is not None else "".join(slot["arguments"])
             calls.append(ToolCall(slot["id"] or f"call_{uuid.uuid4().hex[:12]}", slot["name"], _arguments(raw)))
-        return Turn("".join(self.text), calls)
+        return Turn("".join(self.text), calls, usage=self.usage)
 
 
 class ChatClient:
-    def __init__(self, model: ModelConfig, *, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, model: ModelConfig, *, client: httpx.AsyncClient | None = None, usage: bool = False) -> None:
+        """``usage``: ask a streaming server to report each turn's tokens (an agent with a
+        ``tokens_per_hour`` budget); off otherwise, as a strict server may refuse the field."""
         self.model = model
+        self.usage = usage
         self.url = model.base_url.rstrip("/") + "/chat/completions"
         self._client = client
         key = os.environ.get(model.api_key_env, "") if model.api_key_env else ""
@@ -144,6 +192,8 @@ class ChatClient:
                        on_text: Callable[[str], None] | None = None) -> Turn:
         """One assistant turn, streamed; ``on_text`` gets each text fragment as it comes."""
         body: dict[str, Any] = {"model": self.model.model, "messages": messages, "stream": True}
+        if self.usage:
+            body["stream_options"] = {"include_usage": True}
         if tools:
             body["tools"] = tools
         if self.model.temperature is not None:
@@ -154,7 +204,9 @@ class ChatClient:
         for attempt in range(RETRIES + 1):
             try:
                 with trio.fail_after(self.model.timeout_secs):
-                    return await self._once(body, on_text)
+                    turn = await self._once(body, on_text)
+                turn.tokens = turn.usage if turn.usage is not None else estimate_tokens(messages, tools, turn)
+                return turn
             except _Retry as retry:
                 if attempt == RETRIES:
                     raise LlmError(f"the model at {self.model.base_url} kept answering HTTP {retry.status}") from None
@@ -204,6 +256,7 @@ class ChatClient:
         choice = (data.get("choices") or [{}])[0] if isinstance(data, dict) else {}
         message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
         assembler.message(message, streamed=False)
+        assembler.usage = _usage(data.get("usage")) if isinstance(data, dict) else None
         turn = assembler.turn()
         if on_text and turn.text:
             on_text(turn.text)
@@ -215,6 +268,10 @@ class ChatClient:
             chunk = json_loads(data)
         except ValueError:
             return  # a keep-alive or a malformed line: skip it
+        if isinstance(chunk, dict) and chunk.get("usage") is not None:
+            usage = _usage(chunk["usage"])  # the last report wins: some servers send a running total
+            if usage is not None:
+                assembler.usage = usage
         for choice in chunk.get("choices") or [] if isinstance(chunk, dict) else []:
             delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else choice.get("message")
             if isinstance(delta, dict):

@@ -138,7 +138,8 @@ class ToolPipeline:
                 shown_log(level, self.redact(text))
         context = ToolContext(agent=agent.name if agent else "", workspace=workspace, state_dir=state,
                               progress=progress, log=log, ask=ask)
-        return Run(agent, max_calls=self.config.tools.max_calls_per_run, context=context, context_id=context_id)
+        return Run(agent, max_calls=(agent and agent.max_tool_calls_per_run) or self.config.tools.max_calls_per_run,
+                   context=context, context_id=context_id)
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None, *, run: Run | None = None,
                    timeout_secs: float | None = None, caller: str = "") -> ToolResult:

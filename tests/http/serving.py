@@ -16,7 +16,7 @@ import httpx
 import trio
 
 from runtime.config import ServerConfig
-from runtime.errors import TernError, UnknownAgent
+from runtime.errors import BudgetExceeded, TernError, UnknownAgent
 from runtime.httpd.access import Access
 from runtime.httpd.messages import Request, Response, StreamResponse
 from runtime.httpd.ratelimit import RateLimiter
@@ -73,6 +73,8 @@ def build_test_router(state: State) -> Router:
     async def refuse(request: Request) -> Response:
         if request.params["what"] == "agent":
             raise UnknownAgent("no agent named 'ghost'")
+        if request.params["what"] == "budget":  # a kernel error that carries a Retry-After
+            raise BudgetExceeded("agent 'busy' has had its 3 messages in the last minute; try again in 3 s", 2.2)
         raise Conflict(f"{request.params['what']} is already running")
 
     async def big(request: Request) -> Response:

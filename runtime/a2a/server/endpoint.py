@@ -39,7 +39,7 @@ class A2aEndpoint:
         self.config = config
         self.agents = {agent.name: agent for agent in config.agents}
         self.default_agent = config.a2a.default_agent or (config.agents[0].name if config.agents else "")
-        handler = A2aHandler(service.engine, service.push)
+        handler = A2aHandler(service.engine, service.push, admit=service.agents.admit)
         self.cards = CardRoutes(config, self.agent, self.default_agent, secured=secured, bound=bound)
         self.jsonrpc = JsonRpcBinding(handler, self.agent_of)
         self.http_json = HttpJsonBinding(handler, self.agent_of)

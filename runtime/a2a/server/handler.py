@@ -1,6 +1,11 @@
 """What every A2A operation does, whichever binding carried it (JSON-RPC, HTTP+JSON,
 the seed's REST): one method in, its result (or an SSE stream) out, over the task
-engine and the push notifier. The bindings only read requests and write answers."""
+engine and the push notifier. The bindings only read requests and write answers.
+
+A message that would start agent work (a new task, or the next turn of one) is first
+put to ``admit(agent)`` (``AgentPort.admit``): a spent budget raises ``BudgetExceeded``
+before any task exists, which no binding answers itself, so the HTTP server does, for
+every binding alike: 429 with ``Retry-After``."""
 
 from __future__ import annotations
 
@@ -39,9 +44,11 @@ def error_of(exc: Exception) -> tuple[int, str]:
 
 
 class A2aHandler:
-    def __init__(self, engine: TaskEngine, push: PushNotifier) -> None:
+    def __init__(self, engine: TaskEngine, push: PushNotifier, *,
+                 admit: Callable[[str], None] | None = None) -> None:
         self.engine = engine
         self.push = push
+        self.admit = admit
 
     async def call(self, method: str, params: dict[str, Any], agent: str, frame: Frame) -> Any:
         """``method`` (a key of ``protocol.METHODS``) for ``agent``; a stream is framed by ``frame``."""
@@ -90,6 +97,8 @@ class A2aHandler:
     def _start(self, params: dict[str, Any], agent: str, dialect: str) -> Task:
         check_ids(params)  # again: the seed's REST route calls send() directly
         message = dialects.parse_message(params.get("message"))
+        if self.admit is not None:
+            self.admit(agent)  # a spent budget: no task, no work
         if TRAITS[dialect].client_names_task:  # the client chooses the task id; sessionId is the context
             named = params.get("id")
             if not isinstance(named, str) or not named:

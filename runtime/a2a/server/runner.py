@@ -1,7 +1,10 @@
 """How an A2A task runs a tern agent, through the kernel's ``AgentPort``: the message
 goes to the agent as text, in the conversation named by the task's contextId, and the
 reply completes the task. ``A2aService`` holds the engine, push notifier and optional
-store that the composition root starts."""
+store that the composition root starts, and the agents' ``admit`` that the bindings
+ask before a task is created (a spent budget is refused with no task at all). A budget
+spent between that check and the agent's turn (two callers at once) rejects the task
+with the budget's sentence."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ def agent_runner(agents: AgentPort) -> Any:
     """The engine's runner: a task's message goes to the tern agent as text, in the
     conversation named by the task's contextId. A command agent with ``a2a_events``
     drives the task itself (``events_agent``)."""
-    from runtime.errors import AgentError, UnknownAgent
+    from runtime.errors import AgentError, BudgetExceeded, UnknownAgent
 
     async def run(task: Task, message: Message, report: TaskReport) -> Outcome:
         agent = agents.get(task.agent)
@@ -34,6 +37,8 @@ def agent_runner(agents: AgentPort) -> Any:
         report.working()
         try:
             reply = await agents.send(task.agent, text_of(message.parts), context_id=task.context_id)
+        except BudgetExceeded as exc:
+            return Outcome(state="rejected", text=str(exc))
         except (AgentError, UnknownAgent) as exc:
             return Outcome(state="failed", text=str(exc))
         return Outcome(state="completed", text=reply.text)
@@ -44,7 +49,7 @@ def agent_runner(agents: AgentPort) -> Any:
 async def _events_agent(agents: AgentPort, task: Task, message: Message, report: TaskReport) -> Outcome:
     """A command agent speaking JSON Lines (docs/a2a-events.md): events as it works, the
     outcome on its last line. It learns which message and task from ``TERN_A2A_*``."""
-    from runtime.errors import AgentError
+    from runtime.errors import AgentError, BudgetExceeded
 
     env = {"TERN_A2A_MESSAGE_ID": message.message_id, "TERN_A2A_TASK_ID": task.id,
            "TERN_A2A_CONTEXT_ID": task.context_id, "TERN_A2A_DIALECT": task.dialect or ""}
@@ -82,6 +87,8 @@ async def _events_agent(agents: AgentPort, task: Task, message: Message, report:
 
     try:
         await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, on_text=on_line, env=env)
+    except BudgetExceeded as exc:
+        return Outcome(state="rejected", text=str(exc))
     except AgentError as exc:
         return Outcome(state="failed", text=str(exc))
     if last.get("message"):
@@ -125,6 +132,7 @@ class A2aService:
         from runtime.a2a.server.push import PushNotifier
         from runtime.net.guard import AddressPolicy
 
+        self.agents = agents  # the bindings ask its admit() before they create a task
         self.store: Any = None
         if config.a2a.persist_tasks and config.state.dir:
             from runtime.a2a.server.store import TaskStore
