@@ -1,7 +1,11 @@
-"""OSSA manifests: an agent manifest in, tern TOML out that tern's own parser loads, with
-one warning per field tern does not honour."""
+"""`tern import ossa`: an OSSA agent manifest in, tern TOML out that tern's own parser
+loads, with one warning per field tern does not honour."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +14,7 @@ from runtime.config.ossa import MAX_MANIFEST_BYTES, OssaImport, import_ossa
 from runtime.errors import ConfigError
 from runtime.mcp.names import ToolGlobs, assign_names
 
+ROOT = Path(__file__).resolve().parent.parent
 MINIMAL = '[server]\nlisten = "127.0.0.1:50051"\n\n'
 
 # Verbatim from the seed, section 4.2 "OSSA Manifest Structure".
@@ -372,3 +377,90 @@ def test_a_manifest_over_the_bound_is_refused_before_it_is_decoded():
         run(text)
     with pytest.raises(ConfigError, match="larger than"):
         run('{"agent": {"id": "a"}, "d": "' + "é" * (MAX_MANIFEST_BYTES // 2) + '"}')  # in bytes, not characters
+
+
+# --- The command line, as a real subprocess --------------------------------------------------
+
+
+def tern(*args, cwd, stdin=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "runtime", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, input=stdin, timeout=60)
+
+
+def test_cli_prints_toml_and_warns_on_stderr(tmp_path):
+    (tmp_path / "manifest.json").write_text(SEED, encoding="utf-8")
+    done = tern("import", "ossa", "manifest.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == SEED_TOML
+    assert done.stderr.splitlines() == [f"tern: warning: {w}" for w in run(SEED).warnings]
+    piped = tern("import", "ossa", "-", cwd=tmp_path, stdin=SEED)
+    assert piped.returncode == 0 and piped.stdout == SEED_TOML
+
+
+def test_cli_output_writes_a_config_that_config_check_accepts(tmp_path):
+    (tmp_path / "manifest.json").write_text(SEED, encoding="utf-8")
+    done = tern("import", "ossa", "manifest.json", "--output", "agent.toml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "agent.toml").read_text(encoding="utf-8") == SEED_TOML
+    assert 'agent "code-review-agent"' in done.stdout and len(done.stderr.splitlines()) == len(run(SEED).warnings)
+    check = tern("config", "check", "--config", "agent.toml", cwd=tmp_path)
+    assert check.returncode == 0, check.stderr
+    assert "agents (1): code-review-agent" in check.stdout and "gitlab-server (stdio)" in check.stdout
+
+    again = tern("import", "ossa", "manifest.json", "--output", "agent.toml", cwd=tmp_path)
+    assert again.returncode == 2 and again.stderr == "tern: agent.toml already exists; add --append to add the " \
+                                                     "agent to it\n"
+
+
+def test_cli_append_adds_to_a_config_only_when_the_result_loads(tmp_path):
+    (tmp_path / "manifest.json").write_text(SEED, encoding="utf-8")
+    config = tmp_path / "config.toml"
+    original = '[[agents]]\nname = "echo"\nkind = "echo"\n\n[[governance.rules]]\ntool = "*"\ndecision = "allow"'
+    config.write_text(original, encoding="utf-8")  # no newline at the end
+    done = tern("import", "ossa", "manifest.json", "-o", "config.toml", "--append", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert config.read_text(encoding="utf-8") == original + "\n\n" + SEED_TOML
+    assert done.stderr.splitlines()[-1].startswith("tern: warning: governance.rules: config.toml has 1 rules before")
+    loaded = parse_config(config.read_text(encoding="utf-8"), "config.toml", tmp_path)
+    assert [a.name for a in loaded.agents] == ["echo", "code-review-agent"] and len(loaded.governance.rules) == 3
+
+    before = config.read_text(encoding="utf-8")
+    twice = tern("import", "ossa", "manifest.json", "-o", "config.toml", "--append", cwd=tmp_path)
+    assert twice.returncode == 2 and twice.stdout == ""
+    assert twice.stderr.splitlines() == [
+        'tern: config.toml with the import added: mcp_servers[1].name: "gitlab-server" is already used by '
+        'mcp_servers[0]']
+    assert config.read_text(encoding="utf-8") == before
+
+
+def _big_manifest():
+    return json.dumps({"agent": {"id": "a", "description": "x" * MAX_MANIFEST_BYTES}})
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"{not json", "tern: manifest.json: line 1, column 2: invalid JSON: "),
+    (b'{"agent": ' + b"[" * 5000 + b"]" * 5000 + b"}", "tern: manifest.json: invalid JSON: nested more than 128"),
+    (_big_manifest().encode(), "tern: manifest.json: larger than 1024 KiB, which no OSSA manifest needs"),
+    (b'{"agent": {"id": "a"}, "capabilities": {"mcp_servers": "gitlab"}}',
+     "tern: manifest.json: capabilities.mcp_servers: expected an array, got a string"),
+    (b'{"ossa_version": "0.3.3"}', "tern: manifest.json: agent: missing"),
+    (b'{"agent": {"id": "\xff"}}', "tern: cannot read manifest.json: not UTF-8 text (byte 18)"),
+    (None, "tern: cannot read manifest.json: No such file or directory"),
+])
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, content, expected):
+    if content is not None:
+        (tmp_path / "manifest.json").write_bytes(content)
+    done = tern("import", "ossa", "manifest.json", "-o", "out.toml", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(expected), done.stderr
+    assert not (tmp_path / "out.toml").exists()
+
+
+def test_cli_append_needs_output(tmp_path):
+    (tmp_path / "manifest.json").write_text(SEED, encoding="utf-8")
+    done = tern("import", "ossa", "manifest.json", "--append", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "tern: --append needs --output PATH: the config to add the agent to\n"
