@@ -299,6 +299,9 @@ def test_unknown_fields_and_versions_are_warned():
     for field in ("dependencies", "signature", "agent.owner", "capabilities.a2a.streaming"):
         assert "ignored" in warning(result, field)
     assert "missing" in warning(run(manifest(ossa_version=None)), "ossa_version")
+    odd = run(manifest(**{"x\ny": 1, "$schema": "https://example.com/ossa.json"}))
+    assert fields(odd) == [*fields(run(SEED))[:-1], '"x\\ny"', "$schema", "agent"]
+    assert all("\n" not in w for w in odd.warnings)
     assert "ossa_version" not in fields(run(manifest(ossa_version="0.3.1")))
 
 
@@ -355,6 +358,8 @@ def test_text_is_carried_safely():
      "manifest.json: governance.rate_limits.requests_per_minute: expected a whole number 0 or more, got a string"),
     ('{"agent": {"id": "a"}, "governance": {"rate_limits": {"tokens_per_hour": -1}}}',
      "manifest.json: governance.rate_limits.tokens_per_hour: expected a whole number 0 or more, got -1"),
+    ('{"agent": {"id": "a"}, "lifecycle": {"max_restarts": 1e30}}',
+     "manifest.json: lifecycle.max_restarts: expected a whole number 0 or more, got a number too large for TOML"),
     ('{"agent": {"id": "a"}, "governance": {"requires_approval_for": "deploy"}}',
      "manifest.json: governance.requires_approval_for: expected an array, got a string"),
     ('{"agent": {"id": "a"}, "governance": {"audit_log": "yes"}}',

@@ -218,11 +218,16 @@ class _Fields:
         return value
 
     def unread(self) -> list[str]:
-        return [self.where(key) for key in self.data if key not in self.read]
+        """The paths of the keys not read, each quoted unless it is a plain name (a key
+        is anyone's text: a newline in it must not start a line of its own)."""
+        return [self.where(key if re.fullmatch(r"[A-Za-z0-9_$@-]+", key) else _shown(key))
+                for key in self.data if key not in self.read]
 
 
 def _describe(value: Any) -> str:
-    return repr(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else _kind(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return _kind(value)
+    return repr(value) if abs(value) <= _MAX_INT else "a number too large for TOML"
 
 
 # --- Converting -------------------------------------------------------------------------
