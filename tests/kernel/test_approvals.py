@@ -311,3 +311,21 @@ async def test_requests_of_a_gone_process_expire_at_boot(tmp_path, autojump_cloc
         assert again.get(waiting.id).state == "expired"
         assert again.get(waiting.id).reason == "tern stopped while it waited"
         nursery.cancel_scope.cancel()
+
+
+def test_the_readme_governance_example_loads_and_means_what_it_says(tmp_path):
+    """The README's example config is real: it loads, and the policy reads it as the prose says."""
+    from pathlib import Path
+
+    from runtime.config import parse_config
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Governance", 1)[1]
+    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    config = parse_config(block + '[agents.model]\nmodel = "m"\n', "README", tmp_path)
+    p = Policy(config)
+    ops = config.agents[0]
+    assert p.verdict(ops, Tool("shell_exec", "", OBJECT)).decision == "ask"
+    assert p.verdict(ops, Tool("mcp_github_delete_repo", "", OBJECT, source="mcp")).decision == "deny"
+    assert p.verdict(AgentConfig(name="notes", kind="echo"), Tool("file_write", "", OBJECT)).decision == "allow"
+    assert (ops.requests_per_minute, ops.tokens_per_hour, ops.max_tool_calls_per_run) == (30, 200000, 20)
