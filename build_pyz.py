@@ -125,7 +125,7 @@ LEFT_OUT = {
 
 #: Zip timestamp of every entry (the earliest a zip can hold).
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
-SIZE_BUDGET_BYTES = 8_000_000  # 8 MB
+SIZE_BUDGET_BYTES = 10_000_000  # 10 MB: the ceiling the daily-use issue sets for the one file
 SHEBANG = b"#!/usr/bin/env python3\n"
 
 #: Files of locked wheels that tern never imports, with the reason (each costs size).
