@@ -222,3 +222,45 @@ def test_http_decisions_and_a_restart_with_requests_pending(tmp_path, daemon):
     assert gone["state"] == "expired" and gone["reason"] == "tern stopped while it waited"
     late = httpx.post(f"{url}/api/approvals/{left['id']}", json={"decision": "approve"})
     assert late.status_code == 409 and "already expired" in late.json()["error"]["message"]
+
+
+def test_config_check_names_rules_that_match_no_tool_and_refuses_unknown_tiers(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[[mcp_servers]]\nname = "github"\n[mcp_servers.transport]\ntype = "stdio"\ncommand = "gh-mcp"\n'
+                      '[[governance.rules]]\ntool = "mcp_github_*"\ndecision = "ask"\n'
+                      '[[governance.rules]]\ntool = "shel_exec"\ndecision = "deny"\n')
+    checked = tern("config", "check", str(config))
+    assert checked.returncode == 0
+    assert "warning: governance.rules[1]: tool 'shel_exec' matches no tool" in checked.stderr
+    assert "mcp_github" not in checked.stderr
+    config.write_text('[[agents]]\nname = "a"\nkind = "echo"\naccess_tier = "tier_9"\n')
+    refused = tern("config", "check", str(config))
+    assert refused.returncode == 2 and 'agents[0].access_tier: "tier_9" is not a tier' in refused.stderr
+
+
+def test_approval_events_reach_websocket_subscribers(tmp_path, daemon):
+    import trio
+    from trio_websocket import open_websocket_url
+
+    _, url = daemon()
+    seen: list[dict] = []
+
+    async def follow() -> None:
+        async with open_websocket_url(url.replace("http://", "ws://") + "/api/events") as socket:
+            assert json.loads(await socket.get_message())["type"] == "hello"
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.to_thread.run_sync, lambda: httpx.post(
+                    f"{url}/api/agents/writer/message", json={"message": json.dumps({"path": "e.txt", "content": "e"})},
+                    timeout=60))
+                while len(seen) < 2:
+                    event = json.loads(await socket.get_message())
+                    if event["type"] == "approval_requested":
+                        seen.append(event)
+                        await trio.to_thread.run_sync(lambda: httpx.post(
+                            f"{url}/api/approvals/{event['approval']['id']}", json={"decision": "approve"}))
+                    elif event["type"] == "approval_resolved":
+                        seen.append(event)
+
+    trio.run(follow)
+    assert [e["type"] for e in seen] == ["approval_requested", "approval_resolved"]
+    assert seen[0]["approval"]["tool"] == "file_write" and seen[1]["approval"]["state"] == "approved"
