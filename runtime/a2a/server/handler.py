@@ -50,15 +50,17 @@ class A2aHandler:
         self.push = push
         self.admit = admit
 
-    async def call(self, method: str, params: dict[str, Any], agent: str, frame: Frame) -> Any:
-        """``method`` (a key of ``protocol.METHODS``) for ``agent``; a stream is framed by ``frame``."""
+    async def call(self, method: str, params: dict[str, Any], agent: str, frame: Frame, *, caller: str = "") -> Any:
+        """``method`` (a key of ``protocol.METHODS``) for ``agent``; a stream is framed by
+        ``frame``. ``caller`` names who sent it (``request.caller_of``): a message that
+        answers a question of a task's work (an approval) is decided in its name."""
         row = protocol.METHODS[method]
         dialect, op = row.dialect, row.op
         check_ids(params)
         if op == "send":
-            return await self.send(params, agent, dialect)
+            return await self.send(params, agent, dialect, caller=caller)
         if op == "stream":
-            return self._stream(self._start_with_push(params, agent, dialect), dialect, frame, new=True)
+            return self._stream(self._start_with_push(params, agent, dialect, caller), dialect, frame, new=True)
         if op == "resubscribe":
             task = self.engine.get(task_id(params))
             if task.terminal:
@@ -80,8 +82,8 @@ class A2aHandler:
 
     # --- Sending ----------------------------------------------------------------------------
 
-    async def send(self, params: dict[str, Any], agent: str, dialect: str) -> Any:
-        task = self._start_with_push(params, agent, dialect)
+    async def send(self, params: dict[str, Any], agent: str, dialect: str, *, caller: str = "") -> Any:
+        task = self._start_with_push(params, agent, dialect, caller)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
         if protocol.is_blocking(dialect, configuration):
             with trio.move_on_after(BLOCKING_WAIT_SECS):
@@ -94,7 +96,7 @@ class A2aHandler:
                                         if isinstance(length, int) and length >= 0 else None)
         return dialects.wrap_result(rendered, "task", dialect)
 
-    def _start(self, params: dict[str, Any], agent: str, dialect: str) -> Task:
+    def _start(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "") -> Task:
         check_ids(params)  # again: the seed's REST route calls send() directly
         message = dialects.parse_message(params.get("message"))
         if self.admit is not None:
@@ -109,11 +111,11 @@ class A2aHandler:
                 self.engine.get(named)
                 message.task_id = named
             except TaskNotFound:
-                return self.engine.send(agent, message, task_id=named, dialect=dialect)
-        return self.engine.send(agent, message, dialect=dialect)
+                return self.engine.send(agent, message, task_id=named, dialect=dialect, caller=caller)
+        return self.engine.send(agent, message, dialect=dialect, caller=caller)
 
-    def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str) -> Task:
-        task = self._start(params, agent, dialect)
+    def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "") -> Task:
+        task = self._start(params, agent, dialect, caller)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
         webhook = (configuration.get("taskPushNotificationConfig") or configuration.get("pushNotificationConfig")
                    or params.get("pushNotification"))
