@@ -45,8 +45,8 @@ def msg(text=None, task_id=None, data=None):
     return Message(role="user", parts=parts, task_id=task_id)
 
 
-async def setup(nursery, *, caller_may_approve, timeout_secs=60.0):
-    approvals = Approvals(None, timeout_secs=timeout_secs)
+async def setup(nursery, *, caller_may_approve, timeout_secs=60.0, redact=None):
+    approvals = Approvals(None, timeout_secs=timeout_secs, redact=redact)
     engine = TaskEngine(agent_runner(AskingAgents(approvals), approvals, caller_may_approve=caller_may_approve))
     await nursery.start(engine.run)
     return engine, approvals
@@ -139,6 +139,19 @@ async def test_the_caller_answers_an_input_required_task(nursery, autojump_clock
     if answer.parts[0].get("data", {}).get("reason"):
         assert reply.endswith("too risky")
     assert [m.role for m in task.history] == ["user", "agent", "user", "agent"]  # asked, answered, replied
+
+
+async def test_the_question_shows_the_arguments_redacted(nursery, autojump_clock):
+    def redact(value):
+        return {"argv": [word.replace("hunter2", "[redacted]") for word in value["argv"]]}
+
+    engine, approvals = await setup(nursery, caller_may_approve=True, redact=redact)
+    task = engine.send("bot", msg("hunter2"))
+    await engine.wait(task.id)
+    text, data = task.status_message.parts
+    assert data["data"]["approval"]["arguments"] == {"argv": ["rm", "[redacted]"]}
+    assert "hunter2" not in text["text"] and '["rm","[redacted]"]' in text["text"]
+    engine.cancel(task.id)
 
 
 async def test_an_unreadable_answer_is_refused_and_the_task_still_asks(nursery, autojump_clock):
