@@ -24,8 +24,9 @@ WRITE = json.dumps({"path": "note.txt", "content": "hello"})
 APPROVE = {"data": {"decision": "approve"}}
 
 
-async def start(nursery, tmp_path, *, caller_may_approve, timeout_secs=60.0):
-    config = Config(agents=[AgentConfig(name="writer", kind="tool", tool="file_write")],
+async def start(nursery, tmp_path, *, caller_may_approve, timeout_secs=60.0, requests_per_minute=0):
+    config = Config(agents=[AgentConfig(name="writer", kind="tool", tool="file_write",
+                                        requests_per_minute=requests_per_minute)],
                     state=StateConfig(dir=str(tmp_path)),
                     governance=GovernanceConfig(approval_timeout_secs=timeout_secs),
                     a2a=A2aConfig(enabled=True, default_agent="writer", caller_may_approve=caller_may_approve))
@@ -213,3 +214,16 @@ async def test_expiry_reaches_the_agent(nursery, tmp_path):
     assert got["status"]["state"] == "TASK_STATE_FAILED"
     assert said(got["status"])[0].startswith("file_write was not run: approval ap_")
     assert "expired (nobody answered in time)" in said(got["status"])[0]
+
+
+async def test_an_answer_is_no_new_request_for_the_agents_budget(nursery, tmp_path):
+    node, url = await start(nursery, tmp_path, caller_may_approve=True, requests_per_minute=1)
+    async with httpx.AsyncClient(headers=V10, timeout=30) as client:
+        task = (await client.post(url + "/a2a", json=rpc("SendMessage", {
+            "message": message([{"text": WRITE}])}))).json()["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        another = await client.post(url + "/a2a", json=rpc("SendMessage", {"message": message([{"text": WRITE}])}))
+        assert another.status_code == 429  # the budget is spent: no new work
+        done = (await client.post(url + "/a2a", json=rpc("SendMessage", {
+            "message": message([APPROVE], taskId=task["id"])}))).json()["result"]["task"]
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED"  # the answer unblocks the turn already admitted

@@ -5,7 +5,9 @@ engine and the push notifier. The bindings only read requests and write answers.
 A message that would start agent work (a new task, or the next turn of one) is first
 put to ``admit(agent)`` (``AgentPort.admit``): a spent budget raises ``BudgetExceeded``
 before any task exists, which no binding answers itself, so the HTTP server does, for
-every binding alike: 429 with ``Retry-After``."""
+every binding alike: 429 with ``Retry-After``. A message that answers a question of a
+task's running work (an approval) starts no work, so it is not put to ``admit``: the
+turn it unblocks was admitted when it began."""
 
 from __future__ import annotations
 
@@ -99,9 +101,10 @@ class A2aHandler:
     def _start(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "") -> Task:
         check_ids(params)  # again: the seed's REST route calls send() directly
         message = dialects.parse_message(params.get("message"))
-        if self.admit is not None:
+        names_task = TRAITS[dialect].client_names_task
+        if self.admit is not None and not self._answers(params.get("id") if names_task else message.task_id):
             self.admit(agent)  # a spent budget: no task, no work
-        if TRAITS[dialect].client_names_task:  # the client chooses the task id; sessionId is the context
+        if names_task:  # the client chooses the task id; sessionId is the context
             named = params.get("id")
             if not isinstance(named, str) or not named:
                 raise BadMessage("tasks/send needs params.id (the task id, chosen by the client)")
@@ -113,6 +116,15 @@ class A2aHandler:
             except TaskNotFound:
                 return self.engine.send(agent, message, task_id=named, dialect=dialect, caller=caller)
         return self.engine.send(agent, message, dialect=dialect, caller=caller)
+
+    def _answers(self, named: Any) -> bool:
+        """Whether a message on the task ``named`` answers its running work's question."""
+        if not isinstance(named, str) or not named:
+            return False
+        try:
+            return self.engine.get(named).asking
+        except TaskNotFound:
+            return False
 
     def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "") -> Task:
         task = self._start(params, agent, dialect, caller)
