@@ -67,6 +67,7 @@ class Task(msgspec.Struct, kw_only=True):
     created: float = msgspec.field(default_factory=time.time)
     dialect: str = ""  # the dialect it was created in: tasks/get answers 0.1 tasks in 0.1
     reply: Message | None = None  # the agent answered with a Message, not a task result
+    asking: bool = False  # input-required is a question of work still running (see TaskReport.ask)
 
     @property
     def terminal(self) -> bool:

@@ -24,7 +24,7 @@ class Node:
         if serve_a2a and config.a2a.enabled:
             from runtime.a2a.server.runner import A2aService
 
-            self.a2a = A2aService(config, self.kernel.agents)
+            self.a2a = A2aService(config, self.kernel.agents, self.kernel.approvals)
         self.http_bound: tuple[str, int] | None = None  # once the daemon listens: the cards' fallback URL
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

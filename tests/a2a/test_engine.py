@@ -220,3 +220,58 @@ async def test_tasks_survive_a_restart_with_persist_tasks(tmp_path):
     with pytest.raises(TaskNotFound):
         third.a2a.engine.get(done.id)
     assert sum(third.a2a.engine.counts().values()) == 3
+
+
+async def test_running_work_asks_its_client_and_takes_the_answer(nursery):
+    """``TaskReport.ask``: input-required while the work runs; the next message is the
+    answer (refused: nothing changes), and the task works again without new work."""
+    from runtime.a2a.server.engine import A2aError
+
+    answered = trio.Event()
+    got = []
+
+    def answer(message, caller):
+        if text_of(message.parts) != "blue":
+            raise InvalidTaskRequest("say a colour")
+        got.append((text_of(message.parts), caller))
+        answered.set()
+        return "thanks"
+
+    async def asks(task, message, report):
+        report.working()
+        assert report.ask(Message(role="agent", parts=[{"text": "which colour?"}]), answer)
+        assert not report.ask(Message(role="agent", parts=[{"text": "again?"}]), answer)  # one at a time
+        await answered.wait()
+        report.resume("moot")  # the answer closed it already: nothing happens
+        return Outcome(text=f"picked {got[0][0]}")
+
+    engine = TaskEngine(asks)
+    await nursery.start(engine.run)
+    task = engine.send("a", msg("paint"))
+    with trio.fail_after(5):
+        await engine.wait(task.id)
+    assert task.state == "input-required" and task.asking and text_of(task.status_message.parts) == "which colour?"
+    size = engine.bytes
+    with pytest.raises(A2aError, match="say a colour"):
+        engine.send("a", msg("red", task_id=task.id))
+    assert task.state == "input-required" and len(task.history) == 2 and engine.bytes == size
+    assert engine.send("a", msg("blue", task_id=task.id), caller="a2a:1.2.3.4") is task
+    assert task.state == "working" and text_of(task.status_message.parts) == "thanks" and not task.asking
+    with trio.fail_after(5):
+        await engine.wait(task.id)
+    assert task.state == "completed" and got == [("blue", "a2a:1.2.3.4")]
+    assert [text_of(m.parts) for m in task.history] == ["paint", "which colour?", "blue", "picked blue"]
+
+
+async def test_work_that_ends_with_its_question_open_still_finishes(nursery):
+    async def forgets(task, message, report):
+        report.ask(Message(role="agent", parts=[{"text": "?"}]), lambda message, caller: None)
+        return Outcome(text="done anyway")
+
+    engine = TaskEngine(forgets)
+    await nursery.start(engine.run)
+    task = engine.send("a", msg("go"))
+    with trio.fail_after(5):
+        while not task.terminal:
+            await trio.sleep(0.01)
+    assert task.state == "completed" and not task.asking

@@ -4,6 +4,10 @@ ordered events to every subscriber.
 - A message starts a task, or continues one that waits for input (``taskId``; the
   ``contextId``, if given, must be the task's). The agent work runs in the engine's
   nursery under the task's own cancel scope, so ``cancel`` really stops it.
+- Running work may put a question to the client and wait (``TaskReport.ask``: a tool
+  call's approval): the task is input-required while the work goes on, and the
+  client's next message on it is the answer, handed to the work rather than starting
+  new work; the task is working again once it is answered (or the question is moot).
 - The outcome of the agent work (``Outcome``) picks the next state: completed with an
   artifact, input-required (multi-turn), failed or rejected with a message.
 - Events go to every subscriber in order through a bounded channel each; a subscriber
@@ -53,6 +57,7 @@ __all__ = [
     "UnsupportedOperation",
     "IllegalTransition",
     "TRANSITIONS",
+    "Answer",
 ]
 
 SUBSCRIBER_EVENTS = 256
@@ -69,11 +74,12 @@ _AFTER_LIVE = frozenset(
 )
 #: Which state may follow which. A task is born submitted; while its work runs it may
 #: report submitted or working (again) and ends in any state; a task waiting for its
-#: client is continued (submitted) or canceled; a terminal task never moves again.
+#: client is continued (submitted) or canceled, or, when running work asked the question
+#: (``TaskReport.ask``), works again once it is answered; a terminal task never moves again.
 TRANSITIONS: dict[str, frozenset[str]] = {
     "submitted": _AFTER_LIVE,
     "working": _AFTER_LIVE,
-    "input-required": frozenset({"submitted", "canceled"}),
+    "input-required": frozenset({"submitted", "working", "canceled"}),
     "auth-required": frozenset({"submitted", "canceled"}),
     "completed": frozenset(),
     "canceled": frozenset(),
@@ -155,10 +161,46 @@ class TaskReport:
         task = self._entry.task
         if state not in ("submitted", "working") or (state == task.state and not text):
             return  # final states come with the Outcome; a repeat says nothing
+        if self._entry.answer is not None:
+            return  # the client is being asked: the task stays input-required until that ends
         self._engine._set(self._entry, state, _agent_text(text, task) if text else None)
 
     def working(self) -> None:
         self.status("working")
+
+    @property
+    def asking(self) -> bool:
+        """A question of this work's is open (``ask``)."""
+        return self._entry.answer is not None
+
+    def ask(self, question: Message, answer: Answer) -> bool:
+        """Put ``question`` to the client while the work waits for something only a
+        person can give (a tool call's approval): the task goes to input-required with
+        it, and the client's next message on the task goes to ``answer`` instead of
+        starting new work. ``answer(message, caller)`` raises an ``A2aError`` (or ``BadMessage``)
+        for a message it cannot take (the task stays input-required and the message is
+        not kept), or returns the text of the working status the task goes back to.
+        False, and nothing changes, when the task cannot be asked now: a question is
+        already open, the task has ended, or the question does not fit its budget."""
+        entry = self._entry
+        if entry.answer is not None or entry.task.state not in ("submitted", "working"):
+            return False
+        try:
+            self._engine._ask(entry, question, answer)
+        except A2aError:
+            return False
+        return True
+
+    def resume(self, text: str | None = None) -> None:
+        """The open question is moot (answered elsewhere, or no longer needed): the task
+        works again, with ``text`` as its status message. Nothing happens when no question
+        is open (the client's answer already resumed it) or the task has ended."""
+        entry = self._entry
+        if entry.answer is None:
+            return
+        self._engine._close_question(entry)
+        if entry.task.state == "input-required":
+            self._engine._set(entry, "working", _agent_text(text, entry.task) if text else None)
 
     def artifact(self, artifact: Artifact, *, append: bool = False, last_chunk: bool = True) -> None:
         """A chunk: with ``append`` its parts extend the artifact of the same id."""
@@ -195,10 +237,12 @@ class TaskReport:
 
 
 Runner = Callable[[Task, Message, TaskReport], Awaitable[Outcome]]
+#: Takes the client's answer to an open question, and who sent it (see ``TaskReport.ask``).
+Answer = Callable[[Message, str], str | None]
 
 
 class _Entry:
-    __slots__ = ("task", "scope", "subscribers", "changed", "running", "size", "status_size")
+    __slots__ = ("task", "scope", "subscribers", "changed", "running", "size", "status_size", "answer")
 
     def __init__(self, task: Task, size: int = TASK_OVERHEAD) -> None:
         self.task = task
@@ -208,6 +252,7 @@ class _Entry:
         self.subscribers: list[trio.MemorySendChannel[Event]] = []
         self.changed = trio.Event()
         self.running = False
+        self.answer: Answer | None = None  # the running work asked the client (TaskReport.ask)
 
 
 class TaskEngine:
@@ -272,7 +317,9 @@ class TaskEngine:
         for task, size in tasks:
             if task.id in self._tasks:
                 continue
-            cut_off = not task.terminal and task.state not in INTERRUPTED
+            # a question of running work (an approval) dies with the work: the task was cut off too
+            cut_off = not task.terminal and (task.state not in INTERRUPTED or task.asking)
+            task.asking = False
             if cut_off:
                 old = size_of(task.status_message)
                 task.state, task.status_message = (
@@ -298,10 +345,12 @@ class TaskEngine:
 
     # --- Starting and continuing ------------------------------------------------------------
 
-    def send(self, agent: str, message: Message, *, task_id: str | None = None, dialect: str = "") -> Task:
+    def send(self, agent: str, message: Message, *, task_id: str | None = None, dialect: str = "",
+             caller: str = "") -> Task:
         """Start a task for ``message`` (or continue the one its ``task_id`` names) and
         return it; the agent work runs in the background. ``task_id`` names a new task
-        (0.1 clients choose their ids); otherwise the engine makes one up."""
+        (0.1 clients choose their ids); otherwise the engine makes one up. ``caller``
+        says who sent it, for an answer to a question of the work's (``TaskReport.ask``)."""
         assert self._nursery is not None, "TaskEngine.run() first"
         if message.task_id:
             entry = self._tasks.get(message.task_id)
@@ -312,6 +361,8 @@ class TaskEngine:
                 raise InvalidTaskRequest(f"contextId {message.context_id!r} is not the context of task {task.id!r}")
             if task.terminal:
                 raise UnsupportedOperation(f"task {task.id} is {task.state}; start a new task in its context instead")
+            if entry.answer is not None:
+                return self._answer(entry, message, caller)
             if entry.running:
                 raise UnsupportedOperation(f"task {task.id} is still working; wait for it or cancel it")
             self._refuse_if_unsaved()
@@ -339,6 +390,38 @@ class TaskEngine:
         scope = trio.CancelScope()
         entry.scope = scope
         self._nursery.start_soon(self._work, entry, message, scope)
+        return task
+
+    def _ask(self, entry: _Entry, question: Message, answer: Answer) -> None:
+        """``TaskReport.ask``: the question joins the history and is the status message."""
+        task = entry.task
+        question.context_id, question.task_id = task.context_id, task.id
+        self._grow(entry, size_of(question), "the question")
+        task.history.append(question)
+        entry.answer, task.asking = answer, True
+        self._set(entry, "input-required", question)
+
+    def _close_question(self, entry: _Entry) -> None:
+        entry.answer, entry.task.asking = None, False
+
+    def _answer(self, entry: _Entry, message: Message, caller: str) -> Task:
+        """The client's message on a task whose running work asked it something: the
+        work takes it (or refuses it, and nothing changes), and the task works again."""
+        task, answer = entry.task, entry.answer
+        assert answer is not None
+        self._refuse_if_unsaved()
+        message.context_id, message.task_id = task.context_id, task.id
+        added = size_of(message)
+        self._grow(entry, added, "the message")
+        try:
+            text = answer(message, caller)
+        except BaseException:
+            entry.size -= added
+            self.bytes -= added
+            raise
+        task.history.append(message)
+        self._close_question(entry)
+        self._set(entry, "working", _agent_text(text, task) if text else None)
         return task
 
     def _refuse_if_unsaved(self) -> None:
@@ -384,6 +467,7 @@ class TaskEngine:
             with scope:
                 try:
                     outcome = await self.runner(task, message, TaskReport(self, entry))
+                    self._drop_question(entry)
                     _check(task, outcome.state)  # a runner's impossible outcome fails the task
                 except TernError as exc:
                     outcome = Outcome(state="failed", text=str(exc))
@@ -392,9 +476,18 @@ class TaskEngine:
         finally:
             entry.running = False
             entry.scope = None
+            self._drop_question(entry)
         if scope.cancel_called or outcome is None:
             return  # cancel() already moved it to canceled (even if the work ended first)
         self._finish(entry, outcome)
+
+    def _drop_question(self, entry: _Entry) -> None:
+        """The work ended (or failed) with its question still open: the question is
+        moot, and the task is working again so that the outcome can follow."""
+        if entry.answer is not None:
+            self._close_question(entry)
+            if entry.task.state == "input-required":
+                self._set(entry, "working", None)
 
     def _finish(self, entry: _Entry, outcome: Outcome) -> None:
         task = entry.task
@@ -523,11 +616,13 @@ class TaskEngine:
         return receive
 
     async def wait(self, task_id: str) -> Task:
-        """Until the task is terminal or waits for input."""
+        """Until the task is terminal or waits for input (its work ended there, or asks
+        while it runs)."""
         entry = self._tasks.get(task_id)
         if entry is None:
             raise TaskNotFound(f"task {task_id!r} not found")
-        while not (entry.task.terminal or (entry.task.state in INTERRUPTED and not entry.running)):
+        while not (entry.task.terminal or (entry.task.state in INTERRUPTED
+                                           and (not entry.running or entry.answer is not None))):
             await entry.changed.wait()
         return entry.task
 

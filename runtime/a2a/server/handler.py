@@ -5,7 +5,9 @@ engine and the push notifier. The bindings only read requests and write answers.
 A message that would start agent work (a new task, or the next turn of one) is first
 put to ``admit(agent)`` (``AgentPort.admit``): a spent budget raises ``BudgetExceeded``
 before any task exists, which no binding answers itself, so the HTTP server does, for
-every binding alike: 429 with ``Retry-After``."""
+every binding alike: 429 with ``Retry-After``. A message that answers a question of a
+task's running work (an approval) starts no work, so it is not put to ``admit``: the
+turn it unblocks was admitted when it began."""
 
 from __future__ import annotations
 
@@ -50,15 +52,17 @@ class A2aHandler:
         self.push = push
         self.admit = admit
 
-    async def call(self, method: str, params: dict[str, Any], agent: str, frame: Frame) -> Any:
-        """``method`` (a key of ``protocol.METHODS``) for ``agent``; a stream is framed by ``frame``."""
+    async def call(self, method: str, params: dict[str, Any], agent: str, frame: Frame, *, caller: str = "") -> Any:
+        """``method`` (a key of ``protocol.METHODS``) for ``agent``; a stream is framed by
+        ``frame``. ``caller`` names who sent it (``request.caller_of``): a message that
+        answers a question of a task's work (an approval) is decided in its name."""
         row = protocol.METHODS[method]
         dialect, op = row.dialect, row.op
         check_ids(params)
         if op == "send":
-            return await self.send(params, agent, dialect)
+            return await self.send(params, agent, dialect, caller=caller)
         if op == "stream":
-            return self._stream(self._start_with_push(params, agent, dialect), dialect, frame, new=True)
+            return self._stream(self._start_with_push(params, agent, dialect, caller), dialect, frame, new=True)
         if op == "resubscribe":
             task = self.engine.get(task_id(params))
             if task.terminal:
@@ -80,8 +84,8 @@ class A2aHandler:
 
     # --- Sending ----------------------------------------------------------------------------
 
-    async def send(self, params: dict[str, Any], agent: str, dialect: str) -> Any:
-        task = self._start_with_push(params, agent, dialect)
+    async def send(self, params: dict[str, Any], agent: str, dialect: str, *, caller: str = "") -> Any:
+        task = self._start_with_push(params, agent, dialect, caller)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
         if protocol.is_blocking(dialect, configuration):
             with trio.move_on_after(BLOCKING_WAIT_SECS):
@@ -94,12 +98,13 @@ class A2aHandler:
                                         if isinstance(length, int) and length >= 0 else None)
         return dialects.wrap_result(rendered, "task", dialect)
 
-    def _start(self, params: dict[str, Any], agent: str, dialect: str) -> Task:
+    def _start(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "") -> Task:
         check_ids(params)  # again: the seed's REST route calls send() directly
         message = dialects.parse_message(params.get("message"))
-        if self.admit is not None:
+        names_task = TRAITS[dialect].client_names_task
+        if self.admit is not None and not self._answers(params.get("id") if names_task else message.task_id):
             self.admit(agent)  # a spent budget: no task, no work
-        if TRAITS[dialect].client_names_task:  # the client chooses the task id; sessionId is the context
+        if names_task:  # the client chooses the task id; sessionId is the context
             named = params.get("id")
             if not isinstance(named, str) or not named:
                 raise BadMessage("tasks/send needs params.id (the task id, chosen by the client)")
@@ -109,11 +114,20 @@ class A2aHandler:
                 self.engine.get(named)
                 message.task_id = named
             except TaskNotFound:
-                return self.engine.send(agent, message, task_id=named, dialect=dialect)
-        return self.engine.send(agent, message, dialect=dialect)
+                return self.engine.send(agent, message, task_id=named, dialect=dialect, caller=caller)
+        return self.engine.send(agent, message, dialect=dialect, caller=caller)
 
-    def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str) -> Task:
-        task = self._start(params, agent, dialect)
+    def _answers(self, named: Any) -> bool:
+        """Whether a message on the task ``named`` answers its running work's question."""
+        if not isinstance(named, str) or not named:
+            return False
+        try:
+            return self.engine.get(named).asking
+        except TaskNotFound:
+            return False
+
+    def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "") -> Task:
+        task = self._start(params, agent, dialect, caller)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
         webhook = (configuration.get("taskPushNotificationConfig") or configuration.get("pushNotificationConfig")
                    or params.get("pushNotification"))

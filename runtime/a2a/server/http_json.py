@@ -12,7 +12,7 @@ import msgspec
 
 from runtime.a2a import protocol
 from runtime.a2a.server.handler import ANSWERED, A2aHandler, error_of
-from runtime.a2a.server.request import require_1x
+from runtime.a2a.server.request import caller_of, require_1x
 from runtime.httpd.messages import HttpError, Request, Response, StreamResponse
 from runtime.wire.depth import JsonTooDeep, check_depth
 from runtime.wire.jsonrpc import INVALID_PARAMS
@@ -35,7 +35,7 @@ class HttpJsonBinding:
         agent = self.agent_of(request)
         try:
             require_1x(request, f"the HTTP+JSON binding ({method})")
-            result = await self.handler.call(method, params, agent, _frame)
+            result = await self.handler.call(method, params, agent, _frame, caller=caller_of(request))
         except ANSWERED as exc:
             return _error(*error_of(exc))
         if isinstance(result, StreamResponse):

@@ -14,7 +14,7 @@ from runtime.a2a import protocol
 from runtime.a2a.protocol import TRAITS
 from runtime.a2a.server.engine import A2aError
 from runtime.a2a.server.handler import ANSWERED, A2aHandler, error_of
-from runtime.a2a.server.request import json_names, require_1x
+from runtime.a2a.server.request import caller_of, json_names, require_1x
 from runtime.errors import RpcError
 from runtime.httpd.messages import Request, Response, StreamResponse
 from runtime.wire import jsonrpc
@@ -55,7 +55,8 @@ class JsonRpcBinding:
                 raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {message.method}")
             if traits.version:
                 require_1x(request, message.method)
-            result = await self.handler.call(message.method, params, agent, _framer(message.id))
+            result = await self.handler.call(message.method, params, agent, _framer(message.id),
+                                             caller=caller_of(request))
         except ANSWERED as exc:
             code, text = error_of(exc)
             if isinstance(exc, A2aError) and row is not None and row.op == "resubscribe" \

@@ -11,7 +11,7 @@ from runtime.errors import RpcError
 from runtime.httpd.messages import Request
 from runtime.wire.limits import check_id
 
-__all__ = ["check_ids", "task_id", "string", "history_length", "json_names", "require_1x"]
+__all__ = ["check_ids", "task_id", "string", "history_length", "json_names", "require_1x", "caller_of"]
 
 
 #: The params of any operation, in any dialect, that carry an id the caller chose.
@@ -101,3 +101,10 @@ def _query_version(query: str) -> str | None:
         if key == "A2A-Version" and value:
             return value
     return None
+
+
+def caller_of(request: Request) -> str:
+    """Who sent an A2A request, as a decision it makes is recorded (``a2a:<address>``,
+    as the HTTP API's are ``api:<address>``): the key, when there is one, is shared by
+    every client, so the address is what tells callers apart."""
+    return f"a2a:{request.client[0]}"

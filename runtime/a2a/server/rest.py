@@ -7,6 +7,7 @@ from runtime.a2a import dialects
 from runtime.a2a.dialects import BadMessage
 from runtime.a2a.server.engine import A2aError, TaskNotFound
 from runtime.a2a.server.handler import A2aHandler
+from runtime.a2a.server.request import caller_of
 from runtime.httpd.messages import HttpError, Request, Response, json_response
 
 __all__ = ["SeedRest"]
@@ -22,7 +23,7 @@ class SeedRest:
         if not isinstance(body, dict):
             raise HttpError(400, "expected a JSON object with id and message")
         try:
-            return json_response(await self.handler.send(body, self.agent, "0.1"))
+            return json_response(await self.handler.send(body, self.agent, "0.1", caller=caller_of(request)))
         except BadMessage as exc:
             raise HttpError(400, str(exc)) from None
         except A2aError as exc:

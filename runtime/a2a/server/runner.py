@@ -1,10 +1,11 @@
 """How an A2A task runs a tern agent, through the kernel's ``AgentPort``: the message
 goes to the agent as text, in the conversation named by the task's contextId, and the
-reply completes the task. ``A2aService`` holds the engine, push notifier and optional
-store that the composition root starts, and the agents' ``admit`` that the bindings
-ask before a task is created (a spent budget is refused with no task at all). A budget
-spent between that check and the agent's turn (two callers at once) rejects the task
-with the budget's sentence."""
+reply completes the task. A tool call of the run that waits for a person's approval
+shows on the task (``asking.py``). ``A2aService`` holds the engine, push notifier and
+optional store that the composition root starts, and the agents' ``admit`` that the
+bindings ask before a task is created (a spent budget is refused with no task at all). A
+budget spent between that check and the agent's turn (two callers at once) rejects the
+task with the budget's sentence."""
 
 from __future__ import annotations
 
@@ -17,17 +18,20 @@ from runtime.a2a.dialects import BadMessage, parse_part
 from runtime.a2a.server.engine import Outcome, TaskReport
 from runtime.a2a.model import Artifact, Message, Task, text_of
 from runtime.config import Config
-from runtime.ports import AgentPort
+from runtime.ports import AgentPort, ApprovalPort
 
 FINAL_STATES = {"completed", "input-required", "auth-required", "failed", "rejected"}
 
 __all__ = ["agent_runner", "A2aService"]
 
 
-def agent_runner(agents: AgentPort) -> Any:
+def agent_runner(agents: AgentPort, approvals: ApprovalPort | None = None, *, caller_may_approve: bool = False) -> Any:
     """The engine's runner: a task's message goes to the tern agent as text, in the
     conversation named by the task's contextId. A command agent with ``a2a_events``
-    drives the task itself (``events_agent``)."""
+    drives the task itself (``events_agent``). A tool call that waits for approval is
+    shown on the task, and with ``caller_may_approve`` put to the caller, who decides
+    through ``approvals`` (``asking.approval_asker``)."""
+    from runtime.a2a.server.asking import approval_asker
     from runtime.errors import AgentError, BudgetExceeded, UnknownAgent
 
     async def run(task: Task, message: Message, report: TaskReport) -> Outcome:
@@ -35,8 +39,9 @@ def agent_runner(agents: AgentPort) -> Any:
         if agent.kind == "command" and agent.a2a_events:
             return await _events_agent(agents, task, message, report)
         report.working()
+        ask = approval_asker(task, report, approvals, caller_may_approve=caller_may_approve)
         try:
-            reply = await agents.send(task.agent, text_of(message.parts), context_id=task.context_id)
+            reply = await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, ask=ask)
         except BudgetExceeded as exc:
             return Outcome(state="rejected", text=str(exc))
         except (AgentError, UnknownAgent) as exc:
@@ -123,9 +128,11 @@ def _artifact(obj: Any) -> Artifact:
 
 class A2aService:
     """The A2A server's moving parts: the task engine, its push notifier, and the task
-    store when ``[a2a] persist_tasks`` (tasks loaded from it before anything runs)."""
+    store when ``[a2a] persist_tasks`` (tasks loaded from it before anything runs).
+    ``approvals`` is how a caller's answer decides a tool call's approval
+    (``[a2a] caller_may_approve``); without it a task only shows that it waits."""
 
-    def __init__(self, config: Config, agents: AgentPort) -> None:
+    def __init__(self, config: Config, agents: AgentPort, approvals: ApprovalPort | None = None) -> None:
         from pathlib import Path
 
         from runtime.a2a.server.engine import TaskEngine
@@ -141,7 +148,7 @@ class A2aService:
         store = self.store
         a2a = config.a2a
         self.engine = TaskEngine(
-            agent_runner(agents),
+            agent_runner(agents, approvals, caller_may_approve=a2a.caller_may_approve),
             max_tasks=a2a.max_tasks,
             max_task_bytes=a2a.max_task_bytes,
             max_store_bytes=a2a.max_store_bytes,

@@ -1,0 +1,157 @@
+"""How an A2A task shows a tool call of its agent that waits for a person's approval: the
+``runtime.ports.Ask`` the runner hands to each task's run.
+
+- By default the task stays ``working``, and its status message names the request and
+  how to answer it (``tern approve ID``, the HTTP API), so ``tasks/get`` and every
+  stream show why nothing moves. The caller is not asked: an A2A caller is often
+  another program, and whether it may approve tern's tool calls is the operator's call.
+- With ``[a2a] caller_may_approve``, the task goes to ``input-required`` with the
+  question as a text part and the request as a data part
+  (``{"approval": {id, agent, tool, arguments, expires}}``, the arguments redacted as
+  every channel shows them). The caller's next message on the task is the decision: a
+  data part ``{"decision": "approve" | "deny", "scope": ..., "reason": ...}`` or the
+  text approve/yes or deny/no, decided through the ``ApprovalPort`` in the caller's
+  name on the channel ``a2a``. Anything else is refused with an error saying what
+  would do, and the task stays input-required.
+- Either way, when the request ends (decided by any channel, or expired) the task is
+  working again with a status message saying how it ended, and the agent goes on: a
+  denial or an expiry reaches it as the tool's error.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+import trio
+
+from runtime.a2a.model import Message, Task, now_iso
+from runtime.a2a.server.engine import InvalidTaskRequest, TaskReport, UnsupportedOperation
+from runtime.errors import TernError
+from runtime.ports import Approval, ApprovalPort, Ask
+
+__all__ = ["approval_asker", "read_decision", "SCOPES"]
+
+SCOPES = ("once", "always", "args")
+#: The plain-text answers, casefolded, without trailing punctuation.
+_WORDS = {"approve": True, "approved": True, "yes": True, "y": True,
+          "deny": False, "denied": False, "no": False, "n": False}
+#: How long the ask outlives its request's expiry at most: the request cancels it first.
+GRACE_SECS = 5.0
+_SHOWN_ARGUMENTS = 300  # characters of the arguments in the question's text (the data part has them all)
+_encode = msgspec.json.Encoder(order="sorted").encode
+_HOW = ('answer "approve" or "deny", or send a data part {"decision": "approve" | "deny", '
+        '"scope": "once" | "always" | "args", "reason": "..."}')
+
+
+def approval_asker(task: Task, report: TaskReport, approvals: ApprovalPort | None, *,
+                   caller_may_approve: bool) -> Ask:
+    """The ``Ask`` of one run of ``task``'s agent. The caller is asked only with
+    ``caller_may_approve`` and an ``ApprovalPort`` to decide through, and only one
+    question at a time (a second request meanwhile waits for the other channels)."""
+
+    async def ask(approval: Approval) -> None:
+        asked = False
+        if caller_may_approve and approvals is not None:
+            def answer(message: Message, caller: str) -> str:
+                return _decide(approvals, approval, task, message, caller)
+
+            asked = report.ask(question(approval), answer)
+        if not asked:
+            report.status("working", waiting(approval))
+        try:
+            await trio.sleep(max(approval.expires - time.time(), 0) + GRACE_SECS)
+        finally:  # decided, expired, or the task ended: say how it ended while the run goes on
+            if not task.terminal:
+                ended = _ended(approvals, approval)
+                if asked:
+                    report.resume(ended)
+                else:
+                    report.status("working", ended)
+
+    return ask
+
+
+def waiting(approval: Approval) -> str:
+    """The status message of a task whose agent waits for a person elsewhere."""
+    return (f"waiting for a person to approve {approval.tool} (approval {approval.id}, "
+            f"{_seconds_left(approval)} s left): tern approve {approval.id}, or tern deny {approval.id}")
+
+
+def question(approval: Approval) -> Message:
+    """The input-required message: what is asked, and the request as data."""
+    shown = _encode(approval.arguments).decode() if approval.arguments is not None else "{}"
+    if len(shown) > _SHOWN_ARGUMENTS:
+        shown = shown[:_SHOWN_ARGUMENTS - 3] + "..."
+    who = f"agent '{approval.agent}'" if approval.agent else "tern"
+    text = (f"May {who} call {approval.tool} {shown}? It waits for your approval ({approval.id}, "
+            f"{_seconds_left(approval)} s left): {_HOW}.")
+    data = {"approval": {"id": approval.id, "agent": approval.agent, "tool": approval.tool,
+                         "arguments": approval.arguments, "expires": now_iso(approval.expires)}}
+    return Message(role="agent", parts=[{"text": text}, {"data": data}])
+
+
+def read_decision(parts: list[dict[str, Any]]) -> tuple[bool, str, str]:
+    """``(approve, scope, reason)`` from the parts of a caller's answer: the first data
+    part with a ``decision``, else the text as one word. Raises ``InvalidTaskRequest``
+    with what would do."""
+    for part in parts:
+        data = part.get("data")
+        if isinstance(data, dict) and "decision" in data:
+            decision, scope, reason = data.get("decision"), data.get("scope", "once"), data.get("reason", "")
+            if decision not in ("approve", "deny"):
+                raise InvalidTaskRequest(f"decision must be \"approve\" or \"deny\", not {_short(decision)}")
+            if scope not in SCOPES:
+                raise InvalidTaskRequest(f"scope must be \"once\", \"always\" or \"args\", not {_short(scope)}")
+            if not isinstance(reason, str):
+                raise InvalidTaskRequest(f"reason must be a string, not {_short(reason)}")
+            return decision == "approve", scope, reason
+    text = " ".join(str(part["text"]) for part in parts if "text" in part).strip().rstrip(".!").strip().casefold()
+    if text in _WORDS:
+        return _WORDS[text], "once", ""
+    said = f"the answer {_short(text)}" if text else "an answer without text or a decision"
+    raise InvalidTaskRequest(f"{said} is no decision: {_HOW}")
+
+
+def _decide(approvals: ApprovalPort, approval: Approval, task: Task, message: Message, caller: str) -> str:
+    """The caller's answer to ``approval``; the status text the task works again with."""
+    try:
+        approve, scope, reason = read_decision(message.parts)
+    except InvalidTaskRequest as exc:
+        raise InvalidTaskRequest(f"task {task.id} waits for a decision on approval {approval.id}: {exc.message}") \
+            from None
+    try:
+        decided = approvals.decide(approval.id, approve, scope=scope, reason=reason, by=caller or "a2a",
+                                   channel="a2a")
+    except TernError as exc:  # decided elsewhere or expired a moment ago: the task goes on by itself
+        raise UnsupportedOperation(str(exc)) from None
+    return _ended_as(decided)
+
+
+def _ended(approvals: ApprovalPort | None, approval: Approval) -> str:
+    current = approval
+    if approvals is not None:
+        try:
+            current = approvals.get(approval.id)
+        except TernError:
+            pass
+    return _ended_as(current)
+
+
+def _ended_as(approval: Approval) -> str:
+    by = f" by {approval.decided_by}" if approval.decided_by else ""
+    if approval.state == "approved":
+        return f"{approval.tool} was approved{by} (approval {approval.id}); working"
+    if approval.state == "denied":
+        return f"{approval.tool} was denied{by} (approval {approval.id}); the agent is told"
+    return f"approval {approval.id} of {approval.tool} expired without an answer; the agent is told"
+
+
+def _seconds_left(approval: Approval) -> int:
+    return max(0, int(approval.expires - time.time() + 0.5))
+
+
+def _short(value: Any) -> str:
+    shown = _encode(value).decode() if not isinstance(value, str) else repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
