@@ -708,3 +708,49 @@ def test_a_damaged_pyz_member_is_refused_before_it_is_written(pyz: Path, monkeyp
     with pytest.raises(BundleError, match="does not match the SHA-256"):
         _bundle._ensure(str(pyz), digest, entry)
     assert os.listdir(tmp_path / "native") == []
+
+
+@pytest.mark.pyz
+def test_governance_works_from_the_pyz(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+    """Issue 15's "from the built tern.pyz": a call waits for approval and another pyz
+    process approves it; scripts are pending until approved; an OSSA manifest imports;
+    the audit chain verifies."""
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp)
+    scripts = cwd / "scripts"
+    scripts.mkdir()
+    (scripts / "hello").write_text("#!/bin/sh\necho hello\n")
+    (scripts / "hello").chmod(0o755)
+    config = cwd / "config.toml"
+    config.write_text(f'[state]\ndir = "{cwd / "state"}"\n[scripts]\ndir = "{scripts}"\n'
+                      '[[agents]]\nname = "writer"\nkind = "tool"\ntool = "file_write"\n')
+
+    def tern(*args: str) -> subprocess.CompletedProcess[str]:
+        return run([base_python(), "-I", str(pyz), *args, "--config", str(config)], env, cwd)
+
+    waiting = subprocess.Popen([base_python(), "-I", str(pyz), "run", "writer", '{"path": "p.txt", "content": "pyz"}',
+                                "--config", str(config)], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_SECS
+        listed: list = []
+        while not listed and time.monotonic() < deadline:
+            listed = json.loads(tern("approvals", "--json").stdout)["approvals"]
+            time.sleep(0.1)
+        assert [a["tool"] for a in listed] == ["file_write"]
+        assert tern("approve", listed[0]["id"]).returncode == 0
+        out, err = waiting.communicate(timeout=RUN_TIMEOUT_SECS)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, err
+    assert "wrote 3 bytes to p.txt" in out
+    assert (cwd / "state" / "workspaces" / "writer" / "p.txt").read_text() == "pyz"
+    assert json.loads(tern("scripts", "list", "--json").stdout)["scripts"][0]["status"] == "pending"
+    assert tern("scripts", "approve", "hello").returncode == 0
+    assert json.loads(tern("scripts", "list", "--json").stdout)["scripts"][0]["status"] == "approved"
+    manifest = cwd / "manifest.json"
+    manifest.write_text(json.dumps({"ossa_version": "0.3.3", "agent": {"id": "acme/reader", "name": "Reader",
+                                    "access_tier": "tier_1_read"},
+                                    "governance": {"rate_limits": {"requests_per_minute": 6}}}))
+    imported = tern("import", "ossa", str(manifest))
+    assert imported.returncode == 0 and 'access_tier = "read"' in imported.stdout
