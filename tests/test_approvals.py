@@ -264,3 +264,43 @@ def test_approval_events_reach_websocket_subscribers(tmp_path, daemon):
     trio.run(follow)
     assert [e["type"] for e in seen] == ["approval_requested", "approval_resolved"]
     assert seen[0]["approval"]["tool"] == "file_write" and seen[1]["approval"]["state"] == "approved"
+
+
+def test_a_run_on_a_terminal_asks_inline(tmp_path):
+    """Under a real pseudo-terminal: the prompt appears, "a" approves this call and every
+    later one of this tool by this agent, and the decision is audited as the terminal's."""
+    import pty
+    import select
+
+    config = write_config(tmp_path)
+
+    def run_on_terminal(message: dict) -> tuple[int, str]:
+        leader, follower = pty.openpty()
+        process = subprocess.Popen([sys.executable, "-m", "runtime", "run", "writer", json.dumps(message),
+                                    "--config", config], stdin=follower, stdout=subprocess.PIPE, stderr=follower,
+                                   env=env(), text=True)
+        os.close(follower)
+        screen = b""
+        try:
+            deadline = time.monotonic() + 30
+            while b"approve?" not in screen and time.monotonic() < deadline and process.poll() is None:
+                if select.select([leader], [], [], 0.1)[0]:
+                    try:
+                        screen += os.read(leader, 4096)
+                    except OSError:  # EIO: the other end is closed, the process ended
+                        break
+            if b"approve?" in screen:
+                os.write(leader, b"a\n")
+            out, _ = process.communicate(timeout=30)
+        finally:
+            process.kill()
+            os.close(leader)
+        return process.returncode, screen.decode(errors="replace") + out
+
+    code, seen = run_on_terminal({"path": "t.txt", "content": "tty"})
+    assert code == 0 and "agent 'writer' wants to call file_write" in seen and "wrote 3 bytes to t.txt" in seen
+    code, seen = run_on_terminal({"path": "u.txt", "content": "tty"})  # --always: not asked again
+    assert code == 0 and "approve?" not in seen and "wrote 3 bytes to u.txt" in seen
+    records = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+    [resolved] = [r for r in records if r["kind"] == "approval_resolved"]
+    assert (resolved["channel"], resolved["scope"]) == ("terminal", "always")
