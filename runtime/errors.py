@@ -31,6 +31,7 @@ its code (``runtime.wire.jsonrpc.error_answer``).
     ├── ToolRefused        a built-in tool declines a call (the model sees a tool error)
     ├── HttpError          httpd.messages: an HTTP answer with its own status
     ├── LlmError           kernel.llm: the model endpoint failed
+    ├── AuditError         kernel.audit: an audit key that may be known to others, or an unreadable log
     ├── StorageError       a write to tern's state could not be made (disk full, ...): 503
     ├── BudgetExceeded     an agent's budget is spent for now: 429 with Retry-After
     ├── UnknownApproval    no approval request has this id: 404

@@ -93,7 +93,7 @@ def test_audit_tail(tmp_path):
     assert tern("audit", "tail", "--config", str(config)).returncode == 2  # no log yet: one clear line
     assert tern("call", "time_now", "--config", str(config)).returncode == 0
     assert tern("call", "time_now", "--args", '{"x": 1}', "--config", str(config)).returncode == 1
-    done = tern("audit", "tail", "-n", "1", "--config", str(config))
+    done = tern("audit", "tail", "-n", "1", "--json", "--config", str(config))
     (line,) = done.stdout.splitlines()
     record = json.loads(line)
     assert (record["tool"], record["outcome"], record["caller"]) == ("time_now", "invalid", "cli")
@@ -166,7 +166,7 @@ def test_audit_tail_follows_new_records(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
     env["PYTHONPATH"] = str(ROOT)
     follower = subprocess.Popen(
-        [sys.executable, "-m", "runtime", "audit", "tail", "-f", "--config", str(config)],
+        [sys.executable, "-m", "runtime", "audit", "tail", "-f", "--json", "--config", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

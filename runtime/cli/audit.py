@@ -1,45 +1,116 @@
-"""``tern audit tail``: read the audit log (one JSON line per tool call)."""
+"""``tern audit``: read the audit log (one JSON line per tool call and agent message) and
+check its hash chain."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
 
 from runtime.cli.common import Commands, needs_subcommand
 from runtime.errors import UsageError
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 def add_commands(commands: Commands) -> None:
-    audit = commands.add("audit", needs_subcommand, "read the audit log (one JSON line per tool call)")
-    tail = commands.group(audit, "audit_command").add("tail", cmd_audit_tail, "print the last audit records")
+    audit = commands.add("audit", needs_subcommand, "read and check the audit log (one JSON line per tool call)")
+    group = commands.group(audit, "audit_command")
+    tail = group.add("tail", cmd_audit_tail, "print the last audit records")
     tail.add_argument("-n", type=int, default=20, metavar="N", help="how many records (default 20)")
     tail.add_argument("-f", "--follow", action="store_true", help="keep printing new records as they come")
+    tail.add_argument("--json", action="store_true", help="print the records' raw JSON lines")
+    tail.add_argument("--agent", metavar="GLOB", help="only records of these agents (a glob: 'mail*')")
+    tail.add_argument("--tool", metavar="GLOB", help="only records of these tools (a glob: 'mcp_github_*')")
+    tail.add_argument("--outcome", action="append", metavar="OUTCOME",
+                      help="only records with this outcome (ok, denied, tool_error, ...); may be repeated")
+    verify = group.add("verify", cmd_audit_verify,
+                       "check the audit log's hash chain: exit 0 if intact, 1 naming the first record that is not")
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
-def cmd_audit_tail(args: argparse.Namespace) -> int:
-    """The last N records of ``<state dir>/audit.jsonl``; with -f, new ones as they come
-    (across rotation: a replaced file is reopened)."""
-    import os
-    import time
-    from collections import deque
+def _log_path(args: argparse.Namespace) -> Path:
     from pathlib import Path
 
     from runtime.config import load_config
 
-    path = Path(load_config(getattr(args, "config", None)).config.state.dir) / "audit.jsonl"
-    if not path.exists() and not args.follow:
+    return Path(load_config(getattr(args, "config", None)).config.state.dir) / "audit.jsonl"
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    """Walk every file of the log, oldest first, and recompute each record's chain value."""
+    import msgspec
+
+    from runtime.cli.common import print_json
+    from runtime.kernel.audit import log_files, verify_log
+
+    path = _log_path(args)
+    if not log_files(path):
         raise UsageError(f"no audit log yet at {path}")
-    handle = None
-    inode = None
-    if path.exists():
-        handle = path.open("rb")
-        inode = os.fstat(handle.fileno()).st_ino
-        for line in deque(handle, maxlen=max(args.n, 0)):
-            print(line.decode("utf-8", "replace").rstrip("\n"), flush=True)
+    report = verify_log(path)
+    if args.json:
+        print_json({"summary": report.summary(), **msgspec.to_builtins(report)})
+        return 0 if report.ok else 1
+    print(report.summary())
+    for problem in report.problems[1:10]:
+        print(f"  also: {problem.message}")
+    if report.problem_count > 10:
+        print(f"  ... and {report.problem_count - 10} more")
+    if report.stopped:
+        print("  checking stopped at the last of these: the records after it cannot be linked to the ones before")
+    return 0 if report.ok else 1
+
+
+def cmd_audit_tail(args: argparse.Namespace) -> int:
+    """The last N records (of every file, newest last); with -f, new ones as they come
+    (across rotation: a replaced file is reopened). Printing into a pipe that closed
+    (``| head -1``) ends quietly."""
+    try:
+        return _tail(args)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
+
+
+def _tail(args: argparse.Namespace) -> int:
+    import os
+    import time
+    from collections import deque
+
+    from runtime.kernel.audit import log_files
+
+    path = _log_path(args)
+    files = log_files(path)
+    if not files and not args.follow:
+        raise UsageError(f"no audit log yet at {path}")
+    wanted = max(args.n, 0)
+    keep = _Filter(args)
+    show = _raw if args.json else _human
+    handle = path.open("rb") if path.exists() else None  # opened first: no record slips between history and -f
+    inode = os.fstat(handle.fileno()).st_ino if handle is not None else None
+    last: deque[bytes] = deque(maxlen=wanted)
+    if handle is not None:
+        for line in handle:
+            if not line.endswith(b"\n"):  # a record still being written: -f reads it whole
+                handle.seek(-len(line), os.SEEK_CUR)
+            elif keep(line):
+                last.append(line)
+    for file in reversed([file for file in files if file != path]):  # then older files, until enough
+        if len(last) >= wanted:
+            break
+        with file.open("rb") as older:
+            found = deque((line for line in older if keep(line)), maxlen=wanted - len(last))
+        last.extendleft(reversed(found))
+    for line in last:
+        print(show(line), flush=True)
     while args.follow:
         line = handle.readline() if handle is not None else b""
-        if line:
-            print(line.decode("utf-8", "replace").rstrip("\n"), flush=True)
+        if line.endswith(b"\n"):
+            if keep(line):
+                print(show(line), flush=True)
             continue
+        if line:  # a record still being written: read it whole next time
+            handle.seek(-len(line), os.SEEK_CUR)  # type: ignore[union-attr]
         time.sleep(0.2)
         try:
             current = path.stat().st_ino
@@ -48,7 +119,86 @@ def cmd_audit_tail(args: argparse.Namespace) -> int:
         if current != inode:  # rotated (or first created): read the new file from its start
             if handle is not None:
                 for rest in handle:
-                    print(rest.decode("utf-8", "replace").rstrip("\n"), flush=True)
+                    if keep(rest):
+                        print(show(rest), flush=True)
                 handle.close()
             handle, inode = path.open("rb"), current
     return 0
+
+
+class _Filter:
+    """Which records ``--agent``, ``--tool`` and ``--outcome`` let through (all, without them)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.agent, self.tool, self.outcomes = args.agent, args.tool, set(args.outcome or ())
+        self.active = bool(self.agent or self.tool or self.outcomes)
+
+    def __call__(self, line: bytes) -> bool:
+        if not self.active:
+            return True
+        from fnmatch import fnmatchcase
+
+        record = _record(line)
+        if record is None:
+            return False
+        for glob, value in ((self.agent, record.get("agent")), (self.tool, record.get("tool"))):
+            if glob and not (isinstance(value, str) and fnmatchcase(value, glob)):
+                return False
+        return not self.outcomes or record.get("outcome") in self.outcomes
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    import json
+
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _raw(line: bytes) -> str:
+    return line.decode("utf-8", "replace").rstrip("\n")
+
+
+def _human(line: bytes) -> str:
+    """One record as a line a person reads: local time with its offset, kind, agent,
+    tool, outcome, duration, and the error text if the record has one. Text from the
+    record has its control characters escaped, so it cannot rewrite the terminal."""
+    from datetime import datetime
+
+    from runtime.log import clean
+
+    record = _record(line)
+    if record is None:
+        return "unreadable line: " + clean(_raw(line))
+    moment = record.get("time")
+    try:
+        when = datetime.fromtimestamp(moment).astimezone().isoformat(timespec="milliseconds")  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError, OSError):
+        when = "(no time)"
+    seq = record.get("seq")
+    parts = [when, f"#{seq}"] if isinstance(seq, int) else [when]
+    parts.append(str(record.get("kind", "?")))
+    for key in ("agent", "tool", "outcome"):
+        value = record.get(key)
+        if value not in (None, ""):
+            parts.append(f"{key}={value}")
+    if isinstance(record.get("ms"), (int, float)):
+        parts.append(f"{record['ms']:g} ms")
+    text = " ".join(parts)
+    error = record.get("error")
+    if error not in (None, ""):
+        text += f": {error}"
+    return clean(text)
+
+
+def _quiet_stdout() -> None:
+    """stdout's reader is gone: point it at /dev/null, so the interpreter's last flush at
+    exit finds nowhere to fail either."""
+    import os
+    import sys
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

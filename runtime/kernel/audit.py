@@ -1,10 +1,25 @@
 """The audit log: one JSON line per tool call and per agent message, in
-``<state dir>/audit.jsonl``, rotated by size.
+``<state dir>/audit.jsonl``, rotated by size, each record chained to the one before it.
 
 Each record is one ``os.write`` on an ``O_APPEND`` descriptor: a line is written whole
-or not at all, even with two processes appending, and a crash loses nothing already
-written. Arguments are never stored, only their SHA-256 digest: the log must not become
-a second copy of every secret a tool was given.
+or not at all, and a crash loses nothing already written. Arguments are never stored,
+only their SHA-256 digest: the log must not become a second copy of every secret a tool
+was given.
+
+Tamper evidence (``runtime.kernel.audit_chain`` has the format and the verifier): every
+record carries ``seq`` (1, 2, 3, ... across files and processes) and ``chain``, an
+HMAC-SHA256 over the previous record's chain and this record, keyed with
+``<state dir>/audit.key`` (32 random bytes, 0600, made on first use). A key that is a
+symbolic link, another user's, or readable by others is refused: the log is then failing
+(below) until it is fixed. ``tern audit verify`` names the first record changed,
+removed, inserted or moved; docs/threat-model.md says what it cannot see.
+
+Several processes append to the same file (the daemon, ``tern call``, ``tern run``):
+each record is written under ``flock``, and a process whose file is not the size it
+left it at first reads the file's end to continue from the last complete record (or
+from ``audit.jsonl.1``'s, for a file just rotated). A line cut short (a full disk, a
+power cut) is left as it is: the next record starts a line of its own and chains from
+the last complete record, and ``verify`` reports the cut line.
 
 Bounds: every string field is cut at ``MAX_FIELD_CHARS`` with a visible marker (a
 record is never dropped), so no caller can flush earlier records out with a few huge
@@ -12,31 +27,51 @@ ones. Rotation keeps ``backups`` files, and more while the oldest still holds re
 of today (a warning says the log is over its budget): records of the current day are
 never deleted.
 
-A write that fails (full disk, a directory where the file should be) never fails the
-caller: it is counted, logged at most once a minute, and ``status()`` says so (``/health``
-answers "degraded"); the next record tries again, so the log recovers by itself.
-With ``[security] audit_required`` the pipeline refuses tool calls meanwhile.
+A write that fails (full disk, a directory where the file should be, a refused key)
+never fails the caller: it is counted, logged at most once a minute, and ``status()``
+says so (``/health`` answers "degraded"); the next record tries again, so the log
+recovers by itself. With ``[security] audit_required`` the pipeline refuses tool calls
+meanwhile.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
+from runtime.errors import TernError
+from runtime.kernel.audit_chain import KEY_BYTES, Line, Mac, Report, last_chained, verify
 from runtime.log import get_logger
 
-__all__ = ["AuditLog", "digest"]
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+_flock = fcntl.flock if fcntl is not None else None
+_LOCK_EX, _LOCK_UN = (fcntl.LOCK_EX, fcntl.LOCK_UN) if fcntl is not None else (0, 0)
+_LOCK_EX_NB = _LOCK_EX | (fcntl.LOCK_NB if fcntl is not None else 0)
+
+__all__ = ["AuditLog", "AuditError", "digest", "load_key", "log_files", "read_lines", "verify_log"]
 
 _encoder = msgspec.json.Encoder(order="sorted")
 log = get_logger("audit")
-RECHECK_EVERY = 256  # records between reads of the file's real size
+KEY_FILE = "audit.key"
 MAX_FIELD_CHARS = 1024  # a string field longer than this is cut, with a marker
 WARN_EVERY_SECS = 60.0  # at most one log line a minute about a failing audit log
+LOCK_WAIT_SECS = 1.0  # the longest a record waits for another process's lock
+MAX_TAIL_BYTES = 1 << 20  # how far back from a file's end a writer looks for the last record
+MAX_LINE_BYTES = 1 << 20  # a longer line is read as a damaged one, never held whole
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 def digest(arguments: Any) -> str:
@@ -48,14 +83,24 @@ def digest(arguments: Any) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+class AuditError(TernError):
+    """The audit log cannot be used: its key may be known to someone else (a symbolic
+    link, another user's file, readable by others, the wrong length), so records are
+    neither written nor checked with it; or its files cannot be read for checking."""
+
+
 class AuditLog:
     def __init__(self, path: str | Path, *, max_bytes: int = 10 * 1024 * 1024, backups: int = 3) -> None:
         self.path = Path(path)
+        self.key_path = self.path.with_name(KEY_FILE)
         self.max_bytes = max_bytes
         self.backups = backups
         self._fd = -1
-        self._size = 0  # the file's size as we last saw it, plus what we wrote since
-        self._unchecked = 0  # records written since the size was read from the file
+        self._size = -1  # the file's size as this process last left it (-1: unknown, read its end)
+        self._mac: Mac | None = None
+        self._seq = 0  # the last record's seq and chain value, and b"\n" if its line must be ended first
+        self._chain = b""
+        self._lead = b""
         self.failures = 0  # records that could not be written since the last that could
         self.error = ""  # why the last write failed ("" while writes succeed)
         self.failing_since = 0.0
@@ -64,8 +109,10 @@ class AuditLog:
     def _open(self) -> int:
         if self._fd < 0:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            self._size, self._unchecked = os.fstat(self._fd).st_size, 0
+            if self._mac is None:
+                self._mac = Mac(load_key(self.key_path, create=True))
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_CLOEXEC, 0o600)
+            self._size = -1
         return self._fd
 
     @property
@@ -78,16 +125,17 @@ class AuditLog:
                 "failures": self.failures, "failing_since": self.failing_since or None}
 
     def record(self, kind: str, **fields: Any) -> bool:
-        """Append one record; False (never an exception) when it could not be written."""
-        line = _encoder.encode({"time": round(time.time(), 6), "kind": kind, **fields}) + b"\n"
-        if len(line) > MAX_FIELD_CHARS:  # only then can a field be too long: no cost for the usual record
+        """Append one record; False (never an exception) when it could not be written.
+        ``seq`` and ``chain`` are the chain's own fields, not a caller's."""
+        body = _encoder.encode({"time": round(time.time(), 6), "kind": kind, **fields})
+        if len(body) > MAX_FIELD_CHARS:  # only then can a field be too long: no cost for the usual record
             for key, value in fields.items():
                 if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
                     fields[key] = value[:MAX_FIELD_CHARS] + f"...[cut: {len(value)} characters]"
-            line = _encoder.encode({"time": round(time.time(), 6), "kind": kind, **fields}) + b"\n"
+            body = _encoder.encode({"time": round(time.time(), 6), "kind": kind, **fields})
         try:
-            self._write(line)
-        except OSError as exc:
+            self._append(body)
+        except (OSError, AuditError) as exc:
             self._failed(exc)
             return False
         if self.error:
@@ -95,24 +143,78 @@ class AuditLog:
             self.error, self.failures, self.failing_since = "", 0, 0.0
         return True
 
-    def _write(self, line: bytes) -> None:
-        fd = self._open()
-        os.write(fd, line)
-        self._size += len(line)
-        self._unchecked += 1
-        # The size is counted, not read for every record (an fstat a record was a third of
-        # its cost); it is re-read now and then, as another tern may append to the file too.
-        if self._size >= self.max_bytes or self._unchecked >= RECHECK_EVERY:
-            self._size, self._unchecked = os.fstat(fd).st_size, 0
+    def _append(self, body: bytes) -> None:
+        """Lock, catch up with what other processes wrote, write one chained line, rotate
+        if full, unlock. The file's size is asked for every record, under the lock (an
+        ``lseek``, cheaper than ``fstat``): it is how another process's records are
+        noticed, so two processes never chain from the same record."""
+        fd = self._fd if self._fd >= 0 else self._open()
+        if _flock is not None:
+            try:
+                _flock(fd, _LOCK_EX_NB)
+            except BlockingIOError:
+                _wait_for_lock(fd, _LOCK_EX)
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)
+            if size != self._size:
+                fd, size = self._catch_up(fd)
+            line, chain = self._mac.line(self._chain, self._seq + 1, body)  # type: ignore[union-attr]
+            if self._lead:
+                line = self._lead + line
+            _write_all(fd, line)
+            self._seq += 1
+            self._chain, self._lead, self._size = chain, b"", size + len(line)
             if self._size >= self.max_bytes:
-                self._rotate()
+                self._rotate()  # still under the lock: nobody writes to the file while it moves
+        finally:
+            if self._fd >= 0 and _flock is not None:
+                _flock(self._fd, _LOCK_UN)
 
-    def _failed(self, exc: OSError, *, lost: bool = True) -> None:
+    def _catch_up(self, fd: int) -> tuple[int, int]:
+        """The file changed since this process last wrote (or was just opened): make sure
+        it is still the one at ``path`` (another process may have rotated or removed it),
+        then take the seq and chain to continue from its last complete record, or from
+        the last of ``audit.jsonl.1`` if it is empty. Returns the descriptor (locked) and
+        its size."""
+        deadline = time.monotonic() + LOCK_WAIT_SECS
+        while True:
+            st = os.fstat(fd)
+            try:
+                named = os.stat(self.path)
+            except FileNotFoundError:
+                named = None
+            if named is not None and named.st_ino == st.st_ino and named.st_dev == st.st_dev:
+                break
+            if time.monotonic() >= deadline:  # other processes kept rotating it, faster than we got in
+                raise OSError(errno.EAGAIN, f"the audit log was rotated again and again by other processes for "
+                                            f"{LOCK_WAIT_SECS:g} s")
+            self.close()  # rotated or removed by another process: write to the file that is there now
+            fd = self._open()
+            _lock(fd)
+        self._lead = b""
+        if st.st_size:
+            found, ended = _tail(fd, st.st_size)
+            self._lead = b"" if ended else b"\n"  # a record cut short: ours goes on a line of its own
+        else:
+            found = None
+            try:
+                previous = os.open(self._rotated(1), os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+            except FileNotFoundError:
+                pass
+            else:
+                try:
+                    found, _ = _tail(previous, os.fstat(previous).st_size)
+                finally:
+                    os.close(previous)
+        self._seq, self._chain = found if found is not None else (0, b"")  # none: a new chain, from seq 1
+        return fd, st.st_size
+
+    def _failed(self, exc: OSError | AuditError, *, lost: bool = True) -> None:
         self.close()  # reopened by the next record: the path may be fixed by then
         now = time.monotonic()
         if not self.error:
             self.failing_since = round(time.time(), 3)
-        self.error = exc.strerror or type(exc).__name__
+        self.error = str(exc) if isinstance(exc, AuditError) else exc.strerror or type(exc).__name__
         self.failures += lost
         if now - self._warned_at >= WARN_EVERY_SECS:
             self._warned_at = now
@@ -120,25 +222,26 @@ class AuditLog:
                       self.failures)
 
     def probe(self) -> bool:
-        """Whether the log can be written now (opens it if it is closed); clears a
-        failure when it can. For ``audit_required``: a refused call must learn of a recovery."""
+        """Whether the log can be written now (opens it and reads its key if it is closed);
+        clears a failure when it can. For ``audit_required``: a refused call must learn of
+        a recovery; and at boot, so a bad key shows at once."""
         try:
             self._open()
-        except OSError as exc:
+        except (OSError, AuditError) as exc:
             self._failed(exc, lost=False)
             return False
         return True
 
+    def _rotated(self, index: int) -> Path:
+        return self.path if index == 0 else self.path.with_name(f"{self.path.name}.{index}")
+
     def _rotate(self) -> None:
         """audit.jsonl -> .1 -> .2 ...: the oldest beyond ``backups`` is deleted, unless
         it holds records of today (its last write was today): then it is kept, and the
-        log is over its budget (a warning says so)."""
-        self.close()
-        name = self.path.name
-
-        def rotated(index: int) -> Path:
-            return self.path if index == 0 else self.path.with_name(f"{name}.{index}")
-
+        log is over its budget (a warning says so). Called with the lock held; the file
+        is closed (and the lock let go) once it has moved, so the next record, of any
+        process, starts the new file from the last record of this one."""
+        rotated = self._rotated
         last = 0  # the highest rotated file there is
         while rotated(last + 1).exists():
             last += 1
@@ -146,11 +249,14 @@ class AuditLog:
         today = time.localtime().tm_yday, time.localtime().tm_year
         while keep < last and _day(rotated(keep + 1)) == today:
             keep += 1
-        for index in range(last, keep, -1):
-            rotated(index).unlink(missing_ok=True)
-        for index in range(keep, -1, -1):
-            if rotated(index).exists():
-                os.replace(rotated(index), rotated(index + 1))
+        try:
+            for index in range(last, keep, -1):
+                rotated(index).unlink(missing_ok=True)
+            for index in range(keep, -1, -1):
+                if rotated(index).exists():
+                    os.replace(rotated(index), rotated(index + 1))
+        finally:
+            self.close()
         if keep + 1 > self.backups:
             log.warning("the audit log keeps %d rotated files, over its budget of %d: older ones still hold "
                         "records of today, which are never deleted", keep + 1, self.backups)
@@ -168,3 +274,202 @@ def _day(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return moment.tm_yday, moment.tm_year
+
+
+def _lock(fd: int, kind: int = 2) -> None:
+    """``flock`` ``fd`` (exclusive by default), waiting at most ``LOCK_WAIT_SECS``."""
+    if fcntl is None:  # no flock (Windows): one writer at a time is the operator's to ensure
+        return
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        _wait_for_lock(fd, kind)
+
+
+def _wait_for_lock(fd: int, kind: int) -> None:
+    """Another process holds the lock: try again, backing off, until ``LOCK_WAIT_SECS``
+    have passed. A writer holds it for microseconds; the wait blocks the event loop, so
+    it is short and bounded: a process stopped while holding it costs a lost record (and
+    a degraded /health), not a hung daemon."""
+    assert fcntl is not None
+    deadline = time.monotonic() + LOCK_WAIT_SECS
+    pause = 0.0001
+    while True:
+        time.sleep(pause)
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise OSError(errno.ETIMEDOUT, f"another process held the audit log's lock for over "
+                                               f"{LOCK_WAIT_SECS:g} s") from None
+            pause = min(pause * 2, 0.001)
+
+
+def _write_all(fd: int, line: bytes) -> None:
+    written = os.write(fd, line)
+    while written < len(line):  # cut short (the disk filled up mid-line): the rest, or the error
+        more = os.write(fd, line[written:])
+        if not more:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written += more
+
+
+def _tail(fd: int, size: int) -> tuple[tuple[int, bytes] | None, bool]:
+    """The last complete chained record's seq and chain in the file ``fd`` of ``size``
+    bytes, and whether the file ends with a newline. Reads 4 KiB from the end, more only
+    if no complete record is in it (at most ``MAX_TAIL_BYTES``)."""
+    window = 4096
+    while True:
+        start = max(0, size - window)
+        data = os.pread(fd, size - start, start)
+        found = last_chained(data, whole=start == 0)
+        if found is not None or start == 0 or window >= MAX_TAIL_BYTES:
+            return found, data.endswith(b"\n")
+        window *= 8
+
+
+def load_key(path: Path, *, create: bool) -> bytes | None:
+    """The audit key: 32 random bytes, made on first use (``create``) with ``O_EXCL`` and
+    mode 0600 beside the log, then only read. None if there is none and ``create`` is
+    false. Raises ``AuditError`` for a key that may be known to someone else: a
+    symbolic link, another user's file, one that others may read, the wrong length."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    except FileNotFoundError:
+        if not create:
+            return None
+        _make_key(path)
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    except OSError:
+        if os.path.islink(path):
+            raise AuditError(f"refusing the audit key {path}: it is a symbolic link, so someone else may know "
+                                "the key it points to; remove it, and tern makes a new one") from None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise AuditError(f"refusing the audit key {path}: it is not a regular file; remove it, and tern makes "
+                                "a new one")
+        if os.name == "posix" and st.st_uid != os.geteuid():
+            raise AuditError(f"refusing the audit key {path}: it is owned by uid {st.st_uid}, not by this user "
+                                f"(uid {os.geteuid()}), who may know it; remove it, and tern makes a new one")
+        if os.name == "posix" and st.st_mode & 0o077:
+            raise AuditError(f"refusing the audit key {path}: other users may read it (mode "
+                                f"{stat.S_IMODE(st.st_mode):o}); if none did, run chmod 600 {path}, else remove "
+                                "it and tern makes a new one")
+        key = handle.read(KEY_BYTES + 1)
+    if len(key) != KEY_BYTES:
+        raise AuditError(f"refusing the audit key {path}: it holds {len(key)} bytes, not {KEY_BYTES}; remove it, "
+                            "and tern makes a new one")
+    return key
+
+
+def _make_key(path: Path) -> None:
+    """A new key, written whole to a private temporary file and then linked into place,
+    so no process ever reads half a key; if another process linked its key first, that
+    one is the key."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.write(fd, os.urandom(KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(temp, path)
+        log.info("made a new audit key %s: records from now on are chained with it", path)
+    except FileExistsError:
+        pass
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+# --- Reading the log back -----------------------------------------------------------------
+
+
+def log_files(path: Path) -> list[Path]:
+    """The log's files, oldest first: ``audit.jsonl.N`` ... ``.1``, then ``audit.jsonl``
+    (those that exist)."""
+    rotated = []
+    for candidate in path.parent.glob(path.name + ".*"):
+        suffix = candidate.name[len(path.name) + 1:]
+        if suffix.isdigit() and suffix == str(int(suffix)):
+            rotated.append((int(suffix), candidate))
+    files = [candidate for _, candidate in sorted(rotated, reverse=True)]
+    return files + [path] if path.exists() else files
+
+
+def read_lines(handle: BinaryIO, name: str, limit: int = -1) -> Iterator[Line]:
+    """The lines of an open file (at most ``limit`` bytes of it), each cut at
+    ``MAX_LINE_BYTES``: an endless line cannot take the reader's memory."""
+    number = 0
+    remaining = limit if limit >= 0 else 1 << 62
+    while remaining > 0:
+        data = handle.readline(min(MAX_LINE_BYTES + 1, remaining))
+        if not data:
+            return
+        remaining -= len(data)
+        number += 1
+        if len(data) > MAX_LINE_BYTES and not data.endswith(b"\n"):  # far too long: pass over the rest of it
+            while remaining > 0:
+                rest = handle.readline(min(MAX_LINE_BYTES, remaining))
+                remaining -= len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    data = data[:MAX_LINE_BYTES] + rest[-1:]
+                    break
+        terminated = data.endswith(b"\n")
+        yield Line(name, number, data[:-1] if terminated else data, terminated)
+
+
+def verify_log(path: Path) -> Report:
+    """Check the chain through every file of the log at ``path``, oldest first. The files
+    are opened together under a shared lock on the current file, so no rotation moves
+    them mid-walk and no half-written record is read; records added meanwhile are left
+    for the next check. Raises ``AuditError`` for a key it must not trust, or files it
+    cannot open."""
+    opened: list[tuple[str, BinaryIO, int]] = []
+    try:
+        key = load_key(path.with_name(KEY_FILE), create=False)
+        opened = _open_files(path)
+        lines = (line for name, handle, limit in opened for line in read_lines(handle, name, limit))
+        rotated = sum(1 for name, _, _ in opened if name != path.name)
+        return verify(lines, Mac(key) if key is not None else None, rotated_files=rotated)
+    except OSError as exc:
+        raise AuditError(f"cannot read the audit log {exc.filename or path}: {exc.strerror or exc}") from None
+    finally:
+        for _, handle, _ in opened:
+            handle.close()
+
+
+def _open_files(path: Path) -> list[tuple[str, BinaryIO, int]]:
+    """Every file of the log, opened (name, file, bytes to read: -1 for all)."""
+    for _ in range(100):  # a rotation between opening and locking: rare, and each try is short
+        try:
+            current: BinaryIO | None = open(path, "rb")  # noqa: SIM115 - closed by the caller
+        except FileNotFoundError:
+            current = None
+        if current is not None:
+            _lock(current.fileno(), fcntl.LOCK_SH if fcntl is not None else 0)
+            st = os.fstat(current.fileno())
+            try:
+                named = os.stat(path)
+            except FileNotFoundError:
+                named = None
+            if named is None or (named.st_ino, named.st_dev) != (st.st_ino, st.st_dev):
+                current.close()  # rotated while we waited: open the new one
+                continue
+        try:
+            opened: list[tuple[str, BinaryIO, int]] = []
+            for file in log_files(path)[:-1] if current is not None else log_files(path):
+                try:
+                    opened.append((file.name, open(file, "rb"), -1))  # noqa: SIM115
+                except FileNotFoundError:
+                    continue
+            if current is not None:
+                opened.append((path.name, current, os.fstat(current.fileno()).st_size))
+            return opened
+        finally:
+            if current is not None and fcntl is not None:
+                fcntl.flock(current.fileno(), fcntl.LOCK_UN)
+    raise OSError(errno.EAGAIN, f"the audit log {path} was rotated again and again while being opened")
