@@ -754,3 +754,9 @@ def test_governance_works_from_the_pyz(pyz: Path, dirs: tuple[Path, Path, Path])
                                     "governance": {"rate_limits": {"requests_per_minute": 6}}}))
     imported = tern("import", "ossa", str(manifest))
     assert imported.returncode == 0 and 'access_tier = "read"' in imported.stdout
+    verified = tern("audit", "verify")
+    assert verified.returncode == 0 and "chain intact" in verified.stdout, verified.stdout + verified.stderr
+    records = (cwd / "state" / "audit.jsonl").read_bytes().splitlines()
+    (cwd / "state" / "audit.jsonl").write_bytes(b"\n".join(records[:1] + records[2:]) + b"\n")  # one removed
+    tampered = tern("audit", "verify")
+    assert tampered.returncode == 1 and "removed" in tampered.stdout + tampered.stderr

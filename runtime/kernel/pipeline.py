@@ -164,9 +164,11 @@ class ToolPipeline:
         for observe in self.observers:
             observe(name, outcome, seconds)
         if audit is not None:
+            # A refusal or failure carries tern's own sentence (redacted); a tool's output never goes in the log.
+            why = {} if outcome in ("ok", "tool_error") else {"error": result.text}
             audit.record("tool_call", agent=run.agent.name if run.agent else None, caller=caller, tool=name,
                          arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
-                         untrusted=untrusted)
+                         untrusted=untrusted, **why)
         return result
 
     async def _call(self, name: str, tool: Tool | None, untrusted: bool, arguments: dict[str, Any], run: Run,

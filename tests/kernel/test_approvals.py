@@ -181,7 +181,9 @@ async def test_denied_and_expired_calls_are_tool_errors_the_run_survives(tmp_pat
     assert trio.current_time() - started == pytest.approx(30)
     assert expired.is_error and "expired (nobody answered in time)" in expired.text
     assert (await h.pipeline.call("look", {}, run=run)).text == "seen"  # the run goes on
-    assert [r["outcome"] for r in h.records("tool_call")] == ["rejected", "expired", "ok"]
+    calls = h.records("tool_call")
+    assert [r["outcome"] for r in calls] == ["rejected", "expired", "ok"]
+    assert "bob denied it" in calls[0]["error"] and "expired" in calls[1]["error"] and "error" not in calls[2]
     with pytest.raises(ApprovalClosed, match="already expired"):
         h.approvals.decide(h.approvals.list("expired")[0].id, True)
     with pytest.raises(UnknownApproval):
