@@ -1,8 +1,10 @@
 """Asking an MCP client's user to approve a tool call, over ``tern mcp``'s stdio server
 on memory streams: fake tool ports around the kernel's real ``Approvals`` (in memory),
 trio's virtual clock. The server's own requests to the client (``elicitation/create``)
-and the routing of the client's answers by id (unknown ids, floods, timeouts), and the
-notices for a client without elicitation."""
+and the routing of the client's answers by id (unknown ids, floods, timeouts); the
+2026-07-28 multi-round-trip (``input_required``, the signed ``requestState``); and the
+notices for a client that can do neither. The official SDK client against real
+processes is tests/mcp/test_server_approvals_sdk.py."""
 
 from __future__ import annotations
 
@@ -17,13 +19,17 @@ from runtime.config import Config, GovernanceConfig, McpServerExposure
 from runtime.kernel.approvals import Approvals
 from runtime.mcp.server.asking import NOTICE_SECS, decision_of
 from runtime.mcp.server.dispatch import McpServer
+from runtime.mcp.server.mrtr import INVALID_STATE
 from runtime.mcp.server.outbound import MAX_PENDING
 from runtime.mcp.server.stdio import LocalBackend, StdioServer
 from runtime.ports import Tool, ToolResult
-from tests.mcp.test_server_memory import Client, FakeEvents, tool_call
+from tests.mcp.test_server_memory import Client, FakeEvents, request, tool_call
 
 OBJECT = {"type": "object"}
 TIMEOUT = 60.0  # [governance] approval_timeout_secs for these tests (virtual seconds)
+MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+          "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+          "io.modelcontextprotocol/clientInfo": {"name": "modern-client"}}
 
 
 class GuardedRun:
@@ -99,6 +105,7 @@ async def served(nursery) -> Served:
     config = Config(mcp_server=McpServerExposure(tools=["guarded", "echo"]),
                     governance=GovernanceConfig(approval_timeout_secs=TIMEOUT))
     server = McpServer(config, tools, FakeEvents(), approvals=approvals)
+    await nursery.start(server.run)
     client_end, server_end = trio.testing.memory_stream_pair()
     backend = LocalBackend(server)
     nursery.start_soon(StdioServer(backend, server_end, server_end).serve)
@@ -208,6 +215,7 @@ async def test_a_client_that_never_answers_gets_cancelled_and_the_call_expires(s
     assert trio.current_time() - start == pytest.approx(TIMEOUT, abs=0.5)
     await client.send(answer(asked["id"], approve()))  # too late: dropped, nothing runs
     assert (await client.call(2, "ping"))["result"] == {} and served.tools.ran == []
+    assert served.server.mrtr.parked == {}
 
 
 async def test_a_decision_made_elsewhere_withdraws_the_question(served, autojump_clock):
@@ -321,3 +329,177 @@ async def test_a_client_logging_only_errors_gets_no_warning(served, autojump_clo
     assert await client.nothing_within(5)
     served.approvals.decide(served.pending()[0].id, True, channel="test")
     assert not (await client.receive())["result"]["isError"]
+
+
+# --- 2026-07-28: input_required and the signed requestState -----------------------------------
+
+def modern_call(msg_id: Any, name: str, arguments: Any, **params: Any) -> dict:
+    return request(msg_id, "tools/call", {"name": name, "arguments": arguments, "_meta": MODERN, **params})
+
+
+async def first_leg(client: Client, arguments: Any = None) -> dict:
+    arguments = {"path": "b.txt"} if arguments is None else arguments
+    reply = await client.call(1, "tools/call", {"name": "guarded", "arguments": arguments, "_meta": MODERN})
+    result = reply["result"]
+    assert result["resultType"] == "input_required" and set(result) >= {"inputRequests", "requestState"}
+    return result
+
+
+async def test_modern_input_required_then_the_retry_decides_and_runs_once(served, autojump_clock):
+    client = served.client
+    result = await first_leg(client)
+    (approval_id, asked), = result["inputRequests"].items()
+    assert approval_id == served.pending()[0].id and asked["method"] == "elicitation/create"
+    assert asked["params"]["mode"] == "form" and approval_id in asked["params"]["message"]
+    assert served.tools.ran == []  # parked: waiting for the answer
+    retry = await client.call(2, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
+                                                "inputResponses": {approval_id: approve("args")},
+                                                "requestState": result["requestState"]})
+    assert retry["result"]["resultType"] == "complete" and text_of(retry) == "ran with {'path': 'b.txt'}"
+    decided = served.approvals.get(approval_id)
+    assert (decided.state, decided.scope, decided.decided_by) == ("approved", "args", "mcp:stdio (modern-client)")
+    replay = await client.call(3, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
+                                                 "inputResponses": {approval_id: approve()},
+                                                 "requestState": result["requestState"]})
+    assert replay["error"]["code"] == -32602 and replay["error"]["message"] == INVALID_STATE
+    assert served.tools.ran == [{"path": "b.txt"}] and served.server.mrtr.parked == {}
+
+
+def tamper(state: str) -> list[str]:
+    body, mac = state[3:].split(".")
+    flipped = mac[:5] + ("A" if mac[5] != "A" else "B") + mac[6:]
+    return [state[:-2], "t1." + body + "." + flipped, "t1." + body[::-1] + "." + mac, "x" * 5000, "", "t1..",
+            "t2." + body + "." + mac]
+
+
+async def test_a_forged_or_misapplied_request_state_decides_nothing(served, autojump_clock):
+    """An altered state, one used for other arguments or another tool, or junk: -32602
+    with the frozen message, the approval still pending, and the honest retry still works."""
+    client = served.client
+    result = await first_leg(client)
+    (approval_id, _), = result["inputRequests"].items()
+    state = result["requestState"]
+    attempts = [("guarded", {"path": "b.txt"}, bad) for bad in tamper(state)]
+    attempts += [("guarded", {"path": "/etc/passwd"}, state), ("echo", {"path": "b.txt"}, state), ("guarded", {}, 7)]
+    for msg_id, (name, arguments, bad) in enumerate(attempts, start=10):
+        reply = await client.call(msg_id, "tools/call", {"name": name, "arguments": arguments, "_meta": MODERN,
+                                                         "inputResponses": {approval_id: approve("always")},
+                                                         "requestState": bad})
+        assert reply["error"]["code"] == -32602 and reply["error"]["message"] == INVALID_STATE, (name, bad)
+    assert served.approvals.get(approval_id).state == "pending" and served.tools.ran == []
+    retry = await client.call(2, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
+                                                "inputResponses": {approval_id: approve()}, "requestState": state})
+    assert not retry["result"]["isError"] and len(served.tools.ran) == 1
+
+
+async def test_a_state_cannot_decide_another_approval(served, autojump_clock):
+    """The state names the approvals its call was asked about: answers for any other
+    approval id (another call's, still pending) are ignored."""
+    client = served.client
+    result = await first_leg(client)
+    (mine, _), = result["inputRequests"].items()
+    other = await first_leg(client, {"path": "other.txt"})
+    (theirs, _), = other["inputRequests"].items()
+    retry = await client.call(2, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
+                                                "inputResponses": {theirs: approve(), mine: {"action": "decline"}},
+                                                "requestState": result["requestState"]})
+    assert retry["result"]["isError"] and served.approvals.get(theirs).state == "pending"
+    assert served.approvals.get(mine).state == "denied" and served.tools.ran == []
+
+
+async def test_modern_decline_denies_and_a_retry_without_answers_asks_again(served, autojump_clock):
+    client = served.client
+    result = await first_leg(client)
+    (approval_id, _), = result["inputRequests"].items()
+    again = await client.call(2, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
+                                                "requestState": result["requestState"]})
+    assert list(again["result"]["inputRequests"]) == [approval_id]
+    stale = await client.call(3, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
+                                                "inputResponses": {approval_id: approve()},
+                                                "requestState": result["requestState"]})
+    assert stale["error"]["message"] == INVALID_STATE  # superseded by the newer state
+    declined = await client.call(4, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
+                                                   "inputResponses": {approval_id: {"action": "decline"}},
+                                                   "requestState": again["result"]["requestState"]})
+    assert declined["result"]["isError"] and "denied" in text_of(declined) and served.tools.ran == []
+
+
+async def test_modern_decided_elsewhere_before_the_retry(served, autojump_clock):
+    """Approved with `tern approve` while the client's user still looked at the form:
+    the call ran in its parked task, and the retry collects that one result."""
+    client = served.client
+    result = await first_leg(client)
+    (approval_id, _), = result["inputRequests"].items()
+    served.approvals.decide(approval_id, True, channel="test")
+    await trio.sleep(1)
+    assert len(served.tools.ran) == 1
+    retry = await client.call(2, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
+                                                "inputResponses": {approval_id: {"action": "decline"}},
+                                                "requestState": result["requestState"]})
+    assert not retry["result"]["isError"] and len(served.tools.ran) == 1
+    assert served.approvals.get(approval_id).state == "approved"
+
+
+async def test_modern_client_that_never_comes_back(served, autojump_clock):
+    """The parked call waits for its approval until it expires, is kept a minute more
+    for a late retry, then dropped: a retry after that is refused."""
+    client = served.client
+    result = await first_leg(client)
+    (approval_id, _), = result["inputRequests"].items()
+    await trio.sleep(TIMEOUT + 1)
+    assert served.approvals.get(approval_id).state == "expired"
+    assert len(served.server.mrtr.parked) == 1
+    await trio.sleep(TIMEOUT + 60 + 10)
+    assert served.server.mrtr.parked == {}
+    late = await client.call(2, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
+                                               "inputResponses": {approval_id: approve()},
+                                               "requestState": result["requestState"]})
+    assert late["error"]["message"] == INVALID_STATE and served.tools.ran == []
+
+
+async def test_modern_cancelled_retry_gives_up_the_call(served, autojump_clock):
+    """notifications/cancelled for the leg that waits for a slow tool: the call stops
+    and gets no answer, and the parked call is gone."""
+    client = served.client
+    result = await first_leg(client, {"secs": 100})
+    (approval_id, _), = result["inputRequests"].items()
+    await client.send(modern_call(2, "guarded", {"secs": 100}, requestState=result["requestState"],
+                                  inputResponses={approval_id: approve()}))
+    await trio.sleep(1)
+    await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
+    assert await client.nothing_within(200)
+    assert served.approvals.get(approval_id).state == "approved" and served.tools.ran == []
+    assert served.server.mrtr.parked == {} and served.tools.runs[-1].cancelled
+
+
+async def test_modern_calls_that_need_nothing_answer_at_once(served, autojump_clock):
+    client = served.client
+    reply = await client.call(1, "tools/call", {"name": "echo", "arguments": {"text": "hi"}, "_meta": MODERN})
+    assert reply["result"]["resultType"] == "complete" and text_of(reply) == "hi"
+    assert served.server.mrtr.parked == {}
+
+
+async def test_modern_client_without_elicitation_gets_progress_notices(served, autojump_clock):
+    client = served.client
+    meta = {**MODERN, "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": 5}
+    await client.send(request(1, "tools/call", {"name": "guarded", "arguments": {}, "_meta": meta}))
+    started, waiting = await client.receive(), await client.receive()
+    assert started["params"]["message"] == "started"
+    approval_id = served.pending()[0].id
+    assert waiting["params"]["message"].startswith(f"waiting for approval {approval_id}")
+    assert served.server.mrtr.parked == {}  # not parked: nothing to ask it
+    served.approvals.decide(approval_id, True, channel="test")
+    reply = await client.receive()
+    assert reply["result"]["resultType"] == "complete" and not reply["result"]["isError"]
+
+
+async def test_modern_progress_reaches_the_leg_that_waits(served, autojump_clock):
+    """Each leg has its own progressToken; the waiting notice goes to the leg attached."""
+    client = served.client
+    meta = {**MODERN, "progressToken": "leg1"}
+    await client.send(request(1, "tools/call", {"name": "guarded", "arguments": {}, "_meta": meta}))
+    messages = []
+    while "id" not in (message := await client.receive()):
+        messages.append(message)
+    assert message["result"]["resultType"] == "input_required"
+    assert {m["params"]["progressToken"] for m in messages} == {"leg1"}

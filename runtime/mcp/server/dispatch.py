@@ -21,8 +21,9 @@ errors (-32602), as the spec says.
 
 A call that waits for a person's approval is put to the client's user (``asking.py``):
 by ``elicitation/create`` in the handshake era (the server's own requests and the
-client's answers are routed per peer by ``outbound.py``), or, for a client that cannot,
-by progress or log notifications naming the approval, which is then decided elsewhere.
+client's answers are routed per peer by ``outbound.py``), inside ``input_required``
+results in 2026-07-28 (``mrtr.py``), or, for a client that can do neither, by progress
+or log notifications naming the approval, which is then decided elsewhere.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ from runtime.errors import RpcError
 from runtime.wire.limits import check_name
 from runtime.log import get_logger
 from runtime.ports import ApprovalPort, EventPort, ToolPort
-from runtime.mcp.server.asking import Asker, wants_form
+from runtime.mcp.server.asking import Asker, decide, elicitation, wants_form
 from runtime.mcp.server.exposure import Exposure
+from runtime.mcp.server.mrtr import Mrtr, Parked
 from runtime.mcp.server.outbound import ClientRequests
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, META_CAPABILITIES, META_PREFIX, META_VERSION, MODERN_VERSION,
                                   UNSUPPORTED_VERSION)
@@ -107,12 +109,15 @@ class _Cancelled(Exception):
 class McpServer:
     """The MCP dispatcher over the kernel's ports: ``tools`` (the pipeline), ``events``
     (to see the exposed set change) and ``approvals`` (to decide what a client's user
-    answers; None: calls that wait for approval are only announced)."""
+    answers; None: calls that wait for approval are only announced). ``run`` is the
+    server's own nursery, where 2026-07-28 calls that wait for approval live between
+    their requests; without it those calls are announced, not asked."""
 
     def __init__(self, config: Config, tools: ToolPort, events: EventPort,
                  approvals: ApprovalPort | None = None) -> None:
         self.tools = tools
         self.approvals = approvals
+        self.mrtr = Mrtr(keep_secs=config.governance.approval_timeout_secs + 60.0)
         self.exposure = Exposure(config, tools, events)
         settings = config.mcp_server
         self.page_size = max(1, settings.page_size)
@@ -123,6 +128,10 @@ class McpServer:
         self.capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
         # 2026-07-28 sends list changes only on subscriptions/listen, which tern does not serve.
         self.modern_capabilities = {"tools": {}, "logging": {}}
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Until cancelled: the nursery of 2026-07-28 calls between their legs (``mrtr.py``)."""
+        await self.mrtr.run(task_status=task_status)
 
     # --- Entry point --------------------------------------------------------------------
 
@@ -265,6 +274,10 @@ class McpServer:
             reporter = _Reporter(notify, token, log_level)
         if modern is not None:
             peer.client_name = _client_name(modern.get(META_CLIENT_INFO))
+            state = params.get("requestState")
+            if state is not None or (self.approvals is not None and self.mrtr.available()
+                                     and wants_form(modern.get(META_CAPABILITIES))):
+                return await self._call_parked(request_id, name, arguments, params, state, peer, reporter)
             elicit, log_ok = False, _at_most_warning(log_level)  # 2026-07-28: no requests to the client
         else:
             elicit = peer.version >= ELICITATION_SINCE and wants_form(peer.capabilities)
@@ -297,6 +310,70 @@ class McpServer:
         if run.cancelled:
             raise _Cancelled
         return result
+
+    async def _call_parked(self, request_id: Any, name: str, arguments: dict[str, Any], params: dict[str, Any],
+                           state: Any, peer: Peer, reporter: _Reporter | None) -> dict[str, Any]:
+        """A 2026-07-28 call from a client that answers forms: a new call is parked in
+        the server's nursery; a retry (``requestState``) decides what its
+        ``inputResponses`` answer and waits for the same call (``mrtr.py``)."""
+        if state is not None:
+            parked, answerable = self.mrtr.resume(state, name, arguments, peer.label)
+            if parked.attached:
+                raise RpcError(jsonrpc.INVALID_PARAMS, "another request is already waiting for this call")
+            responses = params.get("inputResponses")
+            responses = responses if isinstance(responses, dict) else {}
+            for approval_id in answerable:
+                answer = responses.get(approval_id)
+                if answer is not None and approval_id not in parked.answered and self.approvals is not None:
+                    parked.answered.add(approval_id)
+                    decide(self.approvals, approval_id, answer, by=peer.by())
+        else:
+            parked = self.mrtr.park(name, arguments, peer.label)
+            parked.run = self.tools.run(None, progress=parked.progress, log=parked.log, ask=parked.ask)
+
+            async def call() -> dict[str, Any]:
+                return await self.exposure.call(name, arguments, caller=peer.label, run=parked.run)
+
+            self.mrtr.launch(parked, call)
+        return await self._leg(parked, request_id, peer, reporter)
+
+    async def _leg(self, parked: Parked, request_id: Any, peer: Peer, reporter: _Reporter | None) -> dict[str, Any]:
+        """Wait on a parked call for one request: its result when done, else
+        ``input_required`` for the approvals it waits on. A leg that ends any other way
+        (the client closed the stream, or cancelled) gives up the call."""
+        parked.attached, parked.sink = True, reporter
+        peer.inflight[request_id] = parked.run
+        waited = False
+        try:
+            if reporter is None:
+                await parked.wait()
+            else:
+                async with trio.open_nursery() as nursery:  # the leg's notifications go out before its answer
+                    nursery.start_soon(reporter.run)
+                    try:
+                        await parked.wait()
+                    finally:
+                        await reporter.finish()
+            waited = True
+        finally:
+            parked.attached, parked.sink = False, None
+            parked.idle_since = trio.current_time()
+            if peer.inflight.get(request_id) is parked.run:
+                del peer.inflight[request_id]
+            if not waited or parked.run.cancelled:
+                parked.run.cancel()
+                self.mrtr.drop(parked)
+        if parked.run.cancelled:
+            raise _Cancelled
+        if not parked.done.is_set():
+            return self.mrtr.input_required(parked, elicitation)
+        self.mrtr.drop(parked)  # handed out once: a replayed state finds nothing
+        if isinstance(parked.outcome, RpcError):
+            raise parked.outcome
+        if parked.outcome is None:
+            raise RpcError(jsonrpc.INTERNAL_ERROR, "the server stopped before the call finished")
+        return parked.outcome
+
 
 def _client_name(info: Any) -> str:
     """A client's self-declared name, printable and short (it ends up in the audit log)."""
