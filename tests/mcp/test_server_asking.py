@@ -479,6 +479,14 @@ async def test_modern_calls_that_need_nothing_answer_at_once(served, autojump_cl
     assert served.server.mrtr.parked == {}
 
 
+async def test_modern_protocol_errors_of_a_parked_call_are_still_errors(served, autojump_clock):
+    """A tool this server does not expose is -32602 whether or not the call was parked."""
+    client = served.client
+    reply = await client.call(1, "tools/call", {"name": "hidden", "arguments": {}, "_meta": MODERN})
+    assert reply["error"]["code"] == -32602 and "Unknown tool: hidden" in reply["error"]["message"]
+    assert served.server.mrtr.parked == {}
+
+
 async def test_modern_client_without_elicitation_gets_progress_notices(served, autojump_clock):
     client = served.client
     meta = {**MODERN, "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": 5}
@@ -503,3 +511,16 @@ async def test_modern_progress_reaches_the_leg_that_waits(served, autojump_clock
         messages.append(message)
     assert message["result"]["resultType"] == "input_required"
     assert {m["params"]["progressToken"] for m in messages} == {"leg1"}
+
+
+async def test_modern_calls_beyond_max_parked_are_announced_instead(served, autojump_clock, monkeypatch):
+    """With MAX_PARKED calls parked, the next one runs in its own request and its
+    approval is named in progress, as for a client without elicitation."""
+    monkeypatch.setattr("runtime.mcp.server.mrtr.MAX_PARKED", 1)
+    client = served.client
+    await first_leg(client)
+    meta = {**MODERN, "progressToken": "second"}
+    await client.send(request(2, "tools/call", {"name": "guarded", "arguments": {"n": 2}, "_meta": meta}))
+    started, waiting = await client.receive(), await client.receive()
+    assert started["params"]["message"] == "started" and waiting["params"]["message"].startswith("waiting for approval")
+    assert len(served.server.mrtr.parked) == 1
