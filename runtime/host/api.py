@@ -164,9 +164,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         from runtime.a2a.server.endpoint import A2aEndpoint
 
         A2aEndpoint(config, node.a2a, secured=secured, bound=lambda: node.http_bound).add_routes(router)
-    if config.mcp_server.enabled:
-        from runtime.mcp.server.dispatch import McpServer
+    if node.mcp_server is not None:  # built by the node, which runs its nursery
         from runtime.mcp.server.streamable_http import McpHttpEndpoint
 
-        McpHttpEndpoint(McpServer(config, kernel.pipeline, kernel.events), config.mcp_server).add_routes(router)
+        McpHttpEndpoint(node.mcp_server, config.mcp_server).add_routes(router)
     return router

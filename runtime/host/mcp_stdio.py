@@ -142,6 +142,7 @@ async def serve_stdio(config: Config, *, relay: bool | None = None) -> None:
     kernel = Kernel(config)
     async with trio.open_nursery() as nursery:
         await nursery.start(kernel.run)
-        server = McpServer(config, kernel.pipeline, kernel.events)
+        server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals)
+        await nursery.start(server.run)
         await StdioServer(LocalBackend(server), stdin, stdout).serve()
         nursery.cancel_scope.cancel()

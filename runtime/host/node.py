@@ -1,6 +1,7 @@
-"""One tern node as the daemon runs it: the kernel, and the A2A server's moving parts
-when ``[a2a] enabled``. This is where the kernel's objects are handed to the protocol
-servers as ports; ``tern mcp`` and the CLI commands need only a ``Kernel``."""
+"""One tern node as the daemon runs it: the kernel, the A2A server's moving parts when
+``[a2a] enabled``, and the MCP server behind ``POST /mcp`` when ``[mcp_server]
+enabled``. This is where the kernel's objects are handed to the protocol servers as
+ports; ``tern mcp`` and the CLI commands build their own."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ class Node:
             from runtime.a2a.server.runner import A2aService
 
             self.a2a = A2aService(config, self.kernel.agents, self.kernel.approvals)
+        self.mcp_server: Any = None  # an McpServer: its own nursery holds 2026-07-28 calls between requests
+        if config.mcp_server.enabled:
+            from runtime.mcp.server.dispatch import McpServer
+
+            kernel = self.kernel
+            self.mcp_server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals)
         self.http_bound: tuple[str, int] | None = None  # once the daemon listens: the cards' fallback URL
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -33,4 +40,6 @@ class Node:
             await nursery.start(self.kernel.run)
             if self.a2a is not None:
                 await nursery.start(self.a2a.run)
+            if self.mcp_server is not None:
+                await nursery.start(self.mcp_server.run)
             task_status.started()

@@ -54,7 +54,7 @@ class FakeTools:
     def get(self, name: str) -> Tool | None:
         return next((tool for tool in self.list if tool.name == name), None)
 
-    def run(self, agent: Any = None, *, progress: Any = None, log: Any = None) -> FakeRun:
+    def run(self, agent: Any = None, *, progress: Any = None, log: Any = None, ask: Any = None) -> FakeRun:
         self.runs.append(FakeRun(progress))
         return self.runs[-1]
 

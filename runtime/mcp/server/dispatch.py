@@ -18,6 +18,12 @@ Eras are chosen per message, as a dual-era server must:
 
 Tool failures are ``isError`` results; unknown tools and malformed params are JSON-RPC
 errors (-32602), as the spec says.
+
+A call that waits for a person's approval is put to the client's user (``asking.py``):
+by ``elicitation/create`` in the handshake era (the server's own requests and the
+client's answers are routed per peer by ``outbound.py``), inside ``input_required``
+results in 2026-07-28 (``mrtr.py``), or, for a client that can do neither, by progress
+or log notifications naming the approval, which is then decided elsewhere.
 """
 
 from __future__ import annotations
@@ -36,8 +42,11 @@ from runtime.config import Config
 from runtime.errors import RpcError
 from runtime.wire.limits import check_name
 from runtime.log import get_logger
-from runtime.ports import EventPort, ToolPort
+from runtime.ports import ApprovalPort, EventPort, ToolPort
+from runtime.mcp.server.asking import Asker, decide, elicitation, wants_form
 from runtime.mcp.server.exposure import Exposure
+from runtime.mcp.server.mrtr import Mrtr, Parked
+from runtime.mcp.server.outbound import ClientRequests
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, META_CAPABILITIES, META_PREFIX, META_VERSION, MODERN_VERSION,
                                   UNSUPPORTED_VERSION)
 from runtime.wire import jsonrpc
@@ -48,12 +57,17 @@ log = get_logger("mcp.server")
 
 META_LOG_LEVEL = META_PREFIX + "logLevel"
 META_SERVER_INFO = META_PREFIX + "serverInfo"
+META_CLIENT_INFO = META_PREFIX + "clientInfo"
+ELICITATION_SINCE = "2025-06-18"  # the first handshake version with elicitation
+FORM_MODE_SINCE = "2025-11-25"  # the first with elicitation modes (and so the "mode" field)
 #: RFC 5424 severities, least to most severe, as MCP logging names them.
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 PROGRESS_INTERVAL_SECS = 0.05  # progress notifications are coalesced to at most 20 a second
 LIST_TTL_MS = 30_000
 MODERN_METHODS = ("server/discover", "tools/list", "tools/call")
 
+#: Sends one message to the client: a notification, or the server's own request when it
+#: has an ``id`` (stdio: the same pipe; HTTP: the SSE stream of the request being answered).
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
 
 
@@ -67,6 +81,21 @@ class Peer:
         self.log_level: str | None = None  # handshake era, set by logging/setLevel
         self.inflight: dict[Any, Any] = {}  # request id -> the pipeline Run of its tools/call
         self.last_seen = time.monotonic()
+        self.capabilities: dict[str, Any] = {}  # the client's, from initialize
+        self.client_name = ""  # its clientInfo name, to say who decided an approval
+        self._requests: ClientRequests | None = None
+
+    @property
+    def requests(self) -> ClientRequests:
+        """This server's requests to the client, waiting for answers (made on first use:
+        most peers, every 2026-07-28 POST among them, never need one)."""
+        if self._requests is None:
+            self._requests = ClientRequests()
+        return self._requests
+
+    def by(self) -> str:
+        """Who decided, for an approval decided through this client."""
+        return f"{self.label} ({self.client_name})" if self.client_name else self.label
 
     def cancel_all(self) -> None:
         for run in list(self.inflight.values()):
@@ -78,11 +107,17 @@ class _Cancelled(Exception):
 
 
 class McpServer:
-    """The MCP dispatcher over the kernel's ports: ``tools`` (the pipeline) and
-    ``events`` (to see the exposed set change)."""
+    """The MCP dispatcher over the kernel's ports: ``tools`` (the pipeline), ``events``
+    (to see the exposed set change) and ``approvals`` (to decide what a client's user
+    answers; None: calls that wait for approval are only announced). ``run`` is the
+    server's own nursery, where 2026-07-28 calls that wait for approval live between
+    their requests; without it those calls are announced, not asked."""
 
-    def __init__(self, config: Config, tools: ToolPort, events: EventPort) -> None:
+    def __init__(self, config: Config, tools: ToolPort, events: EventPort,
+                 approvals: ApprovalPort | None = None) -> None:
         self.tools = tools
+        self.approvals = approvals
+        self.mrtr = Mrtr(keep_secs=config.governance.approval_timeout_secs + 60.0)
         self.exposure = Exposure(config, tools, events)
         settings = config.mcp_server
         self.page_size = max(1, settings.page_size)
@@ -94,6 +129,10 @@ class McpServer:
         # 2026-07-28 sends list changes only on subscriptions/listen, which tern does not serve.
         self.modern_capabilities = {"tools": {}, "logging": {}}
 
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Until cancelled: the nursery of 2026-07-28 calls between their legs (``mrtr.py``)."""
+        await self.mrtr.run(task_status=task_status)
+
     # --- Entry point --------------------------------------------------------------------
 
     async def handle(self, message: Any, peer: Peer, notify: Notify | None) -> Any:
@@ -103,7 +142,8 @@ class McpServer:
             self._notification(message, peer)
             return None
         if not isinstance(message, jsonrpc.Request):
-            return None  # a response or error from the client: we never send requests
+            peer.requests.answer(message)  # the client's answer to one of our requests
+            return None
         try:
             return jsonrpc.Response(message.id, await self._request(message, peer, notify))
         except _Cancelled:
@@ -166,6 +206,9 @@ class McpServer:
             raise RpcError(jsonrpc.INVALID_PARAMS, "initialize needs params.protocolVersion (a string)")
         # The spec: echo the client's version if we support it, else offer our latest.
         peer.version = requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[0]
+        capabilities = params.get("capabilities")
+        peer.capabilities = capabilities if isinstance(capabilities, dict) else {}
+        peer.client_name = _client_name(params.get("clientInfo"))
         return {"protocolVersion": peer.version, "capabilities": self.capabilities,
                 "serverInfo": self.server_info, "instructions": self.instructions}
 
@@ -188,10 +231,11 @@ class McpServer:
             result = {**self._tools_page(params), "cacheScope": "private", "ttlMs": LIST_TTL_MS}
         elif method == "tools/call":
             level = meta.get(META_LOG_LEVEL)
-            result = await self._call(request.id, params, peer, notify, level if level in LOG_LEVELS else None)
+            result = await self._call(request.id, params, peer, notify, level if level in LOG_LEVELS else None,
+                                      modern=meta)
         else:
             raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
-        result["resultType"] = "complete"
+        result.setdefault("resultType", "complete")
         result["_meta"] = {META_SERVER_INFO: self.server_info}
         return result
 
@@ -209,9 +253,10 @@ class McpServer:
         return page
 
     async def _call(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Notify | None,
-                    log_level: str | None) -> dict[str, Any]:
+                    log_level: str | None, *, modern: dict[str, Any] | None = None) -> dict[str, Any]:
         """One tools/call, in a pipeline Run that ``notifications/cancelled`` (or the end
-        of the session) cancels through ``peer.inflight``."""
+        of the session) cancels through ``peer.inflight``. ``modern``: the request's
+        ``_meta`` in 2026-07-28 (None: the handshake era)."""
         name = params.get("name")
         if not isinstance(name, str):
             raise RpcError(jsonrpc.INVALID_PARAMS, "tools/call needs params.name (a string)")
@@ -223,13 +268,26 @@ class McpServer:
             raise RpcError(jsonrpc.INVALID_PARAMS, "params.arguments must be an object")
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
+        token = token if isinstance(token, (str, int)) and not isinstance(token, bool) else None
         reporter = None
-        if notify is not None and (isinstance(token, (str, int)) or log_level):  # something to report
-            reporter = _Reporter(notify, token if isinstance(token, (str, int)) else None, log_level)
-            run = self.tools.run(None, progress=reporter.progress if reporter.token is not None else None,
-                                           log=reporter.log if log_level else None)
+        if notify is not None and (token is not None or log_level):  # something to report
+            reporter = _Reporter(notify, token, log_level)
+        if modern is not None:
+            peer.client_name = _client_name(modern.get(META_CLIENT_INFO))
+            state = params.get("requestState")
+            if state is not None or (self.approvals is not None and self.mrtr.available()
+                                     and wants_form(modern.get(META_CAPABILITIES))):
+                return await self._call_parked(request_id, name, arguments, params, state, peer, reporter)
+            elicit, log_ok = False, _at_most_warning(log_level)  # 2026-07-28: no requests to the client
         else:
-            run = self.tools.run(None)
+            elicit = peer.version >= ELICITATION_SINCE and wants_form(peer.capabilities)
+            log_ok = peer.log_level is None or _at_most_warning(peer.log_level)
+        ask = None
+        if notify is not None:
+            ask = Asker(self.approvals, peer, notify, reporter, elicit=elicit, mode=peer.version >= FORM_MODE_SINCE,
+                        log_ok=log_ok, by=peer.by())
+        run = self.tools.run(None, progress=reporter.progress if reporter and reporter.token is not None else None,
+                             log=reporter.log if reporter and log_level else None, ask=ask)
         peer.inflight[request_id] = run
         try:
             if reporter is None:
@@ -252,6 +310,81 @@ class McpServer:
         if run.cancelled:
             raise _Cancelled
         return result
+
+    async def _call_parked(self, request_id: Any, name: str, arguments: dict[str, Any], params: dict[str, Any],
+                           state: Any, peer: Peer, reporter: _Reporter | None) -> dict[str, Any]:
+        """A 2026-07-28 call from a client that answers forms: a new call is parked in
+        the server's nursery; a retry (``requestState``) decides what its
+        ``inputResponses`` answer and waits for the same call (``mrtr.py``)."""
+        if state is not None:
+            parked, answerable = self.mrtr.resume(state, name, arguments, peer.label)
+            if parked.attached:
+                raise RpcError(jsonrpc.INVALID_PARAMS, "another request is already waiting for this call")
+            responses = params.get("inputResponses")
+            responses = responses if isinstance(responses, dict) else {}
+            for approval_id in answerable:
+                answer = responses.get(approval_id)
+                if answer is not None and approval_id not in parked.answered and self.approvals is not None:
+                    parked.answered.add(approval_id)
+                    decide(self.approvals, approval_id, answer, by=peer.by())
+        else:
+            parked = self.mrtr.park(name, arguments, peer.label)
+            parked.run = self.tools.run(None, progress=parked.progress, log=parked.log, ask=parked.ask)
+
+            async def call() -> dict[str, Any]:
+                return await self.exposure.call(name, arguments, caller=peer.label, run=parked.run)
+
+            self.mrtr.launch(parked, call)
+        return await self._leg(parked, request_id, peer, reporter)
+
+    async def _leg(self, parked: Parked, request_id: Any, peer: Peer, reporter: _Reporter | None) -> dict[str, Any]:
+        """Wait on a parked call for one request: its result when done, else
+        ``input_required`` for the approvals it waits on. A leg that ends any other way
+        (the client closed the stream, or cancelled) gives up the call."""
+        parked.attached, parked.sink = True, reporter
+        peer.inflight[request_id] = parked.run
+        waited = False
+        try:
+            if reporter is None:
+                await parked.wait()
+            else:
+                async with trio.open_nursery() as nursery:  # the leg's notifications go out before its answer
+                    nursery.start_soon(reporter.run)
+                    try:
+                        await parked.wait()
+                    finally:
+                        await reporter.finish()
+            waited = True
+        finally:
+            parked.attached, parked.sink = False, None
+            parked.idle_since = trio.current_time()
+            if peer.inflight.get(request_id) is parked.run:
+                del peer.inflight[request_id]
+            if not waited or parked.run.cancelled:
+                parked.run.cancel()
+                self.mrtr.drop(parked)
+        if parked.run.cancelled:
+            raise _Cancelled
+        if not parked.done.is_set():
+            return self.mrtr.input_required(parked, elicitation)
+        self.mrtr.drop(parked)  # handed out once: a replayed state finds nothing
+        if isinstance(parked.outcome, RpcError):
+            raise parked.outcome
+        if parked.outcome is None:
+            raise RpcError(jsonrpc.INTERNAL_ERROR, "the server stopped before the call finished")
+        return parked.outcome
+
+
+def _client_name(info: Any) -> str:
+    """A client's self-declared name, printable and short (it ends up in the audit log)."""
+    name = info.get("name") if isinstance(info, dict) else None
+    if not isinstance(name, str):
+        return ""
+    return "".join(c for c in name[:64] if c.isprintable())
+
+
+def _at_most_warning(level: str | None) -> bool:
+    return level in LOG_LEVELS and LOG_LEVELS.index(level) <= LOG_LEVELS.index("warning")
 
 
 class _Reporter:

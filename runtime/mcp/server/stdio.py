@@ -207,9 +207,13 @@ class LocalBackend:
             self.pending.done(message.id)
             self._running -= 1
 
-    async def _notify(self, notification: dict[str, Any]) -> None:
-        await self._emit(jsonrpc.encode(jsonrpc.Notification(notification["method"],  # type: ignore[misc]
-                                                             notification.get("params", UNSET))))
+    async def _notify(self, message: dict[str, Any]) -> None:
+        """A notification, or (with an ``id``) the server's own request to the client."""
+        params = message.get("params", UNSET)
+        if "id" in message:
+            await self._emit(jsonrpc.encode(jsonrpc.Request(message["id"], message["method"], params)))  # type: ignore[misc]
+        else:
+            await self._emit(jsonrpc.encode(jsonrpc.Notification(message["method"], params)))  # type: ignore[misc]
 
     async def _watch_tools(self) -> None:
         """``notifications/tools/list_changed`` when MCP servers change what is exposed."""
