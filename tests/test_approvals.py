@@ -11,14 +11,13 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
+from tests.chat_stub import calls_tool, serve_chat
 from tests.test_cli import ROOT
 from tests.test_daemon import start_daemon
 
@@ -27,33 +26,9 @@ pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX processes")
 
 @pytest.fixture
 def model_url():
-    """An OpenAI-compatible model that asks for ``shell_exec echo approved-run`` and then
-    answers with what the tool returned, so the reply shows what the model was told."""
-
-    class Chat(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            chat = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            last = chat["messages"][-1]
-            if last["role"] == "tool":
-                message = {"role": "assistant", "content": f"the tool said: {last['content']}"}
-            else:
-                call = {"id": "c1", "type": "function",
-                        "function": {"name": "shell_exec", "arguments": json.dumps({"argv": ["echo", "approved-run"]})}}
-                message = {"role": "assistant", "content": None, "tool_calls": [call]}
-            body = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": message}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Chat)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    """A model that asks for ``shell_exec echo approved-run``, then says what the tool returned."""
+    with serve_chat(calls_tool("shell_exec", {"argv": ["echo", "approved-run"]})) as url:
+        yield url
 
 
 def write_config(tmp_path, model_url: str = "", *, timeout: float = 300, max_pending: int = 5) -> str:

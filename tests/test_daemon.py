@@ -115,28 +115,10 @@ def test_listen_errors_are_one_line(tmp_path):
 def model_url():
     """An OpenAI-compatible endpoint on loopback that answers 'noted N', N being how many
     messages the chat held (so a reply shows how much history the agent was given)."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from tests.chat_stub import serve_chat
 
-    class Chat(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            chat = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            reply = {"role": "assistant", "content": f"noted {len(chat['messages'])}"}
-            body = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": reply}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Chat)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    with serve_chat(lambda messages: {"role": "assistant", "content": f"noted {len(messages)}"}) as url:
+        yield url
 
 
 def test_sigkill_loses_no_committed_message(tmp_path, model_url):

@@ -43,6 +43,7 @@ import trio
 
 from runtime.config import Config
 from runtime.errors import ToolRefused
+from runtime.kernel.capture import Head, Tail
 from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.script_approvals import PENDING, Approval, Approvals, status
 from runtime.kernel.script_files import (MAX_SCRIPTS, Listing, NoSuchScript, check_name, copy_verified, open_directory,
@@ -56,7 +57,6 @@ MAX_ARGS = 64
 MAX_ARG_CHARS = 4096
 STDERR_TAIL_BYTES = 8192  # of a failed script's stderr, shown before its stdout
 RUN_DIR = "scripts-run"
-_READ = 65536
 _SPAWN_TRIES = 20  # ETXTBSY: another thread's fork may briefly hold the copy's write descriptor
 
 _NO_ARGUMENTS = {"type": "object", "properties": {}, "additionalProperties": False}
@@ -217,7 +217,8 @@ class Scripts:
             process = await _spawn([name, *args], path, workspace)
         except OSError as error:
             return ToolResult(f"script '{name}' cannot start: {error.strerror or error}", is_error=True)
-        out, err = _Head(self.max_output_bytes), _Tail(min(self.max_output_bytes, STDERR_TAIL_BYTES))
+        out = Head(self.max_output_bytes, note="output cut at")
+        err = Tail(min(self.max_output_bytes, STDERR_TAIL_BYTES))
         try:
             with trio.move_on_after(self.timeout_secs) as scope:
                 async with trio.open_nursery() as nursery:
@@ -258,41 +259,6 @@ async def _spawn(argv: list[str], path: str, cwd: str) -> trio.Process:
                 raise
         await trio.sleep(0.05)
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-class _Head:
-    """A pipe read to its end, keeping its first ``cap`` bytes and counting the rest."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap, self.kept, self.total = cap, bytearray(), 0
-
-    async def drain(self, stream: Any) -> None:
-        while chunk := await stream.receive_some(_READ):
-            self.total += len(chunk)
-            room = self.cap - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
-
-    def text(self) -> str:
-        text = self.kept.decode("utf-8", errors="replace")
-        if self.total > len(self.kept):
-            text += f"\n[output cut at {self.cap} bytes of {self.total}]"
-        return text
-
-
-class _Tail(_Head):
-    """A pipe read to its end, keeping its last ``cap`` bytes."""
-
-    async def drain(self, stream: Any) -> None:
-        while chunk := await stream.receive_some(_READ):
-            self.total += len(chunk)
-            self.kept += chunk
-            if len(self.kept) > self.cap:
-                del self.kept[: len(self.kept) - self.cap]
-
-    def text(self) -> str:
-        text = self.kept.decode("utf-8", errors="replace")
-        return f"[{self.total - len(self.kept)} earlier bytes cut]\n{text}" if self.total > len(self.kept) else text
 
 
 def _exit_text(code: int | None) -> str:

@@ -58,6 +58,7 @@ from runtime.config import Config, ShellRule
 from runtime.config.shell_policy import rule_matches, rule_text, why_refused
 from runtime.errors import ToolRefused
 from runtime.ports import Tool, ToolContext, ToolResult
+from runtime.kernel.capture import Head
 from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.shell_sandbox import Sandbox
 from runtime.net.process import shutdown, signal_group, spawn, subprocess_env
@@ -68,7 +69,6 @@ __all__ = ["STDOUT_CAP", "STDERR_CAP", "shell_exec_tool", "resolve_program", "al
 STDOUT_CAP = 1024 * 1024
 STDERR_CAP = 64 * 1024
 MAX_STDIN_CHARS = 1024 * 1024
-_READ = 65536
 
 
 def shell_exec_tool(allowlist: list[str], rules: list[ShellRule] | None = None) -> Tool:
@@ -189,31 +189,6 @@ def _workdir(context: ToolContext, cwd: str | None) -> str:
     return target
 
 
-class _Capture:
-    """Reads a pipe to its end, keeping the first ``cap`` bytes and counting the rest."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.kept = bytearray()
-        self.total = 0
-
-    async def drain(self, stream: Any) -> None:
-        while True:
-            chunk = await stream.receive_some(_READ)
-            if not chunk:
-                return
-            self.total += len(chunk)
-            room = self.cap - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
-
-    def text(self) -> str:
-        text = self.kept.decode("utf-8", errors="replace")
-        if self.total > len(self.kept):
-            text += f"\n[cut at {self.cap} bytes of {self.total}]"
-        return text
-
-
 async def _feed(stream: Any, data: bytes) -> None:
     try:
         await stream.send_all(data)
@@ -254,7 +229,7 @@ def make_shell_exec(config: Config) -> Any:
                                   stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
         except OSError as error:
             return ToolResult(f"shell_exec: cannot start {argv[0]!r}: {error.strerror or error}", is_error=True)
-        out, err = _Capture(STDOUT_CAP), _Capture(STDERR_CAP)
+        out, err = Head(STDOUT_CAP), Head(STDERR_CAP)
         try:
             with trio.move_on_after(timeout) as scope:
                 async with trio.open_nursery() as nursery:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import selectors
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
 from tests import peers
+from tests.chat_stub import calls_tool, serve_chat
 from tests.test_cli import ROOT
 from tests.test_daemon import start_daemon
 
@@ -33,33 +32,10 @@ def a2a_python():
 
 @pytest.fixture(scope="module")
 def model_url():
-    """A chat-completions endpoint on loopback: asked anything, it calls file_write; shown
-    a tool result, it answers "the tool said: RESULT"."""
-
-    class Chat(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            chat = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            last = chat["messages"][-1]
-            if last["role"] == "tool":
-                message = {"role": "assistant", "content": f"the tool said: {last['content']}"}
-            else:
-                message = {"role": "assistant", "content": None, "tool_calls": [{
-                    "id": "call-1", "type": "function",
-                    "function": {"name": "file_write", "arguments": json.dumps(WRITE)}}]}
-            body = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": message}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Chat)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+    """Asked anything, the model calls file_write; shown a tool result, it answers
+    "the tool said: RESULT"."""
+    with serve_chat(calls_tool("file_write", WRITE)) as url:
+        yield url
 
 
 @pytest.fixture
