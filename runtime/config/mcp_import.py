@@ -24,6 +24,7 @@ import re
 from typing import Any, NamedTuple
 
 from runtime.config.dump import toml_line
+from runtime.config.sentences import json_kind
 from runtime.errors import ConfigError, TernError
 
 __all__ = ["ImportResult", "import_mcp_json"]
@@ -137,7 +138,7 @@ def _strip_jsonc(text: str) -> str:
 def _find_servers(data: Any, label: str, warnings: list[str]) -> tuple[str, dict[str, Any]]:
     """The name -> server object and the key it was found under."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{label}: expected a JSON object at the top level, got {_kind(data)}")
+        raise ConfigError(f"{label}: expected a JSON object at the top level, got {json_kind(data)}")
     found = [(key, data[key]) for key in ("mcpServers", "servers") if key in data]
     nested = data.get("mcp")
     if not found and isinstance(nested, dict) and "servers" in nested:  # VS Code settings.json
@@ -145,7 +146,7 @@ def _find_servers(data: Any, label: str, warnings: list[str]) -> tuple[str, dict
     if found:
         key, servers = found[0]
         if not isinstance(servers, dict):
-            raise ConfigError(f"{label}: {key}: expected an object of servers by name, got {_kind(servers)}")
+            raise ConfigError(f"{label}: {key}: expected an object of servers by name, got {json_kind(servers)}")
         for other, _ in found[1:]:
             warnings.append(f"{other} was ignored: only {key} was imported")
         return key, servers
@@ -154,14 +155,6 @@ def _find_servers(data: Any, label: str, warnings: list[str]) -> tuple[str, dict
         return "the top-level object", data
     raise ConfigError(f'{label}: no MCP servers found: expected an object with "mcpServers" '
                       f'(Claude Desktop, Cursor) or "servers" (VS Code)')
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    return {dict: "an object", list: "an array", str: "a string"}.get(type(value), "a number")
 
 
 # --- One server --------------------------------------------------------------------------
@@ -182,7 +175,7 @@ class _Importer:
         variables: set[str] = set()
         try:
             if not isinstance(spec, dict):
-                raise _Skip(f"expected an object, got {_kind(spec)}")
+                raise _Skip(f"expected an object, got {json_kind(spec)}")
             block = self._convert(name, spec, warnings, variables)
         except _Skip as exc:
             return "", [f"server {name if name == source_name else shown}: skipped: {exc}"]
@@ -269,7 +262,7 @@ class _Importer:
             raw = spec[key]
             kind = _TYPES.get(raw.lower().replace("_", "-")) if isinstance(raw, str) else None
             if kind is None:
-                shown = json.dumps(raw, ensure_ascii=False) if isinstance(raw, str) else _kind(raw)
+                shown = json.dumps(raw, ensure_ascii=False) if isinstance(raw, str) else json_kind(raw)
                 raise _Skip(f"{key}: transport {shown} is not supported (tern speaks stdio, http and sse)")
             return kind
         if "command" in spec:
@@ -286,7 +279,7 @@ class _Importer:
     def _env(self, name: str, env: Any, warnings: list[str]) -> list[str]:
         """The variable names; values never leave this function."""
         if not isinstance(env, dict):
-            raise _Skip(f"env: expected an object of variables, got {_kind(env)}")
+            raise _Skip(f"env: expected an object of variables, got {json_kind(env)}")
         names = []
         for key, value in env.items():
             if not key or "=" in key or "\0" in key:
@@ -324,7 +317,7 @@ class _Importer:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 value = json.dumps(value)
             if not isinstance(value, str):
-                warnings.append(f"{where}: expected a string, got {_kind(value)}; left out")
+                warnings.append(f"{where}: expected a string, got {json_kind(value)}; left out")
                 continue
             if any(c in value for c in "\r\n\0"):
                 warnings.append(f"{where}: the value contains a line break or NUL; left out")
@@ -379,7 +372,7 @@ def _typed(spec: dict[str, Any], key: str, kind: type, default: Any) -> Any:
         return default
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
         words = {str: "a string", list: "an array", dict: "an object", bool: "true or false"}[kind]
-        raise _Skip(f"{key}: expected {words}, got {_kind(value)}")
+        raise _Skip(f"{key}: expected {words}, got {json_kind(value)}")
     return value
 
 
@@ -389,7 +382,7 @@ def _arg(value: Any, index: int) -> str:
         return value
     if isinstance(value, (bool, int, float)):
         return json.dumps(value)
-    raise _Skip(f"args[{index}]: expected a string, got {_kind(value)}")
+    raise _Skip(f"args[{index}]: expected a string, got {json_kind(value)}")
 
 
 # --- TOML --------------------------------------------------------------------------------

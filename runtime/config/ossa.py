@@ -53,6 +53,7 @@ from typing import Any, NamedTuple
 from collections.abc import Iterable
 
 from runtime.config.dump import toml_line, toml_string
+from runtime.config.sentences import json_kind
 from runtime.errors import ConfigError
 from runtime.mcp.names import format_mcp_tool_name, glob_key, normalize
 from runtime.wire.depth import MAX_DEPTH, too_deep
@@ -121,20 +122,12 @@ def _load(text: str, label: str) -> dict[str, Any]:
     except ValueError as exc:  # NaN, Infinity
         raise ConfigError(f"{label}: invalid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{label}: expected a JSON object (an OSSA manifest), got {_kind(data)}")
+        raise ConfigError(f"{label}: expected a JSON object (an OSSA manifest), got {json_kind(data)}")
     return data
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    return {dict: "an object", list: "an array", str: "a string"}.get(type(value), "a number")
 
 
 def _shown(value: str) -> str:
@@ -153,7 +146,7 @@ class _Fields:
 
     def __init__(self, importer: _Importer, value: Any, path: str) -> None:
         if not isinstance(value, dict):
-            raise importer.error(path, f"expected an object, got {_kind(value)}")
+            raise importer.error(path, f"expected an object, got {json_kind(value)}")
         self.importer, self.data, self.path, self.read = importer, value, path, set()
 
     def where(self, key: str) -> str:
@@ -179,7 +172,7 @@ class _Fields:
         if value is None:
             return []
         if not isinstance(value, list):
-            raise self.importer.error(self.where(key), f"expected an array, got {_kind(value)}")
+            raise self.importer.error(self.where(key), f"expected an array, got {json_kind(value)}")
         return value
 
     def names(self, key: str) -> list[str]:
@@ -214,7 +207,7 @@ class _Fields:
     def flag(self, key: str) -> bool | None:
         value = self.get(key)
         if value is not None and not isinstance(value, bool):
-            raise self.importer.error(self.where(key), f"expected true or false, got {_kind(value)}")
+            raise self.importer.error(self.where(key), f"expected true or false, got {json_kind(value)}")
         return value
 
     def unread(self) -> list[str]:
@@ -226,7 +219,7 @@ class _Fields:
 
 def _describe(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return _kind(value)
+        return json_kind(value)
     return repr(value) if abs(value) <= _MAX_INT else "a number too large for TOML"
 
 
@@ -256,7 +249,7 @@ class _Importer:
     def text(self, value: Any, path: str) -> str:
         """A string TOML can hold."""
         if not isinstance(value, str):
-            raise self.error(path, f"expected a string, got {_kind(value)}")
+            raise self.error(path, f"expected a string, got {json_kind(value)}")
         try:
             toml_string(value)
         except ValueError as exc:
@@ -457,7 +450,7 @@ class _Importer:
         level = governance.get("max_autonomy_level")
         if level is not None:
             if isinstance(level, bool) or not isinstance(level, (int, float, str)):
-                raise self.error(governance.where("max_autonomy_level"), f"expected a level, got {_kind(level)}")
+                raise self.error(governance.where("max_autonomy_level"), f"expected a level, got {json_kind(level)}")
             self.warn(governance.where("max_autonomy_level"), "not honoured: OSSA defines no scale for it and tern "
                                                               "has no autonomy levels; access_tier and the approval "
                                                               "rules are what bound this agent")

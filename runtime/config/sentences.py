@@ -15,7 +15,7 @@ import msgspec
 
 from runtime.config.schema import Config
 
-__all__ = ["explain", "shorten", "toml_syntax"]
+__all__ = ["explain", "json_kind", "shorten", "toml_syntax"]
 
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 
@@ -203,3 +203,12 @@ def _choices_at(parts: list[str | int], raw: Any) -> list[str]:
     if typing.get_origin(declared) is Literal:
         return [str(v) for v in typing.get_args(declared)]
     return []
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, for "expected an object, got a string"."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "an array", str: "a string"}.get(type(value), "a number")

@@ -48,7 +48,7 @@ from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.script_approvals import PENDING, Approval, Approvals, status
 from runtime.kernel.script_files import (MAX_SCRIPTS, Listing, NoSuchScript, check_name, copy_verified, open_directory,
                                          scan, short, with_hint)
-from runtime.net.process import shutdown, signal_group, spawn, subprocess_env
+from runtime.net.process import exit_text, shutdown, signal_group, spawn, subprocess_env
 from runtime.ports import Tool, ToolContext, ToolResult
 
 __all__ = ["MAX_ARGS", "MAX_ARG_CHARS", "STDERR_TAIL_BYTES", "Scripts", "pending_text", "register"]
@@ -231,7 +231,7 @@ class Scripts:
         if not scope.cancelled_caught and process.returncode == 0:
             return ToolResult(out.text() or "(no output)")
         head = f"timed out after {self.timeout_secs:g} s; killed" if scope.cancelled_caught \
-            else _exit_text(process.returncode)
+            else exit_text(process.returncode)
         return ToolResult(f"script '{name}' failed: {head}\n--- stderr ---\n{err.text()}\n--- stdout ---\n"
                           f"{out.text()}", is_error=True)
 
@@ -259,15 +259,6 @@ async def _spawn(argv: list[str], path: str, cwd: str) -> trio.Process:
                 raise
         await trio.sleep(0.05)
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"exit code {code} (signal {signal.Signals(-code).name})"
-        except ValueError:
-            pass
-    return f"exit code {code}"
 
 
 def register(registry: ToolRegistry, config: Config, **deps: Any) -> None:

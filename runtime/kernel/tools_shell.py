@@ -61,7 +61,7 @@ from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.capture import Head
 from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.shell_sandbox import Sandbox
-from runtime.net.process import shutdown, signal_group, spawn, subprocess_env
+from runtime.net.process import exit_text, shutdown, signal_group, spawn, subprocess_env
 
 __all__ = ["STDOUT_CAP", "STDERR_CAP", "shell_exec_tool", "resolve_program", "allow_call", "make_shell_exec",
            "register"]
@@ -197,15 +197,6 @@ async def _feed(stream: Any, data: bytes) -> None:
         pass  # the program exited or closed its stdin without reading it all
 
 
-def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"exit code {code} (signal {signal.Signals(-code).name})"
-        except ValueError:
-            pass
-    return f"exit code {code}"
-
-
 def make_shell_exec(config: Config) -> Any:
     allowlist = list(config.tools.shell_allowlist)
     rules = list(config.tools.shell_rules)
@@ -244,7 +235,7 @@ def make_shell_exec(config: Config) -> Any:
         if scope.cancelled_caught:
             head = f"timed out after {timeout:g} s; killed"
         else:
-            head = _exit_text(process.returncode)
+            head = exit_text(process.returncode)
         text = f"{head}\n--- stdout ---\n{out.text()}\n--- stderr ---\n{err.text()}"
         return ToolResult(text, is_error=scope.cancelled_caught or process.returncode != 0)
 

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 
 import trio
 
-__all__ = ["BASE_ENV_NAMES", "KILL_WAIT_SECS", "subprocess_env", "spawn", "signal_group", "shutdown", "watch_exit"]
+__all__ = ["BASE_ENV_NAMES", "KILL_WAIT_SECS", "subprocess_env", "spawn", "signal_group", "shutdown", "watch_exit",
+           "exit_text"]
 
 BASE_ENV_NAMES = ("PATH", "HOME", "TMP", "TEMP", "TMPDIR")
 WINDOWS_ENV_NAMES = ("APPDATA", "LOCALAPPDATA", "USERPROFILE", "SystemRoot", "HOMEDRIVE", "HOMEPATH")
@@ -108,3 +109,13 @@ async def _close(stream: Any) -> None:
             await stream.aclose()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
+
+
+def exit_text(code: int | None) -> str:
+    """How a program ended, for a person: ``exit code 3``, ``exit code -9 (signal SIGKILL)``."""
+    if code is not None and code < 0:
+        try:
+            return f"exit code {code} (signal {signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return f"exit code {code}"
