@@ -71,8 +71,11 @@ class Exposure:
         for tool in self._kernel_tools():
             if tool.name not in taken:
                 taken.add(tool.name)
-                listed.append({"name": tool.name, "description": tool.description,
-                               "inputSchema": _object_schema(tool.input_schema)})
+                entry = {"name": tool.name, "description": tool.description,
+                         "inputSchema": _object_schema(tool.input_schema)}
+                if tool.annotations:  # tern's own hints, or what the MCP server behind it sent
+                    entry["annotations"] = tool.annotations
+                listed.append(entry)
         for name, preset in self._presets.items():
             if name not in taken:
                 taken.add(name)
