@@ -172,9 +172,10 @@ def cmd_a2a_send(args: argparse.Namespace) -> int:
             return await _stream(client, agent, text, args)
         result = await client.send(agent, text, context_id=args.context, task_id=args.task)
         reply = reply_text(result)
+        failed = not isinstance(result, Message) and result.state in FAILED
         if args.json:
             _print_json(_task_json(result, agent.dialect))
-        elif reply:
+        elif reply and not failed:  # a failed task's text is the error line _finish prints: once
             print(reply, end="" if reply.endswith("\n") else "\n")
         return 0 if isinstance(result, Message) else _finish(result, "" if args.json else reply)
 
