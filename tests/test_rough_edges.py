@@ -126,6 +126,8 @@ def test_http_401_and_404_say_what_to_set(tmp_path):
         bad = tern("status", "--config", str(path), env_extra={"TERN_API_KEY": "x" * 20})
         assert bad.returncode == 1 and "TERN_API_KEY does not hold the daemon's key" in bad.stderr, bad.stderr
         assert tern("status", "--config", str(path), env_extra={"TERN_API_KEY": KEY}).returncode == 0
+        events = tern("events", "--config", str(path))
+        assert events.returncode == 1 and "set TERN_API_KEY to the daemon's key" in events.stderr, events.stderr
 
         for where in ("/a2a", "/a2a/lister", "/.well-known/agent-card.json"):
             off = httpx.get(url + where, timeout=10)
@@ -137,6 +139,25 @@ def test_http_401_and_404_say_what_to_set(tmp_path):
         tools = {t["name"]: t["description"] for t in _mcp_tools(url, {"Authorization": f"Bearer {KEY}"})}
         assert tools["tern_agent_lister"].startswith("Lists things. Send it a message;")
         assert tools["tern_agent_asker"].startswith("Asks: why? Send it a message;")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=15)
+
+
+def test_a_keyless_daemon_s_401_says_why_to_its_client(tmp_path):
+    """A daemon without a key that cannot tell who a client is (TERN_PEER_UID=off) wants
+    the local token; a client that has TERN_API_KEY set sends that instead, and is told."""
+    path = tmp_path / "config.toml"
+    path.write_text(f'[server]\nlisten = "127.0.0.1:0"\napi_key_env = "TERN_API_KEY"\n'
+                    f'[state]\ndir = "{tmp_path / "state"}"\n')
+    process, url = start_daemon(str(path), {"TERN_PEER_UID": "off"})
+    try:
+        body = httpx.get(url + "/api/status", timeout=10).json()["error"]["message"]
+        assert 'api_key_env = "TERN_API_KEY"' in body and "local-token" in body
+        assert tern("status", "--config", str(path)).returncode == 0  # the local token
+        keyed = tern("status", "--config", str(path), env_extra={"TERN_API_KEY": "y" * 20})
+        assert keyed.returncode == 1
+        assert "the daemon has no API key" in keyed.stderr and "unset TERN_API_KEY" in keyed.stderr, keyed.stderr
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=15)

@@ -51,7 +51,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 raise TernError(f"the daemon (pid {record['pid']}) at {record['url']} does not answer: {exc}") from None
         if response.status_code == 401:
             raise TernError(f"the daemon at {record['url']} refused this client (HTTP 401): "
-                            f"{unauthorized_hint(config)}")
+                            f"{unauthorized_hint(config, response.text)}")
         if response.status_code != 200:
             raise TernError(
                 f"the daemon at {record['url']} answered HTTP {response.status_code}: {response.text[:200]}"
@@ -97,7 +97,8 @@ def cmd_events(args: argparse.Namespace) -> int:
                         return
                     print(message if args.json else _event_line(json.loads(message)), flush=True)
         except ConnectionRejected as exc:
-            why = unauthorized_hint(config) if exc.status_code == 401 else f"HTTP {exc.status_code}"
+            said = (exc.body or b"")[:1000].decode("utf-8", "replace")
+            why = unauthorized_hint(config, said) if exc.status_code == 401 else f"HTTP {exc.status_code}"
             raise TernError(f"cannot follow events at {url}: the daemon refused this client: {why}") from None
         except (HandshakeError, OSError) as exc:
             raise TernError(f"cannot follow events at {url}: {exc}") from None

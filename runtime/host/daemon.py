@@ -61,10 +61,14 @@ def key_hint(config: Config) -> str:
     return ""
 
 
-def unauthorized_hint(config: Config) -> str:
+def unauthorized_hint(config: Config, said: str = "") -> str:
     """What a person should set when the daemon answered one of tern's own clients with
-    a 401, judged from the client's side of the same config."""
+    a 401 (``said``: its body), judged from the client's side of the same config."""
     name = config.server.api_key_env
+    if "no API key configured" in said:  # a keyless daemon: it wants its own user, or the local token
+        sent = f"; unset {name}, so tern sends the local token instead of a key" if name and os.environ.get(name) \
+            else ""
+        return f"the daemon has no API key and serves only the OS user that runs it: run this as that user{sent}"
     if name and not os.environ.get(name):
         return f"set {name} to the daemon's key ([server] api_key_env names it; it is not set here)"
     if name:
