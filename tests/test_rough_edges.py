@@ -93,6 +93,16 @@ def test_a2a_send_says_a_failed_task_once(tmp_path):
             assert "tern: task" in done.stderr and "failed" in done.stderr
 
 
+def test_a2a_send_to_a_keyed_tern_says_how_to_pass_the_key(tmp_path):
+    body = 'api_key_env = "TERN_API_KEY"\n' + FAILING
+    with daemon(tmp_path, body, {"TERN_API_KEY": KEY}) as (config, url):
+        done = tern("a2a", "send", url, "hi")
+        assert done.returncode == 1 and "HTTP 401" in done.stderr
+        assert "--header 'Authorization: Bearer KEY'" in done.stderr and KEY not in done.stderr, done.stderr
+        keyed = tern("a2a", "send", url, "hi", "--header", f"Authorization: Bearer {KEY}")
+        assert keyed.returncode == 1 and "boom-once" in keyed.stderr and "--header" not in keyed.stderr
+
+
 def _mcp_tools(url: str, headers: dict[str, str]) -> list[dict]:
     with httpx.Client(base_url=url, headers={**headers, "Accept": "application/json, text/event-stream"},
                       timeout=10) as client:
@@ -134,6 +144,8 @@ def test_http_401_and_404_say_what_to_set(tmp_path):
             assert off.status_code == 404 and "[a2a] enabled = true" in off.json()["error"]["message"], where
         other = httpx.get(url + "/nothing-here", timeout=10)
         assert other.status_code == 404 and "a2a" not in other.text
+        discover = tern("a2a", "discover", url)  # the A2A client passes the server's words on, once
+        assert discover.returncode == 1 and discover.stderr.count("set [a2a] enabled = true") == 1, discover.stderr
 
         # exposed agents' descriptions end as sentences before tern's own sentence follows
         tools = {t["name"]: t["description"] for t in _mcp_tools(url, {"Authorization": f"Bearer {KEY}"})}

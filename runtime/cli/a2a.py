@@ -75,7 +75,7 @@ def _with_agent(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T
     """Discover ``args.url`` and run ``work(client, agent)`` under trio."""
     import trio
 
-    from runtime.a2a.client.client import A2aClient
+    from runtime.a2a.client.client import A2aClient, A2aClientError
     from runtime.config import load_config
     from runtime.net.guard import AddressPolicy
 
@@ -87,6 +87,15 @@ def _with_agent(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T
     headers = _headers(args.header)
 
     async def main() -> T:
+        try:
+            return await talk()
+        except A2aClientError as exc:
+            if exc.http_status in (401, 403) and not args.header:  # say how, here: credentials come only from --header
+                raise A2aClientError(f"{exc} (tern a2a takes credentials only from --header, e.g. --header "
+                                     "'Authorization: Bearer KEY')") from None
+            raise
+
+    async def talk() -> T:
         async with A2aClient(policy=AddressPolicy.from_security(config.security), timeout=request_timeout,
                              send_timeout=args.timeout or default_timeout or SEND_TIMEOUT,
                              headers=headers) as client:

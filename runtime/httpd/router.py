@@ -78,7 +78,7 @@ class Router:
             if methods is None:
                 for prefix, text in self._hints:
                     if path == prefix or path.startswith(prefix + "/"):
-                        raise HttpError(404, f"no route for {path}: {text}")
+                        raise HttpError(404, text)  # the same words for every path: clients can say them once
                 raise HttpError(404, f"no route for {path}")
         route = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
         if route is None:
