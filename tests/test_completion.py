@@ -112,13 +112,16 @@ def test_fish_script_parses_and_completes(shell_env):
 
     def offered(line: str) -> list[str]:
         out = _run(["fish", "--no-config", "-c", f"tern completion fish | source; complete -C '{line}'"], shell_env)
-        return sorted(out.split())
+        return sorted(entry.split("\t")[0] for entry in out.splitlines())
 
     assert offered("tern config ") == ["check", "show"]
     assert offered("tern a2a cancel --dialect ") == ["0.1", "0.3", "1.0"]
     assert offered(f"tern --config {shell_env['CONFIG']} run ") == ["alpha", "beta-2"]
     assert offered("tern serve --l") == ["--listen", "--log-format", "--log-level"]
     assert f"{shell_env['DIR']}/notes.txt" in offered(f"tern config check {shell_env['DIR']}/n")
+    described = _run(["fish", "--no-config", "-c", "tern completion fish | source; complete -C 'tern config '"],
+                     shell_env)
+    assert "check\tvalidate a config file and summarise it\n" in described  # fish shows each one's help
 
 
 def test_unknown_shell_is_a_usage_error():

@@ -41,6 +41,7 @@ class Spec:
         self.options: list[str] = []
         self.values: dict[str, str] = {}
         self.positionals: list[str] = []
+        self.helps: dict[str, str] = {}  # a subcommand's or option's help, for shells that show it (fish)
 
 
 def _values(action: argparse.Action, positional: bool) -> str:
@@ -58,19 +59,28 @@ def spec(parser: argparse.ArgumentParser, path: str = "tern", into: dict[str, Sp
     node = into.setdefault(path, Spec())
     for action in parser._actions:  # argparse keeps no public list; this one has been stable for years
         if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
             for name, sub in action.choices.items():
                 node.subcommands.append(name)
+                node.helps[name] = _first_line(helps.get(name, ""))
                 spec(sub, f"{path} {name}", into)
         elif action.option_strings:
             if action.help == argparse.SUPPRESS:
                 continue
             node.options += action.option_strings
+            node.helps.update(dict.fromkeys(action.option_strings, _first_line(action.help or "")))
             if action.nargs != 0:
                 for option in action.option_strings:
                     node.values[option] = _values(action, positional=False)
         else:
             node.positionals.append(_values(action, positional=True))
     return into
+
+
+def _first_line(text: str) -> str:
+    """A help text as one short line (argparse's %-placeholders left out)."""
+    text = " ".join(text.replace("%(default)s", "").replace("%%", "%").split())
+    return text if len(text) <= 60 else text[:57].rstrip(" ,;:(") + "..."
 
 
 def _sh_quote(word: str) -> str:
@@ -164,7 +174,11 @@ def _fish(specs: dict[str, Spec]) -> str:
                      for p, s in specs.items() for o, v in s.values.items())
     positionals = "".join(f"    case {_sh_quote(f'{p}|{i}')}\n      echo {_sh_quote(v)}\n"
                           for p, s in specs.items() for i, v in enumerate(s.positionals) if v)
+    helps = "".join(f"    case {_sh_quote(p)}\n" + "".join(f"      printf '%s\\t%s\\n' {_sh_quote(w)} {_sh_quote(h)}\n"
+                                                        for w, h in s.helps.items())
+                    for p, s in specs.items() if s.helps)
     return (
+        f"function __tern_described\n  switch $argv[1]\n{helps}  end\nend\n"
         f"function __tern_subcommands\n  switch $argv[1]\n{subs}  end\nend\n"
         f"function __tern_options\n  switch $argv[1]\n{opts}  end\nend\n"
         f"function __tern_values\n  switch \"$argv[1]|$argv[2]\"\n{values}  end\n  return 1\nend\n"
@@ -216,7 +230,16 @@ def _fish(specs: dict[str, Spec]) -> str:
         command tern completion agents 2>/dev/null
       end
     case '*'
-      string split ' ' -- $found | string match -v ''
+      set -l described (__tern_described "$path")
+      for word in (string split ' ' -- $found | string match -v '')
+        # a subcommand or option with its help, a value as it is
+        set -l line (string match -- "$word"\\t"*" $described)
+        if test -n "$line"
+          echo $line[1]
+        else
+          echo $word
+        end
+      end
   end
 end
 complete -c tern -f -a '(__tern_complete)'
