@@ -189,3 +189,51 @@ def test_docker_layout_and_healthcheck_against_a_real_daemon(tmp_path):
         _stop(process)
     assert subprocess.run(check, capture_output=True, timeout=30).returncode != 0  # and unhealthy once it is gone
 
+
+
+@pytest.mark.pyz
+@pytest.mark.slow
+def test_the_image_steps_with_the_real_pyz(tmp_path):
+    """The Dockerfile's steps with a freshly built pyz, under a temporary root: its RUN
+    extracts the native module into TERN_CACHE_DIR; then, with that cache read-only (as
+    in a container started with --read-only), ENTRYPOINT + CMD serve and HEALTHCHECK passes."""
+    pyz = tmp_path / "opt" / "tern" / "tern.pyz"
+    build = subprocess.run([sys.executable, str(ROOT / "build_pyz.py"), "--out", str(pyz)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr
+    instructions = _dockerfile()
+    env = dict(shlex.split(rest)[i].split("=", 1) for kind, rest in instructions if kind == "ENV"
+               for i in range(len(shlex.split(rest))))
+    env = {k: str(tmp_path) + v if v.startswith("/") else v for k, v in env.items()}
+    cache = Path(env["TERN_CACHE_DIR"])
+    cache.mkdir(parents=True, mode=0o700)  # the image's `install -d -m 0700`
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TERN_", "XDG_", "PYTHON"))}
+    base.update(env, HOME=str(tmp_path))
+    run = [rest for kind, rest in instructions if kind == "RUN"][-1]
+    argv = shlex.split(run.split(">", 1)[0].replace("/opt/tern/tern.pyz", str(pyz)))
+    assert argv[:2] == ["python3", str(pyz)]
+    warmed = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=base, timeout=120)
+    assert warmed.returncode == 0, warmed.stderr
+    assert os.listdir(cache / "native")  # the native module is in the image now
+    for folder, dirs, _ in os.walk(cache):
+        os.chmod(folder, 0o500)  # read-only from here on
+    entry = json.loads(dict(instructions)["ENTRYPOINT"])
+    cmd = json.loads(dict(instructions)["CMD"])
+    process = subprocess.Popen([sys.executable, str(pyz), *cmd[:-1], "127.0.0.1:0"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=base, cwd=tmp_path)
+    assert entry[1] == "/opt/tern/tern.pyz"
+    try:
+        line = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "serving on " not in line:
+            line = process.stderr.readline()
+            if not line:
+                break
+        assert "serving on " in line, line + process.stderr.read()
+        port = line.rsplit(":", 1)[1].strip()
+        check = [part.replace("50051", port) for part in _healthcheck()]
+        assert subprocess.run([sys.executable, *check[1:]], capture_output=True, timeout=30).returncode == 0
+    finally:
+        for folder, dirs, _ in os.walk(cache):
+            os.chmod(folder, 0o700)
+        _stop(process)
