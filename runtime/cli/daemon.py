@@ -17,8 +17,8 @@ def add_commands(commands: Commands) -> None:
     events.add_argument("--json", action="store_true", help="one JSON object per line (default: readable lines)")
 
 
-def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
-    """The running daemon's discovery record and the headers to call it with."""
+def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str], Any]:
+    """The running daemon's discovery record, the headers to call it with, the config."""
     from runtime.config import load_config
     from runtime.host.daemon import client_headers, read_discovery
     from runtime.errors import TernError
@@ -27,15 +27,16 @@ def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
     record, why = read_discovery(config)
     if record is None:
         raise TernError(why)
-    return record, client_headers(config)
+    return record, client_headers(config), config
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     import trio
 
     from runtime.errors import TernError
+    from runtime.host.daemon import unauthorized_hint
 
-    record, headers = _daemon(args)
+    record, headers, config = _daemon(args)
 
     async def fetch() -> Any:
         import httpx
@@ -48,6 +49,9 @@ def cmd_status(args: argparse.Namespace) -> int:
                 response = await client.get(record["url"] + "/api/status", headers=headers)
             except httpx.HTTPError as exc:
                 raise TernError(f"the daemon (pid {record['pid']}) at {record['url']} does not answer: {exc}") from None
+        if response.status_code == 401:
+            raise TernError(f"the daemon at {record['url']} refused this client (HTTP 401): "
+                            f"{unauthorized_hint(config, response.text)}")
         if response.status_code != 200:
             raise TernError(
                 f"the daemon at {record['url']} answered HTTP {response.status_code}: {response.text[:200]}"
@@ -74,11 +78,13 @@ def cmd_events(args: argparse.Namespace) -> int:
 
     from runtime.errors import TernError
 
-    record, headers = _daemon(args)
+    record, headers, config = _daemon(args)
     url = record["url"].replace("http", "ws", 1) + "/api/events"
 
     async def follow() -> None:
-        from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
+        from trio_websocket import ConnectionClosed, ConnectionRejected, HandshakeError, open_websocket_url
+
+        from runtime.host.daemon import unauthorized_hint
 
         try:
             async with open_websocket_url(
@@ -90,6 +96,10 @@ def cmd_events(args: argparse.Namespace) -> int:
                     except ConnectionClosed:
                         return
                     print(message if args.json else _event_line(json.loads(message)), flush=True)
+        except ConnectionRejected as exc:
+            said = (exc.body or b"")[:1000].decode("utf-8", "replace")
+            why = unauthorized_hint(config, said) if exc.status_code == 401 else f"HTTP {exc.status_code}"
+            raise TernError(f"cannot follow events at {url}: the daemon refused this client: {why}") from None
         except (HandshakeError, OSError) as exc:
             raise TernError(f"cannot follow events at {url}: {exc}") from None
 

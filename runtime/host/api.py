@@ -164,8 +164,14 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         from runtime.a2a.server.endpoint import A2aEndpoint
 
         A2aEndpoint(config, node.a2a, secured=secured, bound=lambda: node.http_bound).add_routes(router)
+    else:
+        off = "A2A is off on this tern (set [a2a] enabled = true in its config to serve agent cards and tasks)"
+        for prefix in (config.a2a.listen_path, "/.well-known/agent-card.json", "/.well-known/agent.json"):
+            router.hint(prefix, off)
     if node.mcp_server is not None:  # built by the node, which runs its nursery
         from runtime.mcp.server.streamable_http import McpHttpEndpoint
 
         McpHttpEndpoint(node.mcp_server, config.mcp_server).add_routes(router)
+    else:
+        router.hint("/mcp", "tern's MCP server is off here (set [mcp_server] enabled = true in its config)")
     return router

@@ -17,6 +17,7 @@ to start.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import ssl
@@ -36,7 +37,8 @@ from runtime.log import get_logger, register_secret
 from runtime.host.discovery import (DISCOVERY_FILE, discovery_path, ensure_local_token, read_local_token,
                                     read_record, trusted_daemon, unsafe_owner_or_mode)
 
-__all__ = ["serve", "api_key", "read_discovery", "discovery_path", "client_headers", "DISCOVERY_FILE"]
+__all__ = ["serve", "api_key", "key_hint", "unauthorized_hint", "read_discovery", "discovery_path", "client_headers",
+           "DISCOVERY_FILE"]
 
 log = get_logger("daemon")
 
@@ -47,6 +49,34 @@ def api_key(config: Config) -> str:
     if key:
         register_secret(key)
     return key
+
+
+def key_hint(config: Config) -> str:
+    """Where tern's own clients take this daemon's key from, for a 401's body: the
+    variable's name (never its value), or the config key."""
+    if config.server.api_key_env:
+        return f"tern's own clients send ${config.server.api_key_env}: set it to this daemon's key"
+    if config.server.api_key:
+        return "tern's own clients send [server] api_key from their config file"
+    return ""
+
+
+def unauthorized_hint(config: Config, said: str = "") -> str:
+    """What a person should set when the daemon answered one of tern's own clients with
+    a 401 (``said``: its body), judged from the client's side of the same config."""
+    name = config.server.api_key_env
+    if "no API key configured" in said:  # a keyless daemon: it wants its own user, or the local token
+        sent = f"; unset {name}, so tern sends the local token instead of a key" if name and os.environ.get(name) \
+            else ""
+        return f"the daemon has no API key and serves only the OS user that runs it: run this as that user{sent}"
+    if name and not os.environ.get(name):
+        return f"set {name} to the daemon's key ([server] api_key_env names it; it is not set here)"
+    if name:
+        return f"{name} does not hold the daemon's key: set it to the key the daemon was started with"
+    if config.server.api_key:
+        return "this config's [server] api_key is not the daemon's key"
+    return ('the daemon has a key and this config names none: set [server] api_key_env = "TERN_API_KEY" '
+            "and TERN_API_KEY to the daemon's key")
 
 
 def read_discovery(config: Config) -> tuple[dict[str, Any] | None, str]:
@@ -173,7 +203,7 @@ async def serve(config: Config, listen: str | None = None, *,
                              budgets.limit_samples)
     access = Access(key, allow_unauthenticated_remote=config.server.allow_unauthenticated_remote,
                     loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
-                    cors_origins=config.server.cors_origins, local_token=local_token)
+                    cors_origins=config.server.cors_origins, local_token=local_token, key_hint=key_hint(config))
     limiter = RateLimiter(config.server.rate_limit_per_sec, config.server.rate_limit_burst)
     if node.a2a is not None:
         engine = node.a2a.engine
@@ -193,8 +223,10 @@ async def serve(config: Config, listen: str | None = None, *,
             node.http_bound = (host, bound[0][1])
             discovery = _write_discovery(config, url)
             nursery.start_soon(_signals, server, nursery.cancel_scope)
-            log.info("tern %s serving on %s (pid %d)", __version__, url, os.getpid())
-            print(f"tern: serving on {url}", file=sys.stderr, flush=True)
+            if log.isEnabledFor(logging.INFO):  # one line either way: the log's, or a plain one
+                log.info("tern %s (pid %d) serving on %s", __version__, os.getpid(), url)
+            else:
+                print(f"tern: serving on {url}", file=sys.stderr, flush=True)
             task_status.started(url)
             await server.wait_stopped()
             nursery.cancel_scope.cancel()

@@ -14,6 +14,7 @@ from typing import Any
 import trio
 
 from runtime.config import Config
+from runtime.config.checks import missing_key_warnings
 from runtime.kernel.builtins import register_builtins
 from runtime.kernel.agents import Agents
 from runtime.kernel.audit import AuditLog
@@ -23,9 +24,12 @@ from runtime.kernel.pipeline import ToolPipeline
 from runtime.kernel.registry import ToolRegistry
 from runtime.ports import ToolResult
 from runtime.kernel.tools_agents import register_agent_tools
+from runtime.log import get_logger
 from runtime.mcp.client.supervisor import McpSupervisor
 
 __all__ = ["Kernel"]
+
+log = get_logger("kernel")
 
 
 class Kernel:
@@ -33,6 +37,8 @@ class Kernel:
         from runtime.net.guard import AddressPolicy
 
         self.config = config
+        for warning in missing_key_warnings(config):  # at boot, not at the first 401 from the model
+            log.warning("%s", warning)
         self.events = EventBus()
         self.started = time.time()
         self.mcp = McpSupervisor(config.mcp_servers, policy=AddressPolicy.from_security(config.security),

@@ -108,7 +108,7 @@ class Exposure:
 
     @staticmethod
     def _agent_tool(name: str, agent: AgentConfig) -> dict[str, Any]:
-        description = agent.description or f"The tern agent {agent.name} ({agent.kind})."
+        description = _sentence(agent.description) or f"The tern agent {agent.name} ({agent.kind})."
         return {
             "name": name,
             "title": f"tern agent {agent.name}",
@@ -149,6 +149,15 @@ class Exposure:
         else:
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
         return _call_result(result)
+
+
+def _sentence(text: str) -> str:
+    """``text`` stripped and ending like a sentence: a description written without a final
+    period ("Lists files") must not run into the sentence tern appends after it."""
+    text = text.strip()
+    if not text or text[-1] in ".!?" or text[-2:-1] in (".", "!", "?") and text[-1] in "\"')]":
+        return text
+    return text + "."
 
 
 def _object_schema(schema: Any) -> dict[str, Any]:
