@@ -117,6 +117,9 @@ class ToolPipeline:
     def get(self, name: str) -> Tool | None:
         return self.registry.get(name)
 
+    async def wait_for(self, name: str) -> Tool | None:
+        return await self.registry.wait_for(name)
+
     def run(self, agent: AgentConfig | None = None, *, progress: Any = None, log: Any = None, ask: Any = None,
             context_id: str = "") -> Run:
         """A new run for ``agent`` (None: an operator), with its tool context: the agent's
@@ -147,6 +150,8 @@ class ToolPipeline:
         arguments = arguments if arguments is not None else {}
         started = time.perf_counter()
         tool = self.registry.get(name)  # looked up once: the call and its audit record share it
+        if tool is None and allowed(run.agent, name) and not run.cancelled:
+            tool = await self._arriving(name, run)
         untrusted = is_untrusted_source(name, mcp=tool is not None and tool.source == "mcp")
         if self._secrets_version != secrets_version():  # a secret was registered since: mask it too
             self._refresh_redactor()
@@ -170,6 +175,18 @@ class ToolPipeline:
                          arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
                          untrusted=untrusted, **why)
         return result
+
+    async def _arriving(self, name: str, run: Run) -> Tool | None:
+        """A tool not there yet whose MCP server is still connecting: wait for it (within
+        the server's timeout; ``run.cancel()`` stops the wait) instead of failing the
+        first calls after a start."""
+        with trio.CancelScope() as scope:
+            run._scopes.add(scope)
+            try:
+                return await self.registry.wait_for(name)
+            finally:
+                run._scopes.discard(scope)
+        return None
 
     async def _call(self, name: str, tool: Tool | None, untrusted: bool, arguments: dict[str, Any], run: Run,
                     timeout_secs: float | None, caller: str = "") -> tuple[ToolResult, str]:
