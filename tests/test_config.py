@@ -215,7 +215,8 @@ def test_scripts_dir_resolves_against_the_config_file_and_hashes_any_case(tmp_pa
     assert scripts.dir == str(tmp_path / "scripts") and scripts.allow == {"report": SHA.upper()}
 
 
-HUGO = 'baseURL = "https://example.org/"\ntitle = "My site"\n[security]\nenableInlineShortcodes = true\n[params]\nx = 1\n'
+HUGO = ('baseURL = "https://example.org/"\ntitle = "My site"\n'
+        '[security]\nenableInlineShortcodes = true\n[params]\nx = 1\n')
 
 
 def test_an_unrelated_config_toml_in_the_working_directory_is_skipped(tmp_path):
