@@ -259,7 +259,7 @@ class Agents:
     async def _tool(self, agent: AgentConfig, message: str, context_id: str = "", ask: Any = None) -> str:
         if not agent.tool:
             raise AgentError(f'agent {agent.name!r}: kind = "tool" needs tool = "..."')
-        tool = self.pipeline.registry.get(agent.tool)
+        tool = self.pipeline.registry.get(agent.tool) or await self.pipeline.registry.wait_for(agent.tool)
         arguments = _arguments(message, tool.input_schema if tool is not None else {})
         # The fixed tool is the agent's capability even when its tools list is empty.
         allowed = (
