@@ -5,7 +5,6 @@ from its own kernel (saying why) instead of failing ``initialize`` with a 401.""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
