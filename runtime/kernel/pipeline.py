@@ -95,6 +95,18 @@ class ToolPipeline:
         self.observers = observers if observers is not None else []  # (tool, outcome, seconds)
         self._remote_agents = frozenset(a.name for a in config.agents if a.kind == "remote")
 
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config's policy, timeouts, limits and secrets; a call already
+        running finishes under the settings it started with."""
+        self.config = config
+        self.policy = Policy(config)
+        fresh = [*config.security.redact, *secret_env_values(os.environ, extra_names=config.security.redact_env)]
+        for value in fresh:
+            register_secret(value)
+        self._own_secrets = list(dict.fromkeys([*self._own_secrets, *fresh]))  # a secret once seen stays masked
+        self._remote_agents = frozenset(a.name for a in config.agents if a.kind == "remote")
+        self._refresh_redactor()
+
     def _refresh_redactor(self) -> None:
         self._secrets_version = secrets_version()
         self.redactor = Redactor([*self._own_secrets, *registered_secrets()])

@@ -42,7 +42,7 @@ from runtime.mcp.protocol import CallResult, McpTool
 from runtime.ports import Tool, ToolResult
 
 __all__ = ["McpSupervisor", "McpToolSource", "ServerStatus", "State", "McpToolEntry", "servers_report",
-           "UnknownServer"]
+           "UnknownServer", "ServerDisabled"]
 
 log = get_logger("mcp")
 
@@ -55,6 +55,12 @@ class UnknownServer(TernError):
     """No MCP server of that name is configured."""
 
     http_status = 404
+
+
+class ServerDisabled(TernError):
+    """The MCP server is configured with ``enabled = false``."""
+
+    http_status = 409
 
 
 class ServerStatus(msgspec.Struct):
@@ -278,7 +284,7 @@ class McpSupervisor:
             known = ", ".join(self._servers) or "none configured"
             raise UnknownServer(f"no MCP server named {name!r} (servers: {known})")
         if not server.entry.enabled:
-            raise TernError(f"MCP server '{name}' is disabled in the config (enabled = false)")
+            raise ServerDisabled(f"MCP server '{name}' is disabled in the config (enabled = false)")
         if self._nursery is None:
             raise TernError("the MCP supervisor is not running")
         self._stop(server)
