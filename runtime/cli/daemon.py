@@ -133,7 +133,10 @@ def cmd_reload(args: argparse.Namespace) -> int:
     if getattr(signal, "SIGHUP", None) is None:
         raise UsageError("tern reload signals the daemon with SIGHUP, which this platform does not have; "
                          "restart tern serve instead")
-    record, headers = _daemon(args)
+    try:
+        record, headers = _daemon(args)
+    except ConfigError as exc:  # the file the daemon would read: it is not signalled at all
+        raise ConfigError(f"{exc}; the daemon was not asked to reload and keeps its running config") from None
     url = record["url"].replace("http", "ws", 1) + "/api/events"
 
     async def reload() -> dict[str, Any]:
