@@ -128,7 +128,14 @@ def reload_config(node: Any, path: Path | None) -> dict[str, Any] | None:
         log.error("reload refused, the running config is kept: %s", exc)
         node.kernel.events.publish("config.reload_failed", {"error": str(exc)})
         return None
-    report = node.reload(config)
+    try:
+        report = node.reload(config)
+    except Exception as exc:  # a bug in applying it must not take the daemon down with it
+        log.error("reload failed part way: %s: %s; restart tern serve to be sure of its config",
+                  type(exc).__name__, exc, exc_info=True)
+        node.kernel.events.publish("config.reload_failed", {"error": f"internal error while applying it: "
+                                                                     f"{type(exc).__name__}"})
+        return None
     changes = [f"{what} {verb}: {', '.join(names)}"
                for what, key in (("agents", "agents"), ("MCP servers", "mcp_servers"))
                for verb, names in report[key].items() if names and verb != "kept"]

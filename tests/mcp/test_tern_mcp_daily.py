@@ -55,20 +55,54 @@ def keyed_config(tmp_path):
     return config
 
 
-@pytest.fixture
-def keyed_daemon(tmp_path):
-    config = keyed_config(tmp_path)
+def start_daemon(tmp_path, config, env):
     log = open(tmp_path / "serve.log", "w")
     process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
-                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                               env=tern_env(tmp_path, TERN_API_KEY=KEY), cwd=ROOT)
+                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     deadline = time.monotonic() + 30
     while "serving on " not in (tmp_path / "serve.log").read_text():
         assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
         time.sleep(0.05)
+    return process
+
+
+@pytest.fixture
+def keyed_daemon(tmp_path):
+    config = keyed_config(tmp_path)
+    process = start_daemon(tmp_path, config, tern_env(tmp_path, TERN_API_KEY=KEY))
     yield config
     process.terminate()
     process.wait(10)
+
+
+async def test_a_relayed_client_sees_a_reloaded_daemons_agents(tmp_path):
+    """tern mcp relaying to a daemon: after SIGHUP with one more agent, the client gets
+    tools/list_changed and the new agent's tool."""
+    import signal
+
+    import trio
+
+    config = write_config(tmp_path)
+    process = start_daemon(tmp_path, config, tern_env(tmp_path))
+    server = await TernMcp.start(config, tern_env(tmp_path))
+    try:
+        await server.handshake()
+        names = [t["name"] for t in (await server.call(1, "tools/list"))["result"]["tools"]]
+        assert "tern_agent_second" not in names
+        await trio.sleep(0.5)  # the relay's GET stream is open
+        config.write_text(config.read_text() + '[[agents]]\nname = "second"\nkind = "echo"\n')
+        process.send_signal(signal.SIGHUP)
+        assert (await server.receive(timeout=15))["method"] == "notifications/tools/list_changed"
+        names = [t["name"] for t in (await server.call(2, "tools/list"))["result"]["tools"]]
+        assert "tern_agent_second" in names
+        reply = await server.call(3, "tools/call", {"name": "tern_agent_second", "arguments": {"message": "new"}})
+        assert reply["result"]["structuredContent"]["reply"] == "new"
+    finally:
+        await server.close()
+        process.terminate()
+        process.wait(10)
+    audit = (tmp_path / "state" / "audit.jsonl").read_text()
+    assert '"caller":"mcp:http:127.0.0.1"' in audit and "mcp:stdio" not in audit  # relayed, not in-process
 
 
 def sdk_drives_tern_mcp(sdk_python, config, env):

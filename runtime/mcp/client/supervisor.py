@@ -98,6 +98,7 @@ class _Server:
         self.refresh = trio.Event()
         self.scope = trio.CancelScope()  # its supervising task: cancelled to stop or restart this server
         self.running = False  # a supervising task runs it
+        self.attempt_started = 0.0  # trio time the current connection attempt began
         if not entry.enabled:
             self.settled.set()
 
@@ -165,8 +166,8 @@ class McpSupervisor:
         if owner is None:
             return None
         server = self._servers[owner]
-        if server.status.state == "connecting":
-            with trio.move_on_after(server.entry.timeout_secs):
+        if server.status.state == "connecting":  # the deadline is the attempt's, so waiting twice costs no more
+            with trio.move_on_at(server.attempt_started + server.entry.timeout_secs):
                 await server.settled.wait()
         return self._tools.get(name)
 
@@ -236,6 +237,7 @@ class McpSupervisor:
         assert self._nursery is not None, "the supervisor is not running"
         server.scope = trio.CancelScope()
         server.running = True
+        server.attempt_started = trio.current_time()  # a call may wait for it before its task runs
         self._nursery.start_soon(self._supervise, server)
 
     def reconcile(self, entries: list[McpServerEntry]) -> dict[str, list[str]]:
@@ -311,6 +313,7 @@ class McpSupervisor:
         entry, status = server.entry, server.status
         failures = 0
         while True:
+            server.attempt_started = trio.current_time()
             self._set_state(server, "connecting" if failures == 0 and status.restarts == 0 else "restarting")
             error = await self._connection(server)
             status.last_error = error
