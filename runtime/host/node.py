@@ -42,6 +42,10 @@ class Node:
         self.config = self.kernel.config
         if self.mcp_server is not None:
             self.mcp_server.exposure.reconfigure(self.config)
+            settings = self.config.mcp_server
+            self.mcp_server.page_size = max(1, settings.page_size)
+            if settings.instructions:
+                self.mcp_server.instructions = settings.instructions
         if self.a2a_endpoint is not None:
             self.a2a_endpoint.reconfigure(self.config)
         return report

@@ -39,6 +39,7 @@ __all__ = ["Kernel", "RESTART_ONLY"]
 # are open in the state directory ([state]), and [a2a]'s routes, task store and peer
 # connections exist from the start, as does POST /mcp ([mcp_server] enabled).
 RESTART_ONLY = ("server", "state", "a2a")
+MCP_SERVER_RESTART_ONLY = ("enabled", "max_sessions", "session_idle_secs")  # the route and its session table
 
 
 class Kernel:
@@ -87,11 +88,11 @@ class Kernel:
         old = self.config
         not_applied = [f"[{section}] {key}" for section in RESTART_ONLY
                        for key in _changed_fields(getattr(old, section), getattr(config, section))]
-        if config.mcp_server.enabled != old.mcp_server.enabled:
-            not_applied.append("[mcp_server] enabled")
-        config = msgspec.structs.replace(
-            config, server=old.server, state=old.state, a2a=old.a2a,
-            mcp_server=msgspec.structs.replace(config.mcp_server, enabled=old.mcp_server.enabled))
+        kept = {key: getattr(old.mcp_server, key) for key in MCP_SERVER_RESTART_ONLY}
+        not_applied += [f"[mcp_server] {key}" for key, value in kept.items()
+                        if getattr(config.mcp_server, key) != value]
+        config = msgspec.structs.replace(config, server=old.server, state=old.state, a2a=old.a2a,
+                                         mcp_server=msgspec.structs.replace(config.mcp_server, **kept))
         self.mcp.policy = AddressPolicy.from_security(config.security)
         servers = self.mcp.reconcile(config.mcp_servers)
         fresh = ToolRegistry()
