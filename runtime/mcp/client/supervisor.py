@@ -97,7 +97,6 @@ class _Server:
         self.settled = trio.Event()  # the first attempt is over, either way
         self.refresh = trio.Event()
         self.scope = trio.CancelScope()  # its supervising task: cancelled to stop or restart this server
-        self.running = False  # a supervising task runs it
         self.attempt_started = 0.0  # trio time the current connection attempt began
         if not entry.enabled:
             self.settled.set()
@@ -236,7 +235,6 @@ class McpSupervisor:
     def _start(self, server: _Server) -> None:
         assert self._nursery is not None, "the supervisor is not running"
         server.scope = trio.CancelScope()
-        server.running = True
         server.attempt_started = trio.current_time()  # a call may wait for it before its task runs
         self._nursery.start_soon(self._supervise, server)
 
@@ -304,7 +302,6 @@ class McpSupervisor:
             try:
                 await self._supervise_one(server)
             finally:
-                server.running = False
                 server.settled.set()  # a call waiting for it stops waiting
         if server.scope.cancelled_caught and self._servers.get(server.entry.name) is not server:
             server.status.state = "stopped"  # replaced or removed: no event, its successor reports
