@@ -207,7 +207,7 @@ def test_reload_applies_a_changed_config_and_keeps_unchanged_servers(tmp_path):
         done = tern("reload", "--config", config)
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines() == ["agents removed: second", "MCP servers changed: new",
-                                            "MCP servers kept connected: keep"]
+                                            "MCP servers unchanged (connections kept): keep"]
         assert "a reload cannot change [server] listen: restart tern serve to apply them" in done.stderr
         assert [a["name"] for a in httpx.get(url + "/api/agents").json()["agents"]] == ["echo"]
         wait_for(lambda: servers(url)["new"]["state"] == "ready")

@@ -169,7 +169,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
                 changed = True
                 print(f"{what} {verb}: {', '.join(event[key][verb])}")
     if event["mcp_servers"]["kept"]:
-        print(f"MCP servers kept connected: {', '.join(event['mcp_servers']['kept'])}")
+        print(f"MCP servers unchanged (connections kept): {', '.join(event['mcp_servers']['kept'])}")
     if not changed:
         print("reloaded: no agent or MCP server changed")
     if event["not_applied"]:

@@ -277,8 +277,8 @@ class McpSupervisor:
 
     def restart(self, name: str) -> ServerStatus:
         """Reconnect one server now with a fresh restart budget: a failed one is revived,
-        a running one is closed and connected again. Raises ``UnknownServer`` or a
-        ``TernError`` for a disabled one."""
+        a running one is closed and connected again. Raises ``UnknownServer``, or
+        ``ServerDisabled`` for a disabled one."""
         server = self._servers.get(name)
         if server is None:
             known = ", ".join(self._servers) or "none configured"
