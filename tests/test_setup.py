@@ -98,6 +98,19 @@ def test_a_file_it_cannot_read_as_a_json_object_is_refused_and_left_alone(tmp_pa
     assert path.read_text() == text and backups(path) == []
 
 
+def test_a_keyed_config_gets_a_note_on_sharing_the_daemon_and_a_bad_one_is_refused(tmp_path):
+    config = write_config(tmp_path)
+    config.write_text(config.read_text().replace("[server]\n", '[server]\napi_key_env = "TERN_API_KEY"\n', 1))
+    path = tmp_path / "mcp.json"
+    done = setup(tmp_path, "cursor", "--path", str(path), "--config", str(config))
+    assert done.returncode == 0 and '"env": {"TERN_API_KEY": "<the key>"} to the entry' in done.stderr
+    assert "TERN_API_KEY" not in path.read_text()  # never a secret, nor its name, written for the user
+    config.write_text(config.read_text() + "[[agents]]\nname = 'x'\nbogus = 1\n")
+    done = setup(tmp_path, "cursor", "--path", str(tmp_path / "other.json"), "--config", str(config))
+    assert done.returncode == 2 and "bogus: unknown key" in done.stderr
+    assert not (tmp_path / "other.json").exists()
+
+
 def test_print_is_a_dry_run(tmp_path):
     path = tmp_path / "claude_desktop_config.json"
     path.write_text(json.dumps(CLAUDE))

@@ -7,7 +7,10 @@ now, with nothing left to the assistant's environment: the absolute interpreter 
 (assistants start servers with a minimal ``PATH``), the absolute path of ``tern.pyz``
 or ``-m runtime`` (with ``PYTHONPATH`` when the package is not installed for that
 interpreter), and ``--config`` with the absolute path of the config file this tern
-would use here (an assistant starts tern in a directory of its own choosing).
+would use here (an assistant starts tern in a directory of its own choosing). That
+config is loaded first, so an entry is never written for a tern that would not start,
+and a config with an API key gets a note on passing it (``env``) to share a daemon;
+tern never writes the key itself into another program's file.
 
 The file is merged, never replaced: every other server is kept as it is, an existing
 entry of that name has its ``command``, ``args`` (and ``type``) updated and keeps
@@ -160,12 +163,12 @@ def _write(path: Path, text: str, mode: int) -> None:
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
-    from runtime.config import find_config
+    from runtime.config import load_config
 
     title, key, typed = ASSISTANTS[args.assistant]
     path = Path(args.path).expanduser() if args.path else default_path(args.assistant)
-    config_file = find_config(getattr(args, "config", None))  # a named file must exist; None: the bundled one
-    wanted = invocation(config_file, args.standalone)
+    loaded = load_config(getattr(args, "config", None))  # the assistant's tern must start: a bad file stops here
+    wanted = invocation(loaded.path, args.standalone)
     if typed:
         wanted = {"type": "stdio", **wanted}
     try:
@@ -200,4 +203,16 @@ def cmd_setup(args: argparse.Namespace) -> int:
     print(f"tern: {done} '{args.name}' in {path}{f' (backup: {backup.name})' if backup else ''}: "
           f"{wanted['command']} {' '.join(wanted['args'])}", file=sys.stderr)
     print(f"tern: restart {title} (or reload its MCP servers) to start it", file=sys.stderr)
+    _key_note(loaded.config, wanted)
     return 0
+
+
+def _key_note(config: Any, entry: dict[str, Any]) -> None:
+    """A keyed daemon refuses a ``tern mcp`` without the key (it then serves on its own):
+    say how to share it, without writing the secret into the assistant's file."""
+    variable = config.server.api_key_env
+    if (variable or config.server.api_key) and variable not in entry.get("env", {}):
+        shown = variable or "TERN_API_KEY"
+        print(f'tern: this config has an API key: to let tern mcp share a running tern serve, add "env": '
+              f'{{"{shown}": "<the key>"}} to the entry (without it, tern mcp serves from its own kernel)',
+              file=sys.stderr)
