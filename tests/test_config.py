@@ -250,6 +250,7 @@ def test_an_unrelated_config_toml_in_the_working_directory_is_skipped(tmp_path):
     ("", True),
     ('[[mcp_servers]]\nname = "x"\ntransport = { type = "stdio" command = "y" }\n', True),  # broken, but tern's
     ("[editor]\nline-number = 'relative'\n", False),  # an editor's
+    ("[server]\nport = 8080\n", False),  # only a name tern shares, with contents that are not tern's
     ("title = [unclosed\n", False),  # not TOML, nothing of tern's
 ])
 def test_what_looks_like_a_tern_config(tmp_path, text, tern_s):

@@ -11,8 +11,9 @@ look like tern's is skipped with a one-line warning, and the search goes on; a n
 file (``--config``, ``$TERN_CONFIG``) and the user config directory's are always
 tern's and checked strictly. Looks like tern's: it has a section only tern uses
 (``agents``, ``mcp_servers``, ``mcp_server``, ``a2a``, ``governance``, ``scripts``), or
-every top-level key is one of tern's (an empty file too). So a typo inside a real tern
-config still stops tern with its one line.
+only sections tern has whose contents decode as tern's (``[server] port = 8080`` is
+some other server's; an empty file is tern's). So a typo inside a real tern config
+still stops tern with its one line.
 """
 
 from __future__ import annotations
@@ -123,11 +124,17 @@ def foreign_config(path: Path) -> str:
     except ValueError as exc:
         return "" if _TERN_HEADER.search(text) else f"not TOML tern can read: {toml_syntax(str(exc))}"
     keys = set(raw)
-    if keys & TERN_ONLY_SECTIONS or keys <= set(Config.__struct_fields__):
+    if keys & TERN_ONLY_SECTIONS:
         return ""
     unknown = sorted(keys - set(Config.__struct_fields__))
-    shown = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
-    return f"tern has no {shown}"
+    if unknown:
+        shown = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        return f"tern has no {shown}"
+    try:  # only sections other programs use too ([server], [security], [tools], [state]): are they tern's?
+        msgspec.convert(raw, Config, strict=True)
+    except msgspec.ValidationError as exc:
+        return explain(str(exc), raw)
+    return ""
 
 
 def load_config(explicit: str | None = None) -> LoadedConfig:
