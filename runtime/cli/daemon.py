@@ -1,11 +1,12 @@
-"""``tern status`` and ``tern events``: clients of the running daemon (found through
-its discovery file, which must pass ``host/discovery.py``'s checks before the key or
-the local token is sent anywhere)."""
+"""``tern status``, ``tern events`` and ``tern reload``: clients of the running daemon
+(found through its discovery file, which must pass ``host/discovery.py``'s checks
+before the key or the local token is sent anywhere)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from runtime.cli.common import Commands
@@ -15,6 +16,10 @@ def add_commands(commands: Commands) -> None:
     commands.add("status", cmd_status, "show the running daemon's state (from its discovery file)")
     events = commands.add("events", cmd_events, "print the running daemon's events as they happen")
     events.add_argument("--json", action="store_true", help="one JSON object per line (default: readable lines)")
+    reload = commands.add("reload", cmd_reload, "make the running daemon re-read its config file and apply it "
+                          "(SIGHUP); an invalid file is refused and the running config kept")
+    reload.add_argument("--timeout", type=float, default=30.0, metavar="SECS",
+                        help="how long to wait for the daemon's answer (default: 30)")
 
 
 def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str], Any]:
@@ -119,3 +124,65 @@ def _event_line(event: dict[str, Any]) -> str:
         return f"{stamp} tool {event.get('tool')}: {event.get('outcome')} in {event.get('ms')} ms"
     rest = {k: v for k, v in event.items() if k not in ("type", "time")}
     return f"{stamp} {kind} {json.dumps(rest)}"
+
+
+RELOAD_EVENTS = ("config.reloaded", "config.reload_failed")
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    """SIGHUP to the daemon, and its answer read from its event stream (subscribed
+    before the signal, so the answer cannot be missed): what changed, what a reload
+    cannot change, or why the file was refused (exit 2, the config error's code)."""
+    import os
+    import signal
+
+    import trio
+
+    from runtime.errors import ConfigError, TernError, UsageError
+
+    if getattr(signal, "SIGHUP", None) is None:
+        raise UsageError("tern reload signals the daemon with SIGHUP, which this platform does not have; "
+                         "restart tern serve instead")
+    try:
+        record, headers, _ = _daemon(args)
+    except ConfigError as exc:  # the file the daemon would read: it is not signalled at all
+        raise ConfigError(f"{exc}; the daemon was not asked to reload and keeps its running config") from None
+    url = record["url"].replace("http", "ws", 1) + "/api/events"
+
+    async def reload() -> dict[str, Any]:
+        from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
+
+        try:
+            with trio.fail_after(args.timeout):
+                async with open_websocket_url(
+                    url, extra_headers=[(k.encode(), v.encode()) for k, v in headers.items()], connect_timeout=5
+                ) as socket:
+                    await socket.get_message()  # hello: subscribed
+                    os.kill(int(record["pid"]), signal.SIGHUP)
+                    while True:
+                        event = json.loads(await socket.get_message())
+                        if event.get("type") in RELOAD_EVENTS:
+                            return event
+        except (HandshakeError, ConnectionClosed, OSError) as exc:
+            raise TernError(f"cannot reload the daemon at {record['url']}: {exc}") from None
+        except trio.TooSlowError:
+            raise TernError(f"the daemon (pid {record['pid']}) did not say within {args.timeout:g} s whether it "
+                            "reloaded; see its log") from None
+
+    event = trio.run(reload)
+    if event["type"] == "config.reload_failed":
+        raise ConfigError(f"the daemon kept its running config: {event['error']}")
+    changed = False
+    for what, key in (("agents", "agents"), ("MCP servers", "mcp_servers")):
+        for verb in ("added", "removed", "changed"):
+            if event[key][verb]:
+                changed = True
+                print(f"{what} {verb}: {', '.join(event[key][verb])}")
+    if event["mcp_servers"]["kept"]:
+        print(f"MCP servers unchanged (connections kept): {', '.join(event['mcp_servers']['kept'])}")
+    if not changed:
+        print("reloaded: no agent or MCP server changed")
+    if event["not_applied"]:
+        print(f"tern: warning: a reload cannot change {', '.join(event['not_applied'])}: restart tern serve to "
+              "apply them", file=sys.stderr)
+    return 0

@@ -49,7 +49,7 @@ def _approval_id(request: Request) -> str:
 def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> Router:
     """Every route; ``secured``: an API key is configured (the A2A cards say so)."""
     router = Router()
-    config = node.config
+    config = node.config  # for what a reload cannot change; the rest reads node.config per request
     kernel = node.kernel
 
     audit = kernel.pipeline.audit
@@ -64,7 +64,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         return json_response({
             "version": __version__,
             "uptime_secs": round(time.time() - kernel.started, 3),
-            "agents": [{"name": a.name, "kind": a.kind} for a in config.agents],
+            "agents": [{"name": a.name, "kind": a.kind} for a in node.config.agents],
             "mcp_servers": [{"name": s.name, "state": s.state, "tools": s.tool_count, "last_error": s.last_error,
                              "restarts": s.restarts} for s in kernel.mcp.statuses()],
             "mcp_server_states": states,
@@ -80,11 +80,20 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     async def mcp_servers(request: Request) -> Response:
         from runtime.mcp.client.supervisor import servers_report
 
-        return json_response(servers_report(config, kernel.mcp))
+        return json_response(servers_report(node.config, kernel.mcp))
+
+    async def mcp_restart(request: Request) -> Response:
+        """Reconnect one MCP server now (a failed one is revived with a fresh restart
+        budget); answers its status at once, before the connection is made."""
+        from runtime.wire.limits import check_name
+
+        name = check_name(request.params["name"], "the MCP server name")
+        status = kernel.mcp.restart(name)  # UnknownServer answers 404 itself
+        return json_response(msgspec.structs.asdict(status))
 
     async def agents(request: Request) -> Response:
         return json_response({"agents": [{"name": a.name, "kind": a.kind, "description": a.description,
-                                          "tools": a.tools} for a in config.agents]})
+                                          "tools": a.tools} for a in node.config.agents]})
 
     async def agent_message(request: Request) -> Response:
         from runtime.errors import AgentError
@@ -149,6 +158,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     router.add("GET", "/api/status", status, summary="version, uptime, agents, MCP server states, A2A peers")
     router.add("GET", "/api/tools", tools, summary="every tool agents can call")
     router.add("GET", "/api/mcp/servers", mcp_servers, summary="configured and connected MCP servers")
+    router.add("POST", "/api/mcp/servers/{name}/restart", mcp_restart, cost=5.0,
+               summary="reconnect one MCP server now; a failed one is revived with a fresh restart budget")
     router.add("GET", "/api/agents", agents, summary="configured agents")
     router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, watch_disconnect=True,
                summary="send an agent a message")
@@ -163,7 +174,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     if node.a2a is not None:
         from runtime.a2a.server.endpoint import A2aEndpoint
 
-        A2aEndpoint(config, node.a2a, secured=secured, bound=lambda: node.http_bound).add_routes(router)
+        node.a2a_endpoint = A2aEndpoint(config, node.a2a, secured=secured, bound=lambda: node.http_bound)
+        node.a2a_endpoint.add_routes(router)
     else:
         off = "A2A is off on this tern (set [a2a] enabled = true in its config to serve agent cards and tasks)"
         for prefix in (config.a2a.listen_path, "/.well-known/agent-card.json", "/.well-known/agent.json"):

@@ -64,8 +64,16 @@ class Agents:
         self.pipeline = pipeline
         self.conversations = conversations
         self._by_name = {agent.name: agent for agent in config.agents}
+        self._clock = clock
         self.budgets = Budgets(config.agents, clock=clock)
         self.remote: Any = None  # ExternalAgents.send, when [a2a] external_agents are configured
+
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config's agents (``tern reload``). A message already being answered
+        finishes with the agent it started with; budgets count afresh."""
+        self.config = config
+        self._by_name = {agent.name: agent for agent in config.agents}
+        self.budgets = Budgets(config.agents, clock=self._clock)
 
     def get(self, name: str) -> AgentConfig:
         agent = self._by_name.get(name)
@@ -261,7 +269,7 @@ class Agents:
 
         if not agent.tool:
             raise AgentError(f'agent {agent.name!r}: kind = "tool" needs tool = "..."')
-        tool = self.pipeline.registry.get(agent.tool)
+        tool = self.pipeline.registry.get(agent.tool) or await self.pipeline.registry.wait_for(agent.tool)
         arguments = _arguments(message, tool.input_schema if tool is not None else {})
         # The fixed tool is the agent's capability even when its tools list is empty.
         allowed = (

@@ -51,9 +51,13 @@ class Exposure:
     """The exposed tool set, computed live from the kernel's tools (MCP tools come and go)."""
 
     def __init__(self, config: Config, tools: ToolPort, events: EventPort) -> None:
-        self.config = config
         self.kernel_tools = tools
         self.events = events
+        self.reconfigure(config)
+
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config's agents, presets and allowlist (``tern reload``)."""
+        self.config = config
         settings = self.config.mcp_server
         self._agents: dict[str, AgentConfig] = {}
         if settings.expose_agents:
@@ -90,7 +94,7 @@ class Exposure:
         """Yields each time the exposed set of names changes (MCP servers coming and
         going change the kernel tools an allowlist matches)."""
         known = self.names()
-        with self.events.subscribe(kinds=("mcp.server", "mcp.tools")) as events:
+        with self.events.subscribe(kinds=("mcp.server", "mcp.tools", "config.reloaded")) as events:
             while True:
                 await events.next()
                 if (names := self.names()) != known:
@@ -144,7 +148,8 @@ class Exposure:
             if arguments.get("context_id") is not None:
                 forwarded["context_id"] = check_id(arguments["context_id"], "arguments.context_id")
             result = await pipeline.call("agent_send", forwarded, run=run, caller=caller)
-        elif (preset is not None or self._kernel_tool_allowed(name)) and pipeline.get(name) is not None:
+        elif (preset is not None or self._kernel_tool_allowed(name)) and \
+                (pipeline.get(name) or await pipeline.wait_for(name)) is not None:  # its MCP server may be connecting
             result = await pipeline.call(name, arguments, run=run, caller=caller)
         else:
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
