@@ -3,7 +3,7 @@
 
 Usage (from the repository root, with only the standard library and pip)::
 
-    python3 build_pyz.py [--out dist/tern.pyz] [--offline]
+    python3 build_pyz.py [--out dist/tern.pyz] [--offline] [--platform KEY ...]
 
 Any CPython 3.10 or newer builds it; the output does not depend on which one.
 
@@ -607,9 +607,21 @@ def display(path: Path) -> str:
         return str(path)
 
 
+def chosen_platforms(keys: list[str] | None) -> tuple[Platform, ...]:
+    """The platforms to bundle: all, or those ``--platform`` names (a slimmer file)."""
+    if not keys:
+        return PLATFORMS
+    known = {p.key: p for p in PLATFORMS}
+    unknown = sorted(set(keys) - set(known))
+    if unknown:
+        raise BuildError(f"unknown --platform {', '.join(unknown)}; known: {', '.join(known)}")
+    return tuple(p for p in PLATFORMS if p.key in keys)
+
+
 def build(args: argparse.Namespace) -> Path:
     started = time.monotonic()
     requirements = read_lock(Path(args.lock))
+    platforms = chosen_platforms(args.platform)
 
     pure_target = Target()
     wanted: list[tuple[Requirement, Target]] = []
@@ -619,12 +631,12 @@ def build(args: argparse.Namespace) -> Path:
             continue
         if requirement.key in NATIVE:
             for python in PYTHONS:
-                for platform in PLATFORMS:
+                for platform in platforms:
                     if marker_holds(requirement.marker, python, platform):
                         target = Target(python, platform)
                         wanted.append((requirement, target))
                         natives.append((requirement, NATIVE[requirement.key], target))
-        elif any(marker_holds(requirement.marker, py, pl) for py in PYTHONS for pl in PLATFORMS):
+        elif any(marker_holds(requirement.marker, py, pl) for py in PYTHONS for pl in platforms):
             wanted.append((requirement, pure_target))
     wheels = fetch_wheels(Path(args.wheels), wanted, args.offline, args.jobs)
 
@@ -664,6 +676,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lock", default=str(ROOT / ".ci" / "requirements.lock"), help="lock file")
     parser.add_argument("--config", default=str(ROOT / "config.toml"), help="bundled default config")
     parser.add_argument("--offline", action="store_true", help="fail instead of downloading a missing wheel")
+    parser.add_argument("--platform", action="append", metavar="KEY",
+                        help="bundle native modules for this platform only (repeatable; default: all of "
+                             + ", ".join(p.key for p in PLATFORMS) + ")")
     parser.add_argument("--jobs", type=int, default=8, help="parallel pip downloads (default: 8)")
     return parser.parse_args(argv)
 

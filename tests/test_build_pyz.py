@@ -523,6 +523,28 @@ def test_any_python_builds_the_same_archive(pyz: Path, dirs: tuple[Path, Path, P
     assert ran.returncode == 0 and runtime.__version__ in ran.stdout, ran.stderr
 
 
+def test_an_unknown_platform_is_refused() -> None:
+    with pytest.raises(build_pyz.BuildError, match="unknown --platform musl; known: manylinux_x86_64"):
+        build_pyz.chosen_platforms(["manylinux_x86_64", "musl"])
+    assert build_pyz.chosen_platforms(None) == build_pyz.PLATFORMS
+
+
+@pytest.mark.pyz
+def test_platform_option_builds_a_slimmer_file(pyz: Path, dirs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "slim.pyz"
+    result = subprocess.run([sys.executable, str(ROOT / "build_pyz.py"), "--out", str(out), "--offline",
+                             "--platform", "manylinux_x86_64"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest = manifest_of(out)
+    assert {(e["label"], e["python"]) for e in manifest.values()} == {("Linux x86_64 (glibc)", v) for v in PYTHONS}
+    assert out.stat().st_size < pyz.stat().st_size / 2
+    if sys.platform == "linux" and os.uname().machine == "x86_64":
+        cache, tmp, cwd = dirs
+        ran = run([base_python(), "-I", "-S", str(out), "version"], clean_env(cache, tmp), cwd)
+        assert ran.returncode == 0 and runtime.__version__ in ran.stdout, ran.stderr
+
+
 @pytest.mark.pyz
 @pytest.mark.parametrize("flags", [["-I"], ["-I", "-S"]], ids=["isolated", "isolated-no-site"])
 def test_version_runs_isolated_from_elsewhere(pyz: Path, dirs: tuple[Path, Path, Path], flags: list[str]) -> None:
