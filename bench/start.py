@@ -2,7 +2,7 @@
 same code from a venv, on every CPython 3.10-3.13 found. Run from the repo root after
 `python3 build_pyz.py`:
 
-    .venv/bin/python bench/start.py [--runs 21] [--pythons 3.10,3.11,3.12,3.13]
+    .venv/bin/python bench/start.py [--runs 21] [--pythons 3.10,3.11,3.12,3.13] [--command version]
 
 Each Python gets a venv with tern's runtime dependencies installed from build/wheels
 (made once, under build/bench-venvs/; `python -m runtime` runs from the repo) and an
@@ -71,7 +71,7 @@ def empty_venv(python: str, where: Path) -> str:
     return str(where / "bin" / "python")
 
 
-def measure(version: str, python: str, pyz: Path, scratch: Path, runs: int) -> list:
+def measure(version: str, python: str, pyz: Path, scratch: Path, runs: int, command: list) -> list:
     venv_python = deps_venv(python, version)
     pyz_python = empty_venv(python, scratch / f"empty-{version}")
     warm_cache, cold_cache = scratch / f"warm-{version}", scratch / f"cold-{version}"
@@ -80,12 +80,13 @@ def measure(version: str, python: str, pyz: Path, scratch: Path, runs: int) -> l
     def empty_cold_cache() -> None:
         shutil.rmtree(cold_cache, ignore_errors=True)
 
+    words = " ".join(command)
     variants = [
-        Variant(f"{version} venv: python -m runtime version", [venv_python, "-m", "runtime", "version"],
+        Variant(f"{version} venv: python -m runtime {words}", [venv_python, "-m", "runtime", *command],
                 env=base_env, cwd=str(ROOT)),
-        Variant(f"{version} pyz warm: python -I tern.pyz version", [pyz_python, "-I", str(pyz), "version"],
+        Variant(f"{version} pyz warm: python -I tern.pyz {words}", [pyz_python, "-I", str(pyz), *command],
                 env={**base_env, "TERN_CACHE_DIR": str(warm_cache)}, cwd=str(scratch)),
-        Variant(f"{version} pyz cold (empty cache)", [pyz_python, "-I", str(pyz), "version"],
+        Variant(f"{version} pyz cold (empty cache)", [pyz_python, "-I", str(pyz), *command],
                 env={**base_env, "TERN_CACHE_DIR": str(cold_cache)}, cwd=str(scratch), before_each=empty_cold_cache),
         Variant(f"{version} baseline: python -I -c pass", [pyz_python, "-I", "-c", "pass"], env=base_env),
     ]
@@ -96,6 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=21)
     parser.add_argument("--pythons", default=",".join(PYTHONS), help="versions to measure (default: 3.10-3.13)")
+    parser.add_argument("--command", default="version", help="the tern command line to time (default: version)")
     parser.add_argument("--pyz", default=str(ROOT / "dist" / "tern.pyz"), help="the pyz (default: dist/tern.pyz)")
     args = parser.parse_args()
     pyz = Path(args.pyz).resolve()
@@ -109,12 +111,12 @@ def main() -> None:
             if python is None:
                 print(f"\n(no CPython {version} here: skipped)")
                 continue
-            results = measure(version, python, pyz, scratch, args.runs)
-            print_table(f"tern version, CPython {version} ({python}), {args.runs} runs", results)
+            results = measure(version, python, pyz, scratch, args.runs, args.command.split())
+            print_table(f"tern {args.command}, CPython {version} ({python}), {args.runs} runs", results)
             summary.append((version, *(r.median_ms for r in results)))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"\n### Summary: pyz {pyz.stat().st_size / 1e6:.2f} MB, medians of {args.runs} runs\n")
+    print(f"\n### Summary: tern {args.command}, pyz {pyz.stat().st_size / 1e6:.2f} MB, medians of {args.runs} runs\n")
     print("| Python | venv ms | pyz warm ms | warm / venv | target | pyz cold ms | python -c pass ms |")
     print("|---|---:|---:|---:|---|---:|---:|")
     for version, venv, warm, cold, bare in summary:
