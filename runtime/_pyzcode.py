@@ -170,7 +170,8 @@ def install(main_file, build):
             _dir = os.path.join(root, "code", name)
         except OSError:
             _dir = None
-    sys.path_hooks.insert(0, _hook)
+    if _hook not in sys.path_hooks:
+        sys.path_hooks.insert(0, _hook)
     for key, finder in list(sys.path_importer_cache.items()):
         if type(finder) is zipimport.zipimporter and _ours(key):
             sys.path_importer_cache[key] = CachedZipImporter(key)
