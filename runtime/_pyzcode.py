@@ -17,7 +17,7 @@ the pyz that:
 overwrite each other's code and ``tern cache prune`` can drop old ones.
 
 A cache file is ``importlib.util.MAGIC_NUMBER`` (the interpreter's), ``b"tern"``, the source's CRC-32
-and size as the zip's directory records them, the SipHash-1-3 of the rest, then
+and size as the zip's directory records them, the SipHash of the rest (``_imp.source_hash``), then
 ``marshal`` data. It is used only if all of that matches, it is a regular file owned
 by this user and not group- or world-writable, and every directory of the chain
 passed the same owner and mode checks as the native cache (else ``BundleError``).

@@ -93,6 +93,17 @@ def python_for(version: str) -> str | None:
     return None
 
 
+#: The Pythons the code cache tests run on (each skipped if absent; CI has all four).
+CACHE_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def need_python(version: str) -> str:
+    python = python_for(version)
+    if python is None:
+        pytest.skip(f"no CPython {version} on this machine (python{version} or ~/.pyenv)")
+    return python
+
+
 def base_python() -> str:
     """The interpreter behind the test venv: no tern dependencies next to it."""
     return getattr(sys, "_base_executable", None) or sys.executable
@@ -578,12 +589,15 @@ def test_runtime_imports_from_the_pyz_in_an_empty_venv(
 
 
 @pytest.mark.pyz
-def test_eight_concurrent_first_runs_leave_one_directory(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+@pytest.mark.parametrize("version", CACHE_PYTHONS)
+def test_eight_concurrent_first_runs_leave_one_directory(pyz: Path, dirs: tuple[Path, Path, Path],
+                                                         version: str) -> None:
+    python = need_python(version)
     cache, tmp, cwd = dirs
     env = clean_env(cache, tmp)
     procs = [
         subprocess.Popen(
-            [base_python(), "-I", "-S", str(pyz), "version"],
+            [python, "-I", "-S", str(pyz), "version"],
             env=env,
             cwd=cwd,
             stdout=subprocess.PIPE,
@@ -599,12 +613,12 @@ def test_eight_concurrent_first_runs_leave_one_directory(pyz: Path, dirs: tuple[
     (bundle,) = native_listing(cache)  # no .tmp-* debris
     assert not bundle.startswith(_bundle.WORK_PREFIX)
     (code,) = os.listdir(cache / "code")
-    assert code == f"{build_of(pyz)}-{sys.implementation.cache_tag}"
+    assert code == f"{build_of(pyz)}-{cache_tag_of(python)}"
     assert not [n for n in os.listdir(cache / "code" / code) if n.startswith(_bundle.WORK_PREFIX)]
     assert os.listdir(tmp) == []
     # Every published file is whole: the next run uses them all and writes nothing.
     before = cache_snapshot(cache)
-    assert run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd).returncode == 0
+    assert run([python, "-I", "-S", str(pyz), "version"], env, cwd).returncode == 0
     assert cache_snapshot(cache) == before
 
 
@@ -624,17 +638,19 @@ def test_unwritable_cache_still_runs_and_cleans_up(pyz: Path, dirs: tuple[Path, 
 
 
 @pytest.mark.pyz
-def test_a_code_cache_that_cannot_be_made_still_runs(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+@pytest.mark.parametrize("version", CACHE_PYTHONS)
+def test_a_code_cache_that_cannot_be_made_still_runs(pyz: Path, dirs: tuple[Path, Path, Path], version: str) -> None:
     """Only the code cache is unusable (a file where its folder goes): the native
     bundle is still extracted and used, the code is compiled in memory."""
+    python = need_python(version)
     cache, tmp, cwd = dirs
     cache.mkdir(mode=0o700)
     (cache / "code").write_text("")
     env = clean_env(cache, tmp)
-    result = run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd)
+    result = run([python, "-I", "-S", str(pyz), "version"], env, cwd)
     assert result.returncode == 0, result.stderr
     assert runtime.__version__ in result.stdout
-    report = assert_probe_ok(run([base_python(), "-I", "-S", "-c", PROBE, str(pyz)], env, cwd), pyz, "3.11")
+    report = assert_probe_ok(run([python, "-I", "-S", "-c", PROBE, str(pyz)], env, cwd), pyz, version)
     assert report["code_dir"] is None
     assert report["added"][0].startswith(str(cache / "native"))
 
@@ -667,14 +683,12 @@ def cache_tag_of(python: str) -> str:
 
 
 @pytest.mark.pyz
-@pytest.mark.parametrize("version", ["3.10", "3.11", "3.12", "3.13"])
+@pytest.mark.parametrize("version", CACHE_PYTHONS)
 def test_each_python_compiles_once_into_the_code_cache(pyz: Path, dirs: tuple[Path, Path, Path],
                                                        version: str) -> None:
     """The first run compiles what it imports into <cache>/code/<build>-<cache tag>/;
     the second loads it all from there: it writes nothing, and imports the same."""
-    python = python_for(version)
-    if python is None:
-        pytest.skip(f"no CPython {version} on this machine (python{version} or ~/.pyenv)")
+    python = need_python(version)
     cache, tmp, cwd = dirs
     env = clean_env(cache, tmp)
     first = run([python, "-I", "-S", str(pyz), "version"], env, cwd)
@@ -700,39 +714,49 @@ def test_each_python_compiles_once_into_the_code_cache(pyz: Path, dirs: tuple[Pa
     assert len(os.listdir(code)) > len(cached)
 
 
+def in_python(python: str, program: str, data: bytes = b"") -> bytes:
+    """What ``program`` writes to stdout under ``python``, given ``data`` on stdin."""
+    return subprocess.run([python, "-I", "-c", program], input=data, capture_output=True, check=True,
+                          timeout=RUN_TIMEOUT_SECS).stdout
+
+
 @pytest.mark.pyz
+@pytest.mark.parametrize("version", CACHE_PYTHONS)
 @pytest.mark.parametrize("how", ["rewritten", "truncated", "symlink", "group-writable", "stale-source"])
 def test_tampered_cached_code_is_not_used(pyz: Path, dirs: tuple[Path, Path, Path], tmp_path: Path,
-                                          how: str) -> None:
+                                          how: str, version: str) -> None:
     """A cache file that is not exactly what tern wrote for this pyz's source is never
     executed: the module is compiled from the pyz again and the file replaced."""
-    import marshal
-
     from runtime import _pyzcode
 
+    python = need_python(version)
     cache, tmp, cwd = dirs
     env = clean_env(cache, tmp)
-    assert run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd).returncode == 0
+    assert run([python, "-I", "-S", str(pyz), "version"], env, cwd).returncode == 0
     (code,) = (cache / "code").iterdir()
     target = code / "runtime.cli.pyc"
     good = target.read_bytes()
-    header, evil = good[:_pyzcode.HEADER_BYTES], marshal.dumps(compile("raise SystemExit('TAMPERED')", "x", "exec"))
+    header = good[:_pyzcode.HEADER_BYTES]
+    evil = in_python(python, "import marshal, sys; sys.stdout.buffer.write(marshal.dumps("
+                             "compile('raise SystemExit(\"TAMPERED\")', 'x', 'exec')))")
     target.chmod(0o600)
     target.unlink()
     if how == "rewritten":  # the header kept, the code swapped: the digest no longer matches
         target.write_bytes(header + evil)
     elif how == "truncated":
         target.write_bytes(good[: len(good) // 2])
-    elif how == "stale-source":  # whole and digested, but for another source (the CRC-32 differs)
+    elif how == "stale-source":  # whole and rightly digested, but for another source (the CRC-32 differs)
+        digest = in_python(python, f"import _imp, sys; sys.stdout.buffer.write("
+                                   f"_imp.source_hash({_pyzcode.DIGEST_KEY}, sys.stdin.buffer.read()))", evil)
         crc = (int.from_bytes(header[8:12], "little") ^ 1).to_bytes(4, "little")
-        target.write_bytes(header[:8] + crc + header[12:16] + _pyzcode._digest(evil) + evil)
+        target.write_bytes(header[:8] + crc + header[12:16] + digest + evil)
     elif how == "symlink":
         (tmp_path / "planted.pyc").write_bytes(good)
         target.symlink_to(tmp_path / "planted.pyc")
     else:  # good bytes, but another user of the group could have written them
         target.write_bytes(good)
         target.chmod(0o620)
-    result = run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd)
+    result = run([python, "-I", "-S", str(pyz), "version"], env, cwd)
     assert result.returncode == 0, result.stderr
     assert "TAMPERED" not in result.stdout + result.stderr and runtime.__version__ in result.stdout
     assert not target.is_symlink() and target.read_bytes() == good  # compiled again, replaced
