@@ -37,8 +37,9 @@ written even under ``PYTHONDONTWRITEBYTECODE``: it is tern's own directory, not 
 ``__pycache__`` in someone's source tree. A cache that cannot be made or written
 (read-only home, full disk) only costs speed: modules are compiled in memory, once.
 
-Standard library only, imported before anything else in the pyz (and compiled from
-source there, twice): keep it small.
+Standard library only, imported before anything else in the pyz and so compiled from
+source on every start (once: ``__main__.py`` sidesteps zipimport's second compile):
+keep it small.
 """
 
 import marshal
@@ -194,7 +195,9 @@ class CachedZipImporter(zipimport.zipimporter):
 
     def _source(self, fullname):
         """(zip-relative path, CRC-32, size) of the module's ``.py``, or None."""
-        toc = zipimport._zip_directory_cache.get(self.archive)
+        # zipimport's parsed directory (private, but in every CPython since 3.8): it has
+        # each member's CRC-32 and size for free. Without it, the BUILD alone keys the code.
+        toc = getattr(zipimport, "_zip_directory_cache", {}).get(self.archive)
         tail = self.prefix + fullname.rpartition(".")[2]
         for rel in (tail + os.sep + "__init__.py", tail + ".py"):
             if toc is None:
