@@ -503,6 +503,7 @@ BUILD = "{build}"
 def _import_once(name):
     """Import ``runtime.<name>`` from this archive, compiling its source once: zipimport's
     own find_spec compiles a module to learn its file name, then again to run it."""
+    import importlib.machinery
     import importlib.util
     import os
     import zipimport
@@ -510,8 +511,9 @@ def _import_once(name):
     import runtime
 
     where = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
-    spec = importlib.util.spec_from_loader(f"runtime.{{name}}", zipimport.zipimporter(where),
-                                           origin=os.path.join(where, name + ".py"))
+    # A ModuleSpec made here: 3.10's spec_from_loader would ask get_filename (a compile).
+    spec = importlib.machinery.ModuleSpec(f"runtime.{{name}}", zipimport.zipimporter(where),
+                                          origin=os.path.join(where, name + ".py"))
     spec.has_location = True
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
