@@ -1,6 +1,6 @@
 """MCP boot with 5 stdio servers: tern's all-ready time against each server's own handshake.
 
-    .venv/bin/python bench/mcp_boot.py [--runs 7] [--warmup 1] [--scenario real|latency|both]
+    .venv/bin/python bench/mcp_boot.py [--runs 7] [--warmup 1] [--scenario real|latency|both|tern-mcp]
 
 Scenarios (default both, each printed as its own tables):
 - real: server-everything, server-filesystem, server-memory (npm, under node), the
@@ -24,6 +24,12 @@ Variants, interleaved round by round:
 - tern pinned: the same with ``protocol = "2025-11-25"`` (no era probe).
 
 Target (issue: MCP client): all ready within 1.3x the slowest server's own handshake.
+
+Scenario tern-mcp (not part of "both"): tern as the server. Spawn ``tern mcp`` and time
+until its initialize answer, on each CPython 3.10-3.13 found, from dist/tern.pyz (warm
+cache, an empty venv of that Python) and from a venv with the runtime dependencies
+(``python -m runtime mcp``; venvs as bench/start.py makes them). Target (issue: daily
+use): the pyz <= 0.25 s median, and within 1.3x of the venv.
 """
 
 from __future__ import annotations
@@ -82,11 +88,11 @@ def clean_env(names: list) -> dict:
     return {k: os.environ[k] for k in ("PATH", "HOME", "TMP", "TEMP", "TMPDIR", *names) if k in os.environ}
 
 
-async def own_handshake(argv: list, env: list) -> float:
+async def own_handshake(argv: list, env: list, full_env: dict | None = None, cwd: str | None = None) -> float:
     """Seconds from spawn to the initialize answer, with a bare client."""
     started = time.perf_counter()
     proc = await trio.lowlevel.open_process(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=subprocess.DEVNULL, env=clean_env(env))
+                                            stderr=subprocess.DEVNULL, env=full_env or clean_env(env), cwd=cwd)
     try:
         await proc.stdin.send_all(json.dumps(INITIALIZE).encode() + b"\n")
         buf = b""
@@ -199,12 +205,55 @@ def report(title: str, r: dict, runs: int, auto_label: str) -> None:
               f"| {ms(med(tern_each['2025-11-25'][name]))} |")
 
 
+def tern_mcp(runs: int, warmup: int, pyz: Path) -> None:
+    """``tern mcp`` spawn -> initialize answer, pyz (warm) against venv, per Python."""
+    import shutil
+
+    from start import PYTHONS, deps_venv, empty_venv, find_python
+
+    if not pyz.is_file():
+        raise SystemExit(f"{pyz} is missing: run `python3 build_pyz.py` first")
+    med = statistics.median
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tern-mcp-boot-") as tmp:
+        scratch = Path(tmp)
+        for version in PYTHONS:
+            python = find_python(version)
+            if python is None:
+                print(f"(no CPython {version} here: skipped)")
+                continue
+            venv_python = deps_venv(python, version)
+            pyz_python = empty_venv(python, scratch / f"empty-{version}")
+            env = {"PATH": os.environ.get("PATH", ""), "HOME": str(scratch), "TERN_CACHE_DIR": str(scratch / "cache")}
+            sides = {"venv": ([venv_python, "-m", "runtime", "mcp", "--standalone"], str(ROOT)),
+                     "pyz": ([pyz_python, "-I", str(pyz), "mcp", "--standalone"], str(scratch))}
+            samples: dict = {side: [] for side in sides}
+            for round_no in range(warmup + runs):
+                for side, (argv, cwd) in sides.items():
+                    seconds = trio.run(own_handshake, argv, [], env, cwd)
+                    if round_no >= warmup:
+                        samples[side].append(seconds)
+            rows.append((version, med(samples["venv"]), med(samples["pyz"])))
+        shutil.rmtree(scratch / "cache", ignore_errors=True)
+    print(f"\n### tern mcp: spawn -> initialize answer ({runs} runs, median, warm cache)\n")
+    print("| Python | venv ms | pyz ms | pyz / venv | target |")
+    print("|---|---:|---:|---:|---|")
+    for version, venv, pyz_s in rows:
+        verdict = "ok" if pyz_s <= 0.25 and pyz_s / venv <= TARGET else "MISSED"
+        print(f"| {version} | {venv * 1000:.0f} | {pyz_s * 1000:.0f} | {pyz_s / venv:.2f}x "
+              f"| <= 250 ms and <= {TARGET}x {verdict} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--scenario", choices=("real", "latency", "both"), default="both")
+    parser.add_argument("--scenario", choices=("real", "latency", "both", "tern-mcp"), default="both")
+    parser.add_argument("--pyz", default=str(ROOT / "dist" / "tern.pyz"), help="tern-mcp: the pyz (dist/tern.pyz)")
     args = parser.parse_args()
+    if args.scenario == "tern-mcp":
+        tern_mcp(args.runs, args.warmup, Path(args.pyz).resolve())
+        return
     if args.scenario in ("real", "both"):
         with tempfile.TemporaryDirectory(prefix="tern-boot-") as tmp:
             r = measure(real_servers(Path(tmp)), args.runs, args.warmup)

@@ -39,12 +39,16 @@ The bundle is extracted once into ``<cache>/native/<package>-<version>-<digest>`
   complete and never changes again (CPython reads ``.pyc`` files without locking).
 - unwritable cache: extract into a temporary directory removed at exit.
 
-This module is imported before anything else in the pyz: standard library only, and
-only ``os`` and ``sys`` at import time.
+This module is imported right after ``runtime._pyzcode`` (which it shares the cache
+root and the owner/mode checks with): standard library only, and only ``os``, ``sys``
+and that module at import time.
 """
 
 import os
 import sys
+
+from runtime._pyzcode import WORK_PREFIX, cache_root, unsafe_owner_or_mode
+from runtime._pyzcode import private_dir as _private_dir
 
 __all__ = ["BUNDLE_PACKAGES", "bootstrap", "cache_root", "bundle_dir_names", "in_use", "running_manifest",
            "prune_cache", "unsafe_owner_or_mode"]
@@ -56,36 +60,11 @@ BUNDLE_PACKAGES = ("msgspec",)
 #: Extension module stem per package: ``<stem><EXTENSION_SUFFIX>``; default the package.
 _STEMS = {"msgspec": "_core"}
 
-#: Prefix of work directories under ``<cache>/native``.
-WORK_PREFIX = ".tmp-"
-
 #: A work directory older than this is debris of a killed process.
 STALE_WORK_SECS = 3600
 
 _manifest = None  # the manifest bootstrap() was given (the running pyz's)
 _in_use = []  # directory names under <cache>/native this process put on sys.path
-
-
-def cache_root():
-    """tern's cache directory (it may not exist yet).
-
-    ``TERN_CACHE_DIR`` if set; else ``$XDG_CACHE_HOME/tern`` or ``~/.cache/tern`` on
-    Linux, ``~/Library/Caches/tern`` on macOS, ``%LOCALAPPDATA%\\tern\\Cache`` on Windows.
-    """
-    explicit = os.environ.get("TERN_CACHE_DIR")
-    if explicit:
-        return os.path.abspath(os.path.expanduser(explicit))
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or os.path.join(
-            os.path.expanduser("~"), "AppData", "Local"
-        )
-        return os.path.join(base, "tern", "Cache")
-    if sys.platform == "darwin":
-        return os.path.join(os.path.expanduser("~"), "Library", "Caches", "tern")
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg and os.path.isabs(xdg):
-        return os.path.join(xdg, "tern")
-    return os.path.join(os.path.expanduser("~"), ".cache", "tern")
 
 
 def _dir_name(digest, entry):
@@ -200,54 +179,6 @@ def _no_bundle(manifest, package):
         f"installed for this Python. Supported: {supported}. Run tern with one of those "
         f"Pythons, or install {package} for this one (python -m pip install {package})."
     )
-
-
-def unsafe_owner_or_mode(st, what):
-    """Why ``what`` (with stat ``st``) is not safe to trust, or "": another user owns it,
-    or its group or others may write to it. Here, stdlib-only, because the bootstrap
-    checks the cache with it before anything else loads; the daemon's state directory
-    and discovery file are checked with it too (``runtime.host.discovery``)."""
-    if os.name != "posix":
-        return ""
-    if st.st_uid != os.geteuid():
-        return f"{what} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
-    if st.st_mode & 0o022:
-        return f"{what} is group- or world-writable (mode {st.st_mode & 0o7777:o})"
-    return ""
-
-
-def _refuse(why):
-    from runtime.errors import BundleError
-
-    return BundleError(
-        f"refusing tern's native-module cache: {why}, so another user could replace the code "
-        "tern loads. Fix its owner or mode (chmod 700), or set TERN_CACHE_DIR to a private directory."
-    )
-
-
-def _private_dir(path, follow=False):
-    """Make ``path`` (and missing parents) 0700, or check the existing one is private.
-    Raises BundleError for a directory another user could write; OSError if it cannot
-    be made."""
-    try:
-        st = os.stat(path) if follow else os.lstat(path)
-    except FileNotFoundError:
-        parent = os.path.dirname(path)
-        if parent and parent != path and not os.path.lexists(parent):
-            _private_dir(parent, follow=True)
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        else:
-            if os.name == "posix":
-                os.chmod(path, 0o700)  # mkdir's mode is cut by the umask, never widened: be exact anyway
-        st = os.stat(path) if follow else os.lstat(path)
-    if (st.st_mode & 0o170000) != 0o040000:
-        raise NotADirectoryError(f"{path} is not a directory")  # unusable, not unsafe: a temp dir will do
-    why = unsafe_owner_or_mode(st, path)
-    if why:
-        raise _refuse(why)
 
 
 def _ensure(archive, digest, entry):
@@ -486,45 +417,75 @@ def _check_hash(member, data, expected):
         raise BundleError(f"the pyz is damaged: {member} does not match the SHA-256 its manifest records")
 
 
-def prune_cache(keep=None, *, root=None, now=None):
-    """Remove stale bundle directories from ``<cache>/native``; return the removed paths.
+def prune_cache(keep=None, *, root=None, now=None, build=None):
+    """Remove stale entries from ``<cache>/native`` and ``<cache>/code``; return their paths.
 
-    Kept: the names in ``keep`` (default: every bundle of the running pyz, i.e. the
-    manifest ``bootstrap()`` was given, or none when tern does not run from a pyz),
-    the directories this process uses, and work directories younger than an hour
-    (another process may be extracting). Removed: every other directory, including
-    work directories left by killed processes. A directory that cannot be removed
-    (on Windows, a loaded ``.pyd``) is skipped and not reported.
+    Native bundles kept: the names in ``keep`` (default: every bundle of the running
+    pyz, i.e. the manifest ``bootstrap()`` was given, or none when tern does not run
+    from a pyz), the directories this process uses, and work directories younger than
+    an hour (another process may be extracting). Code caches kept: those of ``build``
+    (default: the running pyz's, for every Python; none when tern does not run from a
+    pyz); in them, files being written (``.tmp-*``) younger than an hour. Removed:
+    everything else of ours, including work files and directories left by killed
+    processes. What cannot be removed (on Windows, a loaded ``.pyd``) is skipped and
+    not reported.
     """
-    import shutil
     import time
+
+    from runtime import _pyzcode
 
     if keep is None:
         keep = bundle_dir_names(_manifest) if _manifest is not None else set()
     keep = set(keep) | set(_in_use)
-    native = os.path.join(root if root is not None else cache_root(), "native")
+    if build is None:
+        build = _pyzcode.running_build()
+    root = root if root is not None else cache_root()
     now = time.time() if now is None else now
+    removed = []
+    for name, path in _entries(os.path.join(root, "native")):
+        if name.startswith(WORK_PREFIX):
+            if _young(path, now):
+                continue
+        elif name in keep:
+            continue
+        _remove(path, removed)
+    for name, path in _entries(os.path.join(root, "code")):
+        if build and name.startswith(build + "-") and not name.startswith(WORK_PREFIX):
+            for inner, work in _entries(path):
+                if inner.startswith(WORK_PREFIX) and not _young(work, now):
+                    _remove(work, removed, files=True)
+            continue
+        _remove(path, removed)
+    return removed
+
+
+def _entries(folder):
     try:
-        names = sorted(os.listdir(native))
+        return [(name, os.path.join(folder, name)) for name in sorted(os.listdir(folder))]
     except OSError:
         return []
-    removed = []
-    for name in names:
-        path = os.path.join(native, name)
-        try:
-            if name.startswith(WORK_PREFIX):
-                if now - os.lstat(path).st_mtime < STALE_WORK_SECS:
-                    continue
-            elif name in keep:
-                continue
-            if os.path.islink(path):
-                os.unlink(path)
-            elif os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                continue  # not ours
-        except OSError:
-            continue
-        if not os.path.lexists(path):
-            removed.append(path)
-    return removed
+
+
+def _young(path, now):
+    try:
+        return now - os.lstat(path).st_mtime < STALE_WORK_SECS
+    except OSError:
+        return True  # gone or unreadable: leave it
+
+
+def _remove(path, removed, files=False):
+    """Remove a link or directory tree (and a file if ``files``: other files are not
+    ours); note it in ``removed`` if it went."""
+    import shutil
+
+    try:
+        if os.path.islink(path) or (files and os.path.isfile(path)):
+            os.unlink(path)
+        elif os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            return
+    except OSError:
+        return
+    if not os.path.lexists(path):
+        removed.append(path)

@@ -43,8 +43,11 @@ pyz = sys.argv[1]
 sys.path.insert(0, pyz)
 ns = {"__name__": "tern_pyz_main", "__file__": os.path.join(pyz, "__main__.py")}
 exec(zipimport.zipimporter(pyz).get_code("__main__"), ns)
+from runtime import _pyzcode
+_pyzcode.install(ns["__file__"], ns["BUILD"])
 from runtime import _bundle
-added = _bundle.bootstrap(ns["NATIVE"], ns["__file__"])
+from runtime._pyz_manifest import NATIVE
+added = _bundle.bootstrap(NATIVE, ns["__file__"])
 import msgspec, trio, httpx, trio_websocket, certifi
 from runtime.net.tls import ssl_context
 
@@ -63,6 +66,8 @@ print(json.dumps({
     "added": added,
     "files": {name: sys.modules[name].__file__ for name in names},
     "cas": len(ssl_context().get_ca_certs()),
+    "code_dir": _pyzcode.code_dir(),
+    "served": type(sys.modules["runtime.net.tls"].__loader__).__name__,
     "python": "%d.%d" % sys.version_info[:2],
 }))
 """
@@ -88,6 +93,17 @@ def python_for(version: str) -> str | None:
     return None
 
 
+#: The Pythons the code cache tests run on (each skipped if absent; CI has all four).
+CACHE_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def need_python(version: str) -> str:
+    python = python_for(version)
+    if python is None:
+        pytest.skip(f"no CPython {version} on this machine (python{version} or ~/.pyenv)")
+    return python
+
+
 def base_python() -> str:
     """The interpreter behind the test venv: no tern dependencies next to it."""
     return getattr(sys, "_base_executable", None) or sys.executable
@@ -103,13 +119,21 @@ def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Completed
     return subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS)
 
 
-def manifest_of(pyz: Path) -> dict[str, dict]:
+def literal_in(pyz: Path, member: str, name: str) -> object:
     with zipfile.ZipFile(pyz) as archive:
-        tree = ast.parse(archive.read("__main__.py"))
+        tree = ast.parse(archive.read(member))
     for node in tree.body:
-        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["NATIVE"]:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == [name]:
             return ast.literal_eval(node.value)
-    raise AssertionError("no NATIVE literal in __main__.py")
+    raise AssertionError(f"no {name} literal in {member}")
+
+
+def manifest_of(pyz: Path) -> dict[str, dict]:
+    return literal_in(pyz, build_pyz.MANIFEST_MODULE, "NATIVE")
+
+
+def build_of(pyz: Path) -> str:
+    return literal_in(pyz, "__main__.py", "BUILD")
 
 
 def sha256(path: Path) -> str:
@@ -126,6 +150,7 @@ def assert_probe_ok(result: subprocess.CompletedProcess[str], pyz: Path, version
     for name, file in report["files"].items():
         where = bundle if name.startswith("msgspec") else str(pyz)
         assert file.startswith(where + os.sep), (name, file)
+    assert report["served"] == "CachedZipImporter"
     return report
 
 
@@ -356,6 +381,26 @@ def test_prune_cache_defaults_to_the_bundles_of_the_running_pyz(
     assert _bundle.prune_cache() == [str(tmp_path / "native" / "msgspec-0.22.0-old")]
 
 
+def test_prune_cache_keeps_only_the_running_builds_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(_bundle, "_in_use", [])
+    code = tmp_path / "code"
+    for name in ("abc-cpython-311", "abc-cpython-313", "old-cpython-311"):
+        (code / name).mkdir(parents=True)
+        (code / name / "runtime.cli.pyc").write_bytes(b"")
+    for name in (".tmp-runtime.pyc-1-2", ".tmp-runtime.pyc-3-4"):
+        (code / "abc-cpython-311" / name).write_bytes(b"")
+    hours_ago = time.time() - 2 * 3600
+    os.utime(code / "abc-cpython-311" / ".tmp-runtime.pyc-1-2", (hours_ago, hours_ago))
+
+    removed = _bundle.prune_cache(set(), root=str(tmp_path), build="abc")
+
+    assert sorted(removed) == [str(code / "abc-cpython-311" / ".tmp-runtime.pyc-1-2"), str(code / "old-cpython-311")]
+    assert sorted(os.listdir(code)) == ["abc-cpython-311", "abc-cpython-313"]  # every Python's code of this build
+    assert sorted(os.listdir(code / "abc-cpython-311")) == [".tmp-runtime.pyc-3-4", "runtime.cli.pyc"]
+    left = [str(code / name) for name in sorted(os.listdir(code))]
+    assert _bundle.prune_cache(set(), root=str(tmp_path)) == left  # not from a pyz: all stale
+
+
 @pytest.mark.pyz
 def test_losing_the_publish_race_uses_the_winners_directory(
     pyz: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
@@ -416,17 +461,14 @@ def test_layout_and_determinism_rules(pyz: Path, built: tuple[Path, str]) -> Non
         roots = {n.split("/")[0] for n in names}
         assert "msgspec" not in roots and "_cffi_backend" not in roots and "cffi" not in roots
         assert not any("/__pycache__/" in n or n.endswith(".pyi") or "/_tests/" in n for n in names)
-        for name in names:
-            if name.endswith(".py") and not name.startswith("_native/"):
-                assert name + "c" in name_set, name
+        assert not any(n.endswith(".pyc") for n in names)  # sources only: each Python compiles its own
         assert "runtime/default_config.toml" in name_set
         assert archive.read("runtime/default_config.toml") == (ROOT / "config.toml").read_bytes()
         assert "trio-0.35.0.dist-info/METADATA" in name_set
-        pyc = archive.read("trio/__init__.pyc")
-    import importlib.util
-
-    assert pyc[:4] == importlib.util.MAGIC_NUMBER  # the suite runs on 3.11, the pyc target
-    assert int.from_bytes(pyc[4:8], "little") == 0b01  # unchecked hash
+        assert build_pyz.MANIFEST_MODULE in name_set
+        main = archive.read("__main__.py")
+    assert len(main) < 3000  # zipimport compiles it on every start
+    assert len(build_of(pyz)) == 16
 
 
 @pytest.mark.pyz
@@ -465,6 +507,56 @@ def test_rebuild_is_byte_identical(pyz: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.pyz
+@pytest.mark.parametrize("version", ["3.10", "3.13"])
+def test_any_python_builds_the_same_archive(pyz: Path, dirs: tuple[Path, Path, Path], tmp_path: Path,
+                                            version: str) -> None:
+    """No CPython 3.11 needed: the file holds sources only, so which Python builds it
+    does not matter (byte for byte, given the same zlib)."""
+    python = python_for(version)
+    if python is None:
+        pytest.skip(f"no CPython {version} on this machine (python{version} or ~/.pyenv)")
+    out = tmp_path / "other.pyz"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    result = subprocess.run([python, str(ROOT / "build_pyz.py"), "--out", str(out), "--offline"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with zipfile.ZipFile(out) as theirs, zipfile.ZipFile(pyz) as ours:
+        assert [(i.filename, i.CRC, i.file_size) for i in theirs.infolist()] == \
+            [(i.filename, i.CRC, i.file_size) for i in ours.infolist()]
+    import zlib
+
+    zlib_there = subprocess.run([python, "-I", "-c", "import zlib; print(zlib.ZLIB_RUNTIME_VERSION)"],
+                                capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS).stdout.strip()
+    if zlib_there == zlib.ZLIB_RUNTIME_VERSION:
+        assert sha256(out) == sha256(pyz)
+    cache, tmp, cwd = dirs
+    ran = run([base_python(), "-I", "-S", str(out), "version"], clean_env(cache, tmp), cwd)
+    assert ran.returncode == 0 and runtime.__version__ in ran.stdout, ran.stderr
+
+
+def test_an_unknown_platform_is_refused() -> None:
+    with pytest.raises(build_pyz.BuildError, match="unknown --platform musl; known: manylinux_x86_64"):
+        build_pyz.chosen_platforms(["manylinux_x86_64", "musl"])
+    assert build_pyz.chosen_platforms(None) == build_pyz.PLATFORMS
+
+
+@pytest.mark.pyz
+def test_platform_option_builds_a_slimmer_file(pyz: Path, dirs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "slim.pyz"
+    result = subprocess.run([sys.executable, str(ROOT / "build_pyz.py"), "--out", str(out), "--offline",
+                             "--platform", "manylinux_x86_64"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest = manifest_of(out)
+    assert {(e["label"], e["python"]) for e in manifest.values()} == {("Linux x86_64 (glibc)", v) for v in PYTHONS}
+    assert out.stat().st_size < pyz.stat().st_size / 2
+    if sys.platform == "linux" and os.uname().machine == "x86_64":
+        cache, tmp, cwd = dirs
+        ran = run([base_python(), "-I", "-S", str(out), "version"], clean_env(cache, tmp), cwd)
+        assert ran.returncode == 0 and runtime.__version__ in ran.stdout, ran.stderr
+
+
+@pytest.mark.pyz
 @pytest.mark.parametrize("flags", [["-I"], ["-I", "-S"]], ids=["isolated", "isolated-no-site"])
 def test_version_runs_isolated_from_elsewhere(pyz: Path, dirs: tuple[Path, Path, Path], flags: list[str]) -> None:
     cache, tmp, cwd = dirs
@@ -497,12 +589,15 @@ def test_runtime_imports_from_the_pyz_in_an_empty_venv(
 
 
 @pytest.mark.pyz
-def test_eight_concurrent_first_runs_leave_one_directory(pyz: Path, dirs: tuple[Path, Path, Path]) -> None:
+@pytest.mark.parametrize("version", CACHE_PYTHONS)
+def test_eight_concurrent_first_runs_leave_one_directory(pyz: Path, dirs: tuple[Path, Path, Path],
+                                                         version: str) -> None:
+    python = need_python(version)
     cache, tmp, cwd = dirs
     env = clean_env(cache, tmp)
     procs = [
         subprocess.Popen(
-            [base_python(), "-I", "-S", str(pyz), "version"],
+            [python, "-I", "-S", str(pyz), "version"],
             env=env,
             cwd=cwd,
             stdout=subprocess.PIPE,
@@ -514,10 +609,17 @@ def test_eight_concurrent_first_runs_leave_one_directory(pyz: Path, dirs: tuple[
     results = [(p.wait(timeout=RUN_TIMEOUT_SECS), *p.communicate()) for p in procs]
     assert [code for code, _, _ in results] == [0] * 8, [err for _, _, err in results]
     assert all(runtime.__version__ in out for _, out, _ in results)
-    assert os.listdir(cache) == ["native"]
+    assert sorted(os.listdir(cache)) == ["code", "native"]
     (bundle,) = native_listing(cache)  # no .tmp-* debris
     assert not bundle.startswith(_bundle.WORK_PREFIX)
+    (code,) = os.listdir(cache / "code")
+    assert code == f"{build_of(pyz)}-{cache_tag_of(python)}"
+    assert not [n for n in os.listdir(cache / "code" / code) if n.startswith(_bundle.WORK_PREFIX)]
     assert os.listdir(tmp) == []
+    # Every published file is whole: the next run uses them all and writes nothing.
+    before = cache_snapshot(cache)
+    assert run([python, "-I", "-S", str(pyz), "version"], env, cwd).returncode == 0
+    assert cache_snapshot(cache) == before
 
 
 @pytest.mark.pyz
@@ -531,7 +633,26 @@ def test_unwritable_cache_still_runs_and_cleans_up(pyz: Path, dirs: tuple[Path, 
     assert runtime.__version__ in result.stdout
     report = assert_probe_ok(run([base_python(), "-I", "-S", "-c", PROBE, str(pyz)], env, cwd), pyz, "3.11")
     assert report["added"][0].startswith(str(tmp))
+    assert report["code_dir"] is None  # compiled in memory, once per module
     assert os.listdir(tmp) == []  # the temporary extraction is removed at exit
+
+
+@pytest.mark.pyz
+@pytest.mark.parametrize("version", CACHE_PYTHONS)
+def test_a_code_cache_that_cannot_be_made_still_runs(pyz: Path, dirs: tuple[Path, Path, Path], version: str) -> None:
+    """Only the code cache is unusable (a file where its folder goes): the native
+    bundle is still extracted and used, the code is compiled in memory."""
+    python = need_python(version)
+    cache, tmp, cwd = dirs
+    cache.mkdir(mode=0o700)
+    (cache / "code").write_text("")
+    env = clean_env(cache, tmp)
+    result = run([python, "-I", "-S", str(pyz), "version"], env, cwd)
+    assert result.returncode == 0, result.stderr
+    assert runtime.__version__ in result.stdout
+    report = assert_probe_ok(run([python, "-I", "-S", "-c", PROBE, str(pyz)], env, cwd), pyz, version)
+    assert report["code_dir"] is None
+    assert report["added"][0].startswith(str(cache / "native"))
 
 
 @pytest.mark.pyz
@@ -548,6 +669,118 @@ def test_cache_prune_command_keeps_the_live_bundle(pyz: Path, dirs: tuple[Path, 
     assert "msgspec-0.21.0-0123456789abcdef" in result.stdout
     # Bundles of this pyz stay, the live one and those for other Pythons alike.
     assert native_listing(cache) == sorted([live, other_python])
+
+
+def cache_snapshot(cache: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path under ``cache``: (inode, mtime, size), to see that nothing was written."""
+    return {str(p.relative_to(cache)): (p.lstat().st_ino, p.lstat().st_mtime_ns, p.lstat().st_size)
+            for p in cache.rglob("*")}
+
+
+def cache_tag_of(python: str) -> str:
+    return subprocess.run([python, "-I", "-c", "import sys; print(sys.implementation.cache_tag)"],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS, check=True).stdout.strip()
+
+
+@pytest.mark.pyz
+@pytest.mark.parametrize("version", CACHE_PYTHONS)
+def test_each_python_compiles_once_into_the_code_cache(pyz: Path, dirs: tuple[Path, Path, Path],
+                                                       version: str) -> None:
+    """The first run compiles what it imports into <cache>/code/<build>-<cache tag>/;
+    the second loads it all from there: it writes nothing, and imports the same."""
+    python = need_python(version)
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp)
+    first = run([python, "-I", "-S", str(pyz), "version"], env, cwd)
+    assert first.returncode == 0, first.stderr
+    code = cache / "code" / f"{build_of(pyz)}-{cache_tag_of(python)}"
+    assert os.listdir(cache / "code") == [code.name]
+    cached = sorted(os.listdir(code))
+    assert {"runtime._bundle.pyc", "runtime._pyz_manifest.pyc", "runtime.cli.pyc"} <= set(cached)
+    assert not [n for n in cached if n.startswith(_bundle.WORK_PREFIX)]
+    if os.name == "posix":
+        assert {stat.S_IMODE(p.stat().st_mode) for p in code.iterdir()} == {0o400}
+        assert stat.S_IMODE(code.stat().st_mode) == 0o700
+    before = cache_snapshot(cache)
+    second = run([python, "-I", "-S", str(pyz), "version"], env, cwd)
+    assert second.returncode == 0 and second.stdout == first.stdout
+    assert cache_snapshot(cache) == before  # nothing compiled, nothing written
+    # The whole runtime (trio, httpx, msgspec ...) through the cache, then again.
+    assert_probe_ok(run([python, "-I", "-S", "-c", PROBE, str(pyz)], env, cwd), pyz, version)
+    before = cache_snapshot(cache)
+    report = assert_probe_ok(run([python, "-I", "-S", "-c", PROBE, str(pyz)], env, cwd), pyz, version)
+    assert cache_snapshot(cache) == before
+    assert report["code_dir"] == str(code)
+    assert len(os.listdir(code)) > len(cached)
+
+
+def in_python(python: str, program: str, data: bytes = b"") -> bytes:
+    """What ``program`` writes to stdout under ``python``, given ``data`` on stdin."""
+    return subprocess.run([python, "-I", "-c", program], input=data, capture_output=True, check=True,
+                          timeout=RUN_TIMEOUT_SECS).stdout
+
+
+@pytest.mark.pyz
+@pytest.mark.parametrize("version", CACHE_PYTHONS)
+@pytest.mark.parametrize("how", ["rewritten", "truncated", "symlink", "group-writable", "stale-source"])
+def test_tampered_cached_code_is_not_used(pyz: Path, dirs: tuple[Path, Path, Path], tmp_path: Path,
+                                          how: str, version: str) -> None:
+    """A cache file that is not exactly what tern wrote for this pyz's source is never
+    executed: the module is compiled from the pyz again and the file replaced."""
+    from runtime import _pyzcode
+
+    python = need_python(version)
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp)
+    assert run([python, "-I", "-S", str(pyz), "version"], env, cwd).returncode == 0
+    (code,) = (cache / "code").iterdir()
+    target = code / "runtime.cli.pyc"
+    good = target.read_bytes()
+    header = good[:_pyzcode.HEADER_BYTES]
+    evil = in_python(python, "import marshal, sys; sys.stdout.buffer.write(marshal.dumps("
+                             "compile('raise SystemExit(\"TAMPERED\")', 'x', 'exec')))")
+    target.chmod(0o600)
+    target.unlink()
+    if how == "rewritten":  # the header kept, the code swapped: the digest no longer matches
+        target.write_bytes(header + evil)
+    elif how == "truncated":
+        target.write_bytes(good[: len(good) // 2])
+    elif how == "stale-source":  # whole and rightly digested, but for another source (the CRC-32 differs)
+        digest = in_python(python, f"import _imp, sys; sys.stdout.buffer.write("
+                                   f"_imp.source_hash({_pyzcode.DIGEST_KEY}, sys.stdin.buffer.read()))", evil)
+        crc = (int.from_bytes(header[8:12], "little") ^ 1).to_bytes(4, "little")
+        target.write_bytes(header[:8] + crc + header[12:16] + digest + evil)
+    elif how == "symlink":
+        (tmp_path / "planted.pyc").write_bytes(good)
+        target.symlink_to(tmp_path / "planted.pyc")
+    else:  # good bytes, but another user of the group could have written them
+        target.write_bytes(good)
+        target.chmod(0o620)
+    result = run([python, "-I", "-S", str(pyz), "version"], env, cwd)
+    assert result.returncode == 0, result.stderr
+    assert "TAMPERED" not in result.stdout + result.stderr and runtime.__version__ in result.stdout
+    assert not target.is_symlink() and target.read_bytes() == good  # compiled again, replaced
+    if os.name == "posix":
+        assert stat.S_IMODE(target.stat().st_mode) == 0o400
+
+
+@pytest.mark.pyz
+def test_a_moved_pyz_reuses_the_cache_with_its_new_path(pyz: Path, dirs: tuple[Path, Path, Path],
+                                                        tmp_path: Path) -> None:
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp)
+    probe = PROBE.split("print(json.dumps(")[0] + (
+        "import runtime.cli\nprint(runtime.cli.main.__code__.co_filename, runtime.cli.__file__)")
+    assert run([base_python(), "-I", "-S", "-c", probe, str(pyz)], env, cwd).returncode == 0
+    before = cache_snapshot(cache)
+    moved = tmp_path / "moved" / "tern.pyz"
+    moved.parent.mkdir()
+    shutil.copy2(pyz, moved)
+    result = run([base_python(), "-I", "-S", "-c", probe, str(moved)], env, cwd)
+    assert result.returncode == 0, result.stderr
+    expected = str(moved / "runtime" / "cli" / "__init__.py")
+    assert result.stdout.split() == [expected, expected]  # tracebacks name the file that runs
+    assert cache_snapshot(cache) == before
 
 
 @pytest.mark.pyz
@@ -665,12 +898,12 @@ def test_tampered_extracted_module_is_re_extracted_before_import(pyz: Path, dirs
 
 
 @pytest.mark.pyz
-@pytest.mark.parametrize("where", ["cache", "native"])
+@pytest.mark.parametrize("where", ["cache", "native", "code"])
 def test_a_cache_other_users_can_write_is_refused(pyz: Path, dirs: tuple[Path, Path, Path], where: str) -> None:
     cache, tmp, cwd = dirs
     env = clean_env(cache, tmp)
     assert run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd).returncode == 0
-    (cache if where == "cache" else cache / "native").chmod(0o777)
+    (cache / where if where != "cache" else cache).chmod(0o777)
     refused = run([base_python(), "-I", "-S", str(pyz), "version"], env, cwd)
     assert refused.returncode == 3 and runtime.__version__ not in refused.stdout
     assert refused.stderr.count("\n") == 1 and "group- or world-writable (mode 777)" in refused.stderr

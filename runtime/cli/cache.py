@@ -10,7 +10,7 @@ from runtime.cli.common import Commands, needs_subcommand
 def add_commands(commands: Commands) -> None:
     cache = commands.add("cache", needs_subcommand, "manage the per-user cache of the single-file build")
     commands.group(cache, "cache_command").add("prune", cmd_cache_prune,
-                                               "remove extracted native bundles this tern no longer uses")
+                                               "remove native bundles and compiled code this tern no longer uses")
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
