@@ -80,6 +80,22 @@ PLATFORMS = (
         "Linux aarch64 (glibc)",
     ),
     Platform(
+        "musllinux_x86_64",
+        ("musllinux_1_2_x86_64",),
+        r"musllinux_1_\d+_x86_64",
+        "linux",
+        "x86_64",
+        "Linux x86_64 (musl: Alpine)",
+    ),
+    Platform(
+        "musllinux_aarch64",
+        ("musllinux_1_2_aarch64",),
+        r"musllinux_1_\d+_aarch64",
+        "linux",
+        "aarch64",
+        "Linux aarch64 (musl: Alpine)",
+    ),
+    Platform(
         "macos_arm64",
         ("macosx_14_0_arm64",),
         r"macosx_\d+_\d+_arm64",
@@ -419,6 +435,10 @@ def read_native_wheel(
         "tag": WHEEL_RE.match(wheel.name)["plat"],
         "label": target.platform.label,
     }
+    if target.platform.key.startswith(("manylinux", "musllinux")):
+        # CPython before 3.11 names its extensions "-linux-gnu" on musl too, so the file
+        # name alone cannot tell the two Linux builds apart there: the C library can.
+        entry["libc"] = "musl" if target.platform.key.startswith("musllinux") else "glibc"
     return hashlib.sha256(so_data).hexdigest()[:16], files, entry
 
 

@@ -92,6 +92,7 @@ def _select(manifest, package):
 
     stem = _STEMS.get(package, package)
     machine = os.uname().machine if sys.platform == "darwin" else None
+    libc = _libc() if sys.platform == "linux" else None
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         wanted = stem + suffix
         for digest, entry in manifest.items():
@@ -100,9 +101,18 @@ def _select(manifest, package):
                 and entry["so"] == wanted
                 and entry["platform"] == sys.platform
                 and (machine is None or entry["machine"] == machine)
+                and (libc is None or entry.get("libc", libc) == libc)
             ):
                 return digest, entry
     return None
+
+
+def _libc():
+    """"glibc" or "musl" (Alpine): on Python 3.10 the two builds share file names."""
+    try:
+        return "glibc" if os.confstr("CS_GNU_LIBC_VERSION") else "musl"
+    except (ValueError, OSError, AttributeError):
+        return "musl"
 
 
 def bootstrap(manifest, archive):

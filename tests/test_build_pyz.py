@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD_TIMEOUT_SECS = 600  # the first build on a machine downloads ~45 wheels
 RUN_TIMEOUT_SECS = 60
 PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
-PLATFORM_KEYS = ("manylinux_x86_64", "manylinux_aarch64", "macos_arm64", "macos_x86_64", "win_amd64")
+PLATFORM_KEYS = ("manylinux_x86_64", "manylinux_aarch64", "musllinux_x86_64", "musllinux_aarch64", "macos_arm64",
+                 "macos_x86_64", "win_amd64")
 
 # Imports the pyz's __main__ without running it, bootstraps like it does, then uses
 # everything the runtime needs (msgspec's C core, trio, httpx with the shared TLS
@@ -263,10 +264,10 @@ def test_wheel_member_filter(name: str, kept: bool) -> None:
 # --- runtime._bundle in process -----------------------------------------------------
 
 
-def fake_entry(so: str, platform: str, machine: str, python: str = "3.11") -> dict:
+def fake_entry(so: str, platform: str, machine: str, python: str = "3.11", **more: str) -> dict:
     return {
         "package": "msgspec", "version": "0.22.0", "so": so, "python": python,
-        "platform": platform, "machine": machine, "label": f"{platform} {machine}", "files": [],
+        "platform": platform, "machine": machine, "label": f"{platform} {machine}", "files": [], **more,
     }  # fmt: skip
 
 
@@ -287,6 +288,33 @@ def test_select_walks_suffixes_in_order_and_matches_exactly(monkeypatch: pytest.
     assert _bundle._select(manifest, "msgspec")[0] == "right"
     del manifest["right"]
     assert _bundle._select(manifest, "msgspec") is None  # ".so" must not match anything
+
+
+def test_a_musl_interpreter_selects_the_musl_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alpine's CPython names its extensions ``-linux-musl.so``: the same manifest gives
+    it the musllinux build and a glibc CPython the manylinux one (no Alpine here to run
+    the pyz on; the selection is what differs)."""
+    import importlib.machinery
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    manifest = {
+        "gnu": fake_entry("_core.cpython-312-x86_64-linux-gnu.so", "linux", "x86_64", "3.12"),
+        "musl": fake_entry("_core.cpython-312-x86_64-linux-musl.so", "linux", "x86_64", "3.12"),
+    }
+    musl = [".cpython-312-x86_64-linux-musl.so", ".abi3.so", ".so"]
+    monkeypatch.setattr(importlib.machinery, "EXTENSION_SUFFIXES", musl)
+    assert _bundle._select(manifest, "msgspec")[0] == "musl"
+    monkeypatch.setattr(importlib.machinery, "EXTENSION_SUFFIXES", [musl[0].replace("musl", "gnu"), *musl[1:]])
+    assert _bundle._select(manifest, "msgspec")[0] == "gnu"
+    # CPython 3.10 on musl says "-linux-gnu" too: the C library decides
+    same_name = "_core.cpython-310-x86_64-linux-gnu.so"
+    manifest = {"musl": fake_entry(same_name, "linux", "x86_64", "3.10", libc="musl"),
+                "gnu": fake_entry(same_name, "linux", "x86_64", "3.10", libc="glibc")}
+    monkeypatch.setattr(importlib.machinery, "EXTENSION_SUFFIXES", [".cpython-310-x86_64-linux-gnu.so"])
+    assert _bundle._libc() == "glibc"  # this machine
+    assert _bundle._select(manifest, "msgspec")[0] == "gnu"
+    monkeypatch.setattr(_bundle, "_libc", lambda: "musl")
+    assert _bundle._select(manifest, "msgspec")[0] == "musl"
 
 
 def test_select_compares_the_machine_on_macos(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -476,7 +504,7 @@ def test_manifest_has_every_bundle(pyz: Path) -> None:
     manifest = manifest_of(pyz)
     msgspec = [e for e in manifest.values() if e["package"] == "msgspec"]
     cffi = [e for e in manifest.values() if e["package"] == "_cffi_backend"]
-    assert len(msgspec) == len(PYTHONS) * len(PLATFORM_KEYS) == 25
+    assert len(msgspec) == len(PYTHONS) * len(PLATFORM_KEYS) == 35
     assert {(e["python"], e["label"]) for e in msgspec} == {(v, p.label) for v in PYTHONS for p in build_pyz.PLATFORMS}
     assert sorted(e["python"] for e in cffi) == list(PYTHONS)
     assert {e["platform"] for e in cffi} == {"win32"}
