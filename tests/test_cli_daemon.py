@@ -234,7 +234,8 @@ def test_approvals_through_the_daemon_are_asked_inline_on_a_terminal(daemon, tmp
 def test_a_keyed_daemon_without_the_key_is_one_line_naming_where_the_key_comes_from(tmp_path):
     config = write_config(tmp_path, extra="")
     text = open(config).read()
-    open(config, "w").write(text.replace("rate_limit_per_sec = 0\n", 'rate_limit_per_sec = 0\napi_key_env = "TERN_API_KEY"\n'))
+    keyed = 'rate_limit_per_sec = 0\napi_key_env = "TERN_API_KEY"\n'
+    open(config, "w").write(text.replace("rate_limit_per_sec = 0\n", keyed))
     running = Daemon(config, TERN_API_KEY="k" * 40)
     try:
         for args in (["events"], ["run", "echo", "hi"], ["status"]):
