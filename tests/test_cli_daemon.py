@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -51,9 +52,22 @@ def write_config(tmp_path, model_url: str = "", *, extra: str = "", max_iteratio
 
 
 class Daemon:
-    def __init__(self, config: str, **env_extra: str) -> None:
+    """A real ``tern serve`` and a ``tern events --json`` following it (not with
+    ``env_extra``: a keyed daemon's events need the key)."""
+
+    def __init__(self, config: str, log_level: str = "", **env_extra: str) -> None:
         self.config = config
-        self.process, self.url = start_daemon(config, env_extra or None)
+        if log_level:  # its own start: the log is read at the end (stderr stays a pipe)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "runtime", "serve", "--log-level", log_level, "--config", config],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env())
+            line = ""
+            while not line.startswith("tern: serving on "):
+                line = self.process.stderr.readline()
+                assert line, "the daemon did not start"
+            self.url = line.split("serving on ", 1)[1].strip()
+        else:
+            self.process, self.url = start_daemon(config, env_extra or None)
         self.events = subprocess.Popen([sys.executable, "-m", "runtime", "events", "--json", "--config", config],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                        env=env(**env_extra)) if not env_extra else None
@@ -328,3 +342,31 @@ def test_chat_on_a_terminal(tmp_path, through):
             running.stop()
     cancelled = [r for r in audit(tmp_path) if r["kind"] == "agent_message" and r["agent"] == "slow"]
     assert [r["outcome"] for r in cancelled] == ["cancelled"]
+
+
+def test_a2a_task_transitions_and_the_access_log(tmp_path):
+    """An A2A task's states reach the daemon's events; each request is one access-log
+    line at info level, with no query string and no key."""
+    import httpx
+
+    config = write_config(tmp_path, extra="[a2a]\nenabled = true\n")
+    running = Daemon(config, log_level="info")
+    try:
+        message = {"role": "user", "parts": [{"kind": "text", "text": "hi"}], "messageId": "m1"}
+        answer = httpx.post(running.url + "/a2a/echo", json={"jsonrpc": "2.0", "id": 1, "method": "message/send",
+                                                             "params": {"message": message}}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        states = []
+        while not states or states[-1] != "completed":
+            event = running.event("a2a.task")
+            assert (event["agent"], event["context_id"]) == ("echo", answer.json()["result"]["contextId"])
+            states.append(event["state"])
+        assert states[0] in ("submitted", "working"), states
+        assert httpx.get(running.url + "/api/status?api_key=secret-value", timeout=10).status_code == 401
+        running.process.send_signal(signal.SIGTERM)
+        log = running.process.stderr.read().splitlines()
+    finally:
+        running.stop()
+    access = [line for line in log if "http.access" in line]
+    assert any("POST /a2a/echo 200" in line and "127.0.0.1" in line for line in access), access
+    assert any("GET /api/status 401" in line for line in access) and not any("secret-value" in line for line in log)
