@@ -197,6 +197,11 @@ def test_call_tools_and_conversations_through_the_daemon(daemon, tmp_path):
     assert daemon.event("tool.call")["caller"].startswith("api:")
     listed = tern("tools", "--json", config=daemon.config)
     assert listed.returncode == 0 and "time_now" in [t["name"] for t in json.loads(listed.stdout)["tools"]]
+    human = tern("tools", config=daemon.config)
+    assert human.returncode == 0 and human.stdout.startswith("built-in (") and "  time_now " in human.stdout
+    servers = tern("mcp", "servers", config=daemon.config)
+    assert servers.returncode == 0 and servers.stdout == "no [[mcp_servers]] in the config\n"
+    assert json.loads(tern("mcp", "servers", "--json", config=daemon.config).stdout)["connected"] == []
     bad = tern("call", "no_such_tool", config=daemon.config)
     assert bad.returncode == 1 and "no tool named 'no_such_tool'" in bad.stdout
     first = tern("run", "bot", "remember me", "--json", config=daemon.config)
@@ -370,3 +375,20 @@ def test_a2a_task_transitions_and_the_access_log(tmp_path):
     access = [line for line in log if "http.access" in line]
     assert any("POST /a2a/echo 200" in line and "127.0.0.1" in line for line in access), access
     assert any("GET /api/status 401" in line for line in access) and not any("secret-value" in line for line in log)
+
+
+def test_ctrl_c_during_a_run_cancels_it_in_the_daemon(tmp_path):
+    config = write_config(tmp_path)
+    running = Daemon(config)
+    try:
+        run = subprocess.Popen([sys.executable, "-m", "runtime", "run", "slow", "hi", "--config", config],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env())
+        time.sleep(1.5)  # the command agent runs in the daemon now
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=15)
+        assert run.returncode == 130 and "interrupted" in err
+        message = running.event("agent.message")
+        assert (message["agent"], message["outcome"]) == ("slow", "cancelled") and message["ms"] < 10_000
+    finally:
+        running.stop()
