@@ -202,6 +202,13 @@ def test_call_tools_and_conversations_through_the_daemon(daemon, tmp_path):
     servers = tern("mcp", "servers", config=daemon.config)
     assert servers.returncode == 0 and servers.stdout == "no [[mcp_servers]] in the config\n"
     assert json.loads(tern("mcp", "servers", "--json", config=daemon.config).stdout)["connected"] == []
+    tail = tern("audit", "tail", "-n", "1", "--json", "--tool", "time_*", config=daemon.config)
+    assert tail.returncode == 0 and json.loads(tail.stdout)["tool"] == "time_now"
+    assert tern("audit", "tail", "-n", "1", "--json", "--standalone", "--tool", "time_*",
+                config=daemon.config).stdout == tail.stdout
+    verify = tern("audit", "verify", "--json", config=daemon.config)
+    assert verify.returncode == 0 and json.loads(verify.stdout)["ok"] is True
+    assert "chain intact" in tern("audit", "verify", config=daemon.config).stdout
     bad = tern("call", "no_such_tool", config=daemon.config)
     assert bad.returncode == 1 and "no tool named 'no_such_tool'" in bad.stdout
     first = tern("run", "bot", "remember me", "--json", config=daemon.config)

@@ -42,6 +42,7 @@ class _CallIn(msgspec.Struct, forbid_unknown_fields=True):
     timeout_secs: float | None = None
 
 
+MAX_AUDIT_RECORDS = 10_000  # what GET /api/audit answers at most
 MAX_FEED_EVENTS = 256  # what a stream holds for a slow reader besides text (tool calls, approvals)
 
 
@@ -255,6 +256,28 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
             raise HttpError(404, f"no conversation has the id {context_id!r} (see `tern conversations`)")
         return json_response({"context_id": context_id, "messages": gone})
 
+    async def audit_tail(request: Request) -> Response:
+        from runtime.kernel.audit import RecordFilter, last_records
+
+        if audit is None:
+            raise HttpError(404, "this tern keeps no audit log (no [state] dir)")
+        query = parse_qs(request.query)
+        try:
+            wanted = min(max(int(query.get("n", ["20"])[0]), 0), MAX_AUDIT_RECORDS)
+        except ValueError:
+            raise HttpError(400, "n must be a whole number") from None
+        keep = RecordFilter(query.get("agent", [None])[0], query.get("tool", [None])[0], query.get("outcome", []))
+        lines = await trio.to_thread.run_sync(last_records, audit.path, wanted, keep)  # file reads: off the loop
+        return json_response({"records": [line.decode("utf-8", "replace").rstrip("\n") for line in lines]})
+
+    async def audit_verify(request: Request) -> Response:
+        from runtime.kernel.audit import verify_log
+
+        if audit is None:
+            raise HttpError(404, "this tern keeps no audit log (no [state] dir)")
+        report = await trio.to_thread.run_sync(verify_log, audit.path)  # walks every file: off the loop
+        return json_response({"summary": report.summary(), **msgspec.to_builtins(report)})
+
     approvals = kernel.approvals
 
     async def approval_list(request: Request) -> Response:
@@ -314,6 +337,9 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
                summary="send an agent a message; the answer is an SSE stream (text, tool, approval, reply)")
     router.add("GET", "/api/conversations", conversation_list, summary="conversations, most recent first")
     router.add("DELETE", "/api/conversations/{id}", conversation_delete, summary="forget one conversation")
+    router.add("GET", "/api/audit", audit_tail, cost=5.0,
+               summary="the last audit records (?n=20&agent=GLOB&tool=GLOB&outcome=O...), raw JSON lines")
+    router.add("GET", "/api/audit/verify", audit_verify, cost=20.0, summary="check the audit log's hash chain")
     router.add("GET", "/api/approvals", approval_list, summary="tool calls waiting for a person (?state=...)")
     router.add("GET", "/api/approvals/{id}", approval_get, summary="one approval request")
     router.add("POST", "/api/approvals/{id}", approval_decide,

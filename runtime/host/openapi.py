@@ -186,6 +186,20 @@ def _base() -> dict[str, Any]:
                                   "400": _ERROR},
                 }
             },
+            "/api/audit": {
+                "get": {"summary": "the last audit records, newest last, as raw JSON lines",
+                        "parameters": [{"name": n, "in": "query", "required": False, "schema": sch} for n, sch in (
+                            ("n", {"type": "integer", "default": 20, "maximum": 10000}),
+                            ("agent", {"type": "string"}), ("tool", {"type": "string"}),
+                            ("outcome", {"type": "string"}))],
+                        "responses": {**_ok("records", {"type": "object", "required": ["records"]}),
+                                      "400": _ERROR, "404": _ERROR}}
+            },
+            "/api/audit/verify": {
+                "get": {"summary": "check the audit log's hash chain (summary, ok, problems, ...)",
+                        "responses": {**_ok("the report", {"type": "object", "required": ["summary", "ok"]}),
+                                      "404": _ERROR}}
+            },
             "/api/conversations": {
                 "get": {"summary": "conversations, most recent first (context_id, agent, messages, first, last, "
                                    "preview)", "responses": _ok("conversations")}
