@@ -42,7 +42,7 @@ class Kernel:
         self.tool_observers: list[Any] = []  # (tool, outcome, seconds): metrics
         audit = AuditLog(Path(config.state.dir) / "audit.jsonl") if config.state.dir else None
         self.pipeline = ToolPipeline(self.registry, config, audit=audit, observers=self.tool_observers)
-        self.pipeline.publish = self.events.publish  # "tool.call": tool, agent, caller, outcome, ms, arguments
+        self.pipeline.events = self.events  # "tool.call": tool, agent, caller, outcome, ms, arguments
         state = Path(config.state.dir) if config.state.dir else None
         from runtime.kernel.approvals import Approvals
 

@@ -96,7 +96,7 @@ class ToolPipeline:
         self._secrets_version = secrets_version()
         self.redactor = Redactor([*secret_values, *registered_secrets()])
         self.observers = observers if observers is not None else []  # (tool, outcome, seconds)
-        self.publish: Any = None  # the event bus's publish: a "tool.call" event per call (the kernel sets it)
+        self.events: Any = None  # the kernel's EventBus: a "tool.call" event per call while anyone listens
         self._remote_agents = frozenset(a.name for a in config.agents if a.kind == "remote")
 
     def _refresh_redactor(self) -> None:
@@ -180,13 +180,14 @@ class ToolPipeline:
         seconds = time.perf_counter() - started
         for observe in self.observers:
             observe(name, outcome, seconds)
-        if self.publish is not None or run.on_tool is not None:
+        events = self.events if self.events is not None and self.events.listening else None
+        if events is not None or run.on_tool is not None:  # else the call costs no event at all
             event: dict[str, Any] = {"tool": name, "agent": run.agent.name if run.agent else None, "caller": caller,
                                      "outcome": outcome, "ms": round(seconds * 1000, 3)}
             if outcome != "ok":  # tern's sentence or the tool's own error, cut: enough to see why
                 event["error"] = result.text[:200]
-            if self.publish is not None:
-                self.publish("tool.call", {**event, "arguments": self.short_arguments(arguments)})
+            if events is not None:
+                events.publish("tool.call", {**event, "arguments": self.short_arguments(arguments)})
             if run.on_tool is not None:
                 run.on_tool({"phase": "end", **event})
         if audit is not None:
