@@ -399,3 +399,21 @@ def test_ctrl_c_during_a_run_cancels_it_in_the_daemon(tmp_path):
         assert (message["agent"], message["outcome"]) == ("slow", "cancelled") and message["ms"] < 10_000
     finally:
         running.stop()
+
+
+def test_readable_event_lines_name_what_happened_and_escape_peer_text():
+    from runtime.cli.daemon import _event_line
+
+    lines = [_event_line({"time": 0, **event}) for event in (
+        {"type": "tool.call", "tool": "file_write", "agent": "bot", "arguments": '{"path":"a"}', "outcome": "ok",
+         "ms": 2.5},
+        {"type": "model.call", "agent": "bot", "model": "m", "outcome": "ok", "ms": 80, "tokens": 120},
+        {"type": "agent.message", "agent": "bot", "context_id": "c1", "outcome": "cancelled", "ms": 9},
+        {"type": "a2a.task", "task_id": "t1", "agent": "echo", "state": "completed"},
+        {"type": "mcp.server", "name": "fs", "state": "failed", "last_error": "boom\n\x1b[31mforged"},
+    )]
+    assert lines[0].endswith('tool file_write by bot {"path":"a"}: ok in 2.5 ms')
+    assert lines[1].endswith("model m for bot: ok in 80 ms, 120 tokens")
+    assert lines[2].endswith("agent bot [c1]: cancelled in 9 ms")
+    assert lines[3].endswith("A2A task t1 (echo): completed")
+    assert "\n" not in lines[4] and "\x1b" not in lines[4] and "forged" in lines[4]

@@ -97,7 +97,7 @@ def _event_line(event: dict[str, Any]) -> str:
     kind = event.get("type", "?")
     if kind == "mcp.server":
         error = f" ({event['last_error']})" if event.get("last_error") else ""
-        return f"{stamp} MCP server {event.get('name')}: {event.get('state')}{error}"
+        return clean(f"{stamp} MCP server {event.get('name')}: {event.get('state')}{error}")
     if kind == "tool.call":
         who = f" by {event['agent']}" if event.get("agent") else f" ({event['caller']})" if event.get("caller") else ""
         return clean(f"{stamp} tool {event.get('tool')}{who} {event.get('arguments', '')}: {event.get('outcome')} "
