@@ -417,3 +417,17 @@ def test_readable_event_lines_name_what_happened_and_escape_peer_text():
     assert lines[2].endswith("agent bot [c1]: cancelled in 9 ms")
     assert lines[3].endswith("A2A task t1 (echo): completed")
     assert "\n" not in lines[4] and "\x1b" not in lines[4] and "forged" in lines[4]
+
+
+def test_a_discovery_file_that_fails_the_checks_is_not_used(tmp_path):
+    """A daemon.json pointing away from loopback (planted or stale) is named in one line
+    and the command works in-process: no key goes anywhere."""
+    config = write_config(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    planted = state / "daemon.json"
+    planted.write_text(json.dumps({"pid": os.getpid(), "url": "http://192.0.2.1:8080"}))
+    planted.chmod(0o600)
+    run = tern("run", "echo", "hi", config=config)
+    assert run.returncode == 0 and run.stdout == "hi\n"
+    assert "not trusting" in run.stderr and "is not a loopback http(s) URL; working in-process" in run.stderr
