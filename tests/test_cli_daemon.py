@@ -219,6 +219,13 @@ def test_call_tools_and_conversations_through_the_daemon(daemon, tmp_path):
                                                                                            "remember me")
     human = tern("conversations", config=daemon.config)
     assert context in human.stdout and "remember me" in human.stdout
+    shown = tern("conversations", "show", context, config=daemon.config)
+    assert shown.returncode == 0 and shown.stdout.startswith("you: remember me\nbot: the tool said: ")
+    assert tern("conversations", "show", context, "--standalone", config=daemon.config).stdout == shown.stdout
+    for mode in ([], ["--standalone"]):
+        resumed = tern("chat", "bot", "--context", context, *mode, config=daemon.config, stdin="/exit\n")
+        assert resumed.returncode == 0 and "(2 messages so far)" in resumed.stderr, resumed.stderr
+        assert "you: remember me\nbot: the tool said: " in resumed.stderr
     deleted = tern("conversations", "delete", context, config=daemon.config)
     assert deleted.returncode == 0 and "deleted conversation" in deleted.stdout
     again = tern("conversations", "delete", context, config=daemon.config)
@@ -337,7 +344,7 @@ def test_chat_on_a_terminal(tmp_path, through):
         terminal.close()
     terminal = Terminal(*args[:1], "slow", *args[2:], "--context", "ctx-resumed", config=config)
     try:
-        assert "resuming, context ctx-resumed" in terminal.wait_for("> ")
+        assert "resuming (0 messages so far), context ctx-resumed" in terminal.wait_for("> ")
         terminal.type(b"take your time\n")
         time.sleep(1.0)
         terminal.type(b"\x03")

@@ -120,8 +120,18 @@ class _Chat:
         self.context_id = args.context or os.urandom(16).hex()
         self.resumed = bool(args.context)
 
-    def banner(self) -> None:
+    def banner(self, history: list[dict[str, Any]] | None = None) -> None:
+        """Who, which context, how to come back; when resuming, the last exchange (so the
+        person knows where they left off)."""
+        from runtime.cli.conversations import printable
+
         how = "resuming" if self.resumed else "new conversation"
+        if self.resumed:
+            how += f" ({len(history or [])} messages so far)"
+        for message in (history or [])[-2:]:
+            who = "you" if message["role"] == "user" else message["agent"]
+            line = " ".join(str(message["content"]).split())
+            print(f"{who}: {printable(line[:197] + '...' if len(line) > 200 else line)}", file=sys.stderr)
         print(f"tern: chatting with {self.agent}; {how}, context {self.context_id}\n"
               f"tern: resume later with: tern chat {self.agent} --context {self.context_id}\n"
               "tern: /help for commands; Ctrl-D, /exit or Ctrl-C at the prompt to leave", file=sys.stderr, flush=True)
@@ -171,7 +181,12 @@ def _chat_through(daemon: Any, args: argparse.Namespace) -> int:
     agents = daemon.call("GET", "/api/agents")["agents"]  # an unknown agent fails before the first prompt
     if chat.agent not in [a["name"] for a in agents]:
         raise TernError(f"no agent named {chat.agent!r} (agents: {', '.join(a['name'] for a in agents) or 'none'})")
-    chat.banner()
+    if chat.resumed:
+        from runtime.cli.conversations import messages_of
+
+        chat.banner(messages_of(args, chat.context_id, daemon))
+    else:
+        chat.banner()
     while True:
         line = _prompt()
         if line is None:
@@ -207,7 +222,12 @@ def _chat_here(args: argparse.Namespace) -> int:
 
     async def work(kernel: Kernel) -> int:
         kernel.agents.get(chat.agent)  # an unknown agent fails before the first prompt
-        chat.banner()
+        history = None
+        if chat.resumed and kernel.conversations is not None:
+            import msgspec
+
+            history = msgspec.to_builtins(await kernel.conversations.history(chat.context_id))
+        chat.banner(history)
         while True:
             line = await trio.to_thread.run_sync(_prompt, abandon_on_cancel=True)  # Ctrl-C here: exit 130
             if line is None:

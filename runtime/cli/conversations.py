@@ -18,6 +18,10 @@ def add_commands(commands: Commands) -> None:
     listing.add_argument("--json", action="store_true", help="print JSON")
     add_standalone(listing)
     sub = commands.group(listing, "conversations_command")
+    show = sub.add("show", cmd_conversation_show, "print one conversation's messages")
+    show.add_argument("id", help="the conversation's context id")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    add_standalone(show)
     delete = sub.add("delete", cmd_conversation_delete, "forget one conversation")
     delete.add_argument("id", help="the conversation's context id")
     add_standalone(delete)
@@ -59,6 +63,44 @@ def cmd_conversations(args: argparse.Namespace) -> int:
     return 0
 
 
+def messages_of(args: argparse.Namespace, context_id: str, daemon: Any = None) -> list[dict[str, Any]]:
+    """A conversation's messages, oldest first (role, agent, content, time); [] if none."""
+    from runtime.errors import TernError
+
+    if daemon is not None:
+        from runtime.cli.remote import quote_path
+
+        try:
+            return daemon.call("GET", f"/api/conversations/{quote_path(context_id)}")["messages"]
+        except TernError as exc:
+            if getattr(exc, "http_status", 0) == 404:
+                return []
+            raise
+    import msgspec
+    import trio
+
+    from runtime.wire.limits import check_id
+
+    check_id(context_id, "the conversation id")
+    store = _local_conversations(args)
+    return msgspec.to_builtins(trio.run(store.history, context_id))
+
+
+def cmd_conversation_show(args: argparse.Namespace) -> int:
+    from runtime.errors import TernError
+
+    messages = messages_of(args, args.id, _daemon(args))
+    if not messages:
+        raise TernError(f"no conversation has the id {args.id!r} (see `tern conversations`)")
+    if args.json:
+        print_json({"context_id": args.id, "messages": messages})
+        return 0
+    for message in messages:
+        who = "you" if message["role"] == "user" else message["agent"]
+        print(f"{who}: {printable(message['content'])}")
+    return 0
+
+
 def cmd_conversation_delete(args: argparse.Namespace) -> int:
     from runtime.errors import TernError
 
@@ -88,3 +130,16 @@ def _local_conversations(args: argparse.Namespace) -> Any:
     if not config.state.dir:
         raise UsageError("no state directory is configured ([state] dir), so there are no conversations")
     return Conversations(Path(config.state.dir) / "conversations.sqlite3")
+
+
+def printable(text: str) -> str:
+    """Stored text as a terminal may show it: lines and tabs kept, every other control
+    character escaped (a model's reply cannot move the cursor or recolour the screen)."""
+    import re
+
+    return re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]", _escape, text)
+
+
+def _escape(match: Any) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

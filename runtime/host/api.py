@@ -246,6 +246,16 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         store = kernel.conversations
         return json_response({"conversations": store.list() if store is not None else []})
 
+    async def conversation_get(request: Request) -> Response:
+        from runtime.wire.limits import check_id
+
+        context_id = request.params["id"]
+        check_id(context_id, "the conversation id")
+        messages = await kernel.conversations.history(context_id) if kernel.conversations is not None else []
+        if not messages:
+            raise HttpError(404, f"no conversation has the id {context_id!r} (see `tern conversations`)")
+        return json_response({"context_id": context_id, "messages": messages})
+
     async def conversation_delete(request: Request) -> Response:
         from runtime.wire.limits import check_id
 
@@ -336,6 +346,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     router.add("POST", "/api/agents/{name}/stream", agent_stream, cost=5.0,
                summary="send an agent a message; the answer is an SSE stream (text, tool, approval, reply)")
     router.add("GET", "/api/conversations", conversation_list, summary="conversations, most recent first")
+    router.add("GET", "/api/conversations/{id}", conversation_get, summary="one conversation's messages, oldest first")
     router.add("DELETE", "/api/conversations/{id}", conversation_delete, summary="forget one conversation")
     router.add("GET", "/api/audit", audit_tail, cost=5.0,
                summary="the last audit records (?n=20&agent=GLOB&tool=GLOB&outcome=O...), raw JSON lines")

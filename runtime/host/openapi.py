@@ -205,6 +205,8 @@ def _base() -> dict[str, Any]:
                                    "preview)", "responses": _ok("conversations")}
             },
             "/api/conversations/{id}": {
+                "get": {"summary": "one conversation's messages, oldest first (role, agent, content, time)",
+                        "parameters": [_ID], "responses": {**_ok("the conversation"), "404": _ERROR}},
                 "delete": {"summary": "forget one conversation", "parameters": [_ID],
                            "responses": {**_ok("how many messages went"), "404": _ERROR}}
             },
