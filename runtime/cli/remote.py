@@ -103,7 +103,10 @@ class Daemon:
             connection.close()
         if response.status >= 400:
             raise self.error(response.status, data)
-        return json.loads(data) if data else None
+        try:
+            return json.loads(data) if data else None
+        except ValueError:
+            raise TernError(f"the tern daemon at {self.url} answered {path} with something that is not JSON") from None
 
     def stream(self, path: str, body: Any) -> Stream:
         connection, response = self._send("POST", path, body, STREAM_IDLE_SECS)
@@ -187,14 +190,6 @@ class Stream:
             except queue.Empty:
                 if deadline is not None and time.monotonic() >= deadline:
                     return None
-
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
-        while True:
-            item = self.next()
-            assert item is not None
-            yield item
-            if item[0] in ("end", "lost"):
-                return
 
     def close(self) -> None:
         import socket
