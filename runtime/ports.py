@@ -141,6 +141,10 @@ class ToolPort(Protocol):
 
     def get(self, name: str) -> Tool | None: ...
 
+    async def wait_for(self, name: str) -> Tool | None:
+        """``get``, but a tool whose MCP server is still connecting is waited for."""
+        ...
+
     def run(self, agent: Any = None, *, progress: TextSink | None = None,
             log: Callable[[str, str], None] | None = None, ask: Ask | None = None) -> Run: ...
 
@@ -195,4 +199,9 @@ class ToolSource(Protocol):
 
     async def call(self, name: str, arguments: dict[str, Any], *,
                    timeout_secs: float | None = None) -> ToolResult: ...
+
+    async def wait_for(self, name: str) -> Tool | None:
+        """The tool, once the source has finished bringing it up (an MCP server making its
+        first connection is waited for, within its own timeout); None if it is not there."""
+        ...
 

@@ -45,6 +45,9 @@ def test_help_everywhere():
         ["config", "check", "--help"],
         ["serve", "--help"],
         ["mcp", "--help"],
+        ["mcp", "restart", "--help"],
+        ["setup", "--help"],
+        ["reload", "--help"],
         ["cache", "prune", "--help"],
         ["version", "--help"],
     ):

@@ -62,10 +62,10 @@ class Daemon:
                 [sys.executable, "-m", "runtime", "serve", "--log-level", log_level, "--config", config],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env())
             line = ""
-            while not line.startswith("tern: serving on "):
+            while "serving on " not in line:  # the log's line at info level, a plain one otherwise
                 line = self.process.stderr.readline()
                 assert line, "the daemon did not start"
-            self.url = line.split("serving on ", 1)[1].strip()
+            self.url = line.split("serving on ", 1)[1].split()[0]
         else:
             self.process, self.url = start_daemon(config, env_extra or None)
         self.events = subprocess.Popen([sys.executable, "-m", "runtime", "events", "--json", "--config", config],

@@ -213,3 +213,49 @@ def test_scripts_dir_resolves_against_the_config_file_and_hashes_any_case(tmp_pa
     (tmp_path / "config.toml").write_text(f'[scripts]\ndir = "scripts"\nallow = {{report = "{SHA.upper()}"}}\n')
     scripts = load_config(str(tmp_path / "config.toml")).config.scripts
     assert scripts.dir == str(tmp_path / "scripts") and scripts.allow == {"report": SHA.upper()}
+
+
+HUGO = ('baseURL = "https://example.org/"\ntitle = "My site"\n'
+        '[security]\nenableInlineShortcodes = true\n[params]\nx = 1\n')
+
+
+def test_an_unrelated_config_toml_in_the_working_directory_is_skipped(tmp_path):
+    """A Hugo site's config.toml (it even has a [security] table) never breaks tern: it
+    is skipped with one line and the search goes on, here to the user config directory."""
+    from tests.test_cli import tern
+
+    site, xdg = tmp_path / "site", tmp_path / "xdg"
+    site.mkdir()
+    (site / "config.toml").write_text(HUGO)
+    env = {"XDG_CONFIG_HOME": str(xdg), "XDG_STATE_HOME": str(tmp_path / "state")}
+    done = tern("config", "check", cwd=site, env_extra=env)
+    assert done.returncode == 0 and done.stdout.startswith("<bundled config.toml>: OK"), done.stderr
+    [note] = done.stderr.splitlines()
+    assert f"skipping {site / 'config.toml'}: not a tern config (tern has no baseURL, params, title)" in note
+    (xdg / "tern").mkdir(parents=True)
+    (xdg / "tern" / "config.toml").write_text('[[agents]]\nname = "mine"\nkind = "echo"\n')
+    done = tern("config", "check", cwd=site, env_extra=env)
+    assert done.returncode == 0 and "agents (1): mine" in done.stdout
+    for named in (["--config", "config.toml"], ["config", "check", "config.toml"]):  # named: strict
+        args = [*named, "config", "check"] if named[0] == "--config" else named
+        done = tern(*args, cwd=site, env_extra=env)
+        assert done.returncode == 2 and "config.toml: baseURL: unknown key" in done.stderr, done.stderr
+    done = tern("config", "check", cwd=site, env_extra={**env, "TERN_CONFIG": "config.toml"})
+    assert done.returncode == 2 and "baseURL: unknown key" in done.stderr
+
+
+@pytest.mark.parametrize("text,tern_s", [
+    ('[[agents]]\nname = "a"\nkind = "echo"\nbogus = 1\n', True),  # a typo in a tern config: still strict
+    ('[server]\nlisten = "127.0.0.1:1"\n', True),  # only tern's keys
+    ("", True),
+    ('[[mcp_servers]]\nname = "x"\ntransport = { type = "stdio" command = "y" }\n', True),  # broken, but tern's
+    ("[editor]\nline-number = 'relative'\n", False),  # an editor's
+    ("[server]\nport = 8080\n", False),  # only a name tern shares, with contents that are not tern's
+    ("title = [unclosed\n", False),  # not TOML, nothing of tern's
+])
+def test_what_looks_like_a_tern_config(tmp_path, text, tern_s):
+    from runtime.config import foreign_config
+
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    assert (foreign_config(path) == "") is tern_s

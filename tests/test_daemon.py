@@ -146,3 +146,110 @@ def test_sigkill_loses_no_committed_message(tmp_path, model_url):
     assert len(rows) == 40 and rows[-2:] == [("user", "note 19"), ("agent", "noted 39")]
     again = tern("run", "bot", "x", "--context", "ctx-1", "--config", config)  # a restarted tern reads all 40
     assert again.returncode == 0 and again.stdout == "noted 41\n", again.stderr
+
+
+FAKE = ROOT / "tests" / "fixtures" / "fake_mcp_server.py"
+
+
+def fake_server(name: str, *args: str, extra: str = "") -> str:
+    quoted = ", ".join(f'"{a}"' for a in (str(FAKE), *args))
+    return (f'[[mcp_servers]]\nname = "{name}"\n{extra}'
+            f'transport = {{ type = "stdio", command = "{sys.executable}", args = [{quoted}] }}\n')
+
+
+def servers(url: str) -> dict[str, dict]:
+    return {s["name"]: s for s in httpx.get(url + "/api/mcp/servers", timeout=10).json()["connected"]}
+
+
+def wait_for(check, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_reload_applies_a_changed_config_and_keeps_unchanged_servers(tmp_path):
+    config = write_config(tmp_path)
+    base = Path(config).read_text()
+    Path(config).write_text(base + fake_server("keep") + fake_server("drop"))
+    process, url = start_daemon(config)
+    try:
+        wait_for(lambda: {s["state"] for s in servers(url).values()} == {"ready"})
+        pid = servers(url)["keep"]["pid"]
+        dropped = servers(url)["drop"]["pid"]
+        # SIGHUP: an agent and a server added, one server removed, [server] listen changed
+        Path(config).write_text(base.replace('listen = "127.0.0.1:0"', 'listen = "127.0.0.1:1"')
+                                + '[[agents]]\nname = "second"\nkind = "echo"\n'
+                                + fake_server("keep") + fake_server("new"))
+        process.send_signal(signal.SIGHUP)
+        wait_for(lambda: [s for s in servers(url)] == ["keep", "new"] and servers(url)["new"]["state"] == "ready")
+        assert servers(url)["keep"]["pid"] == pid and servers(url)["keep"]["state"] == "ready"  # the same process
+        assert [a["name"] for a in httpx.get(url + "/api/agents").json()["agents"]] == ["echo", "second"]
+        reply = httpx.post(url + "/api/agents/second/message", json={"message": "hi"}).json()
+        assert reply["text"] == "hi"
+        wait_for(lambda: not os.path.exists(f"/proc/{dropped}"))  # the removed server's process is gone
+        # an invalid file is refused with its one line; the running config stays
+        Path(config).write_text(base + "[[agents]]\nname = 'x'\nkind = 'echo'\nbogus = 1\n")
+        process.send_signal(signal.SIGHUP)  # the daemon refuses it (its log says so, below)
+        refused = tern("reload", "--config", config)  # tern reload reads the same file first
+        assert refused.returncode == 2, refused.stderr
+        [line] = refused.stderr.splitlines()
+        assert line.startswith(f"tern: {config}: agents[1].bogus: unknown key") and line.endswith(
+            "; the daemon was not asked to reload and keeps its running config")
+        time.sleep(0.5)
+        assert [a["name"] for a in httpx.get(url + "/api/agents").json()["agents"]] == ["echo", "second"]
+        # tern reload: the agent removed again, one server's settings changed
+        Path(config).write_text(base.replace('listen = "127.0.0.1:0"', 'listen = "127.0.0.1:1"') + fake_server("keep")
+                                + fake_server("new", extra="timeout_secs = 7\n"))
+        done = tern("reload", "--config", config)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == ["agents removed: second", "MCP servers changed: new",
+                                            "MCP servers unchanged (connections kept): keep"]
+        assert "a reload cannot change [server] listen: restart tern serve to apply them" in done.stderr
+        assert [a["name"] for a in httpx.get(url + "/api/agents").json()["agents"]] == ["echo"]
+        wait_for(lambda: servers(url)["new"]["state"] == "ready")
+        assert servers(url)["keep"]["pid"] == pid
+        assert httpx.get(url + "/health").status_code == 200  # still on the port it started on
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    log = process.stderr.read()
+    assert "reload refused, the running config is kept: " in log and "agents[1].bogus: unknown key" in log
+    assert "MCP servers added: new; MCP servers removed: drop" in log
+
+
+def test_a_failed_server_is_revived_by_the_route_and_the_command(tmp_path):
+    flag = tmp_path / "broken"
+    flag.write_text("")
+    wrapper = tmp_path / "phoenix.py"
+    wrapper.write_text(f"import os, sys, runpy\nif os.path.exists({str(flag)!r}):\n"
+                       "    print('cannot start: the flag file is there', file=sys.stderr)\n    sys.exit(4)\n"
+                       f"sys.argv = [{str(FAKE)!r}]\nrunpy.run_path({str(FAKE)!r}, run_name='__main__')\n")
+    config = write_config(tmp_path)
+    with open(config, "a") as file:
+        file.write(f'[[mcp_servers]]\nname = "phoenix"\nmax_restarts = 0\n'
+                   f'transport = {{ type = "stdio", command = "{sys.executable}", args = ["{wrapper}"] }}\n')
+    process, url = start_daemon(config)
+    try:
+        failed = wait_for(lambda: servers(url)["phoenix"]["state"] == "failed" and servers(url)["phoenix"])
+        assert failed["last_error"].endswith("process exited with code 4; stderr: cannot start: the flag file is there")
+        flag.unlink()
+        response = httpx.post(url + "/api/mcp/servers/phoenix/restart")
+        assert response.status_code == 200 and response.json()["name"] == "phoenix"
+        ready = wait_for(lambda: servers(url)["phoenix"]["state"] == "ready" and servers(url)["phoenix"])
+        flag.write_text("")
+        os.kill(ready["pid"], signal.SIGKILL)  # it dies, and cannot come back while the flag is there
+        wait_for(lambda: servers(url)["phoenix"]["state"] == "failed")
+        flag.unlink()
+        done = tern("mcp", "restart", "phoenix", "--config", config)
+        assert done.returncode == 0 and done.stdout == "phoenix: ready\n", done.stderr
+        missing = httpx.post(url + "/api/mcp/servers/nope/restart")
+        assert missing.status_code == 404 and "no MCP server named 'nope'" in missing.json()["error"]["message"]
+        done = tern("mcp", "restart", "nope", "--config", config)
+        assert done.returncode == 1 and "no MCP server named 'nope' (servers: phoenix)" in done.stderr
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0

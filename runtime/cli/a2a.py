@@ -75,7 +75,7 @@ def _with_agent(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T
     """Discover ``args.url`` and run ``work(client, agent)`` under trio."""
     import trio
 
-    from runtime.a2a.client.client import A2aClient
+    from runtime.a2a.client.client import A2aClient, A2aClientError
     from runtime.config import load_config
     from runtime.net.guard import AddressPolicy
 
@@ -87,6 +87,15 @@ def _with_agent(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T
     headers = _headers(args.header)
 
     async def main() -> T:
+        try:
+            return await talk()
+        except A2aClientError as exc:
+            if exc.http_status in (401, 403) and not args.header:  # say how, here: credentials come only from --header
+                raise A2aClientError(f"{exc} (tern a2a takes credentials only from --header, e.g. --header "
+                                     "'Authorization: Bearer KEY')") from None
+            raise
+
+    async def talk() -> T:
         async with A2aClient(policy=AddressPolicy.from_security(config.security), timeout=request_timeout,
                              send_timeout=args.timeout or default_timeout or SEND_TIMEOUT,
                              headers=headers) as client:
@@ -172,9 +181,10 @@ def cmd_a2a_send(args: argparse.Namespace) -> int:
             return await _stream(client, agent, text, args)
         result = await client.send(agent, text, context_id=args.context, task_id=args.task)
         reply = reply_text(result)
+        failed = not isinstance(result, Message) and result.state in FAILED
         if args.json:
             _print_json(_task_json(result, agent.dialect))
-        elif reply:
+        elif reply and not failed:  # a failed task's text is the error line _finish prints: once
             print(reply, end="" if reply.endswith("\n") else "\n")
         return 0 if isinstance(result, Message) else _finish(result, "" if args.json else reply)
 

@@ -23,7 +23,7 @@ def add_commands(commands: Commands) -> None:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     from runtime.config import load_config
-    from runtime.config.checks import key_warning
+    from runtime.config.checks import find_warnings, key_warning
     from runtime.host.daemon import api_key
 
     loaded = load_config(args.path or getattr(args, "config", None))
@@ -39,27 +39,54 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     weak = key_warning(api_key(config))
     if weak:
         print(f"warning: {weak}", file=sys.stderr)
-    for problem in _unmatched_rules(config):
+    names = _known_tools(config)
+    for problem in _unmatched_rules(config, names):
         print(f"warning: {problem} (a typo? rules name tools by glob; `tern tools` lists them)", file=sys.stderr)
+    for problem in find_warnings(config) + _unmatched_globs(config, names):
+        print(f"warning: {problem}", file=sys.stderr)
     return 0
 
 
-def _unmatched_rules(config: Config) -> list[str]:
-    """[[governance.rules]] whose tool glob can match nothing: not a built-in tool, an
-    agent or A2A tool, nor a tool a configured MCP server could offer (those are not
-    known until it connects, so any ``mcp_{server}_...`` glob counts)."""
+def _known_tools(config: Config) -> list[str]:
+    """Every tool name a glob could mean before MCP servers connect: built-in, agent,
+    script and A2A tools."""
     from runtime.kernel.builtins import register_builtins
-    from runtime.kernel.policy import Policy
     from runtime.kernel.registry import ToolRegistry
-    from runtime.mcp.names import agent_tool_name
 
     registry = ToolRegistry()
     register_builtins(registry, config)
     names = [t.name for t in registry.tools()] + ["agent_list", "agent_send", "script_list", "script_run",
                                                   "script_reload"]
-    names += [f"a2a_{a.name}" for a in config.a2a.external_agents]
-    names += [agent_tool_name(a.name) for a in config.agents]
-    return Policy(config).unmatched_rules(names, [s.name for s in config.mcp_servers])
+    return names + [f"a2a_{a.name}" for a in config.a2a.external_agents]
+
+
+def _unmatched_rules(config: Config, names: list[str]) -> list[str]:
+    """[[governance.rules]] whose tool glob can match nothing: not a built-in tool, an
+    agent or A2A tool, nor a tool a configured MCP server could offer (those are not
+    known until it connects, so any ``mcp_{server}_...`` glob counts)."""
+    from runtime.kernel.policy import Policy
+    from runtime.mcp.names import agent_tool_name
+
+    agent_tools = [agent_tool_name(a.name) for a in config.agents]
+    return Policy(config).unmatched_rules(names + agent_tools, [s.name for s in config.mcp_servers])
+
+
+def _unmatched_globs(config: Config, names: list[str]) -> list[str]:
+    """Agents' ``tools`` and ``[mcp_server] tools`` globs that match no tool, by the
+    rule ``_unmatched_rules`` uses: a typo there silently hides a tool."""
+    from runtime.kernel.policy import could_be_server_tool
+    from runtime.mcp.names import ToolGlobs
+
+    servers = [s.name for s in config.mcp_servers]
+    lists = [(f"agents[{i}].tools", a.tools) for i, a in enumerate(config.agents)]
+    lists.append(("mcp_server.tools", config.mcp_server.tools))
+    warnings = []
+    for where, patterns in lists:
+        for pattern in patterns:
+            if ToolGlobs([pattern]).matches(*names) or any(could_be_server_tool(pattern, s) for s in servers):
+                continue
+            warnings.append(f"{where}: '{pattern}' matches no tool (a typo? `tern tools` lists them)")
+    return warnings
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:

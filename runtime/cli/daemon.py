@@ -1,11 +1,12 @@
-"""``tern status`` and ``tern events``: clients of the running daemon (found through
-its discovery file, which must pass ``host/discovery.py``'s checks before the key or
-the local token is sent anywhere)."""
+"""``tern status``, ``tern events`` and ``tern reload``: clients of the running daemon
+(found through its discovery file, which must pass ``host/discovery.py``'s checks
+before the key or the local token is sent anywhere)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from runtime.cli.common import Commands
@@ -17,10 +18,14 @@ def add_commands(commands: Commands) -> None:
                         "and pid) as JSON")
     events = commands.add("events", cmd_events, "print the running daemon's events as they happen")
     events.add_argument("--json", action="store_true", help="one JSON object per line (default: readable lines)")
+    reload = commands.add("reload", cmd_reload, "make the running daemon re-read its config file and apply it "
+                          "(SIGHUP); an invalid file is refused and the running config kept")
+    reload.add_argument("--timeout", type=float, default=30.0, metavar="SECS",
+                        help="how long to wait for the daemon's answer (default: 30)")
 
 
-def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
-    """The running daemon's discovery record and the headers to call it with."""
+def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str], Any]:
+    """The running daemon's discovery record, the headers to call it with, the config."""
     from runtime.config import load_config
     from runtime.host.daemon import client_headers, read_discovery
     from runtime.errors import TernError
@@ -29,15 +34,15 @@ def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
     record, why = read_discovery(config)
     if record is None:
         raise TernError(why)
-    return record, client_headers(config)
+    return record, client_headers(config), config
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from runtime.cli.common import print_json
     from runtime.cli.remote import Daemon
 
-    record, headers = _daemon(args)
-    status = Daemon(record["url"], headers, int(record["pid"])).call("GET", "/api/status", timeout=5.0)
+    record, headers, config = _daemon(args)
+    status = Daemon(record["url"], headers, int(record["pid"]), config).call("GET", "/api/status", timeout=5.0)
     if args.json:
         print_json({"url": record["url"], "pid": record["pid"], **status})
         return 0
@@ -60,7 +65,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
     from runtime.errors import TernError
 
-    record, headers = _daemon(args)
+    record, headers, config = _daemon(args)
     url = record["url"].replace("http", "ws", 1) + "/api/events"
 
     async def follow() -> None:
@@ -79,7 +84,8 @@ def cmd_events(args: argparse.Namespace) -> int:
         except ConnectionRejected as exc:  # 401 without the key, 403...: the daemon's sentence, not a tuple
             from runtime.cli.remote import Daemon
 
-            raise Daemon(record["url"], headers, int(record["pid"])).error(exc.status_code, exc.body or b"") from None
+            daemon = Daemon(record["url"], headers, int(record["pid"]), config)
+            raise daemon.error(exc.status_code, exc.body or b"") from None
         except (HandshakeError, OSError) as exc:
             raise TernError(f"cannot follow events at {url}: {exc}") from None
 
@@ -117,3 +123,65 @@ def _event_line(event: dict[str, Any]) -> str:
                      f"by {approval.get('agent') or 'the operator'}")
     rest = {k: v for k, v in event.items() if k not in ("type", "time")}
     return clean(f"{stamp} {kind} {json.dumps(rest)}")
+
+
+RELOAD_EVENTS = ("config.reloaded", "config.reload_failed")
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    """SIGHUP to the daemon, and its answer read from its event stream (subscribed
+    before the signal, so the answer cannot be missed): what changed, what a reload
+    cannot change, or why the file was refused (exit 2, the config error's code)."""
+    import os
+    import signal
+
+    import trio
+
+    from runtime.errors import ConfigError, TernError, UsageError
+
+    if getattr(signal, "SIGHUP", None) is None:
+        raise UsageError("tern reload signals the daemon with SIGHUP, which this platform does not have; "
+                         "restart tern serve instead")
+    try:
+        record, headers, _ = _daemon(args)
+    except ConfigError as exc:  # the file the daemon would read: it is not signalled at all
+        raise ConfigError(f"{exc}; the daemon was not asked to reload and keeps its running config") from None
+    url = record["url"].replace("http", "ws", 1) + "/api/events"
+
+    async def reload() -> dict[str, Any]:
+        from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
+
+        try:
+            with trio.fail_after(args.timeout):
+                async with open_websocket_url(
+                    url, extra_headers=[(k.encode(), v.encode()) for k, v in headers.items()], connect_timeout=5
+                ) as socket:
+                    await socket.get_message()  # hello: subscribed
+                    os.kill(int(record["pid"]), signal.SIGHUP)
+                    while True:
+                        event = json.loads(await socket.get_message())
+                        if event.get("type") in RELOAD_EVENTS:
+                            return event
+        except (HandshakeError, ConnectionClosed, OSError) as exc:
+            raise TernError(f"cannot reload the daemon at {record['url']}: {exc}") from None
+        except trio.TooSlowError:
+            raise TernError(f"the daemon (pid {record['pid']}) did not say within {args.timeout:g} s whether it "
+                            "reloaded; see its log") from None
+
+    event = trio.run(reload)
+    if event["type"] == "config.reload_failed":
+        raise ConfigError(f"the daemon kept its running config: {event['error']}")
+    changed = False
+    for what, key in (("agents", "agents"), ("MCP servers", "mcp_servers")):
+        for verb in ("added", "removed", "changed"):
+            if event[key][verb]:
+                changed = True
+                print(f"{what} {verb}: {', '.join(event[key][verb])}")
+    if event["mcp_servers"]["kept"]:
+        print(f"MCP servers unchanged (connections kept): {', '.join(event['mcp_servers']['kept'])}")
+    if not changed:
+        print("reloaded: no agent or MCP server changed")
+    if event["not_applied"]:
+        print(f"tern: warning: a reload cannot change {', '.join(event['not_applied'])}: restart tern serve to "
+              "apply them", file=sys.stderr)
+    return 0

@@ -28,6 +28,11 @@ def add_commands(commands: Commands) -> None:
     imported = sub.add("import", cmd_mcp_import,
                        "convert a Claude Desktop / Cursor / VS Code mcpServers JSON file to [[mcp_servers]] TOML")
     imported.add_argument("file", help="the JSON file ('-' for stdin)")
+    restart = sub.add("restart", cmd_mcp_restart,
+                      "reconnect one MCP server of the running daemon (a failed one is revived)")
+    restart.add_argument("name", help="the MCP server's name")
+    restart.add_argument("--timeout", type=float, default=60.0, metavar="SECS",
+                         help="how long to wait for it to be ready (default: 60; 0: do not wait)")
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -101,3 +106,42 @@ def cmd_mcp_import(args: argparse.Namespace) -> int:
         print(f"tern: warning: {warning}", file=sys.stderr)
     print(result.toml, end="" if result.toml.endswith("\n") else "\n")
     return 0
+
+
+def cmd_mcp_restart(args: argparse.Namespace) -> int:
+    """``POST /api/mcp/servers/{name}/restart`` on the running daemon, then wait until the
+    server is ready or has failed again; exit 0 only when it is ready."""
+    import trio
+
+    from runtime.cli.daemon import _daemon
+    from runtime.errors import TernError
+
+    record, headers, _ = _daemon(args)
+    base = record["url"]
+
+    async def restart() -> dict:
+        import httpx
+
+        from runtime.net.guard import AddressPolicy
+        from runtime.net.outbound import make_client
+
+        async with make_client(AddressPolicy(), timeout=10.0) as client:
+            try:
+                response = await client.post(f"{base}/api/mcp/servers/{args.name}/restart", headers=headers)
+                if response.status_code != 200:
+                    message = response.json().get("error", {}).get("message", response.text[:200])
+                    raise TernError(message)
+                status = response.json()
+                with trio.move_on_after(max(args.timeout, 0.0)):
+                    while status["state"] in ("connecting", "restarting"):
+                        await trio.sleep(0.2)
+                        listed = (await client.get(f"{base}/api/mcp/servers", headers=headers)).json()
+                        status = next(s for s in listed["connected"] if s["name"] == args.name)
+            except httpx.HTTPError as exc:
+                raise TernError(f"the daemon at {base} does not answer: {exc}") from None
+        return status
+
+    status = trio.run(restart)
+    error = f": {status['last_error']}" if status.get("last_error") and status["state"] != "ready" else ""
+    print(f"{args.name}: {status['state']}{error}")
+    return 0 if status["state"] == "ready" else 1

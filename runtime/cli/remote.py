@@ -52,15 +52,17 @@ def find_daemon(args: argparse.Namespace, config: Any) -> Daemon | None:
         if why.startswith("not trusting"):
             print(f"tern: {why}; working in-process", file=sys.stderr)
         return None
-    return Daemon(record["url"], client_headers(config), int(record["pid"]))
+    return Daemon(record["url"], client_headers(config), int(record["pid"]), config)
 
 
 class Daemon:
-    def __init__(self, url: str, headers: dict[str, str], pid: int = 0) -> None:
+    def __init__(self, url: str, headers: dict[str, str], pid: int = 0, config: Any = None) -> None:
+        """``config``: the client's own, which a refused key is explained from."""
         from urllib.parse import urlsplit
 
         self.url = url
         self.pid = pid
+        self.config = config
         parts = urlsplit(url)
         self.tls = parts.scheme == "https"
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or (443 if self.tls else 80)
@@ -125,11 +127,16 @@ class Daemon:
             message = json.loads(body)["error"]["message"]
         except (ValueError, KeyError, TypeError):
             message = body[:200].decode("utf-8", "replace").strip() or f"HTTP {status}"
-        return answer_error(status, message, self.url)
+        return answer_error(status, message, self.url, self.config)
 
 
-def answer_error(status: int, message: str, url: str) -> TernError:
+def answer_error(status: int, message: str, url: str, config: Any = None) -> TernError:
     if status == 401:
+        if config is not None:
+            from runtime.host.daemon import unauthorized_hint  # the error path only: it imports trio
+
+            return TernError(f"the tern daemon at {url} refused this client (HTTP 401): "
+                             f"{unauthorized_hint(config, message)}")
         return TernError(f"the tern daemon at {url} refused this client ({message.rstrip('.')}): give this config "
                          "the daemon's key: [server] api_key_env names the variable that holds it "
                          "(TERN_API_KEY by default)")
@@ -224,7 +231,7 @@ def follow(daemon: Daemon, stream: Stream, out: Any, *, quiet: bool = False) -> 
         elif kind in ("reply", "result"):
             return data
         elif kind == "error":
-            raise answer_error(int(data.get("status", 500)), str(data.get("message", "?")), daemon.url)
+            raise answer_error(int(data.get("status", 500)), str(data.get("message", "?")), daemon.url, daemon.config)
         elif kind == "end":
             raise TernError(f"the tern daemon at {daemon.url} ended the run without an answer")
         elif kind == "lost":

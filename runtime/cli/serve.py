@@ -18,6 +18,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from runtime.config import load_config
     from runtime.host.daemon import serve
 
-    config = load_config(getattr(args, "config", None)).config
-    trio.run(serve, config, args.listen)
+    loaded = load_config(getattr(args, "config", None))
+    path = loaded.path.resolve() if loaded.path is not None else None  # re-read on SIGHUP (tern reload)
+    trio.run(lambda: serve(loaded.config, args.listen, config_path=path))
     return 0

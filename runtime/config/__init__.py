@@ -15,8 +15,8 @@ from __future__ import annotations
 from runtime.config.checks import parse_listen
 from runtime.config.dump import SECRET_MASK, dump_toml, masked
 from runtime.config.load import (
-    BUNDLED_LABEL, LoadedConfig, bundled_config_text, find_config, load_config, parse_config, user_config_dir,
-    user_state_dir,
+    BUNDLED_LABEL, LoadedConfig, bundled_config_text, find_config, foreign_config, load_config, parse_config,
+    user_config_dir, user_state_dir,
 )
 from runtime.config.schema import (
     A2aConfig, AccessTier, AgentConfig, ApprovalRule, Config, ExternalAgent, GovernanceConfig, HttpTransport, McpPreset,
@@ -49,6 +49,7 @@ __all__ = [
     "LoadedConfig",
     "BUNDLED_LABEL",
     "find_config",
+    "foreign_config",
     "load_config",
     "parse_config",
     "bundled_config_text",

@@ -7,7 +7,9 @@ the loader prefixes the file and reports the first one.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 
 import msgspec
 
@@ -15,7 +17,8 @@ from runtime.config.schema import Config, StdioTransport
 from runtime.config.sentences import shorten
 from runtime.config.shell_policy import rule_problems
 
-__all__ = ["MIN_KEY_CHARS", "SCRIPT_NAME", "find_problems", "key_warning", "parse_listen"]
+__all__ = ["MIN_KEY_CHARS", "SCRIPT_NAME", "find_problems", "find_warnings", "key_warning", "missing_key_warnings",
+           "parse_listen"]
 
 MIN_KEY_CHARS = 16
 #: A script's name: a file directly in ``[scripts] dir`` (no path, no leading dot, no "..").
@@ -30,6 +33,42 @@ def key_warning(key: str) -> str | None:
         return (f"the API key is {len(key)} characters long; use at least {MIN_KEY_CHARS} random ones "
                 "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
     return None
+
+
+def missing_key_warnings(config: Config) -> list[str]:
+    """llm agents whose ``api_key_env`` names a variable that is not set: the model would
+    get no key at all, and a hosted API answers 401. Warnings, not errors: a local model
+    needs no key, and the variable may be set for the daemon but not for ``config check``."""
+    return [f'agents[{i}].model.api_key_env: "{agent.model.api_key_env}" is not set, so no key is sent '
+            f"to {agent.model.base_url}" for i, agent in enumerate(config.agents)
+            if agent.model is not None and agent.model.api_key_env and not os.environ.get(agent.model.api_key_env)]
+
+
+def _runnable(command: str, cwd: str = "") -> bool:
+    """Whether ``command`` names a program tern could start: a path (against ``cwd``)
+    that is an executable file, or a name found on PATH."""
+    if os.sep in command or (os.altsep and os.altsep in command):
+        path = os.path.join(cwd or os.getcwd(), os.path.expanduser(command))
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+    return shutil.which(command) is not None
+
+
+def find_warnings(config: Config) -> list[str]:
+    """What is legal but probably wrong, one sentence each, for ``tern config check``:
+    unset key variables and programs that are not installed (yet: a server may be
+    installed after the config is written, so never an error)."""
+    warnings = missing_key_warnings(config)
+    for i, server in enumerate(config.mcp_servers):
+        transport = server.transport
+        if server.enabled and isinstance(transport, StdioTransport) and transport.command.strip() \
+                and not _runnable(transport.command, transport.cwd):
+            warnings.append(f'mcp_servers[{i}].transport.command: "{shorten(transport.command)}" is not on PATH '
+                            f"(MCP server {server.name} will fail to start until it is installed)")
+    for i, agent in enumerate(config.agents):
+        if agent.kind == "command" and agent.command and not _runnable(agent.command[0]):
+            warnings.append(f'agents[{i}].command: "{shorten(agent.command[0])}" is not on PATH '
+                            f"(agent {agent.name} will fail until it is installed)")
+    return warnings
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -4,11 +4,22 @@ Search order (first hit wins): ``--config PATH``, ``$TERN_CONFIG``, ``./config.t
 the user config directory (``~/.config/tern/config.toml`` and platform equivalents),
 then the default bundled with tern. Relative paths inside a file resolve against the
 file's directory; inside the bundled default, against the state directory.
+
+``config.toml`` is a common name (a Hugo site, an editor's workspace), and tern is run
+from any directory, often by a desktop assistant. So a ``./config.toml`` that does not
+look like tern's is skipped with a one-line warning, and the search goes on; a named
+file (``--config``, ``$TERN_CONFIG``) and the user config directory's are always
+tern's and checked strictly. Looks like tern's: it has a section only tern uses
+(``agents``, ``mcp_servers``, ``mcp_server``, ``a2a``, ``governance``, ``scripts``), or
+only sections tern has whose contents decode as tern's (``[server] port = 8080`` is
+some other server's; an empty file is tern's). So a typo inside a real tern config
+still stops tern with its one line.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,12 +30,14 @@ from runtime.config.checks import find_problems
 from runtime.config.schema import Config, StateConfig, StdioTransport
 from runtime.config.sentences import explain, toml_syntax
 from runtime.errors import ConfigError
+from runtime.log import get_logger
 
 __all__ = [
     "BUNDLED_LABEL",
     "LoadedConfig",
     "bundled_config_text",
     "find_config",
+    "foreign_config",
     "load_config",
     "parse_config",
     "user_config_dir",
@@ -59,6 +72,10 @@ def user_state_dir() -> Path:
 
 
 BUNDLED_LABEL = "<bundled config.toml>"
+TERN_ONLY_SECTIONS = frozenset({"agents", "mcp_servers", "mcp_server", "a2a", "governance", "scripts"})
+_TERN_HEADER = re.compile(r"^\s*\[\[?\s*(" + "|".join(sorted(TERN_ONLY_SECTIONS)) + r")\s*[\].]", re.M)
+
+log = get_logger("config")
 
 
 def bundled_config_text() -> str:
@@ -85,10 +102,39 @@ def find_config(explicit: str | None = None) -> Path | None:
             source = "--config" if explicit else "TERN_CONFIG"
             raise ConfigError(f"{named}: no such config file (from {source})")
         return path
-    for candidate in (Path("config.toml"), user_config_dir() / "config.toml"):
-        if candidate.is_file():
-            return candidate
-    return None
+    local = Path("config.toml")
+    if local.is_file():
+        why = foreign_config(local)
+        if not why:
+            return local
+        log.warning("skipping %s: not a tern config (%s); name it with --config to use it", local.resolve(), why)
+    user = user_config_dir() / "config.toml"
+    return user if user.is_file() else None
+
+
+def foreign_config(path: Path) -> str:
+    """Why ``path`` does not look like a tern config, or "" if it does (see the module
+    docstring). A file that cannot be read is tern's: loading it says what is wrong."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+    try:
+        raw = _toml_loads(text)
+    except ValueError as exc:
+        return "" if _TERN_HEADER.search(text) else f"not TOML tern can read: {toml_syntax(str(exc))}"
+    keys = set(raw)
+    if keys & TERN_ONLY_SECTIONS:
+        return ""
+    unknown = sorted(keys - set(Config.__struct_fields__))
+    if unknown:
+        shown = ", ".join(unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        return f"tern has no {shown}"
+    try:  # only sections other programs use too ([server], [security], [tools], [state]): are they tern's?
+        msgspec.convert(raw, Config, strict=True)
+    except msgspec.ValidationError as exc:
+        return explain(str(exc), raw)
+    return ""
 
 
 def load_config(explicit: str | None = None) -> LoadedConfig:

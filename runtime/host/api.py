@@ -156,7 +156,7 @@ def _approval_id(request: Request) -> str:
 def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> Router:
     """Every route; ``secured``: an API key is configured (the A2A cards say so)."""
     router = Router()
-    config = node.config
+    config = node.config  # for what a reload cannot change; the rest reads node.config per request
     kernel = node.kernel
 
     audit = kernel.pipeline.audit
@@ -171,7 +171,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         return json_response({
             "version": __version__,
             "uptime_secs": round(time.time() - kernel.started, 3),
-            "agents": [{"name": a.name, "kind": a.kind} for a in config.agents],
+            "agents": [{"name": a.name, "kind": a.kind} for a in node.config.agents],
             "mcp_servers": [{"name": s.name, "state": s.state, "tools": s.tool_count, "last_error": s.last_error,
                              "restarts": s.restarts} for s in kernel.mcp.statuses()],
             "mcp_server_states": states,
@@ -203,11 +203,20 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     async def mcp_servers(request: Request) -> Response:
         from runtime.mcp.client.supervisor import servers_report
 
-        return json_response(servers_report(config, kernel.mcp))
+        return json_response(servers_report(node.config, kernel.mcp))
+
+    async def mcp_restart(request: Request) -> Response:
+        """Reconnect one MCP server now (a failed one is revived with a fresh restart
+        budget); answers its status at once, before the connection is made."""
+        from runtime.wire.limits import check_name
+
+        name = check_name(request.params["name"], "the MCP server name")
+        status = kernel.mcp.restart(name)  # UnknownServer answers 404 itself
+        return json_response(msgspec.structs.asdict(status))
 
     async def agents(request: Request) -> Response:
         return json_response({"agents": [{"name": a.name, "kind": a.kind, "description": a.description,
-                                          "tools": a.tools} for a in config.agents]})
+                                          "tools": a.tools} for a in node.config.agents]})
 
     async def agent_message(request: Request) -> Response:
         from runtime.errors import AgentError
@@ -340,6 +349,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     router.add("POST", "/api/tools/{name}/call", tool_call, cost=5.0,
                summary="call one tool through the pipeline; the answer is an SSE stream (approval, result)")
     router.add("GET", "/api/mcp/servers", mcp_servers, summary="configured and connected MCP servers")
+    router.add("POST", "/api/mcp/servers/{name}/restart", mcp_restart, cost=5.0,
+               summary="reconnect one MCP server now; a failed one is revived with a fresh restart budget")
     router.add("GET", "/api/agents", agents, summary="configured agents")
     router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, watch_disconnect=True,
                summary="send an agent a message")
@@ -362,9 +373,16 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     if node.a2a is not None:
         from runtime.a2a.server.endpoint import A2aEndpoint
 
-        A2aEndpoint(config, node.a2a, secured=secured, bound=lambda: node.http_bound).add_routes(router)
+        node.a2a_endpoint = A2aEndpoint(config, node.a2a, secured=secured, bound=lambda: node.http_bound)
+        node.a2a_endpoint.add_routes(router)
+    else:
+        off = "A2A is off on this tern (set [a2a] enabled = true in its config to serve agent cards and tasks)"
+        for prefix in (config.a2a.listen_path, "/.well-known/agent-card.json", "/.well-known/agent.json"):
+            router.hint(prefix, off)
     if node.mcp_server is not None:  # built by the node, which runs its nursery
         from runtime.mcp.server.streamable_http import McpHttpEndpoint
 
         McpHttpEndpoint(node.mcp_server, config.mcp_server).add_routes(router)
+    else:
+        router.hint("/mcp", "tern's MCP server is off here (set [mcp_server] enabled = true in its config)")
     return router

@@ -7,6 +7,11 @@ time) tells ``tern status`` and ``tern events`` where the daemon is; it is remov
 a clean exit and recognised as stale when its pid is gone. Clients check it before they
 trust it (``discovery.py``).
 
+SIGHUP (``tern reload``) re-reads the config file the daemon was started with and
+applies it (``Node.reload``; what cannot change in a running process is kept and
+named); a file that does not load is refused with its one-line error, logged and
+published as a ``config.reload_failed`` event, and the running config stays.
+
 With no API key the daemon serves only its own OS user: a loopback peer's socket must
 belong to this uid (``net/peer.py``), or the request must carry the local token
 (``local-token`` in the state directory, 0600), which tern's own clients send. So the
@@ -17,6 +22,7 @@ to start.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import ssl
@@ -36,11 +42,40 @@ from runtime.log import get_logger, register_secret
 from runtime.host.discovery import (DISCOVERY_FILE, api_key, client_headers, discovery_path, ensure_local_token,
                                     read_record, trusted_daemon, unsafe_owner_or_mode)
 
-__all__ = ["serve", "api_key", "read_discovery", "discovery_path", "client_headers", "DISCOVERY_FILE"]
+__all__ = ["serve", "api_key", "key_hint", "unauthorized_hint", "read_discovery", "discovery_path", "client_headers",
+           "DISCOVERY_FILE"]
 
 log = get_logger("daemon")
 
 
+
+
+def key_hint(config: Config) -> str:
+    """Where tern's own clients take this daemon's key from, for a 401's body: the
+    variable's name (never its value), or the config key."""
+    if config.server.api_key_env:
+        return f"tern's own clients send ${config.server.api_key_env}: set it to this daemon's key"
+    if config.server.api_key:
+        return "tern's own clients send [server] api_key from their config file"
+    return ""
+
+
+def unauthorized_hint(config: Config, said: str = "") -> str:
+    """What a person should set when the daemon answered one of tern's own clients with
+    a 401 (``said``: its body), judged from the client's side of the same config."""
+    name = config.server.api_key_env
+    if "no API key configured" in said:  # a keyless daemon: it wants its own user, or the local token
+        sent = f"; unset {name}, so tern sends the local token instead of a key" if name and os.environ.get(name) \
+            else ""
+        return f"the daemon has no API key and serves only the OS user that runs it: run this as that user{sent}"
+    if name and not os.environ.get(name):
+        return f"set {name} to the daemon's key ([server] api_key_env names it; it is not set here)"
+    if name:
+        return f"{name} does not hold the daemon's key: set it to the key the daemon was started with"
+    if config.server.api_key:
+        return "this config's [server] api_key is not the daemon's key"
+    return ('the daemon has a key and this config names none: set [server] api_key_env = "TERN_API_KEY" '
+            "and TERN_API_KEY to the daemon's key")
 
 
 def read_discovery(config: Config) -> tuple[dict[str, Any] | None, str]:
@@ -93,19 +128,56 @@ def _url(host: str, port: int, tls: bool) -> str:
     return f"{'https' if tls else 'http'}://{shown}:{port}"
 
 
-async def _signals(server: Any, cancel: trio.CancelScope) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+RELOAD_SIGNAL = getattr(signal, "SIGHUP", None)  # not on Windows
+
+
+def reload_config(node: Any, path: Path | None) -> dict[str, Any] | None:
+    """Re-read the daemon's config file and apply it; None (and the running config kept)
+    when it does not load."""
+    from runtime.config import BUNDLED_LABEL, bundled_config_text, load_config, parse_config
+
+    try:
+        config = load_config(str(path)).config if path is not None else \
+            parse_config(bundled_config_text(), BUNDLED_LABEL, None)
+    except ConfigError as exc:
+        log.error("reload refused, the running config is kept: %s", exc)
+        node.kernel.events.publish("config.reload_failed", {"error": str(exc)})
+        return None
+    try:
+        report = node.reload(config)
+    except Exception as exc:  # a bug in applying it must not take the daemon down with it
+        log.error("reload failed part way: %s: %s; restart tern serve to be sure of its config",
+                  type(exc).__name__, exc, exc_info=True)
+        node.kernel.events.publish("config.reload_failed", {"error": f"internal error while applying it: "
+                                                                     f"{type(exc).__name__}"})
+        return None
+    changes = [f"{what} {verb}: {', '.join(names)}"
+               for what, key in (("agents", "agents"), ("MCP servers", "mcp_servers"))
+               for verb, names in report[key].items() if names and verb != "kept"]
+    log.warning("reloaded %s: %s", path or BUNDLED_LABEL, "; ".join(changes) or "nothing changed")
+    if report["not_applied"]:
+        log.warning("a reload cannot change %s: restart tern serve to apply them", ", ".join(report["not_applied"]))
+    return report
+
+
+async def _signals(server: Any, cancel: trio.CancelScope, reload: Any = None) -> None:
+    wanted = [signal.SIGINT, signal.SIGTERM] + ([RELOAD_SIGNAL] if RELOAD_SIGNAL is not None and reload else [])
+    with trio.open_signal_receiver(*wanted) as signals:
         async for signum in signals:
-            if not server._terminating.is_set():
+            if signum == RELOAD_SIGNAL:
+                reload()
+            elif not server._terminating.is_set():
                 log.warning("%s: shutting down (again to stop at once)", signal.Signals(signum).name)
                 server.shutdown()
             else:
                 cancel.cancel()
 
 
-async def serve(config: Config, listen: str | None = None, *,
+async def serve(config: Config, listen: str | None = None, *, config_path: Path | None = None,
                 task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Run the daemon until a signal (or cancellation); ``task_status`` gets the URL."""
+    """Run the daemon until a signal (or cancellation); ``task_status`` gets the URL.
+    ``config_path``: the file ``config`` came from (None: the bundled default), re-read
+    on SIGHUP."""
     from runtime.httpd.access import Access, is_loopback
     from runtime.host.api import build_router
     from runtime.httpd.metrics import Metrics
@@ -149,16 +221,17 @@ async def serve(config: Config, listen: str | None = None, *,
     count_approval = metrics.add_counter("tern_approvals_total", "Approval requests and their ends, by outcome "
                                          "(requested, approved, denied, expired, refused)", ("outcome",))
     approvals.observers.append(count_approval)
-    budgets = kernel.agents.budgets  # configured agents and three budget names: bounded labels
+    agents = kernel.agents  # configured agents and three budget names: bounded labels (a reload swaps budgets)
     metrics.add_counter_source("tern_budget_exceeded_total", "Work an agent's budget refused, per agent and budget",
-                               ("agent", "budget"), budgets.exceeded_samples)
+                               ("agent", "budget"), lambda: agents.budgets.exceeded_samples())
     metrics.add_gauge_source("tern_budget_used", "An agent's use of a budget now: messages in the last minute, "
-                             "model tokens in the last hour", ("agent", "budget"), budgets.used_samples)
+                             "model tokens in the last hour", ("agent", "budget"),
+                             lambda: agents.budgets.used_samples())
     metrics.add_gauge_source("tern_budget_limit", "An agent's configured budget", ("agent", "budget"),
-                             budgets.limit_samples)
+                             lambda: agents.budgets.limit_samples())
     access = Access(key, allow_unauthenticated_remote=config.server.allow_unauthenticated_remote,
                     loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
-                    cors_origins=config.server.cors_origins, local_token=local_token)
+                    cors_origins=config.server.cors_origins, local_token=local_token, key_hint=key_hint(config))
     limiter = RateLimiter(config.server.rate_limit_per_sec, config.server.rate_limit_burst)
     if node.a2a is not None:
         engine = node.a2a.engine
@@ -177,9 +250,11 @@ async def serve(config: Config, listen: str | None = None, *,
             url = _url(host, bound[0][1], tls is not None)
             node.http_bound = (host, bound[0][1])
             discovery = _write_discovery(config, url)
-            nursery.start_soon(_signals, server, nursery.cancel_scope)
-            log.info("tern %s serving on %s (pid %d)", __version__, url, os.getpid())
-            print(f"tern: serving on {url}", file=sys.stderr, flush=True)
+            nursery.start_soon(_signals, server, nursery.cancel_scope, lambda: reload_config(node, config_path))
+            if log.isEnabledFor(logging.INFO):  # one line either way: the log's, or a plain one
+                log.info("tern %s (pid %d) serving on %s", __version__, os.getpid(), url)
+            else:
+                print(f"tern: serving on {url}", file=sys.stderr, flush=True)
             task_status.started(url)
             await server.wait_stopped()
             nursery.cancel_scope.cancel()

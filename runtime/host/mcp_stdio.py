@@ -7,6 +7,13 @@ comes back on stdout. The discovery file must pass ``discovery.py``'s checks fir
 file that does not is logged in one line, and tern serves in-process). Otherwise a
 kernel boots in-process and ``LocalBackend`` answers
 over its ports.
+
+Before relaying, one authenticated request (a ``ping`` to ``POST /mcp``) checks that
+the daemon will take this client: a desktop assistant usually starts ``tern mcp``
+without the daemon's ``TERN_API_KEY``, and a relay that then fails every request with
+a 401 is worse than a kernel of its own. So a refusal (401/403) or a daemon without
+``POST /mcp`` (404) makes ``tern mcp`` serve in-process, saying why, and which variable
+would let it share the daemon, in one line on stderr.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ __all__ = ["serve_stdio", "RelayBackend", "daemon_url"]
 log = get_logger("mcp.serve")
 
 HEALTH_TIMEOUT_SECS = 1.0
+PROBE_TIMEOUT_SECS = 5.0
+_PROBE = b'{"jsonrpc":"2.0","id":"tern-mcp-probe","method":"ping"}'
 
 
 class RelayBackend:
@@ -94,8 +103,9 @@ class RelayBackend:
 
 
 async def daemon_url(config: Config) -> str | None:
-    """The running daemon's URL if its discovery file is live and it answers /health."""
-    from runtime.host.daemon import read_discovery
+    """The running daemon's URL if its discovery file is live, it answers /health and
+    it takes this client on ``POST /mcp`` (see the module docstring)."""
+    from runtime.host.daemon import client_headers, read_discovery
 
     record, why = read_discovery(config)
     if record is None:
@@ -107,14 +117,39 @@ async def daemon_url(config: Config) -> str | None:
     from runtime.net.guard import AddressPolicy
     from runtime.net.outbound import make_client
 
-    async with make_client(AddressPolicy(), timeout=HEALTH_TIMEOUT_SECS) as client:
+    url = record["url"]
+    headers = client_headers(config)
+    async with make_client(AddressPolicy(), timeout=PROBE_TIMEOUT_SECS) as client:
         try:
             with trio.fail_after(HEALTH_TIMEOUT_SECS):
-                response = await client.get(record["url"] + "/health")
+                response = await client.get(url + "/health")
+            if response.status_code != 200:
+                return None
+            with trio.fail_after(PROBE_TIMEOUT_SECS):
+                probe = await client.post(url + "/mcp", content=_PROBE, headers={
+                    **headers, "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
         except (httpx.HTTPError, trio.TooSlowError) as exc:
-            log.info("the daemon at %s does not answer (%s): serving in-process", record["url"], exc)
+            log.info("the daemon at %s does not answer (%s): serving in-process", url, exc)
             return None
-    return record["url"] if response.status_code == 200 else None
+    refused = _refusal(config, url, probe.status_code, bool(headers))
+    if refused:
+        log.warning("%s; serving in-process with a kernel of its own", refused)
+        return None
+    return url
+
+
+def _refusal(config: Config, url: str, status: int, sent_key: bool) -> str:
+    """Why the daemon will not take this client, in one line ("" when it will)."""
+    if status == 404:
+        return f"the tern daemon at {url} does not serve MCP ([mcp_server] enabled = false there)"
+    if status not in (401, 403):
+        return ""
+    variable = config.server.api_key_env or "TERN_API_KEY"
+    if not sent_key or not (config.server.api_key or os.environ.get(variable)):
+        return (f"the tern daemon at {url} wants an API key (HTTP {status}) and this tern mcp has none: to share "
+                f"the daemon, give it the key as {variable} in its environment (the \"env\" of the assistant's "
+                "MCP server entry)")
+    return f"the tern daemon at {url} refused this tern mcp's API key (HTTP {status}): is {variable} the daemon's key?"
 
 
 def _stdio_streams() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:

@@ -33,6 +33,22 @@ class Node:
             kernel = self.kernel
             self.mcp_server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals)
         self.http_bound: tuple[str, int] | None = None  # once the daemon listens: the cards' fallback URL
+        self.a2a_endpoint: Any = None  # the A2A routes, once mounted (host/api.py)
+
+    def reload(self, config: Config) -> dict[str, Any]:
+        """Apply a changed config (``Kernel.reload``: what it keeps and why), then show
+        the new agents to the MCP server's exposure and the A2A cards."""
+        report = self.kernel.reload(config)
+        self.config = self.kernel.config
+        if self.mcp_server is not None:
+            self.mcp_server.exposure.reconfigure(self.config)
+            settings = self.config.mcp_server
+            self.mcp_server.page_size = max(1, settings.page_size)
+            if settings.instructions:
+                self.mcp_server.instructions = settings.instructions
+        if self.a2a_endpoint is not None:
+            self.a2a_endpoint.reconfigure(self.config)
+        return report
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; ``task_status.started()`` once booted (MCP servers still connecting)."""

@@ -135,6 +135,18 @@ def _base() -> dict[str, Any]:
                     "responses": _ok("servers", {"type": "object", "required": ["configured", "connected"]}),
                 }
             },
+            "/api/mcp/servers/{name}/restart": {
+                "post": {
+                    "summary": "reconnect one MCP server now; a failed one is revived with a fresh restart budget",
+                    "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "responses": {
+                        **_ok("the server's status as the restart begins",
+                              {"type": "object", "required": ["name", "state", "last_error", "restarts"]}),
+                        "404": _ERROR,
+                        "409": _ERROR,
+                    },
+                }
+            },
             "/api/agents": {"get": {"summary": "configured agents", "responses": _ok("agents")}},
             "/api/agents/{name}/message": {
                 "post": {

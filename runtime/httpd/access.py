@@ -80,8 +80,11 @@ def peer_is_owner(peer: tuple[str, int], local: tuple[str, int]) -> bool:
 class Access:
     def __init__(self, api_key: str, *, allow_unauthenticated_remote: bool = False, loopback_listener: bool = True,
                  allowed_hosts: list[str] | None = None, cors_origins: list[str] | None = None,
-                 local_token: str = "") -> None:
+                 local_token: str = "", key_hint: str = "") -> None:
+        """``key_hint``: where tern's own clients take the key from (``TERN_API_KEY``, say),
+        named in every 401 so a refused person learns what to set, never the key."""
         self._key = api_key.encode() if api_key else b""
+        self._hint = f" ({key_hint})" if key_hint else ""
         self._local_token = local_token.encode() if local_token else b""
         self.allow_unauthenticated_remote = allow_unauthenticated_remote
         self.loopback_listener = loopback_listener
@@ -116,14 +119,17 @@ class Access:
                 return
             raise HttpError(401, "this tern has no API key configured, so it serves only its own OS user: "
                             "this connection is not known to be theirs (send the local token from the "
-                            "state directory's local-token file as Authorization: Bearer TOKEN)",
+                            "state directory's local-token file as Authorization: Bearer TOKEN, or give this "
+                            "tern a key: [server] api_key_env = \"TERN_API_KEY\", and set TERN_API_KEY "
+                            "for it and its clients)",
                             [(b"www-authenticate", b'Bearer realm="tern"')])
         presented = self._presented(request)
         if presented is None:
-            raise HttpError(401, "an API key is required: Authorization: Bearer KEY or X-API-Key: KEY",
+            raise HttpError(401, f"an API key is required: Authorization: Bearer KEY or X-API-Key: KEY{self._hint}",
                             [(b"www-authenticate", b'Bearer realm="tern"')])
         if not hmac.compare_digest(presented, self._key):
-            raise HttpError(401, "the API key is not valid", [(b"www-authenticate", b'Bearer error="invalid_token"')])
+            raise HttpError(401, f"the API key is not valid{self._hint}",
+                            [(b"www-authenticate", b'Bearer error="invalid_token"')])
 
     @staticmethod
     def _presented(request: Request) -> bytes | None:

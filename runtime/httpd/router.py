@@ -44,6 +44,12 @@ class Router:
         self._static: dict[str, dict[str, Route]] = {}
         self._dynamic: list[tuple[list[str], dict[str, Route]]] = []
         self.routes: list[Route] = []
+        self._hints: list[tuple[str, str]] = []
+
+    def hint(self, prefix: str, text: str) -> None:
+        """Say ``text`` in the 404 for any path at or under ``prefix``: a feature that is
+        off (A2A, say) tells the caller what turns it on instead of a bare "no route"."""
+        self._hints.append((prefix.rstrip("/"), text))
 
     def add(self, method: str, path: str, handler: Handler, **policy: Any) -> Route:
         route = Route(method, path, handler, **policy)
@@ -70,6 +76,9 @@ class Router:
         if methods is None:
             methods = self._match_dynamic(path, params)
             if methods is None:
+                for prefix, text in self._hints:
+                    if path == prefix or path.startswith(prefix + "/"):
+                        raise HttpError(404, text)  # the same words for every path: clients can say them once
                 raise HttpError(404, f"no route for {path}")
         route = methods.get(method) or (methods.get("GET") if method == "HEAD" else None)
         if route is None:

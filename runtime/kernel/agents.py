@@ -64,10 +64,18 @@ class Agents:
         self.pipeline = pipeline
         self.conversations = conversations
         self._by_name = {agent.name: agent for agent in config.agents}
+        self._clock = clock
         self.budgets = Budgets(config.agents, clock=clock)
         self.remote: Any = None  # ExternalAgents.send, when [a2a] external_agents are configured
         #: the event bus's publish (the kernel sets it): "agent.message" per message, "model.call" per model turn
         self.publish: Callable[[str, dict[str, Any]], None] | None = None
+
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config's agents (``tern reload``). A message already being answered
+        finishes with the agent it started with; budgets count afresh."""
+        self.config = config
+        self._by_name = {agent.name: agent for agent in config.agents}
+        self.budgets = Budgets(config.agents, clock=self._clock)
 
     def get(self, name: str) -> AgentConfig:
         agent = self._by_name.get(name)
@@ -284,21 +292,38 @@ class Agents:
 
     async def _tool(self, agent: AgentConfig, message: str, context_id: str = "", ask: Any = None,
                     on_tool: Any = None) -> str:
+        from runtime.kernel.policy import is_read_only
+
         if not agent.tool:
             raise AgentError(f'agent {agent.name!r}: kind = "tool" needs tool = "..."')
-        tool = self.pipeline.registry.get(agent.tool)
+        tool = self.pipeline.registry.get(agent.tool) or await self.pipeline.registry.wait_for(agent.tool)
         arguments = _arguments(message, tool.input_schema if tool is not None else {})
         # The fixed tool is the agent's capability even when its tools list is empty.
         allowed = (
             agent if agent.tool in agent.tools else msgspec.structs.replace(agent, tools=[*agent.tools, agent.tool])
         )
-        result = await self.pipeline.call(
-            agent.tool, arguments, run=self.pipeline.run(allowed, ask=ask, context_id=context_id, on_tool=on_tool),
-            caller=f"agent:{agent.name}"
-        )
+        run = self.pipeline.run(allowed, ask=ask, context_id=context_id, on_tool=on_tool)
+        result = await self.pipeline.call(agent.tool, arguments, run=run, caller=f"agent:{agent.name}")
+        guessed = _guessed_optional(arguments, message, tool.input_schema if tool is not None else {})
+        if result.is_error and guessed and tool is not None and is_read_only(tool):
+            # "list my files" is a request, not a path: a read-only tool whose only
+            # argument is optional answers it with its default instead, and says so.
+            retry = await self.pipeline.call(agent.tool, {}, run=run, caller=f"agent:{agent.name}")
+            if not retry.is_error:
+                return (f"({json.dumps(message.strip())} is not a {guessed} here ({result.text}), so this is "
+                        f"{agent.tool} with no {guessed}; send a {guessed} for something else.)\n{retry.text}")
         if result.is_error:
             raise AgentError(result.text)
         return result.text
+
+
+def _guessed_optional(arguments: dict[str, Any], message: str, schema: dict[str, Any]) -> str:
+    """The argument a plain-text message was put in, if the tool may be called without
+    it (not required); else ""."""
+    if len(arguments) != 1 or message.strip().startswith("{"):
+        return ""
+    (key, value), = arguments.items()
+    return key if value == message and key not in schema.get("required", []) else ""
 
 
 def _arguments(message: str, schema: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,14 @@
 Boot never waits for MCP servers: they connect in the background, and their tools
 appear in the registry as each becomes ready. State changes go to the event bus
 (``GET /api/events``, ``tern events``).
+
+``reload`` applies a changed config to the running kernel (``tern reload``, SIGHUP to
+``tern serve``): agents, tools, governance, security and MCP servers (an unchanged
+server keeps its connection). The objects stay the same ones, so everything holding
+them (the MCP and A2A servers, the HTTP routes) sees the new settings at once, and a
+call already running finishes under the settings it started with. Some sections
+cannot change in a running process (``RESTART_ONLY``): their running values are kept
+and the reload says which changed.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from typing import Any
 import trio
 
 from runtime.config import Config
+from runtime.config.checks import missing_key_warnings
 from runtime.kernel.builtins import register_builtins
 from runtime.kernel.agents import Agents
 from runtime.kernel.audit import AuditLog
@@ -23,9 +32,18 @@ from runtime.kernel.pipeline import ToolPipeline
 from runtime.kernel.registry import ToolRegistry
 from runtime.ports import ToolResult
 from runtime.kernel.tools_agents import register_agent_tools
+from runtime.log import get_logger
 from runtime.mcp.client.supervisor import McpSupervisor
 
-__all__ = ["Kernel"]
+__all__ = ["Kernel", "RESTART_ONLY"]
+
+# What a reload keeps: the listener and its access rules are built once ([server]), files
+# are open in the state directory ([state]), and [a2a]'s routes, task store and peer
+# connections exist from the start, as does POST /mcp ([mcp_server] enabled).
+RESTART_ONLY = ("server", "state", "a2a")
+MCP_SERVER_RESTART_ONLY = ("enabled", "max_sessions", "session_idle_secs")  # the route and its session table
+
+log = get_logger("kernel")
 
 
 class Kernel:
@@ -33,6 +51,8 @@ class Kernel:
         from runtime.net.guard import AddressPolicy
 
         self.config = config
+        for warning in missing_key_warnings(config):  # at boot, not at the first 401 from the model
+            log.warning("%s", warning)
         self.events = EventBus()
         self.started = time.time()
         self.mcp = McpSupervisor(config.mcp_servers, policy=AddressPolicy.from_security(config.security),
@@ -65,6 +85,42 @@ class Kernel:
             register_tools(self.registry, self.external)
             self.agents.remote = self.external.send
 
+    def reload(self, config: Config) -> dict[str, Any]:
+        """Apply ``config`` (already loaded and checked) in place; returns what changed:
+        ``agents`` and ``mcp_servers`` (``added``, ``removed``, ``changed``, ``kept``), and
+        ``not_applied`` (settings of ``RESTART_ONLY`` sections that differ, kept as they run)."""
+        import msgspec
+
+        from runtime.net.guard import AddressPolicy
+
+        old = self.config
+        not_applied = [f"[{section}] {key}" for section in RESTART_ONLY
+                       for key in _changed_fields(getattr(old, section), getattr(config, section))]
+        kept = {key: getattr(old.mcp_server, key) for key in MCP_SERVER_RESTART_ONLY}
+        not_applied += [f"[mcp_server] {key}" for key, value in kept.items()
+                        if getattr(config.mcp_server, key) != value]
+        config = msgspec.structs.replace(config, server=old.server, state=old.state, a2a=old.a2a,
+                                         mcp_server=msgspec.structs.replace(config.mcp_server, **kept))
+        self.mcp.policy = AddressPolicy.from_security(config.security)
+        servers = self.mcp.reconcile(config.mcp_servers)
+        fresh = ToolRegistry()
+        register_builtins(fresh, config)
+        register_agent_tools(fresh, lambda: self.agents)
+        if self.external is not None:
+            from runtime.a2a.client.external import register_tools
+
+            register_tools(fresh, self.external)
+        self.registry.adopt_builtins(fresh)
+        self.pipeline.reconfigure(config)
+        self.approvals.timeout_secs = config.governance.approval_timeout_secs
+        self.approvals.max_pending = config.governance.max_pending_per_agent
+        self.agents.reconfigure(config)
+        self.config = config
+        report = {"agents": _compare({a.name: a for a in old.agents}, {a.name: a for a in config.agents}),
+                  "mcp_servers": servers, "not_applied": not_applied}
+        self.events.publish("config.reloaded", report)
+        return report
+
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; ``task_status.started()`` once booted (servers still connecting)."""
         async with trio.open_nursery() as nursery:
@@ -77,3 +133,13 @@ class Kernel:
                         caller: str = "", run: Any = None) -> ToolResult:
         """A tool call through the pipeline (guards, audit, metrics, the event)."""
         return await self.pipeline.call(name, arguments, run=run, timeout_secs=timeout_secs, caller=caller)
+
+
+def _changed_fields(old: Any, new: Any) -> list[str]:
+    return [name for name in old.__struct_fields__ if getattr(old, name) != getattr(new, name)]
+
+
+def _compare(old: dict[str, Any], new: dict[str, Any]) -> dict[str, list[str]]:
+    return {"added": [n for n in new if n not in old], "removed": [n for n in old if n not in new],
+            "changed": [n for n in new if n in old and old[n] != new[n]],
+            "kept": [n for n in new if n in old and old[n] == new[n]]}

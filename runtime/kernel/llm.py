@@ -176,6 +176,16 @@ class ChatClient:
 
             register_secret(key)
 
+    def _key_hint(self) -> str:
+        """Why a model refused us, as far as the key goes: the usual cause of a 401 is a
+        key variable that is unset (no Authorization header was sent at all)."""
+        name = self.model.api_key_env
+        if not name:
+            return " (no key was sent: set agents.model.api_key_env to the variable that holds it)"
+        if not self._headers:
+            return f" (no key was sent: {name}, which agents.model.api_key_env names, is not set)"
+        return f" (the key in {name} was sent and refused)"
+
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
             from runtime.net.guard import AddressPolicy
@@ -230,8 +240,9 @@ class ChatClient:
                 raise _Retry(response.status_code, float(after) if after.replace(".", "", 1).isdigit() else None)
             if response.status_code >= 400:
                 text = (await _read_bounded(response, 300, cut=True)).decode("utf-8", "replace")
+                hint = self._key_hint() if response.status_code in (401, 403) else ""
                 raise LlmError(f"the model at {self.model.base_url} refused the request: HTTP "
-                               f"{response.status_code}: {text}")
+                               f"{response.status_code}{hint}: {text}")
             content_type = response.headers.get("content-type", "")
             if "text/event-stream" in content_type:
                 decoder = SseDecoder(MAX_REPLY_BYTES)

@@ -99,6 +99,18 @@ class ToolPipeline:
         self.events: Any = None  # the kernel's EventBus: a "tool.call" event per call while anyone listens
         self._remote_agents = frozenset(a.name for a in config.agents if a.kind == "remote")
 
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config's policy, timeouts, limits and secrets; a call already
+        running finishes under the settings it started with."""
+        self.config = config
+        self.policy = Policy(config)
+        fresh = [*config.security.redact, *secret_env_values(os.environ, extra_names=config.security.redact_env)]
+        for value in fresh:
+            register_secret(value)
+        self._own_secrets = list(dict.fromkeys([*self._own_secrets, *fresh]))  # a secret once seen stays masked
+        self._remote_agents = frozenset(a.name for a in config.agents if a.kind == "remote")
+        self._refresh_redactor()
+
     def _refresh_redactor(self) -> None:
         self._secrets_version = secrets_version()
         self.redactor = Redactor([*self._own_secrets, *registered_secrets()])
@@ -132,6 +144,9 @@ class ToolPipeline:
     def get(self, name: str) -> Tool | None:
         return self.registry.get(name)
 
+    async def wait_for(self, name: str) -> Tool | None:
+        return await self.registry.wait_for(name)
+
     def run(self, agent: AgentConfig | None = None, *, progress: Any = None, log: Any = None, ask: Any = None,
             context_id: str = "", on_tool: Any = None) -> Run:
         """A new run for ``agent`` (None: an operator), with its tool context: the agent's
@@ -162,6 +177,8 @@ class ToolPipeline:
         arguments = arguments if arguments is not None else {}
         started = time.perf_counter()
         tool = self.registry.get(name)  # looked up once: the call and its audit record share it
+        if tool is None and allowed(run.agent, name) and not run.cancelled:
+            tool = await self._arriving(name, run)
         untrusted = is_untrusted_source(name, mcp=tool is not None and tool.source == "mcp")
         if self._secrets_version != secrets_version():  # a secret was registered since: mask it too
             self._refresh_redactor()
@@ -197,6 +214,18 @@ class ToolPipeline:
                          arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
                          untrusted=untrusted, **why)
         return result
+
+    async def _arriving(self, name: str, run: Run) -> Tool | None:
+        """A tool not there yet whose MCP server is still connecting: wait for it (within
+        the server's timeout; ``run.cancel()`` stops the wait) instead of failing the
+        first calls after a start."""
+        with trio.CancelScope() as scope:
+            run._scopes.add(scope)
+            try:
+                return await self.registry.wait_for(name)
+            finally:
+                run._scopes.discard(scope)
+        return None
 
     async def _call(self, name: str, tool: Tool | None, untrusted: bool, arguments: dict[str, Any], run: Run,
                     timeout_secs: float | None, caller: str = "") -> tuple[ToolResult, str]:

@@ -30,7 +30,8 @@ from runtime.config import AgentConfig, Config
 from runtime.config.schema import OSSA_TIERS, PRESET_TIERS
 from runtime.mcp.names import ToolGlobs
 
-__all__ = ["Policy", "Verdict", "PRESET_TIERS", "OSSA_TIERS", "ASK_BY_DEFAULT", "is_read_only", "is_destructive"]
+__all__ = ["Policy", "Verdict", "PRESET_TIERS", "OSSA_TIERS", "ASK_BY_DEFAULT", "is_read_only", "is_destructive",
+           "could_be_server_tool"]
 
 Decision = Literal["allow", "ask", "deny"]
 ASK_BY_DEFAULT = frozenset({"shell_exec", "script_run"})
@@ -126,7 +127,7 @@ class Policy:
             if rule.tools.matches(*tool_names):
                 continue
             pattern = rule.tools.patterns[0]
-            if any(_could_be_server_tool(pattern, server) for server in mcp_servers):
+            if any(could_be_server_tool(pattern, server) for server in mcp_servers):
                 continue
             problems.append(f"governance.rules[{rule.index}]: tool '{pattern}' matches no tool")
         return problems
@@ -138,7 +139,7 @@ def _agent_matches(globs: ToolGlobs, agent_name: str) -> bool:
     return globs.patterns[0] in ("*", "")  # the operator is matched by "*" (or "") only
 
 
-def _could_be_server_tool(pattern: str, server: str) -> bool:
+def could_be_server_tool(pattern: str, server: str) -> bool:
     """Whether a glob could name a tool of MCP server ``server`` (its tools are unknown
     until it connects): ``mcp_github_*`` or ``mcp_github_create_issue`` for ``github``,
     or a glob broader than the prefix (``mcp_*``)."""

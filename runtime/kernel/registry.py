@@ -50,6 +50,22 @@ class ToolRegistry:
                 return tool
         return None
 
+    async def wait_for(self, name: str) -> Tool | None:
+        """``get``, waiting for a source that is still bringing the tool up (an MCP server
+        connecting at boot); None if no source will have it."""
+        tool = self.get(name)
+        if tool is not None:
+            return tool
+        for source in self.sources:
+            if source.owns(name):
+                return await source.wait_for(name)
+        return None
+
+    def adopt_builtins(self, other: ToolRegistry) -> None:
+        """Take ``other``'s built-in tools in place of ours (a reloaded config's), keeping
+        the sources: everyone holding this registry sees the new set at once."""
+        self._builtins = dict(other._builtins)
+
     async def call(self, name: str, arguments: dict[str, Any] | None = None, *,
                    timeout_secs: float | None = None, context: ToolContext | None = None) -> ToolResult:
         """Route a call by name. Raises UnknownTool; a source's faults raise as its

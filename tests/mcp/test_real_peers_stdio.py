@@ -79,3 +79,37 @@ async def test_python_sdk_server(sdk_python, nursery, protocol, era, version):
     bad = await client.call_tool("add", {"a": "x"})
     assert bad.is_error
     await client.aclose()
+
+
+async def test_a_real_servers_annotations_drive_the_approval_policy(npm, node, nursery, tmp_path):
+    """The npm filesystem server annotates write_file destructive and list_directory
+    read-only: through the kernel, the first waits for a person, the second runs at once."""
+    import trio
+
+    from runtime.config import Config, StateConfig
+    from runtime.kernel.kernel import Kernel
+
+    entry = stdio_entry(node, npm["server-filesystem"], str(tmp_path), name="fs")
+    kernel = Kernel(Config(mcp_servers=[entry], state=StateConfig(dir=str(tmp_path / "state"))))
+    await nursery.start(kernel.run)
+    with trio.fail_after(30):
+        await kernel.mcp.wait_settled()
+    write = kernel.registry.get("mcp_fs_write_file")
+    assert write is not None and write.annotations["destructiveHint"] is True
+    listed = await kernel.call_tool("mcp_fs_list_directory", {"path": str(tmp_path)})
+    assert not listed.is_error and kernel.approvals.list() == []
+    results = []
+
+    async def write_note() -> None:
+        results.append(await kernel.call_tool("mcp_fs_write_file", {"path": str(tmp_path / "w.txt"), "content": "ok"}))
+
+    nursery.start_soon(write_note)
+    with trio.fail_after(10):
+        while not (pending := kernel.approvals.list()):
+            await trio.sleep(0.01)
+    assert pending[0].tool == "mcp_fs_write_file" and not (tmp_path / "w.txt").exists()
+    kernel.approvals.decide(pending[0].id, True, channel="test")
+    with trio.fail_after(10):
+        while not results:
+            await trio.sleep(0.01)
+    assert not results[0].is_error and (tmp_path / "w.txt").read_text() == "ok"

@@ -63,6 +63,9 @@ class GuardedTools:
     def get(self, name: str) -> Tool | None:
         return next((tool for tool in self.list if tool.name == name), None)
 
+    async def wait_for(self, name: str) -> Tool | None:
+        return self.get(name)
+
     def run(self, agent: Any = None, *, progress: Any = None, log: Any = None, ask: Any = None) -> GuardedRun:
         self.runs.append(GuardedRun(progress, log, ask))
         return self.runs[-1]

@@ -84,6 +84,7 @@ async def test_the_allowlist_matches_normalised_names(tmp_path):
     peer = await ready(server)
     result = (await server.handle(jsonrpc.Request(1, "tools/list", {}), peer, None)).result
     assert [t["name"] for t in result["tools"]] == ["time_now"]
+    assert result["tools"][0]["annotations"] == {"readOnlyHint": True, "openWorldHint": False}  # tern's own hints
     reply = await server.handle(jsonrpc.Request(2, "tools/call", {"name": "time_now", "arguments": {}}), peer, None)
     assert reply.result["isError"] is False
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -151,3 +152,82 @@ async def test_registry_merges_builtins_and_mcp_and_routes(nursery):
     assert failed.is_error and failed.text == "it broke"
     with pytest.raises(UnknownTool, match="did you mean 'mcp_srv_echo'"):
         await registry.call("mcp_srv_ecko")
+
+
+async def test_a_call_waits_for_a_server_still_connecting(nursery):
+    """Right after boot the tool is not listed yet; a call waits for the handshake
+    instead of failing with "is connecting"."""
+    supervisor = await start(nursery, fake("late", "--init-delay", "1"))
+    assert supervisor.status("late").state == "connecting" and supervisor.tool("mcp_late_echo") is None
+    registry = ToolRegistry([supervisor.source()])
+    started = trio.current_time()
+    assert (await registry.call("mcp_late_echo", {"message": "waited"})).text == "waited"
+    assert trio.current_time() - started >= 0.9  # it did wait for the 1 s handshake
+    assert (await registry.wait_for("mcp_late_sleep")).server == "late"
+
+
+async def test_the_wait_is_bounded_by_the_servers_timeout(nursery):
+    supervisor = await start(nursery, fake("stuck", "--init-delay", "30", timeout_secs=1.0))
+    started = trio.current_time()
+    with pytest.raises(ConnectionLost, match="MCP server 'stuck' is"):
+        await supervisor.call("mcp_stuck_echo", {"message": "x"})
+    assert trio.current_time() - started < 10  # about its 1 s timeout, not the 30 s init delay
+
+
+async def test_a_crashed_servers_stderr_is_in_its_last_error(nursery):
+    script = ("import sys; print('starting up', file=sys.stderr); "
+              "print('fatal: GITHUB_TOKEN is not set', file=sys.stderr); sys.exit(1)")
+    entry = McpServerEntry(name="dies", transport=StdioTransport(command=sys.executable, args=["-c", script]),
+                           max_restarts=0)
+    supervisor = await start(nursery, entry)
+    status = await wait_state(supervisor, "dies", "failed")
+    assert "exited with code 1" in status.last_error
+    assert "stderr: starting up | fatal: GITHUB_TOKEN is not set" in status.last_error
+
+
+async def test_restart_revives_a_failed_server_with_a_fresh_budget(nursery, tmp_path):
+    flag = tmp_path / "broken"
+    flag.write_text("")
+    script = (f"import os, sys, runpy\nif os.path.exists({str(flag)!r}):\n    print('broken', file=sys.stderr); "
+              f"sys.exit(4)\nsys.argv = [{FAKE!r}]\nrunpy.run_path({FAKE!r}, run_name='__main__')\n")
+    entry = McpServerEntry(name="phoenix", transport=StdioTransport(command=sys.executable, args=["-c", script]),
+                           max_restarts=1)
+    supervisor = await start(nursery, entry)
+    status = await wait_state(supervisor, "phoenix", "failed")
+    assert status.restarts == 1 and "code 4; stderr: broken" in status.last_error
+    flag.unlink()  # fixed: now a restart can work
+    supervisor.restart("phoenix")
+    status = await wait_state(supervisor, "phoenix", "ready")
+    assert status.restarts == 1 and status.last_error == "" and status.pid
+    assert (await supervisor.call("mcp_phoenix_echo", {"message": "alive"})).text() == "alive"
+    pid = status.pid
+    supervisor.restart("phoenix")  # a running server: closed and connected again
+    status = await wait_state(supervisor, "phoenix", "ready")
+    assert status.pid and status.pid != pid
+    from runtime.mcp.client.supervisor import UnknownServer
+
+    with pytest.raises(UnknownServer, match="no MCP server named 'nope' \\(servers: phoenix\\)"):
+        supervisor.restart("nope")
+
+
+async def test_reconcile_keeps_unchanged_servers_and_replaces_the_rest(nursery):
+    keep, change, drop = fake("keep"), fake("change"), fake("drop")
+    supervisor = await start(nursery, keep, change, drop)
+    await supervisor.wait_settled()
+    pids = {s.name: s.pid for s in supervisor.statuses()}
+    assert all(pids.values())
+    report = supervisor.reconcile([keep, fake("change", timeout_secs=5.0), fake("new")])
+    assert report == {"added": ["new"], "removed": ["drop"], "changed": ["change"], "kept": ["keep"]}
+    assert [s.name for s in supervisor.statuses()] == ["keep", "change", "new"]
+    assert supervisor.status("keep").pid == pids["keep"] and supervisor.status("keep").state == "ready"
+    assert supervisor.tool("mcp_drop_echo") is None
+    assert (await supervisor.call("mcp_new_echo", {"message": "hi"})).text() == "hi"  # waits for it to connect
+    await wait_state(supervisor, "change", "ready")
+    assert supervisor.status("change").pid not in (None, pids["change"])
+    with trio.fail_after(10):  # the dropped server's process is gone
+        while True:
+            try:
+                os.kill(pids["drop"], 0)
+            except ProcessLookupError:
+                break
+            await trio.sleep(0.05)

@@ -40,7 +40,12 @@ class RemoteAgent(msgspec.Struct, kw_only=True):
 
 
 class NoCard(A2aClientError):
-    """This candidate URL has no usable card; try the next one."""
+    """This candidate URL has no usable card; try the next one. ``said``: the server's own
+    words about it, if any (a tern with A2A off says what turns it on)."""
+
+    def __init__(self, text: str, said: str = "") -> None:
+        super().__init__(text)
+        self.said = said
 
 
 def card_urls(url: str) -> list[str]:

@@ -29,7 +29,7 @@ from runtime.a2a.client.cards import NoCard, RemoteAgent, card_urls, read_card, 
 from runtime.a2a.client.requests import A2aClientError, A2aTimeout, Result, StreamEvent, reply_text
 from runtime.a2a.model import INTERRUPTED, TERMINAL, Message, Task
 from runtime.errors import ProtocolError, TernError
-from runtime.log import get_logger, log_wire
+from runtime.log import get_logger, log_wire, shorten
 from runtime.net.guard import AddressPolicy, BlockedAddress, check_url
 from runtime.net.outbound import make_client
 from runtime.wire.sse import SseDecoder
@@ -83,24 +83,30 @@ class A2aClient:
         check_url(url, self.policy)
         limit = self.timeout if timeout is None else timeout
         failures: list[str] = []
+        words: dict[str, None] = {}  # what the server said, each once (every card URL may say the same)
         with _deadline(limit, f"reading the agent card of {url}"):
             for card_url in card_urls(url):
                 try:
                     card = await self._fetch_card(card_url)
                 except NoCard as exc:
                     failures.append(str(exc))
+                    if exc.said:
+                        words[exc.said] = None
                     continue
                 return remote(card, card_url, dialect)
-        raise A2aClientError(f"no A2A agent card at {url}: " + "; ".join(failures))
+        said = f" (the server says: {'; '.join(words)})" if words else ""
+        raise A2aClientError(f"no A2A agent card at {url}: " + "; ".join(failures) + said)
 
     async def _fetch_card(self, card_url: str) -> dict[str, Any]:
         try:
             async with self._http.stream("GET", card_url, headers={"Accept": "application/json"}) as response:
                 if response.status_code in (401, 403):
                     raise A2aClientError(f"{card_url}: HTTP {response.status_code}: the card needs credentials "
-                                         "(pass them as a header, e.g. Authorization)")
-                if response.status_code != 200:
-                    raise NoCard(f"{short(card_url)}: HTTP {response.status_code}")
+                                         "(pass them as a header, e.g. Authorization)",
+                                         http_status=response.status_code)
+                if response.status_code != 200:  # a JSON error says why (an HTML page would only be noise)
+                    raise NoCard(f"{short(card_url)}: HTTP {response.status_code}",
+                                 shorten(requests.error_message(await _read_start(response, 2048)), 300))
                 body = await _read_capped(response, self.max_card_bytes, f"the agent card at {card_url}")
         except httpx.HTTPError as exc:
             raise _transport_error(exc, card_url) from None
@@ -306,6 +312,17 @@ class _deadline:
         if self._scope.cancelled_caught:
             raise A2aTimeout(f"{self.what}: no answer within {self.total:g} s")
         return handled
+
+
+async def _read_start(response: httpx.Response, limit: int) -> bytes:
+    """The first ``limit`` bytes of a body, the rest left unread: an error page's words."""
+    chunks, size = [], 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(chunks)[:limit]
 
 
 async def _read_capped(response: httpx.Response, limit: int, what: str) -> bytes:

@@ -26,7 +26,8 @@ from runtime.wire import jsonrpc
 
 __all__ = ["A2aClientError", "A2aTimeout", "Result", "StreamEvent", "send_request", "headers", "envelope",
            "read_result", "parse_event", "as_task", "ends_stream", "SEED_REST", "seed_fallback", "seed_request",
-           "read_seed", "reply_text", "snippet"]
+           "read_seed", "reply_text", "snippet", "said",
+           "error_message"]
 
 Result = Task | Message
 StreamEvent = Task | Message | StatusEvent | ArtifactEvent
@@ -36,9 +37,11 @@ class A2aClientError(TernError):
     """A peer could not be reached, answered something unusable, or answered with a
     JSON-RPC error (then ``code`` is its code and ``message`` its text)."""
 
-    def __init__(self, text: str, *, code: int | None = None, message: str = "", data: Any = None) -> None:
+    def __init__(self, text: str, *, code: int | None = None, message: str = "", data: Any = None,
+                 http_status: int | None = None) -> None:
         Exception.__init__(self, text)  # not super(): PeerRpcError's next base is RpcError
         self.code = code
+        self.http_status = http_status  # 401/403: the peer wants credentials (a caller may say how to pass them)
         self.message = message or text
         self.data = data
 
@@ -98,11 +101,12 @@ def read_result(raw: bytes, status: int, name: str, url: str, method: str) -> An
         raise PeerRpcError(f"{name}: {method}: {text} ({protocol.ERROR_NAMES.get(code, 'error')} {code})",
                            code=code, message=text, data=None if answer.error.data is UNSET else answer.error.data)
     if status != 200:
-        said = _said(raw)  # an HTTP error's own words: {"error": {"message": ...}} (tern, REST peers) or the body
+        words = said(raw)
         if status in (401, 403):
             raise A2aClientError(f"{name}: {method}: HTTP {status}: the agent needs credentials "
-                                 f"(pass them as a header, e.g. Authorization){': ' + said if said else ''}")
-        raise A2aClientError(f"{name}: {method}: HTTP {status} from {url}{': ' + said if said else ''}")
+                                 f"(pass them as a header, e.g. Authorization){': ' + words if words else ''}",
+                                 http_status=status)
+        raise A2aClientError(f"{name}: {method}: HTTP {status} from {url}{': ' + words if words else ''}")
     if not isinstance(answer, jsonrpc.Response):
         raise A2aClientError(f"{name}: {method}: not a JSON-RPC answer: {snippet(raw) if raw else 'empty'}")
     return answer.result
@@ -129,12 +133,18 @@ def _answer(raw: bytes) -> jsonrpc.Message | None:
     return None
 
 
-def _said(raw: bytes) -> str:
+def error_message(raw: bytes) -> str:
+    """The message of an HTTP error body shaped ``{"error": {"message": ...}}`` (tern, REST peers), else ""."""
     answer = _loads(raw)
     error = answer.get("error") if isinstance(answer, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return error["message"]
-    return snippet(raw) if raw else ""
+    return ""
+
+
+def said(raw: bytes) -> str:
+    """An HTTP error body's own words: its ``error.message``, else the body itself."""
+    return error_message(raw) or (snippet(raw) if raw else "")
 
 
 def _loads(raw: bytes) -> Any:

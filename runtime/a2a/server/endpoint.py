@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 from collections.abc import Callable
 
+import msgspec
+
 from runtime.a2a.server.card_routes import CardRoutes
 from runtime.a2a.server.handler import A2aHandler
 from runtime.a2a.server.http_json import HttpJsonBinding
@@ -44,6 +46,11 @@ class A2aEndpoint:
         self.jsonrpc = JsonRpcBinding(handler, self.agent_of)
         self.http_json = HttpJsonBinding(handler, self.agent_of)
         self.rest = SeedRest(handler, self.default_agent)
+
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config's agents and their cards (the routes and ``[a2a]`` stay)."""
+        self.config = self.cards.config = msgspec.structs.replace(config, a2a=self.config.a2a)
+        self.agents = {agent.name: agent for agent in config.agents}
 
     def agent(self, name: str) -> AgentConfig:
         agent = self.agents.get(name)

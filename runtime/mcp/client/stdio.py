@@ -9,7 +9,10 @@ Security and robustness, because the subprocess is someone else's code:
 - stderr is drained all the time into the log, bounded per line and rate-limited (a
   ``LogBudget``: 20 lines/s, burst 100, one summary a second of what was dropped), so a
   chatty server can neither block on a full pipe nor flood tern's log; the log's
-  formatter escapes its control characters.
+  formatter escapes its control characters. Its last few lines are kept (``STDERR_TAIL``
+  lines of at most ``STDERR_TAIL_CHARS``) and quoted when the process exits, so a
+  server that dies at start says why in its state's last error ("process exited with
+  code 1; stderr: ...") instead of only in a log line nobody saw.
 - The process itself is watched, not only its stdout: when it exits, its process group
   is killed and stdout is read only to its end of what is buffered, then the transport
   closes, so a grandchild holding stdout open cannot make a dead server look alive.
@@ -28,7 +31,7 @@ import trio
 
 from runtime.config import StdioTransport as StdioConfig
 from runtime.errors import ConnectionLost
-from runtime.log import LogBudget, get_logger, log_wire
+from runtime.log import LogBudget, clean, get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
 from runtime.net.process import shutdown, spawn, subprocess_env, watch_exit
 from runtime.net.pipes import PipeReader, PipeWriter
@@ -43,6 +46,9 @@ STDERR_LINE_CHARS = 1000
 STDERR_LINES_PER_SEC = 20.0
 STDERR_BURST = 100
 READ_BYTES = 65536
+STDERR_TAIL = 5  # lines quoted in the error when the process exits
+STDERR_TAIL_CHARS = 300
+STDERR_TAIL_WAIT_SECS = 0.5  # how long an exit waits for stderr's last bytes
 WRITE_TIMEOUT_SECS = 30.0  # a server that reads nothing of a message for this long is dropped
 
 
@@ -63,6 +69,8 @@ class StdioTransport:
         self._writer: PipeWriter | None = None
         self._eof = False
         self.exit_code: int | None = None
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._stderr_done = trio.Event()
 
     @property
     def pid(self) -> int | None:
@@ -133,33 +141,43 @@ class StdioTransport:
     async def _exit_description(self) -> str:
         with trio.move_on_after(0.5):
             self.exit_code = await self._process.wait()
+        with trio.move_on_after(STDERR_TAIL_WAIT_SECS):  # its last words may still be in the pipe
+            await self._stderr_done.wait()
+        said = f"; stderr: {' | '.join(self.stderr_tail)}" if self.stderr_tail else ""
         if self.exit_code is None:
-            return "stdout closed"
-        return f"process exited with code {self.exit_code}"
+            return f"stdout closed{said}"
+        return f"process exited with code {self.exit_code}{said}"
 
     async def _drain_stderr(self) -> None:
         """Log stderr line by line: each line cut to a bound, at most ~20 lines/s."""
         stream = self._process.stderr
         pending = b""
         budget = LogBudget(STDERR_LINES_PER_SEC, STDERR_BURST)
-        while True:
-            try:
-                data = await stream.receive_some(READ_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                data = b""
-            if not data:
-                break
-            lines = (pending + data).split(b"\n")
-            pending = lines.pop()[-STDERR_LINE_CHARS:]
-            now = trio.current_time()
-            for line in lines:
-                if not budget.admit(now):
-                    continue
-                text = line[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip()
-                if text:
-                    log.info("MCP server '%s' stderr: %s", self.name, text)
-            self._stderr_dropped(budget, now)
-        self._stderr_dropped(budget, trio.current_time(), final=True)
+        try:
+            while True:
+                try:
+                    data = await stream.receive_some(READ_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                if not data:
+                    break
+                lines = (pending + data).split(b"\n")
+                pending = lines.pop()[-STDERR_LINE_CHARS:]
+                now = trio.current_time()
+                for line in lines:
+                    text = line[:STDERR_LINE_CHARS].decode("utf-8", "replace").rstrip()
+                    if text:
+                        self.stderr_tail.append(clean(text[:STDERR_TAIL_CHARS]))
+                    if text and budget.admit(now):
+                        log.info("MCP server '%s' stderr: %s", self.name, text)
+                self._stderr_dropped(budget, now)
+            last = pending.decode("utf-8", "replace").rstrip()
+            if last:  # a last line without a newline
+                self.stderr_tail.append(clean(last[:STDERR_TAIL_CHARS]))
+                log.info("MCP server '%s' stderr: %s", self.name, last)
+            self._stderr_dropped(budget, trio.current_time(), final=True)
+        finally:
+            self._stderr_done.set()
 
     def _stderr_dropped(self, budget: LogBudget, now: float, *, final: bool = False) -> None:
         dropped = budget.dropped(now, final=final)

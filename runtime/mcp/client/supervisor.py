@@ -8,6 +8,16 @@ supervisor then restarts it with exponential backoff (0.5 s, 1 s, 2 s ... capped
 for ``STABLE_SECS`` resets the budget, so a server that crashes once a day is not
 given up on after five days.
 
+A call to a tool of a server that is still making its first connection waits for it,
+up to that server's ``timeout_secs``, rather than failing at once: right after boot
+(``tern mcp --standalone``, an agent's first turn) the tools are known to be coming.
+A restarting or failed server still fails a call at once with its state.
+
+``reconcile`` applies a reloaded config: a server whose entry is unchanged keeps its
+connection (the same process), a changed one is reconnected, a removed one stopped
+and a new one started. ``restart`` revives a server (a failed one that used up
+``max_restarts``, or a running one on demand) with a fresh restart budget.
+
 The tool list of a ready server is kept current (``notifications/tools/list_changed``
 triggers a debounced re-list) and filtered by ``tools_include`` / ``tools_exclude``
 globs, which match the tool's own name or its ``mcp_{server}_{tool}`` name, casefolded
@@ -24,20 +34,33 @@ import msgspec
 import trio
 
 from runtime.config import Config, McpServerEntry, masked
-from runtime.errors import ConnectionLost, UnknownTool, single_leaf
+from runtime.errors import ConnectionLost, TernError, UnknownTool, single_leaf
 from runtime.log import get_logger
 from runtime.mcp import names as mcp_names
 from runtime.mcp.client.client import McpClient
 from runtime.mcp.protocol import CallResult, McpTool
 from runtime.ports import Tool, ToolResult
 
-__all__ = ["McpSupervisor", "McpToolSource", "ServerStatus", "State", "McpToolEntry", "servers_report"]
+__all__ = ["McpSupervisor", "McpToolSource", "ServerStatus", "State", "McpToolEntry", "servers_report",
+           "UnknownServer", "ServerDisabled"]
 
 log = get_logger("mcp")
 
 State = Literal["connecting", "ready", "restarting", "failed", "stopped", "disabled"]
 STABLE_SECS = 60.0
 REFRESH_DEBOUNCE_SECS = 0.1
+
+
+class UnknownServer(TernError):
+    """No MCP server of that name is configured."""
+
+    http_status = 404
+
+
+class ServerDisabled(TernError):
+    """The MCP server is configured with ``enabled = false``."""
+
+    http_status = 409
 
 
 class ServerStatus(msgspec.Struct):
@@ -53,6 +76,7 @@ class ServerStatus(msgspec.Struct):
     era: str = ""
     server_name: str = ""
     ready_since: float | None = None
+    pid: int | None = None  # a stdio server's process while connected
 
 
 class McpToolEntry(msgspec.Struct, frozen=True):
@@ -72,6 +96,8 @@ class _Server:
         self.tools: list[McpTool] = []
         self.settled = trio.Event()  # the first attempt is over, either way
         self.refresh = trio.Event()
+        self.scope = trio.CancelScope()  # its supervising task: cancelled to stop or restart this server
+        self.attempt_started = 0.0  # trio time the current connection attempt began
         if not entry.enabled:
             self.settled.set()
 
@@ -101,6 +127,7 @@ class McpSupervisor:
         self._tools: dict[str, McpToolEntry] = {}
         self.collisions: list[list[mcp_names.ToolName]] = []
         self._cancel = trio.CancelScope()
+        self._nursery: trio.Nursery | None = None
 
     # --- Queries ------------------------------------------------------------------------
 
@@ -127,11 +154,30 @@ class McpSupervisor:
 
     # --- Calls --------------------------------------------------------------------------
 
+    async def wait_for(self, name: str) -> McpToolEntry | None:
+        """The tool ``name``, waiting while its server makes its first connection (up to
+        the server's ``timeout_secs``); None if it is not there once that is over, or its
+        server is in any other state."""
+        entry = self._tools.get(name)
+        if entry is not None:
+            return entry
+        owner = self.owner(name)
+        if owner is None:
+            return None
+        server = self._servers[owner]
+        if server.status.state == "connecting":  # the deadline is the attempt's, so waiting twice costs no more
+            with trio.move_on_at(server.attempt_started + server.entry.timeout_secs):
+                await server.settled.wait()
+        return self._tools.get(name)
+
     async def call(self, name: str, arguments: dict[str, Any] | None = None, *,
                    timeout_secs: float | None = None,
                    on_progress: Callable[[dict[str, Any]], None] | None = None) -> CallResult:
-        """Call a namespaced tool; a server that is not ready fails at once, with its state."""
+        """Call a namespaced tool. A server still connecting for the first time is waited
+        for (``wait_for``); one that is restarting or failed fails at once, with its state."""
         entry = self._tools.get(name)
+        if entry is None:
+            entry = await self.wait_for(name)
         if entry is None:
             owner = self.owner(name)
             if owner is None or self._servers[owner].status.state == "ready":
@@ -153,7 +199,7 @@ class McpSupervisor:
     def _set_state(self, server: _Server, state: State, *, force: bool = False) -> None:
         if force or server.status.state != state:
             server.status.state = state
-            if self.on_event is not None:
+            if self.on_event is not None and self._servers.get(server.entry.name) is server:
                 self.on_event("mcp.server", msgspec.structs.asdict(server.status))
 
     def _not_ready(self, server: str) -> ConnectionLost:
@@ -170,12 +216,14 @@ class McpSupervisor:
         try:
             with self._cancel:
                 async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
                     for server in self._servers.values():
                         if server.entry.enabled:
-                            nursery.start_soon(self._supervise, server)
+                            self._start(server)
                     task_status.started()
                     await trio.sleep_forever()  # until cancelled, even if every server failed
         finally:
+            self._nursery = None
             for server in self._servers.values():
                 if server.status.state not in ("disabled", "failed"):
                     self._set_state(server, "stopped")
@@ -184,10 +232,85 @@ class McpSupervisor:
     async def aclose(self) -> None:
         self._cancel.cancel()
 
+    def _start(self, server: _Server) -> None:
+        assert self._nursery is not None, "the supervisor is not running"
+        server.scope = trio.CancelScope()
+        server.attempt_started = trio.current_time()  # a call may wait for it before its task runs
+        self._nursery.start_soon(self._supervise, server)
+
+    def reconcile(self, entries: list[McpServerEntry]) -> dict[str, list[str]]:
+        """Apply a reloaded config's servers (see the module docstring); returns the names
+        ``added``, ``removed``, ``changed`` and ``kept``."""
+        old, new = self._servers, {entry.name: entry for entry in entries}
+        report: dict[str, list[str]] = {"added": [], "removed": [], "changed": [], "kept": []}
+        servers: dict[str, _Server] = {}
+        for name, entry in new.items():
+            current = old.get(name)
+            if current is not None and current.entry == entry:
+                servers[name] = current
+                report["kept"].append(name)
+                continue
+            if current is not None:
+                self._stop(current)
+            servers[name] = _Server(entry)
+            report["changed" if current is not None else "added"].append(name)
+        for name, current in old.items():
+            if name not in new:
+                self._stop(current)
+                report["removed"].append(name)
+        self._servers = servers
+        self._rename()
+        for name in report["added"] + report["changed"]:
+            server = servers[name]
+            if server.entry.enabled and self._nursery is not None:
+                self._start(server)
+            elif not server.entry.enabled and self.on_event is not None:
+                self.on_event("mcp.server", msgspec.structs.asdict(server.status))
+        return report
+
+    def _stop(self, server: _Server) -> None:
+        """End a server's supervising task (its connection closes, its calls fail) and
+        forget its tools."""
+        server.scope.cancel()
+        server.tools = []
+        server.status.tool_count = 0
+
+    def restart(self, name: str) -> ServerStatus:
+        """Reconnect one server now with a fresh restart budget: a failed one is revived,
+        a running one is closed and connected again. Raises ``UnknownServer``, or
+        ``ServerDisabled`` for a disabled one."""
+        server = self._servers.get(name)
+        if server is None:
+            known = ", ".join(self._servers) or "none configured"
+            raise UnknownServer(f"no MCP server named {name!r} (servers: {known})")
+        if not server.entry.enabled:
+            raise ServerDisabled(f"MCP server '{name}' is disabled in the config (enabled = false)")
+        if self._nursery is None:
+            raise TernError("the MCP supervisor is not running")
+        self._stop(server)
+        fresh = _Server(server.entry)
+        fresh.status.restarts = server.status.restarts
+        fresh.status.last_error = server.status.last_error
+        self._servers = {key: (fresh if key == name else value) for key, value in self._servers.items()}
+        self._rename()
+        log.warning("MCP server '%s': restarting on request (it was %s)", name, server.status.state)
+        self._start(fresh)
+        return fresh.status
+
     async def _supervise(self, server: _Server) -> None:
+        with server.scope:
+            try:
+                await self._supervise_one(server)
+            finally:
+                server.settled.set()  # a call waiting for it stops waiting
+        if server.scope.cancelled_caught and self._servers.get(server.entry.name) is not server:
+            server.status.state = "stopped"  # replaced or removed: no event, its successor reports
+
+    async def _supervise_one(self, server: _Server) -> None:
         entry, status = server.entry, server.status
         failures = 0
         while True:
+            server.attempt_started = trio.current_time()
             self._set_state(server, "connecting" if failures == 0 and status.restarts == 0 else "restarting")
             error = await self._connection(server)
             status.last_error = error
@@ -227,6 +350,7 @@ class McpSupervisor:
                     status = server.status
                     status.last_error, status.ready_since = "", time.monotonic()
                     status.protocol_version, status.era, status.server_name = info.version, info.era, info.name or ""
+                    status.pid = getattr(client.session.transport, "pid", None)
                     self._set_state(server, "ready")
                     server.client = client
                     server.settled.set()
@@ -234,6 +358,7 @@ class McpSupervisor:
                     await client.closed.wait()
                 finally:
                     server.client = None
+                    server.status.pid = None
                     if server.status.state == "ready":
                         self._set_state(server, "restarting")
                     self._set_tools(server, [])
@@ -294,7 +419,7 @@ def servers_report(config: Config, supervisor: Any) -> dict[str, Any]:
         connected.append({"name": status.name, "tools_count": len(tools), "tools": tools,
                           "connected": status.state == "ready", "state": status.state,
                           "last_error": status.last_error, "restarts": status.restarts,
-                          "protocol_version": status.protocol_version})
+                          "protocol_version": status.protocol_version, "pid": status.pid})
     return {"configured": masked(config).get("mcp_servers", []), "connected": connected}
 
 
@@ -314,6 +439,10 @@ class McpToolSource:
 
     def owns(self, name: str) -> bool:
         return self.supervisor.owner(name) is not None
+
+    async def wait_for(self, name: str) -> Tool | None:
+        entry = await self.supervisor.wait_for(name)
+        return None if entry is None else _as_tool(entry)
 
     async def call(self, name: str, arguments: dict[str, Any], *,
                    timeout_secs: float | None = None) -> ToolResult:

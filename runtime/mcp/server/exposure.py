@@ -51,9 +51,13 @@ class Exposure:
     """The exposed tool set, computed live from the kernel's tools (MCP tools come and go)."""
 
     def __init__(self, config: Config, tools: ToolPort, events: EventPort) -> None:
-        self.config = config
         self.kernel_tools = tools
         self.events = events
+        self.reconfigure(config)
+
+    def reconfigure(self, config: Config) -> None:
+        """A reloaded config's agents, presets and allowlist (``tern reload``)."""
+        self.config = config
         settings = self.config.mcp_server
         self._agents: dict[str, AgentConfig] = {}
         if settings.expose_agents:
@@ -71,8 +75,11 @@ class Exposure:
         for tool in self._kernel_tools():
             if tool.name not in taken:
                 taken.add(tool.name)
-                listed.append({"name": tool.name, "description": tool.description,
-                               "inputSchema": _object_schema(tool.input_schema)})
+                entry = {"name": tool.name, "description": tool.description,
+                         "inputSchema": _object_schema(tool.input_schema)}
+                if tool.annotations:  # tern's own hints, or what the MCP server behind it sent
+                    entry["annotations"] = tool.annotations
+                listed.append(entry)
         for name, preset in self._presets.items():
             if name not in taken:
                 taken.add(name)
@@ -87,7 +94,7 @@ class Exposure:
         """Yields each time the exposed set of names changes (MCP servers coming and
         going change the kernel tools an allowlist matches)."""
         known = self.names()
-        with self.events.subscribe(kinds=("mcp.server", "mcp.tools")) as events:
+        with self.events.subscribe(kinds=("mcp.server", "mcp.tools", "config.reloaded")) as events:
             while True:
                 await events.next()
                 if (names := self.names()) != known:
@@ -105,7 +112,7 @@ class Exposure:
 
     @staticmethod
     def _agent_tool(name: str, agent: AgentConfig) -> dict[str, Any]:
-        description = agent.description or f"The tern agent {agent.name} ({agent.kind})."
+        description = _sentence(agent.description) or f"The tern agent {agent.name} ({agent.kind})."
         return {
             "name": name,
             "title": f"tern agent {agent.name}",
@@ -141,11 +148,21 @@ class Exposure:
             if arguments.get("context_id") is not None:
                 forwarded["context_id"] = check_id(arguments["context_id"], "arguments.context_id")
             result = await pipeline.call("agent_send", forwarded, run=run, caller=caller)
-        elif (preset is not None or self._kernel_tool_allowed(name)) and pipeline.get(name) is not None:
+        elif (preset is not None or self._kernel_tool_allowed(name)) and \
+                (pipeline.get(name) or await pipeline.wait_for(name)) is not None:  # its MCP server may be connecting
             result = await pipeline.call(name, arguments, run=run, caller=caller)
         else:
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
         return _call_result(result)
+
+
+def _sentence(text: str) -> str:
+    """``text`` stripped and ending like a sentence: a description written without a final
+    period ("Lists files") must not run into the sentence tern appends after it."""
+    text = text.strip()
+    if not text or text[-1] in ".!?" or text[-2:-1] in (".", "!", "?") and text[-1] in "\"')]":
+        return text
+    return text + "."
 
 
 def _object_schema(schema: Any) -> dict[str, Any]:

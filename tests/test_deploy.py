@@ -1,0 +1,239 @@
+"""``deploy/``: the systemd unit (``systemd-analyze verify`` where it exists, its keys
+always), the launchd plist (``plistlib``), the Dockerfile (its structure; docker itself
+does not run here). Each file's layout (environment, paths, health check) is then run
+for real: a ``tern serve`` with the environment the file gives it, in a temporary root."""
+
+from __future__ import annotations
+
+import json
+import os
+import plistlib
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.test_cli import ROOT
+
+DEPLOY = ROOT / "deploy"
+
+
+def _unit(path: Path) -> dict[str, dict[str, list[str]]]:
+    """A systemd unit as {section: {key: [values, in order]}} (keys may repeat)."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current = None
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+            continue
+        assert current is not None and "=" in line, f"not a unit line: {raw!r}"
+        key, value = line.split("=", 1)
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", key), key
+        current.setdefault(key, []).append(value)
+    return sections
+
+
+def _serve(env_extra: dict[str, str], args: list[str], tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    """``tern serve`` with ``args``, no TERN_* or XDG_* variables of ours but ``env_extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TERN_", "XDG_"))}
+    env.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path / "home"), **env_extra)
+    process = subprocess.Popen([sys.executable, "-m", "runtime", *args], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                               cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    line = ""
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if "serving on " in line:
+            return process, line.split("serving on ", 1)[1].strip()
+        if not line and process.poll() is not None:
+            break
+    process.kill()
+    raise AssertionError(f"the daemon did not start: {line!r}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+
+
+# --- systemd ---------------------------------------------------------------------------
+
+
+def test_systemd_unit_is_hardened():
+    unit = _unit(DEPLOY / "tern.service")
+    service = {key: values[-1] for key, values in unit["Service"].items()}
+    for key, value in {"DynamicUser": "yes", "ProtectSystem": "strict", "NoNewPrivileges": "yes",
+                       "StateDirectory": "tern", "ProtectHome": "yes", "PrivateTmp": "yes",
+                       "CapabilityBoundingSet": "", "KillSignal": "SIGTERM"}.items():
+        assert service.get(key) == value, key
+    argv = shlex.split(service["ExecStart"])
+    assert argv[0].startswith("/") and argv[-1] == "serve"  # systemd wants an absolute program
+    assert unit["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+def test_systemd_analyze_verifies_the_unit():
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed: the unit's keys are checked by the test above")
+    done = subprocess.run(["systemd-analyze", "verify", str(DEPLOY / "tern.service")], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "tern.service" not in done.stderr, done.stderr
+    security = subprocess.run(["systemd-analyze", "security", "--offline=true", str(DEPLOY / "tern.service")],
+                              capture_output=True, text=True, timeout=60)
+    score = re.search(r"Overall exposure level for tern\.service: ([\d.]+)", security.stdout)
+    if score is None:
+        pytest.skip(f"this systemd-analyze cannot score a unit offline: {security.stderr.strip()[:200]}")
+    assert float(score.group(1)) <= 2.5, security.stdout[-2000:]
+
+
+def test_systemd_layout_runs(tmp_path):
+    """The unit's environment puts the state in its StateDirectory and the native module
+    cache in its CacheDirectory: run tern with it, under a temporary root."""
+    unit = _unit(DEPLOY / "tern.service")["Service"]
+    root = tmp_path / "root"
+    env = dict(value.split("=", 1) for value in unit["Environment"])
+    assert env["XDG_STATE_HOME"] == "/var/lib" and env["TERN_CACHE_DIR"] == "/var/cache/tern"
+    env = {k: str(root) + v if v.startswith("/") else v for k, v in env.items()}
+    config = root / "etc" / "tern" / "config.toml"  # ExecStart's --config
+    assert "--config /etc/tern/config.toml serve" in unit["ExecStart"][0]
+    config.parent.mkdir(parents=True)
+    config.write_text('[server]\nlisten = "127.0.0.1:0"\n[[agents]]\nname = "echo"\nkind = "echo"\n')
+    process, url = _serve(env, ["--config", str(config), "serve"], tmp_path)
+    try:
+        state = root / "var" / "lib" / "tern"  # StateDirectory=tern
+        assert json.loads((state / "daemon.json").read_text())["url"] == url
+        assert (state / "audit.key").exists()
+        assert httpx.get(url + "/health", timeout=10).json() == {"status": "ok"}
+    finally:
+        _stop(process)
+
+
+# --- launchd ---------------------------------------------------------------------------
+
+
+def test_launchd_plist_parses():
+    with open(DEPLOY / "dev.tern.serve.plist", "rb") as handle:
+        plist = plistlib.load(handle)
+    assert plist["Label"] == "dev.tern.serve" == (DEPLOY / "dev.tern.serve.plist").stem
+    arguments = plist["ProgramArguments"]
+    assert arguments[0].startswith("/") and arguments[1].endswith("tern.pyz") and arguments[-1] == "serve"
+    assert plist["RunAtLoad"] is True and plist["KeepAlive"] == {"SuccessfulExit": False}
+    assert plist["Umask"] == 0o77
+
+
+# --- Docker ----------------------------------------------------------------------------
+
+
+def _dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments), continuation lines joined, comments dropped."""
+    text = (DEPLOY / "Dockerfile").read_text()
+    instructions = []
+    for line in re.sub(r"\\\n\s*", " ", text).splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            instructions.append((word.upper(), rest.strip()))
+    return instructions
+
+
+def test_dockerfile_structure():
+    instructions = _dockerfile()
+    kinds = [kind for kind, _ in instructions]
+    assert kinds[0] == "FROM" and re.fullmatch(r"python:3\.\d+-slim", instructions[0][1])
+    copies = [rest for kind, rest in instructions if kind in ("COPY", "ADD")]
+    assert copies == ["--chmod=0444 dist/tern.pyz /opt/tern/tern.pyz"]  # the pyz is the only application file
+    users = [rest for kind, rest in instructions if kind == "USER"]
+    assert users and users[-1] not in ("root", "0") and kinds.index("USER") < kinds.index("ENTRYPOINT")
+    assert json.loads(dict(instructions)["ENTRYPOINT"]) == ["python3", "/opt/tern/tern.pyz"]
+    assert json.loads(dict(instructions)["CMD"]) == ["serve", "--listen", "0.0.0.0:50051"]
+    assert "HEALTHCHECK" in kinds and "/health" in dict(instructions)["HEALTHCHECK"]
+
+
+def _healthcheck() -> list[str]:
+    check = dict(_dockerfile())["HEALTHCHECK"]
+    return json.loads(check[check.index("CMD") + 3:].strip())
+
+
+def test_docker_layout_and_healthcheck_against_a_real_daemon(tmp_path):
+    """The image's ENV (config found at /etc/tern/config.toml, state in /var/lib/tern)
+    and its HEALTHCHECK command, run against a daemon started as CMD starts it."""
+    instructions = _dockerfile()
+    env = dict(shlex.split(rest)[i].split("=", 1) for kind, rest in instructions if kind == "ENV"
+               for i in range(len(shlex.split(rest))))
+    root = tmp_path / "root"
+    env = {k: str(root) + v if v.startswith("/") else v for k, v in env.items()}
+    config = Path(env["XDG_CONFIG_HOME"]) / "tern" / "config.toml"  # what `-v ...:/etc/tern/config.toml` mounts
+    config.parent.mkdir(parents=True)
+    config.write_text('[[agents]]\nname = "mounted"\nkind = "echo"\n')
+    cmd = json.loads(dict(instructions)["CMD"])
+    process, url = _serve(env, [*cmd[:-1], "127.0.0.1:0"], tmp_path)  # 0.0.0.0:50051 may be taken here
+    port = url.rsplit(":", 1)[1]
+    check = [part.replace("50051", port) for part in _healthcheck()]
+    check[0] = sys.executable
+    try:
+        assert (root / "var" / "lib" / "tern" / "daemon.json").exists()
+        agents = httpx.get(url + "/api/agents", timeout=10).json()["agents"]
+        assert [a["name"] for a in agents] == ["mounted"]
+        assert subprocess.run(check, capture_output=True, timeout=30).returncode == 0
+    finally:
+        _stop(process)
+    assert subprocess.run(check, capture_output=True, timeout=30).returncode != 0  # and unhealthy once it is gone
+
+
+
+@pytest.mark.pyz
+@pytest.mark.slow
+def test_the_image_steps_with_the_real_pyz(tmp_path):
+    """The Dockerfile's steps with a freshly built pyz, under a temporary root: its RUN
+    extracts the native module into TERN_CACHE_DIR; then, with that cache read-only (as
+    in a container started with --read-only), ENTRYPOINT + CMD serve and HEALTHCHECK passes."""
+    pyz = tmp_path / "opt" / "tern" / "tern.pyz"
+    build = subprocess.run([sys.executable, str(ROOT / "build_pyz.py"), "--out", str(pyz)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr
+    instructions = _dockerfile()
+    env = dict(shlex.split(rest)[i].split("=", 1) for kind, rest in instructions if kind == "ENV"
+               for i in range(len(shlex.split(rest))))
+    env = {k: str(tmp_path) + v if v.startswith("/") else v for k, v in env.items()}
+    cache = Path(env["TERN_CACHE_DIR"])
+    cache.mkdir(parents=True, mode=0o700)  # the image's `install -d -m 0700`
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TERN_", "XDG_", "PYTHON"))}
+    base.update(env, HOME=str(tmp_path))
+    run = [rest for kind, rest in instructions if kind == "RUN"][-1]
+    argv = shlex.split(run.split(">", 1)[0].replace("/opt/tern/tern.pyz", str(pyz)))
+    assert argv[:2] == ["python3", str(pyz)]
+    warmed = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, env=base, timeout=120)
+    assert warmed.returncode == 0, warmed.stderr
+    assert os.listdir(cache / "native")  # the native module is in the image now
+    for folder, dirs, _ in os.walk(cache):
+        os.chmod(folder, 0o500)  # read-only from here on
+    entry = json.loads(dict(instructions)["ENTRYPOINT"])
+    cmd = json.loads(dict(instructions)["CMD"])
+    process = subprocess.Popen([sys.executable, str(pyz), *cmd[:-1], "127.0.0.1:0"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=base, cwd=tmp_path)
+    assert entry[1] == "/opt/tern/tern.pyz"
+    try:
+        line = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "serving on " not in line:
+            line = process.stderr.readline()
+            if not line:
+                break
+        assert "serving on " in line, line + process.stderr.read()
+        port = line.rsplit(":", 1)[1].strip()
+        check = [part.replace("50051", port) for part in _healthcheck()]
+        assert subprocess.run([sys.executable, *check[1:]], capture_output=True, timeout=30).returncode == 0
+    finally:
+        for folder, dirs, _ in os.walk(cache):
+            os.chmod(folder, 0o700)
+        _stop(process)
