@@ -41,7 +41,7 @@ def _run(argv: list[str], env: dict[str, str]) -> str:
 BASH_CASES = [
     # (the words, the cursor word last) -> what bash offers
     (["tern", ""], None),
-    (["tern", "co"], ["config", "completion"]),
+    (["tern", "co"], ["config", "completion", "conversations"]),
     (["tern", "config", ""], ["check", "show"]),
     (["tern", "--log-level", ""], ["debug", "info", "warning", "error"]),
     (["tern", "a2a", "send", "--dialect", ""], ["0.1", "0.3", "1.0"]),

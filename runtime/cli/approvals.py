@@ -1,7 +1,10 @@
 """``tern approvals``, ``tern approve ID``, ``tern deny ID``: answer the tool calls that
-wait for a person. They work on the state directory's approvals file directly, so they
-answer a daemon and a ``tern run`` on another terminal alike (the waiting process sees
-the decision within a fraction of a second); no kernel is booted."""
+wait for a person. With a daemon running on the state directory they go through its
+API (the decision wakes its call at once and shows in ``tern events``); otherwise they
+work on the state directory's approvals file directly, which answers a ``tern run`` on
+another terminal alike (the waiting process sees the decision within a fraction of a
+second). No kernel is booted either way. Persisted decisions (``--rules``,
+``--forget-rules``) are always read and changed in the file."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ import argparse
 from typing import Any
 
 from runtime.cli.common import Commands, print_json
+from runtime.errors import TernError
+from runtime.cli.remote import add_standalone
 
 
 def add_commands(commands: Commands) -> None:
@@ -22,6 +27,7 @@ def add_commands(commands: Commands) -> None:
     listing.add_argument("--agent", default=None, help="with --forget-rules: only this agent's")
     listing.add_argument("--tool", default=None, help="with --forget-rules: only this tool's")
     listing.add_argument("--json", action="store_true", help="print JSON")
+    add_standalone(listing)
     approve = commands.add("approve", cmd_approve, "approve a tool call that waits (see tern approvals)")
     approve.add_argument("id", help="the approval id (ap_...)")
     scope = approve.add_mutually_exclusive_group()
@@ -29,10 +35,12 @@ def add_commands(commands: Commands) -> None:
     scope.add_argument("--always-args", action="store_true",
                        help="and every later call of this tool by this agent with these exact arguments")
     approve.add_argument("--reason", default="", help="a note kept with the decision")
+    add_standalone(approve)
     deny = commands.add("deny", cmd_deny, "deny a tool call that waits (the model gets a tool error)")
     deny.add_argument("id", help="the approval id (ap_...)")
     deny.add_argument("--always", action="store_true", help="and every later call of this tool by this agent")
     deny.add_argument("--reason", default="", help="why (the model reads it)")
+    add_standalone(deny)
 
 
 def open_approvals(args: argparse.Namespace) -> Any:
@@ -53,9 +61,21 @@ def open_approvals(args: argparse.Namespace) -> Any:
                      audit=AuditLog(state / "audit.jsonl"))
 
 
-def cmd_approvals(args: argparse.Namespace) -> int:
-    from runtime.kernel.approvals import describe, remaining
+def _through_daemon(args: argparse.Namespace) -> Any:
+    from runtime.cli.remote import find_daemon
+    from runtime.config import load_config
 
+    return find_daemon(args, load_config(getattr(args, "config", None)).config)
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    daemon = None if args.rules or args.forget_rules else _through_daemon(args)
+    if daemon is not None:
+        from runtime.ports import Approval
+
+        answer = daemon.call("GET", f"/api/approvals?state={args.state}")
+        listed = [Approval(**item) for item in answer["approvals"]]
+        return _print_approvals(args, listed)
     approvals = open_approvals(args)
     if args.forget_rules:
         gone = approvals.forget_rules(args.agent, args.tool)
@@ -72,7 +92,12 @@ def cmd_approvals(args: argparse.Namespace) -> int:
             which = "these exact arguments" if rule["arguments"] else "any arguments"
             print(f"{rule['decision']:<5}  {rule['tool']} by {who}, {which} (by {rule['decided_by'] or '?'})")
         return 0
-    listed = approvals.list(None if args.state == "all" else args.state)
+    return _print_approvals(args, approvals.list(None if args.state == "all" else args.state))
+
+
+def _print_approvals(args: argparse.Namespace, listed: list[Any]) -> int:
+    from runtime.kernel.approvals import describe, remaining
+
     if args.json:
         print_json({"approvals": listed})
         return 0
@@ -95,8 +120,16 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
     from runtime.kernel.approvals import describe
 
     scope = "always" if args.always else "args" if getattr(args, "always_args", False) else "once"
-    decided = open_approvals(args).decide(args.id, approve, scope=scope, reason=args.reason, by=f"cli:{_user()}",
-                                          channel="cli")
+    daemon = _through_daemon(args)
+    if daemon is not None:
+        from runtime.cli.remote import quote_path
+        from runtime.ports import Approval
+
+        decided = Approval(**daemon.call("POST", f"/api/approvals/{quote_path(args.id)}", {
+            "decision": "approve" if approve else "deny", "scope": scope, "reason": args.reason}))
+    else:
+        decided = open_approvals(args).decide(args.id, approve, scope=scope, reason=args.reason,
+                                              by=f"cli:{_user()}", channel="cli")
     verb = "approved" if approve else "denied"
     extra = {"always": ", and from now on for this agent and tool",
              "args": ", and from now on for these exact arguments"}.get(scope, "")
@@ -116,11 +149,12 @@ _ANSWERS = {"y": (True, "once"), "yes": (True, "once"), "a": (True, "always"), "
             "n": (False, "once"), "no": (False, "once"), "": (False, "once")}
 
 
-def terminal_ask(approvals: Any) -> Any:
+def terminal_ask(approvals: Any, before: Any = None) -> Any:
     """The ``Ask`` of a command run by a person (``tern run``, ``chat``, ``call``): the
     request is shown on stderr, and on a terminal the answer is read inline. Elsewhere
     (stdin is a pipe, a script) it says how to answer from another shell and waits for
-    the other channels. Another channel deciding first cancels the prompt."""
+    the other channels. Another channel deciding first cancels the prompt. ``before()``
+    runs first (ends the reply's line on stdout, so the question starts on its own)."""
     import sys
 
     import trio
@@ -130,6 +164,8 @@ def terminal_ask(approvals: Any) -> Any:
     interactive = sys.stdin.isatty() and sys.stderr.isatty()
 
     async def ask(approval: Any) -> None:
+        if before is not None:
+            before()
         print(f"tern: {describe(approval)} — approval {approval.id}, {remaining(approval)} s to answer",
               file=sys.stderr, flush=True)
         if not interactive:
@@ -168,3 +204,62 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # no user name (a container with an unknown uid)
         return "?"
+
+
+def ask_through_daemon(daemon: Any, stream: Any, data: dict[str, Any], backlog: Any) -> None:
+    """A streamed run in the daemon waits for approval (its ``approval`` event): what
+    ``terminal_ask`` does in-process, over the API. On a terminal the person answers
+    inline and the answer goes to ``POST /api/approvals/{id}`` (channel "terminal");
+    the prompt gives up as soon as the stream says another channel decided
+    (``approval_done``). Other events that arrive meanwhile go to ``backlog``, in order."""
+    import queue
+    import select
+    import sys
+
+    from runtime.cli.remote import isatty, quote_path
+    from runtime.kernel.approvals import describe, remaining
+    from runtime.ports import Approval
+
+    approval = Approval(**data)
+    print(f"tern: {describe(approval)} — approval {approval.id}, {remaining(approval)} s to answer",
+          file=sys.stderr, flush=True)
+    if not isatty():
+        print(f"tern: waiting for a person: tern approve {approval.id}  (or: tern deny {approval.id})",
+              file=sys.stderr, flush=True)
+        return
+    prompt = "approve? [y]es / [n]o / [a]lways for this tool / [A]lways with these arguments: "
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    while True:
+        ready = select.select([sys.stdin], [], [], 0.1)[0]
+        while True:  # did the run move on (decided elsewhere, or the stream ended)?
+            try:
+                item = stream.events.get_nowait()
+            except queue.Empty:
+                break
+            if item[0] == "approval_done" and item[1].get("id") == approval.id:
+                print(f"\ntern: approval {approval.id} was answered elsewhere", file=sys.stderr, flush=True)
+                return
+            backlog.append(item)
+            if item[0] in ("end", "lost", "error"):
+                print(file=sys.stderr)
+                return
+        if not ready:
+            continue
+        line = sys.stdin.readline()
+        if not line:  # end of input: leave it to the other channels
+            return
+        answer = line.strip()
+        if answer in _ANSWERS:
+            approve, scope = _ANSWERS[answer]
+            try:
+                daemon.call("POST", f"/api/approvals/{quote_path(approval.id)}", {
+                    "decision": "approve" if approve else "deny", "scope": scope, "channel": "terminal",
+                    "reason": "" if approve else "denied at the terminal"})
+            except TernError as exc:  # decided elsewhere a moment before: the stream says how it ended
+                print(f"tern: {exc}", file=sys.stderr, flush=True)
+            return
+        print("tern: answer y (yes), n (no), a (always for this tool), A (always with these arguments)",
+              file=sys.stderr, flush=True)
+        sys.stderr.write(prompt)
+        sys.stderr.flush()

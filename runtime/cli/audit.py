@@ -1,5 +1,8 @@
 """``tern audit``: read the audit log (one JSON line per tool call and agent message) and
-check its hash chain."""
+check its hash chain. With a daemon on the state directory, ``tail`` (without ``-f``)
+and ``verify`` go through its API (``GET /api/audit``, ``/api/audit/verify``: the daemon
+reads its own log in a worker thread); ``tail -f`` follows the file itself, across
+rotation, either way."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from runtime.cli.common import Commands, needs_subcommand
+from runtime.cli.remote import add_standalone
 from runtime.errors import UsageError
 
 if TYPE_CHECKING:
@@ -24,9 +28,18 @@ def add_commands(commands: Commands) -> None:
     tail.add_argument("--tool", metavar="GLOB", help="only records of these tools (a glob: 'mcp_github_*')")
     tail.add_argument("--outcome", action="append", metavar="OUTCOME",
                       help="only records with this outcome (ok, denied, tool_error, ...); may be repeated")
+    add_standalone(tail)
     verify = group.add("verify", cmd_audit_verify,
                        "check the audit log's hash chain: exit 0 if intact, 1 naming the first record that is not")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_standalone(verify)
+
+
+def _daemon(args: argparse.Namespace) -> Any:
+    from runtime.cli.remote import find_daemon
+    from runtime.config import load_config
+
+    return find_daemon(args, load_config(getattr(args, "config", None)).config)
 
 
 def _log_path(args: argparse.Namespace) -> Path:
@@ -44,10 +57,16 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     from runtime.cli.common import print_json
     from runtime.kernel.audit import log_files, verify_log
 
-    path = _log_path(args)
-    if not log_files(path):
-        raise UsageError(f"no audit log yet at {path}")
-    report = verify_log(path)
+    daemon = _daemon(args)
+    if daemon is not None:
+        from runtime.kernel.audit_chain import Report
+
+        report = msgspec.convert(daemon.call("GET", "/api/audit/verify", timeout=300.0), Report)
+    else:
+        path = _log_path(args)
+        if not log_files(path):
+            raise UsageError(f"no audit log yet at {path}")
+        report = verify_log(path)
     if args.json:
         print_json({"summary": report.summary(), **msgspec.to_builtins(report)})
         return 0 if report.ok else 1
@@ -75,32 +94,27 @@ def cmd_audit_tail(args: argparse.Namespace) -> int:
 def _tail(args: argparse.Namespace) -> int:
     import os
     import time
-    from collections import deque
 
-    from runtime.kernel.audit import log_files
+    from runtime.kernel.audit import RecordFilter, last_records, log_files
 
+    show = _raw if args.json else _human
+    daemon = None if args.follow else _daemon(args)
+    if daemon is not None:
+        from urllib.parse import urlencode
+
+        query = urlencode([("n", max(args.n, 0)), *(("agent", args.agent),) * bool(args.agent),
+                           *(("tool", args.tool),) * bool(args.tool), *(("outcome", o) for o in args.outcome or ())])
+        for record in daemon.call("GET", f"/api/audit?{query}")["records"]:
+            print(show(record.encode() + b"\n"), flush=True)
+        return 0
     path = _log_path(args)
     files = log_files(path)
     if not files and not args.follow:
         raise UsageError(f"no audit log yet at {path}")
-    wanted = max(args.n, 0)
-    keep = _Filter(args)
-    show = _raw if args.json else _human
+    keep = RecordFilter(args.agent, args.tool, args.outcome)
     handle = path.open("rb") if path.exists() else None  # opened first: no record slips between history and -f
     inode = os.fstat(handle.fileno()).st_ino if handle is not None else None
-    last: deque[bytes] = deque(maxlen=wanted)
-    if handle is not None:
-        for line in handle:
-            if not line.endswith(b"\n"):  # a record still being written: -f reads it whole
-                handle.seek(-len(line), os.SEEK_CUR)
-            elif keep(line):
-                last.append(line)
-    for file in reversed([file for file in files if file != path]):  # then older files, until enough
-        if len(last) >= wanted:
-            break
-        with file.open("rb") as older:
-            found = deque((line for line in older if keep(line)), maxlen=wanted - len(last))
-        last.extendleft(reversed(found))
+    last = last_records(path, args.n, keep, handle)
     for line in last:
         print(show(line), flush=True)
     while args.follow:
@@ -126,37 +140,6 @@ def _tail(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Filter:
-    """Which records ``--agent``, ``--tool`` and ``--outcome`` let through (all, without them)."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.agent, self.tool, self.outcomes = args.agent, args.tool, set(args.outcome or ())
-        self.active = bool(self.agent or self.tool or self.outcomes)
-
-    def __call__(self, line: bytes) -> bool:
-        if not self.active:
-            return True
-        from fnmatch import fnmatchcase
-
-        record = _record(line)
-        if record is None:
-            return False
-        for glob, value in ((self.agent, record.get("agent")), (self.tool, record.get("tool"))):
-            if glob and not (isinstance(value, str) and fnmatchcase(value, glob)):
-                return False
-        return not self.outcomes or record.get("outcome") in self.outcomes
-
-
-def _record(line: bytes) -> dict[str, Any] | None:
-    import json
-
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def _raw(line: bytes) -> str:
     return line.decode("utf-8", "replace").rstrip("\n")
 
@@ -167,9 +150,10 @@ def _human(line: bytes) -> str:
     record has its control characters escaped, so it cannot rewrite the terminal."""
     from datetime import datetime
 
+    from runtime.kernel.audit import parse_record
     from runtime.log import clean
 
-    record = _record(line)
+    record = parse_record(line)
     if record is None:
         return "unreadable line: " + clean(_raw(line))
     moment = record.get("time")

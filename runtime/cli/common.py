@@ -1,6 +1,7 @@
-"""What the command modules share: the subcommand helper, JSON output, and a kernel
-booted for one command (``with_kernel``). Imports nothing heavy at module level, so
-``tern version`` stays lean."""
+"""What the command modules share: the subcommand helper, JSON output, a kernel
+booted for one command (``with_kernel``), and how a run's output reaches a person
+(``TextOut``, ``tool_line``), the same whether the run is in-process or in the daemon.
+Imports nothing heavy at module level, so ``tern version`` stays lean."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from collections.abc import Awaitable, Callable
 if TYPE_CHECKING:  # the type only: the kernel is imported when a command runs
     from runtime.kernel.kernel import Kernel
 
-__all__ = ["Commands", "Handler", "needs_subcommand", "with_kernel", "print_json", "status_line", "all_ready"]
+__all__ = ["Commands", "Handler", "needs_subcommand", "with_kernel", "print_json", "status_line", "all_ready",
+           "TextOut", "tool_line", "MCP_PATIENCE_SECS"]
+
+MCP_PATIENCE_SECS = 0.5  # an in-process command waiting longer than this for MCP servers says which
 
 T = TypeVar("T")
 Handler = Callable[[argparse.Namespace], int]
@@ -43,7 +47,9 @@ def needs_subcommand(args: argparse.Namespace) -> int:
 
 def with_kernel(args: argparse.Namespace, work: Callable[[Kernel], Awaitable[T]]) -> T:
     """Boot a kernel for one command, wait until every MCP server's first connection
-    attempt is over, run ``work(kernel)``, and shut everything down again."""
+    attempt is over, run ``work(kernel)``, and shut everything down again. A wait past
+    ``MCP_PATIENCE_SECS`` names the servers on stderr (a person should not stare at a
+    silent terminal while npx downloads a server), unless ``--quiet``."""
     import trio
 
     from runtime.config import load_config
@@ -55,6 +61,13 @@ def with_kernel(args: argparse.Namespace, work: Callable[[Kernel], Awaitable[T]]
         kernel = Kernel(config)
         async with trio.open_nursery() as nursery:
             await nursery.start(kernel.run)
+            await kernel.mcp.wait_settled(MCP_PATIENCE_SECS)
+            waiting = [s.name for s in kernel.mcp.statuses() if s.state == "connecting"]
+            if waiting and not getattr(args, "quiet", False):
+                import sys
+
+                print(f"tern: waiting for MCP server{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} "
+                      "(a running `tern serve` keeps them connected)", file=sys.stderr, flush=True)
             await kernel.mcp.wait_settled()
             try:
                 return await work(kernel)
@@ -82,3 +95,56 @@ def status_line(status: Any) -> str:
 
 def all_ready(kernel: Kernel) -> bool:
     return all(s.state in ("ready", "disabled") for s in kernel.mcp.statuses())
+
+
+class TextOut:
+    """A run's text on stdout as it comes, remembering whether the last piece ended its
+    line (so a tool line on stderr starts on a line of its own, and the reply ends with
+    one newline)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.pieces = 0
+        self.mid_line = False
+
+    def __call__(self, piece: str) -> None:
+        if not piece:
+            return
+        self.pieces += 1
+        if self.enabled:
+            import sys
+
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+            self.mid_line = not piece.endswith("\n")
+
+    def end_line(self) -> None:
+        if self.mid_line:
+            import sys
+
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.mid_line = False
+
+    def tool(self, event: dict[str, Any], quiet: bool = False) -> None:
+        """Show a tool call's start or end on stderr (not with ``--quiet``)."""
+        if quiet:
+            return
+        import sys
+
+        self.end_line()
+        print(tool_line(event), file=sys.stderr, flush=True)
+
+
+def tool_line(event: dict[str, Any]) -> str:
+    """One line for a person: ``[tool] NAME ARGS`` as a call starts, ``[tool] NAME: OUTCOME
+    in DURATION`` (and why, if it failed) as it ends. Peer text is escaped."""
+    from runtime.log import clean
+
+    name = str(event.get("tool", "?"))
+    if event.get("phase") == "start":
+        return clean(f"[tool] {name} {event.get('arguments', '')}")
+    ms = event.get("ms")
+    took = "" if not isinstance(ms, (int, float)) else f" in {ms / 1000:.1f} s" if ms >= 1000 else f" in {ms:.0f} ms"
+    error = str(event.get("error") or "").strip().splitlines()
+    return clean(f"[tool] {name}: {event.get('outcome', '?')}{took}{': ' + error[0][:160] if error else ''}")

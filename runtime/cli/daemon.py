@@ -13,7 +13,9 @@ from runtime.cli.common import Commands
 
 
 def add_commands(commands: Commands) -> None:
-    commands.add("status", cmd_status, "show the running daemon's state (from its discovery file)")
+    status = commands.add("status", cmd_status, "show the running daemon's state (from its discovery file)")
+    status.add_argument("--json", action="store_true", help="print the daemon's /api/status answer (with its url "
+                        "and pid) as JSON")
     events = commands.add("events", cmd_events, "print the running daemon's events as they happen")
     events.add_argument("--json", action="store_true", help="one JSON object per line (default: readable lines)")
     reload = commands.add("reload", cmd_reload, "make the running daemon re-read its config file and apply it "
@@ -36,34 +38,14 @@ def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str], A
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    import trio
-
-    from runtime.errors import TernError
-    from runtime.host.daemon import unauthorized_hint
+    from runtime.cli.common import print_json
+    from runtime.cli.remote import Daemon
 
     record, headers, config = _daemon(args)
-
-    async def fetch() -> Any:
-        import httpx
-
-        from runtime.net.guard import AddressPolicy
-        from runtime.net.outbound import make_client
-
-        async with make_client(AddressPolicy(), timeout=5.0) as client:
-            try:
-                response = await client.get(record["url"] + "/api/status", headers=headers)
-            except httpx.HTTPError as exc:
-                raise TernError(f"the daemon (pid {record['pid']}) at {record['url']} does not answer: {exc}") from None
-        if response.status_code == 401:
-            raise TernError(f"the daemon at {record['url']} refused this client (HTTP 401): "
-                            f"{unauthorized_hint(config, response.text)}")
-        if response.status_code != 200:
-            raise TernError(
-                f"the daemon at {record['url']} answered HTTP {response.status_code}: {response.text[:200]}"
-            )
-        return response.json()
-
-    status = trio.run(fetch)
+    status = Daemon(record["url"], headers, int(record["pid"]), config).call("GET", "/api/status", timeout=5.0)
+    if args.json:
+        print_json({"url": record["url"], "pid": record["pid"], **status})
+        return 0
     print(f"tern {status['version']} at {record['url']} (pid {record['pid']}), up {status['uptime_secs']:.0f} s")
     print(f"  agents: {', '.join(a['name'] for a in status['agents']) or 'none'}")
     for server in status["mcp_servers"]:
@@ -89,8 +71,6 @@ def cmd_events(args: argparse.Namespace) -> int:
     async def follow() -> None:
         from trio_websocket import ConnectionClosed, ConnectionRejected, HandshakeError, open_websocket_url
 
-        from runtime.host.daemon import unauthorized_hint
-
         try:
             async with open_websocket_url(
                 url, extra_headers=[(k.encode(), v.encode()) for k, v in headers.items()], connect_timeout=5
@@ -101,10 +81,11 @@ def cmd_events(args: argparse.Namespace) -> int:
                     except ConnectionClosed:
                         return
                     print(message if args.json else _event_line(json.loads(message)), flush=True)
-        except ConnectionRejected as exc:
-            said = (exc.body or b"")[:1000].decode("utf-8", "replace")
-            why = unauthorized_hint(config, said) if exc.status_code == 401 else f"HTTP {exc.status_code}"
-            raise TernError(f"cannot follow events at {url}: the daemon refused this client: {why}") from None
+        except ConnectionRejected as exc:  # 401 without the key, 403...: the daemon's sentence, not a tuple
+            from runtime.cli.remote import Daemon
+
+            daemon = Daemon(record["url"], headers, int(record["pid"]), config)
+            raise daemon.error(exc.status_code, exc.body or b"") from None
         except (HandshakeError, OSError) as exc:
             raise TernError(f"cannot follow events at {url}: {exc}") from None
 
@@ -113,17 +94,35 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def _event_line(event: dict[str, Any]) -> str:
+    """One readable line per event; peer text in it is escaped (``log.clean``)."""
     import time
+
+    from runtime.log import clean
 
     stamp = time.strftime("%H:%M:%S", time.localtime(event.get("time", time.time())))
     kind = event.get("type", "?")
     if kind == "mcp.server":
         error = f" ({event['last_error']})" if event.get("last_error") else ""
-        return f"{stamp} MCP server {event.get('name')}: {event.get('state')}{error}"
+        return clean(f"{stamp} MCP server {event.get('name')}: {event.get('state')}{error}")
     if kind == "tool.call":
-        return f"{stamp} tool {event.get('tool')}: {event.get('outcome')} in {event.get('ms')} ms"
+        who = f" by {event['agent']}" if event.get("agent") else f" ({event['caller']})" if event.get("caller") else ""
+        return clean(f"{stamp} tool {event.get('tool')}{who} {event.get('arguments', '')}: {event.get('outcome')} "
+                     f"in {event.get('ms')} ms")
+    if kind == "agent.message":
+        return clean(f"{stamp} agent {event.get('agent')} [{event.get('context_id')}]: {event.get('outcome')} "
+                     f"in {event.get('ms')} ms")
+    if kind == "model.call":
+        tokens = f", {event['tokens']} tokens" if "tokens" in event else ""
+        return clean(f"{stamp} model {event.get('model')} for {event.get('agent')}: {event.get('outcome')} "
+                     f"in {event.get('ms')} ms{tokens}")
+    if kind == "a2a.task":
+        return clean(f"{stamp} A2A task {event.get('task_id')} ({event.get('agent')}): {event.get('state')}")
+    if kind in ("approval_requested", "approval_resolved") and isinstance(event.get("approval"), dict):
+        approval = event["approval"]
+        return clean(f"{stamp} approval {approval.get('id')} {approval.get('state')}: {approval.get('tool')} "
+                     f"by {approval.get('agent') or 'the operator'}")
     rest = {k: v for k, v in event.items() if k not in ("type", "time")}
-    return f"{stamp} {kind} {json.dumps(rest)}"
+    return clean(f"{stamp} {kind} {json.dumps(rest)}")
 
 
 RELOAD_EVENTS = ("config.reloaded", "config.reload_failed")

@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from runtime.cli.common import Commands, all_ready, print_json, status_line, with_kernel
+from runtime.cli.remote import add_standalone
 from runtime.errors import UsageError
 
 if TYPE_CHECKING:  # the type only: the kernel is imported when a command runs
@@ -23,6 +24,7 @@ def add_commands(commands: Commands) -> None:
     servers = sub.add("servers", cmd_mcp_servers,
                       "connect every configured MCP server and show its state and last error")
     servers.add_argument("--json", action="store_true", help="print JSON")
+    add_standalone(servers)
     imported = sub.add("import", cmd_mcp_import,
                        "convert a Claude Desktop / Cursor / VS Code mcpServers JSON file to [[mcp_servers]] TOML")
     imported.add_argument("file", help="the JSON file ('-' for stdin)")
@@ -49,6 +51,25 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp_servers(args: argparse.Namespace) -> int:
+    """Through the daemon when one runs (its servers, as they are now), else connect them here."""
+    from types import SimpleNamespace
+
+    from runtime.cli.remote import find_daemon
+    from runtime.config import load_config
+
+    daemon = find_daemon(args, load_config(getattr(args, "config", None)).config)
+    if daemon is not None:
+        if args.json:
+            print_json(daemon.call("GET", "/api/mcp/servers"))
+            return 0 if all(s["state"] in ("ready", "disabled") for s in daemon.call("GET", "/api/tools")["servers"]) \
+                else 1
+        statuses = daemon.call("GET", "/api/tools")["servers"]
+        if not statuses:
+            print("no [[mcp_servers]] in the config")
+        for status in statuses:
+            print(f"{status['name']}: {status_line(SimpleNamespace(**status))}")
+        return 0 if all(s["state"] in ("ready", "disabled") for s in statuses) else 1
+
     from runtime.mcp.client.supervisor import servers_report
 
     async def work(kernel: Kernel) -> int:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qs
 
 import msgspec
+import trio
 
 from runtime import __version__
 from runtime.httpd.messages import HttpError, Request, Response, json_response
@@ -33,6 +34,112 @@ class _DecisionIn(msgspec.Struct, forbid_unknown_fields=True):
     decision: Literal["approve", "deny"]
     scope: Literal["once", "always", "args"] = "once"
     reason: str = ""
+    channel: Literal["http", "terminal"] = "http"  # "terminal": tern's CLI asked a person inline
+
+
+class _CallIn(msgspec.Struct, forbid_unknown_fields=True):
+    arguments: dict[str, Any] = {}
+    timeout_secs: float | None = None
+
+
+MAX_AUDIT_RECORDS = 10_000  # what GET /api/audit answers at most
+MAX_FEED_EVENTS = 256  # what a stream holds for a slow reader besides text (tool calls, approvals)
+
+
+class _Feed:
+    """What one streamed run tells its caller, in order: text (consecutive pieces merged,
+    so a fast model never fills the queue with fragments), tool calls, approvals, and
+    the end. The kernel's callbacks are synchronous and never block, so they append
+    here; the stream's producer drains it into the bounded channel the server writes
+    from. A reader that stops reading is cut off by the server's write timeout; events
+    other than text beyond ``MAX_FEED_EVENTS`` are dropped (counted)."""
+
+    def __init__(self) -> None:
+        from collections import deque
+
+        self.items: deque[tuple[str, Any]] = deque()
+        self.dropped = 0
+        self.done = False
+        self._wake = trio.Event()
+
+    def text(self, piece: str) -> None:
+        if self.items and self.items[-1][0] == "text":
+            self.items[-1] = ("text", self.items[-1][1] + piece)
+        else:
+            self.items.append(("text", piece))
+        self._wake.set()
+
+    def put(self, kind: str, data: Any) -> None:
+        if len(self.items) >= MAX_FEED_EVENTS and kind not in ("reply", "result", "error"):
+            self.dropped += 1
+            return
+        self.items.append((kind, data))
+        self._wake.set()
+
+    def close(self) -> None:
+        self.done = True
+        self._wake.set()
+
+    async def drain(self, send: Any) -> None:
+        from runtime.wire.sse import encode_event
+
+        encode = msgspec.json.encode
+        while True:
+            while self.items:
+                kind, data = self.items.popleft()
+                payload = {"text": data} if kind == "text" else data
+                await send.send(encode_event(encode(payload).decode(), event=kind))
+            if self.done:
+                return
+            self._wake = trio.Event()
+            await self._wake.wait()
+
+
+def _streamed(work: Any, log_name: str) -> Any:
+    """A StreamResponse whose producer runs ``work(feed)`` and sends its events as SSE:
+    ``text``, ``tool`` (a call starts or ends), ``approval`` (a call waits for a person;
+    ``approval_done`` once it is decided), then ``reply``/``result`` or ``error``
+    ({status, message}). A client that leaves cancels the work (the server cancels the
+    producer), which is how Ctrl-C in ``tern run`` stops a reply in the daemon."""
+    from runtime.errors import TernError
+    from runtime.httpd.messages import StreamResponse
+    from runtime.log import get_logger
+
+    async def produce(send: Any) -> None:
+        feed = _Feed()
+
+        async def run() -> None:
+            try:
+                kind, value = await work(feed)
+                feed.put(kind, msgspec.to_builtins(value))
+            except TernError as exc:
+                feed.put("error", {"status": exc.http_status, "message": str(exc)})
+            except Exception as exc:  # a bug: the client hears of it, the log has the traceback
+                get_logger("api").error("%s failed: %s", log_name, type(exc).__name__, exc_info=True)
+                feed.put("error", {"status": 500, "message": f"internal error: {type(exc).__name__}"})
+            finally:
+                feed.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            await feed.drain(send)
+
+    return StreamResponse(produce)
+
+
+def _stream_ask(feed: _Feed) -> Any:
+    """The ``Ask`` of a streamed run: the request goes to the client as an ``approval``
+    event (``tern run`` prompts its person and answers with ``POST /api/approvals/{id}``);
+    when any channel decides, this is cancelled and says so (``approval_done``)."""
+
+    async def ask(approval: Any) -> None:
+        feed.put("approval", msgspec.structs.asdict(approval))
+        try:
+            await trio.sleep_forever()
+        finally:
+            feed.put("approval_done", {"id": approval.id})
+
+    return ask
 
 
 _APPROVAL_STATES = ("pending", "approved", "denied", "expired", "all")
@@ -75,7 +182,23 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         })
 
     async def tools(request: Request) -> Response:
-        return json_response({"tools": [msgspec.structs.asdict(t) for t in kernel.registry.tools()]})
+        return json_response({"tools": [msgspec.structs.asdict(t) for t in kernel.registry.tools()],
+                              "servers": kernel.mcp.statuses(),
+                              "collisions": [[n.name for n in group] for group in kernel.mcp.collisions]})
+
+    async def tool_call(request: Request) -> Response:
+        from runtime.wire.limits import check_name
+
+        name = check_name(request.params["name"], "the tool name")
+        body = request.json(_CallIn)
+
+        async def work(feed: _Feed) -> tuple[str, Any]:
+            run = kernel.pipeline.run(ask=_stream_ask(feed))
+            result = await kernel.call_tool(name, body.arguments, timeout_secs=body.timeout_secs,
+                                            caller=f"api:{request.client[0]}", run=run)
+            return "result", result
+
+        return _streamed(work, "a tool call")
 
     async def mcp_servers(request: Request) -> Response:
         from runtime.mcp.client.supervisor import servers_report
@@ -108,6 +231,72 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
             raise HttpError(502, f"the agent could not answer: {exc}") from None
         return json_response(reply)
 
+    async def agent_stream(request: Request) -> Response:
+        from runtime.wire.limits import check_id, check_name
+
+        name = check_name(request.params["name"], "the agent name")
+        body = request.json(_MessageIn)
+        check_id(body.context_id, "context_id")
+        kernel.agents.admit(name)  # unknown (404) or out of budget (429) before the stream starts
+
+        async def work(feed: _Feed) -> tuple[str, Any]:
+            from runtime.errors import AgentError
+
+            try:
+                reply = await kernel.agents.send(name, body.message, context_id=body.context_id, on_text=feed.text,
+                                                 ask=_stream_ask(feed), on_tool=lambda event: feed.put("tool", event))
+            except AgentError as exc:
+                raise HttpError(502, f"the agent could not answer: {exc}") from None
+            return "reply", reply
+
+        return _streamed(work, "an agent message")
+
+    async def conversation_list(request: Request) -> Response:
+        store = kernel.conversations
+        return json_response({"conversations": store.list() if store is not None else []})
+
+    async def conversation_get(request: Request) -> Response:
+        from runtime.wire.limits import check_id
+
+        context_id = request.params["id"]
+        check_id(context_id, "the conversation id")
+        messages = await kernel.conversations.history(context_id) if kernel.conversations is not None else []
+        if not messages:
+            raise HttpError(404, f"no conversation has the id {context_id!r} (see `tern conversations`)")
+        return json_response({"context_id": context_id, "messages": messages})
+
+    async def conversation_delete(request: Request) -> Response:
+        from runtime.wire.limits import check_id
+
+        context_id = request.params["id"]
+        check_id(context_id, "the conversation id")
+        gone = kernel.conversations.delete(context_id) if kernel.conversations is not None else 0
+        if not gone:
+            raise HttpError(404, f"no conversation has the id {context_id!r} (see `tern conversations`)")
+        return json_response({"context_id": context_id, "messages": gone})
+
+    async def audit_tail(request: Request) -> Response:
+        from runtime.kernel.audit import RecordFilter, last_records
+
+        if audit is None:
+            raise HttpError(404, "this tern keeps no audit log (no [state] dir)")
+        query = parse_qs(request.query)
+        try:
+            wanted = min(max(int(query.get("n", ["20"])[0]), 0), MAX_AUDIT_RECORDS)
+        except ValueError:
+            raise HttpError(400, "n must be a whole number") from None
+        keep = RecordFilter(query.get("agent", [None])[0], query.get("tool", [None])[0], query.get("outcome", []))
+        lines = await trio.to_thread.run_sync(last_records, audit.path, wanted, keep)  # file reads: off the loop
+        return json_response({"records": [line.decode("utf-8", "replace").rstrip("\n") for line in lines]})
+
+    async def audit_verify(request: Request) -> Response:
+        from runtime.kernel.audit import verify_log
+
+        if audit is None:
+            raise HttpError(404, "this tern keeps no audit log (no [state] dir)")
+        report = await trio.to_thread.run_sync(verify_log, audit.path)  # walks every file: off the loop
+        return json_response({"summary": report.summary(), **msgspec.to_builtins(report)})
+
     approvals = kernel.approvals
 
     async def approval_list(request: Request) -> Response:
@@ -123,9 +312,9 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     async def approval_decide(request: Request) -> Response:
         approval_id = _approval_id(request)
         body = request.json(_DecisionIn)
-        who = f"api:{request.client[0]}"
+        who = f"{'terminal:' if body.channel == 'terminal' else ''}api:{request.client[0]}"
         decided = approvals.decide(approval_id, body.decision == "approve", scope=body.scope, reason=body.reason,
-                                   by=str(who), channel="http")  # 404 unknown, 409 already decided or expired
+                                   by=who, channel=body.channel)  # 404 unknown, 409 already decided or expired
         return json_response(decided)
 
     async def echo(request: Request) -> Response:
@@ -157,12 +346,22 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     router.add("GET", "/health", health, auth=False, guard_origin=False, summary="liveness")
     router.add("GET", "/api/status", status, summary="version, uptime, agents, MCP server states, A2A peers")
     router.add("GET", "/api/tools", tools, summary="every tool agents can call")
+    router.add("POST", "/api/tools/{name}/call", tool_call, cost=5.0,
+               summary="call one tool through the pipeline; the answer is an SSE stream (approval, result)")
     router.add("GET", "/api/mcp/servers", mcp_servers, summary="configured and connected MCP servers")
     router.add("POST", "/api/mcp/servers/{name}/restart", mcp_restart, cost=5.0,
                summary="reconnect one MCP server now; a failed one is revived with a fresh restart budget")
     router.add("GET", "/api/agents", agents, summary="configured agents")
     router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, watch_disconnect=True,
                summary="send an agent a message")
+    router.add("POST", "/api/agents/{name}/stream", agent_stream, cost=5.0,
+               summary="send an agent a message; the answer is an SSE stream (text, tool, approval, reply)")
+    router.add("GET", "/api/conversations", conversation_list, summary="conversations, most recent first")
+    router.add("GET", "/api/conversations/{id}", conversation_get, summary="one conversation's messages, oldest first")
+    router.add("DELETE", "/api/conversations/{id}", conversation_delete, summary="forget one conversation")
+    router.add("GET", "/api/audit", audit_tail, cost=5.0,
+               summary="the last audit records (?n=20&agent=GLOB&tool=GLOB&outcome=O...), raw JSON lines")
+    router.add("GET", "/api/audit/verify", audit_verify, cost=20.0, summary="check the audit log's hash chain")
     router.add("GET", "/api/approvals", approval_list, summary="tool calls waiting for a person (?state=...)")
     router.add("GET", "/api/approvals/{id}", approval_get, summary="one approval request")
     router.add("POST", "/api/approvals/{id}", approval_decide,

@@ -39,7 +39,7 @@ from runtime.config.checks import key_warning
 from runtime.errors import ConfigError, UsageError
 from runtime.log import get_logger, register_secret
 
-from runtime.host.discovery import (DISCOVERY_FILE, discovery_path, ensure_local_token, read_local_token,
+from runtime.host.discovery import (DISCOVERY_FILE, api_key, client_headers, discovery_path, ensure_local_token,
                                     read_record, trusted_daemon, unsafe_owner_or_mode)
 
 __all__ = ["serve", "api_key", "key_hint", "unauthorized_hint", "read_discovery", "discovery_path", "client_headers",
@@ -48,12 +48,6 @@ __all__ = ["serve", "api_key", "key_hint", "unauthorized_hint", "read_discovery"
 log = get_logger("daemon")
 
 
-def api_key(config: Config) -> str:
-    """The configured key: ``api_key``, else the variable ``api_key_env`` names (may be unset)."""
-    key = config.server.api_key or (os.environ.get(config.server.api_key_env, "") if config.server.api_key_env else "")
-    if key:
-        register_secret(key)
-    return key
 
 
 def key_hint(config: Config) -> str:
@@ -89,15 +83,6 @@ def read_discovery(config: Config) -> tuple[dict[str, Any] | None, str]:
     return trusted_daemon(config)
 
 
-def client_headers(config: Config) -> dict[str, str]:
-    """What tern's own clients send a daemon found by ``read_discovery``: the API key,
-    else the local token (a daemon without a key wants it where it cannot tell who we are)."""
-    key = api_key(config)
-    if not key:
-        key = read_local_token(config)
-        if key:
-            register_secret(key)
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _check_state_dir(config: Config) -> Path:

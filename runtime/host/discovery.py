@@ -29,7 +29,7 @@ from runtime._bundle import unsafe_owner_or_mode
 from runtime.config import Config
 
 __all__ = ["DISCOVERY_FILE", "TOKEN_FILE", "discovery_path", "token_path", "read_record", "trusted_daemon",
-           "unsafe_owner_or_mode", "ensure_local_token", "read_local_token", "pid_alive"]
+           "unsafe_owner_or_mode", "ensure_local_token", "read_local_token", "pid_alive", "api_key", "client_headers"]
 
 DISCOVERY_FILE = "daemon.json"
 TOKEN_FILE = "local-token"
@@ -171,3 +171,27 @@ def read_local_token(config: Config) -> str:
     """The local token for tern's own clients; "" when there is none safe to send."""
     data, _why = _read_private(token_path(config), "the local token", secret=True)
     return data.decode("ascii", "replace").strip() if data else ""
+
+
+def api_key(config: Config) -> str:
+    """The configured key: ``api_key``, else the variable ``api_key_env`` names (may be unset)."""
+    from runtime.log import register_secret
+
+    key = config.server.api_key or (os.environ.get(config.server.api_key_env, "") if config.server.api_key_env else "")
+    if key:
+        register_secret(key)
+    return key
+
+
+def client_headers(config: Config) -> dict[str, str]:
+    """What tern's own clients send a daemon found by ``trusted_daemon``: the API key,
+    else the local token (a daemon without a key wants it where it cannot tell who we are).
+    Here, not in daemon.py, so a CLI command that only talks to the daemon imports no trio."""
+    from runtime.log import register_secret
+
+    key = api_key(config)
+    if not key:
+        key = read_local_token(config)
+        if key:
+            register_secret(key)
+    return {"Authorization": f"Bearer {key}"} if key else {}

@@ -173,6 +173,55 @@ def _base() -> dict[str, Any]:
                     },
                 }
             },
+            "/api/agents/{name}/stream": {
+                "post": {
+                    "summary": "send an agent a message and follow the run: an SSE stream of text, tool (a call "
+                               "starts or ends), approval and approval_done (a call waits for a person: answer with "
+                               "POST /api/approvals/{id}), then reply or error ({status, message})",
+                    "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["message"], "additionalProperties": False,
+                        "properties": {"message": {"type": "string"}, "context_id": {"type": "string"}}}}}},
+                    "responses": {**_ok("the run's events", {"type": "string"}, "text/event-stream"),
+                                  "400": _ERROR, "404": _ERROR},
+                }
+            },
+            "/api/tools/{name}/call": {
+                "post": {
+                    "summary": "call one tool through the pipeline: an SSE stream of approval, approval_done, "
+                               "then result (a tool result: text, is_error, structured, content) or error",
+                    "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                        "type": "object", "additionalProperties": False,
+                        "properties": {"arguments": {"type": "object"}, "timeout_secs": {"type": "number"}}}}}},
+                    "responses": {**_ok("the call's events", {"type": "string"}, "text/event-stream"),
+                                  "400": _ERROR},
+                }
+            },
+            "/api/audit": {
+                "get": {"summary": "the last audit records, newest last, as raw JSON lines",
+                        "parameters": [{"name": n, "in": "query", "required": False, "schema": sch} for n, sch in (
+                            ("n", {"type": "integer", "default": 20, "maximum": 10000}),
+                            ("agent", {"type": "string"}), ("tool", {"type": "string"}),
+                            ("outcome", {"type": "string"}))],
+                        "responses": {**_ok("records", {"type": "object", "required": ["records"]}),
+                                      "400": _ERROR, "404": _ERROR}}
+            },
+            "/api/audit/verify": {
+                "get": {"summary": "check the audit log's hash chain (summary, ok, problems, ...)",
+                        "responses": {**_ok("the report", {"type": "object", "required": ["summary", "ok"]}),
+                                      "404": _ERROR}}
+            },
+            "/api/conversations": {
+                "get": {"summary": "conversations, most recent first (context_id, agent, messages, first, last, "
+                                   "preview)", "responses": _ok("conversations")}
+            },
+            "/api/conversations/{id}": {
+                "get": {"summary": "one conversation's messages, oldest first (role, agent, content, time)",
+                        "parameters": [_ID], "responses": {**_ok("the conversation"), "404": _ERROR}},
+                "delete": {"summary": "forget one conversation", "parameters": [_ID],
+                           "responses": {**_ok("how many messages went"), "404": _ERROR}}
+            },
             "/api/approvals": {
                 "get": {
                     "summary": "tool calls waiting for a person's approval (newest first)",
@@ -196,7 +245,8 @@ def _base() -> dict[str, Any]:
                             "type": "object", "required": ["decision"], "additionalProperties": False,
                             "properties": {"decision": {"enum": ["approve", "deny"]},
                                            "scope": {"enum": ["once", "always", "args"], "default": "once"},
-                                           "reason": {"type": "string"}}}}},
+                                           "reason": {"type": "string"},
+                                           "channel": {"enum": ["http", "terminal"], "default": "http"}}}}},
                     },
                     "responses": {**_ok("the decided request", _APPROVAL), "400": _ERROR, "404": _ERROR,
                                   "409": _ERROR},

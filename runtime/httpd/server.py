@@ -56,6 +56,7 @@ from runtime.log import get_logger
 __all__ = ["HttpServer"]
 
 log = get_logger("http")
+access_log = get_logger("http.access")  # one info line per request: see HttpServer._access
 
 READ_BYTES = 65536
 PRESSURE = 0.75  # above this share of max_connections, connections not in a request go sooner
@@ -463,6 +464,16 @@ class HttpServer:
             if self.metrics is not None:
                 self.metrics.observe_request(route.path if route else "(unmatched)", method_label(request.method),
                                              status, time.perf_counter() - started)
+            if access_log.isEnabledFor(20):  # logging.INFO, without importing logging here
+                self._access(request, status, time.perf_counter() - started)
+
+    @staticmethod
+    def _access(request: Request, status: int, seconds: float) -> None:
+        """The access log line: method, path, status, duration, client. Never the query
+        string (a key sent there is refused, and must not be kept either), never a
+        header; the path is cut to 200 characters (the log escapes control characters)."""
+        access_log.info("%s %s %d %.1f ms %s", request.method[:16], request.path[:200], status, seconds * 1000,
+                        request.client[0])
 
     @staticmethod
     def _peer_is_owner(conn: _Connection) -> bool:

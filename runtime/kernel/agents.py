@@ -67,6 +67,8 @@ class Agents:
         self._clock = clock
         self.budgets = Budgets(config.agents, clock=clock)
         self.remote: Any = None  # ExternalAgents.send, when [a2a] external_agents are configured
+        #: the event bus's publish (the kernel sets it): "agent.message" per message, "model.call" per model turn
+        self.publish: Callable[[str, dict[str, Any]], None] | None = None
 
     def reconfigure(self, config: Config) -> None:
         """A reloaded config's agents (``tern reload``). A message already being answered
@@ -91,12 +93,14 @@ class Agents:
     async def send(self, name: str, message: str, *, context_id: str | None = None,
                    on_text: Callable[[str], None] | None = None,
                    on_log: Callable[[str, str], None] | None = None,
-                   env: dict[str, str] | None = None, ask: Any = None) -> AgentReply:
+                   env: dict[str, str] | None = None, ask: Any = None,
+                   on_tool: Callable[[dict[str, Any]], None] | None = None) -> AgentReply:
         """Answer one message; for an agent that remembers, the exchange is committed to
         its conversation before the reply is returned. ``on_text`` gets output as it comes (model text, a
         command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
         added to a command agent's cleared environment; ``ask`` puts a tool call that needs
-        approval to the person behind the caller (``runtime.ports.Ask``)."""
+        approval to the person behind the caller (``runtime.ports.Ask``); ``on_tool`` hears
+        each tool call of the run start and end (``pipeline.Run.on_tool``)."""
         check_name(name, "the agent name")
         check_id(context_id, "context_id")
         agent = self.get(name)
@@ -105,7 +109,7 @@ class Agents:
         outcome = "error"
         try:
             self.budgets.take(name)
-            text = await self._answer(agent, message, context_id, on_text, on_log, env, ask)
+            text = await self._answer(agent, message, context_id, on_text, on_log, env, ask, on_tool)
             outcome = "ok"
         except BudgetExceeded:
             outcome = "budget_exceeded"
@@ -113,10 +117,13 @@ class Agents:
         finally:
             if outcome == "error" and trio.current_effective_deadline() == -math.inf:
                 outcome = "cancelled"  # the caller went away (or shutdown); a nursery may have grouped the Cancelled
+            ms = round((time.perf_counter() - started) * 1000, 3)
             if self.pipeline.audit is not None:
                 self.pipeline.audit.record("agent_message", agent=name, context_id=context_id, outcome=outcome,
-                                           ms=round((time.perf_counter() - started) * 1000, 3),
-                                           chars_in=len(message))
+                                           ms=ms, chars_in=len(message))
+            if self.publish is not None:
+                self.publish("agent.message", {"agent": name, "context_id": context_id, "outcome": outcome, "ms": ms,
+                                               "chars_in": len(message)})
         if self.conversations is not None and agent.kind in REMEMBERING_KINDS:
             await self.conversations.append(context_id, Conversations.message("user", name, message),
                                             Conversations.message("agent", name, text))
@@ -125,15 +132,15 @@ class Agents:
     async def _answer(self, agent: AgentConfig, message: str, context_id: str,
                       on_text: Callable[[str], None] | None,
                       on_log: Callable[[str, str], None] | None,
-                      env: dict[str, str] | None = None, ask: Any = None) -> str:
+                      env: dict[str, str] | None = None, ask: Any = None, on_tool: Any = None) -> str:
         if agent.kind == "llm":
-            return await self._llm(agent, message, context_id, on_text, ask)
+            return await self._llm(agent, message, context_id, on_text, ask, on_tool)
         if agent.kind == "echo":
             return message
         if agent.kind == "command":
             return await self._command(agent, message, on_text, on_log, env)
         if agent.kind == "tool":
-            return await self._tool(agent, message, context_id, ask)
+            return await self._tool(agent, message, context_id, ask, on_tool)
         if agent.kind == "remote":
             return await self._remote(agent, message, context_id)
         raise AgentError(f"agent {agent.name!r} is of kind {agent.kind!r}, which does not run in this build yet")
@@ -199,7 +206,7 @@ class Agents:
         return text + (f"\n[output cut at {cap} bytes]" if len(out) >= cap else "")
 
     async def _llm(self, agent: AgentConfig, message: str, context_id: str,
-                   on_text: Callable[[str], None] | None, ask: Any = None) -> str:
+                   on_text: Callable[[str], None] | None, ask: Any = None, on_tool: Any = None) -> str:
         from runtime.kernel.llm import ChatClient, LlmError
         from runtime.kernel.pipeline import allowed
 
@@ -220,13 +227,13 @@ class Agents:
             for t in self.pipeline.registry.tools()
             if agent.tools and allowed(agent, t.name)
         ]
-        run = self.pipeline.run(agent, ask=ask, context_id=context_id)
+        run = self.pipeline.run(agent, ask=ask, context_id=context_id, on_tool=on_tool)
         self.budgets.watch_run(agent.name, run.loop_guard)
         client = ChatClient(agent.model, usage=agent.tokens_per_hour > 0)
         try:
             for _ in range(max(agent.max_iterations, 1)):
                 self.budgets.check_tokens(agent.name)
-                turn = await client.complete(messages, tools, on_text=on_text)
+                turn = await self._model_turn(client, agent, context_id, messages, tools, on_text)
                 self.budgets.spend_tokens(agent.name, turn.tokens)
                 if not turn.tool_calls:
                     return turn.text
@@ -262,9 +269,29 @@ class Agents:
             raise AgentError(str(exc)) from None
         finally:
             await client.aclose()
-        return f"[stopped after {agent.max_iterations} model turns without a final answer]"
+        raise AgentError(f"agent {agent.name!r} stopped after {agent.max_iterations} model turns without a final "
+                         "answer (its max_iterations); the conversation was not saved")
 
-    async def _tool(self, agent: AgentConfig, message: str, context_id: str = "", ask: Any = None) -> str:
+    async def _model_turn(self, client: Any, agent: AgentConfig, context_id: str, messages: list[dict[str, Any]],
+                          tools: list[dict[str, Any]], on_text: Callable[[str], None] | None) -> Any:
+        """One model call, published as a "model.call" event (model, tokens, duration,
+        outcome), so `tern events` shows what each turn cost."""
+        started = time.perf_counter()
+        outcome, turn = "error", None
+        try:
+            turn = await client.complete(messages, tools, on_text=on_text)
+            outcome = "ok"
+            return turn
+        finally:
+            if self.publish is not None:
+                event: dict[str, Any] = {"agent": agent.name, "context_id": context_id, "model": client.model.model,
+                                         "outcome": outcome, "ms": round((time.perf_counter() - started) * 1000, 3)}
+                if turn is not None:
+                    event.update(tokens=turn.tokens, reported=turn.usage is not None, tool_calls=len(turn.tool_calls))
+                self.publish("model.call", event)
+
+    async def _tool(self, agent: AgentConfig, message: str, context_id: str = "", ask: Any = None,
+                    on_tool: Any = None) -> str:
         from runtime.kernel.policy import is_read_only
 
         if not agent.tool:
@@ -275,7 +302,7 @@ class Agents:
         allowed = (
             agent if agent.tool in agent.tools else msgspec.structs.replace(agent, tools=[*agent.tools, agent.tool])
         )
-        run = self.pipeline.run(allowed, ask=ask, context_id=context_id)
+        run = self.pipeline.run(allowed, ask=ask, context_id=context_id, on_tool=on_tool)
         result = await self.pipeline.call(agent.tool, arguments, run=run, caller=f"agent:{agent.name}")
         guessed = _guessed_optional(arguments, message, tool.input_schema if tool is not None else {})
         if result.is_error and guessed and tool is not None and is_read_only(tool):

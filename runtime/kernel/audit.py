@@ -37,10 +37,12 @@ meanwhile.
 from __future__ import annotations
 
 import errno
+import json
 import hashlib
 import os
 import stat
 import time
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -420,6 +422,62 @@ def read_lines(handle: BinaryIO, name: str, limit: int = -1) -> Iterator[Line]:
                     break
         terminated = data.endswith(b"\n")
         yield Line(name, number, data[:-1] if terminated else data, terminated)
+
+
+class RecordFilter:
+    """Which records ``tern audit tail --agent/--tool/--outcome`` (and ``GET /api/audit``)
+    let through: agent and tool globs, a set of outcomes; everything without them."""
+
+    def __init__(self, agent: str | None = None, tool: str | None = None, outcomes: Any = ()) -> None:
+        self.agent, self.tool, self.outcomes = agent, tool, set(outcomes or ())
+        self.active = bool(self.agent or self.tool or self.outcomes)
+
+    def __call__(self, line: bytes) -> bool:
+        if not self.active:
+            return True
+        from fnmatch import fnmatchcase
+
+        record = parse_record(line)
+        if record is None:
+            return False
+        for glob, value in ((self.agent, record.get("agent")), (self.tool, record.get("tool"))):
+            if glob and not (isinstance(value, str) and fnmatchcase(value, glob)):
+                return False
+        return not self.outcomes or record.get("outcome") in self.outcomes
+
+
+def parse_record(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def last_records(path: Path, wanted: int, keep: Any, current: BinaryIO | None = None) -> deque[bytes]:
+    """The last ``wanted`` whole lines of the log that ``keep`` lets through, newest last:
+    the current file's (read from ``current``, an open handle at its start, left just
+    after its last whole line so a follower can go on from there; or opened here), then
+    the rotated files', newest first, until there are enough."""
+    last: deque[bytes] = deque(maxlen=max(wanted, 0))
+    handle = current if current is not None else (path.open("rb") if path.exists() else None)
+    try:
+        if handle is not None:
+            for line in handle:
+                if not line.endswith(b"\n"):  # a record still being written: a follower reads it whole
+                    handle.seek(-len(line), os.SEEK_CUR)
+                elif keep(line):
+                    last.append(line)
+    finally:
+        if current is None and handle is not None:
+            handle.close()
+    for file in reversed([file for file in log_files(path) if file != path]):
+        if len(last) >= wanted:
+            break
+        with file.open("rb") as older:
+            found = deque((line for line in older if keep(line)), maxlen=wanted - len(last))
+        last.extendleft(reversed(found))
+    return last
 
 
 def verify_log(path: Path) -> Report:

@@ -133,6 +133,36 @@ class Conversations:
         except (sqlite3.Error, OSError) as exc:
             raise failed("the conversation could not be read", exc) from None
 
+    def list(self, limit: int = 500) -> list[dict[str, object]]:
+        """The conversations, most recently used first (at most ``limit``): id, agent (of
+        the last message), message count, first and last time, and the opening user
+        message cut to 80 characters (what a person recognises a conversation by)."""
+        try:
+            rows = self._connect().execute(
+                "SELECT context_id, count(*), min(time), max(time), max(seq) FROM messages GROUP BY context_id "
+                "ORDER BY max(seq) DESC LIMIT ?", (limit,)).fetchall()
+            listed = []
+            for context_id, count, first, last, newest in rows:
+                agent = self._db.execute("SELECT agent FROM messages WHERE seq = ?", (newest,)).fetchone()  # type: ignore[union-attr]
+                opening = self._db.execute(  # type: ignore[union-attr]
+                    "SELECT content FROM messages WHERE context_id = ? AND role = 'user' ORDER BY seq LIMIT 1",
+                    (context_id,)).fetchone()
+                text = " ".join((opening[0] if opening else "").split())
+                listed.append({"context_id": context_id, "agent": agent[0] if agent else "", "messages": count,
+                               "first": first, "last": last, "preview": text[:77] + "..." if len(text) > 80 else text})
+            return listed
+        except (sqlite3.Error, OSError) as exc:
+            raise failed("the conversations could not be read", exc) from None
+
+    def delete(self, context_id: str) -> int:
+        """Forget one conversation; how many messages went (0: there was none)."""
+        try:
+            db = self._connect()
+            with db:
+                return db.execute("DELETE FROM messages WHERE context_id = ?", (context_id,)).rowcount
+        except (sqlite3.Error, OSError) as exc:
+            raise failed("the conversation was not deleted", exc) from None
+
     def _checkpoint(self) -> None:
         """Housekeeping off the event loop: drop the least recently used conversations
         beyond ``max_contexts`` (every A2A task or MCP call without a context starts

@@ -63,6 +63,12 @@ class EventBus:
             if subscription.kinds is None or kind in subscription.kinds:
                 subscription.offer(event)
 
+    @property
+    def listening(self) -> bool:
+        """Whether anyone subscribes: a publisher whose event costs work to build (the
+        tool pipeline's, per call) skips it while nobody would read it."""
+        return bool(self._subscribers)
+
     def subscribe(self, size: int = QUEUE_EVENTS, *, kinds: Iterable[str] | None = None) -> Subscription:
         """A bounded queue of events; with ``kinds``, of those types only (a watcher that
         wants MCP server changes is not woken by every tool call)."""

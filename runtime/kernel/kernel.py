@@ -59,9 +59,10 @@ class Kernel:
                                  on_event=self.events.publish)
         self.registry = ToolRegistry([self.mcp.source()])
         register_builtins(self.registry, config)
-        self.tool_observers: list[Any] = [self._publish_call]  # (tool, outcome, seconds): metrics, events
+        self.tool_observers: list[Any] = []  # (tool, outcome, seconds): metrics
         audit = AuditLog(Path(config.state.dir) / "audit.jsonl") if config.state.dir else None
         self.pipeline = ToolPipeline(self.registry, config, audit=audit, observers=self.tool_observers)
+        self.pipeline.events = self.events  # "tool.call": tool, agent, caller, outcome, ms, arguments
         state = Path(config.state.dir) if config.state.dir else None
         from runtime.kernel.approvals import Approvals
 
@@ -73,6 +74,7 @@ class Kernel:
         self.pipeline.approvals = self.approvals
         self.conversations = Conversations(state / "conversations.sqlite3") if state else None
         self.agents = Agents(config, self.pipeline, self.conversations)
+        self.agents.publish = self.events.publish  # "agent.message" and "model.call"
         register_agent_tools(self.registry, lambda: self.agents)
         self.external: Any = None  # [a2a] external_agents: a2a_* tools and the remote agents' peers
         if config.a2a.external_agents:
@@ -118,9 +120,6 @@ class Kernel:
                   "mcp_servers": servers, "not_applied": not_applied}
         self.events.publish("config.reloaded", report)
         return report
-
-    def _publish_call(self, tool: str, outcome: str, seconds: float) -> None:
-        self.events.publish("tool.call", {"tool": tool, "outcome": outcome, "ms": round(seconds * 1000, 3)})
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; ``task_status.started()`` once booted (servers still connecting)."""

@@ -51,8 +51,11 @@ class Run:
     loop guard, what untrusted content it has seen, and whether its caller gave up."""
 
     def __init__(self, agent: AgentConfig | None = None, *, max_calls: int = 50,
-                 context: ToolContext | None = None, context_id: str = "") -> None:
+                 context: ToolContext | None = None, context_id: str = "", on_tool: Any = None) -> None:
         self.agent = agent
+        #: ``on_tool(event)`` hears each call of this run start and end (``tern run`` shows them as they
+        #: happen): {"phase": "start", "tool", "arguments"} then {"phase": "end", "tool", "outcome", "ms"}
+        self.on_tool = on_tool
         self.context = context or ToolContext(agent=agent.name if agent else "")
         self.context_id = context_id  # the conversation, for approval requests
         self.loop_guard = LoopGuard(max_calls=max_calls)
@@ -93,6 +96,7 @@ class ToolPipeline:
         self._secrets_version = secrets_version()
         self.redactor = Redactor([*secret_values, *registered_secrets()])
         self.observers = observers if observers is not None else []  # (tool, outcome, seconds)
+        self.events: Any = None  # the kernel's EventBus: a "tool.call" event per call while anyone listens
         self._remote_agents = frozenset(a.name for a in config.agents if a.kind == "remote")
 
     def reconfigure(self, config: Config) -> None:
@@ -123,6 +127,17 @@ class ToolPipeline:
             self._refresh_redactor()
         return self.redactor.redact_obj(value)
 
+    def short_arguments(self, arguments: Any, limit: int = 160) -> str:
+        """A call's arguments as one short redacted line of JSON, for people watching
+        (events, ``tern run``'s tool lines), never for the audit log (digests only)."""
+        import json
+
+        try:
+            text = json.dumps(self.redact_obj(arguments), ensure_ascii=False, separators=(",", ":"), default=str)
+        except (TypeError, ValueError):
+            text = "?"
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
     def tools(self) -> list[Tool]:
         return self.registry.tools()
 
@@ -133,7 +148,7 @@ class ToolPipeline:
         return await self.registry.wait_for(name)
 
     def run(self, agent: AgentConfig | None = None, *, progress: Any = None, log: Any = None, ask: Any = None,
-            context_id: str = "") -> Run:
+            context_id: str = "", on_tool: Any = None) -> Run:
         """A new run for ``agent`` (None: an operator), with its tool context: the agent's
         workspace (default ``<state dir>/workspaces/<agent>``), and the caller's
         ``progress``/``log``/``ask`` callbacks (see ToolContext)."""
@@ -154,7 +169,7 @@ class ToolPipeline:
         context = ToolContext(agent=agent.name if agent else "", workspace=workspace, state_dir=state,
                               progress=progress, log=log, ask=ask)
         return Run(agent, max_calls=(agent and agent.max_tool_calls_per_run) or self.config.tools.max_calls_per_run,
-                   context=context, context_id=context_id)
+                   context=context, context_id=context_id, on_tool=on_tool)
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None, *, run: Run | None = None,
                    timeout_secs: float | None = None, caller: str = "") -> ToolResult:
@@ -168,6 +183,8 @@ class ToolPipeline:
         if self._secrets_version != secrets_version():  # a secret was registered since: mask it too
             self._refresh_redactor()
         audit = self.audit
+        if run.on_tool is not None:
+            run.on_tool({"phase": "start", "tool": name, "arguments": self.short_arguments(arguments)})
         if audit is not None and self.config.security.audit_required and not audit.probe():
             result, outcome = _refused(f"{name} was not run: the audit log cannot be written ({audit.error}) "
                                        "and [security] audit_required is on"), "audit_unavailable"
@@ -180,6 +197,16 @@ class ToolPipeline:
         seconds = time.perf_counter() - started
         for observe in self.observers:
             observe(name, outcome, seconds)
+        events = self.events if self.events is not None and self.events.listening else None
+        if events is not None or run.on_tool is not None:  # else the call costs no event at all
+            event: dict[str, Any] = {"tool": name, "agent": run.agent.name if run.agent else None, "caller": caller,
+                                     "outcome": outcome, "ms": round(seconds * 1000, 3)}
+            if outcome != "ok":  # tern's sentence or the tool's own error, cut: enough to see why
+                event["error"] = result.text[:200]
+            if events is not None:
+                events.publish("tool.call", {**event, "arguments": self.short_arguments(arguments)})
+            if run.on_tool is not None:
+                run.on_tool({"phase": "end", **event})
         if audit is not None:
             # A refusal or failure carries tern's own sentence (redacted); a tool's output never goes in the log.
             why = {} if outcome in ("ok", "tool_error") else {"error": result.text}

@@ -103,5 +103,12 @@ async def test_unreachable_endpoint_is_one_sentence(tmp_path):
 async def test_max_iterations_bounds_a_model_that_never_stops(nursery, tmp_path):
     script = [sse(call_chunk(0, "time_now", "{}", call_id=f"c{i}")) for i in range(3)]
     llm, kernel = await start(nursery, *script, tmp_path=tmp_path, max_iterations=3)
-    reply = await kernel.agents.send("bot", "loop")
-    assert "stopped after 3 model turns" in reply.text and len(llm.requests) == 3
+    events = kernel.events.subscribe(kinds=["model.call", "tool.call", "agent.message"])
+    with pytest.raises(AgentError, match="stopped after 3 model turns without a final answer"):
+        await kernel.agents.send("bot", "loop")
+    assert len(llm.requests) == 3
+    seen = [events.receive.receive_nowait() for _ in range(7)]
+    assert [e["type"] for e in seen] == ["model.call", "tool.call"] * 3 + ["agent.message"]
+    assert seen[0]["model"] == "test-model" and seen[0]["tool_calls"] == 1 and seen[0]["tokens"] > 0
+    assert (seen[1]["tool"], seen[1]["agent"], seen[1]["outcome"]) == ("time_now", "bot", "ok")
+    assert (seen[-1]["agent"], seen[-1]["outcome"]) == ("bot", "error")

@@ -18,7 +18,7 @@ from runtime.a2a.dialects import BadMessage, parse_part
 from runtime.a2a.server.engine import Outcome, TaskReport
 from runtime.a2a.model import Artifact, Message, Task, text_of
 from runtime.config import Config
-from runtime.ports import AgentPort, ApprovalPort
+from runtime.ports import AgentPort, ApprovalPort, EventPort
 
 FINAL_STATES = {"completed", "input-required", "auth-required", "failed", "rejected"}
 
@@ -132,7 +132,8 @@ class A2aService:
     ``approvals`` is how a caller's answer decides a tool call's approval
     (``[a2a] caller_may_approve``); without it a task only shows that it waits."""
 
-    def __init__(self, config: Config, agents: AgentPort, approvals: ApprovalPort | None = None) -> None:
+    def __init__(self, config: Config, agents: AgentPort, approvals: ApprovalPort | None = None, *,
+                 events: EventPort | None = None) -> None:
         from pathlib import Path
 
         from runtime.a2a.server.engine import TaskEngine
@@ -161,6 +162,8 @@ class A2aService:
             self.engine.load(store.load(max_tasks=a2a.max_tasks, max_bytes=a2a.max_store_bytes,
                                         max_task_bytes=a2a.max_task_bytes))
         self.push = PushNotifier(self.engine, AddressPolicy.from_security(config.security))
+        if events is not None:  # every task's state changes on the kernel's bus ("a2a.task"; `tern events`)
+            self.engine.listeners.append(_publisher(events))
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; ``task_status.started()`` once the parts are up."""
@@ -170,3 +173,18 @@ class A2aService:
             await nursery.start(self.engine.run)
             await nursery.start(self.push.run)
             task_status.started()
+
+
+def _publisher(events: EventPort) -> Any:
+    """An engine listener that publishes each task transition (not artifact chunks: a
+    streaming agent would flood the bus) as one small event: ids, agent, state, and the
+    status text cut short."""
+    from runtime.a2a.model import StatusEvent
+
+    def publish(task: Task, event: Any) -> None:
+        if isinstance(event, StatusEvent):
+            text = text_of(event.message.parts)[:200] if event.message is not None else ""
+            events.publish("a2a.task", {"task_id": task.id, "context_id": task.context_id, "agent": task.agent,
+                                        "state": event.state, "final": event.final, "text": text})
+
+    return publish

@@ -1,0 +1,440 @@
+"""The CLI as a client of a real ``tern serve``, and the same commands in-process:
+runs and calls go through the daemon (they show in its events), tool calls show on
+stderr as they happen, approvals are asked inline on a real pseudo-terminal either way,
+chat behaves under Ctrl-C, conversations are listed and deleted, and the rough edges
+(a model that never stops, a keyed daemon without the key, ``status --json``) are one
+clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.chat_stub import calls_tool, serve_chat
+from tests.test_cli import ROOT
+from tests.test_daemon import start_daemon
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX processes and terminals")
+
+
+def env(**extra: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+    clean["PYTHONPATH"] = str(ROOT)
+    clean.update(extra)
+    return clean
+
+
+def tern(*args: str, config: str, stdin: str | None = None, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runtime", *args, "--config", config], capture_output=True,
+                          text=True, env=env(**extra), input=stdin, stdin=None if stdin is not None else
+                          subprocess.DEVNULL, timeout=60)
+
+
+def write_config(tmp_path, model_url: str = "", *, extra: str = "", max_iterations: int = 10) -> str:
+    path = tmp_path / "config.toml"
+    text = ('[server]\nlisten = "127.0.0.1:0"\nrate_limit_per_sec = 0\n'
+            f'[state]\ndir = "{tmp_path / "state"}"\n'
+            '[[agents]]\nname = "echo"\nkind = "echo"\n'
+            '[[agents]]\nname = "writer"\nkind = "tool"\ntool = "file_write"\n'
+            '[[agents]]\nname = "slow"\nkind = "command"\ncommand = ["sleep", "30"]\n')
+    if model_url:
+        text += (f'[[agents]]\nname = "bot"\nkind = "llm"\ntools = ["time_now"]\nmax_iterations = {max_iterations}\n'
+                 f'[agents.model]\nbase_url = "{model_url}"\nmodel = "stub-model"\n')
+    path.write_text(text + extra)
+    return str(path)
+
+
+class Daemon:
+    """A real ``tern serve`` and a ``tern events --json`` following it (not with
+    ``env_extra``: a keyed daemon's events need the key)."""
+
+    def __init__(self, config: str, log_level: str = "", **env_extra: str) -> None:
+        self.config = config
+        if log_level:  # its own start: the log is read at the end (stderr stays a pipe)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "runtime", "serve", "--log-level", log_level, "--config", config],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env())
+            line = ""
+            while "serving on " not in line:  # the log's line at info level, a plain one otherwise
+                line = self.process.stderr.readline()
+                assert line, "the daemon did not start"
+            self.url = line.split("serving on ", 1)[1].split()[0]
+        else:
+            self.process, self.url = start_daemon(config, env_extra or None)
+        self.events = subprocess.Popen([sys.executable, "-m", "runtime", "events", "--json", "--config", config],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       env=env(**env_extra)) if not env_extra else None
+        self.seen: list[dict] = []
+        self.taken: set[int] = set()
+        if self.events is not None:
+            import threading
+
+            assert '"hello"' in self.events.stdout.readline()
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.events.stdout:
+            self.seen.append(json.loads(line))
+
+    def event(self, kind: str, within: float = 20) -> dict:
+        """The first event of this kind the daemon published that no call returned yet."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            for index, event in enumerate(list(self.seen)):
+                if event["type"] == kind and index not in self.taken:
+                    self.taken.add(index)
+                    return event
+            time.sleep(0.05)
+        raise AssertionError(f"no {kind} event within {within} s: {self.seen}")
+
+    def stop(self) -> None:
+        for process in (self.events, self.process):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture
+def model_url():
+    with serve_chat(calls_tool("time_now", {})) as url:
+        yield url
+
+
+@pytest.fixture
+def daemon(tmp_path, model_url):
+    running = Daemon(write_config(tmp_path, model_url))
+    yield running
+    running.stop()
+
+
+class Terminal:
+    """A tern command on a real pseudo-terminal that is its controlling terminal (so
+    ``\\x03`` is a Ctrl-C: SIGINT from the terminal driver); stdout and stderr both on it."""
+
+    def __init__(self, *args: str, config: str) -> None:
+        import fcntl
+        import pty
+        import termios
+
+        self.leader, follower = pty.openpty()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "runtime", *args, "--config", config], stdin=follower, stdout=follower,
+            stderr=follower, env=env(), start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+        os.close(follower)
+        self.screen = b""
+        self.cursor = 0
+
+    def wait_for(self, text: str, within: float = 30) -> str:
+        """Read until ``text`` shows after the last text waited for; the screen between."""
+        start = self.cursor
+        deadline = time.monotonic() + within
+        while (found := self.screen.find(text.encode(), start)) < 0:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} did not show; the screen: {self.screen.decode(errors='replace')}")
+            if select.select([self.leader], [], [], 0.1)[0]:
+                try:
+                    self.screen += os.read(self.leader, 4096)
+                except OSError:  # EIO: the process ended
+                    time.sleep(0.1)
+        self.cursor = found + len(text)
+        return self.screen[start:self.cursor].decode(errors="replace")
+
+    def type(self, data: bytes) -> None:
+        os.write(self.leader, data)
+
+    def exit_code(self, within: float = 15) -> int:
+        deadline = time.monotonic() + within
+        while self.process.poll() is None and time.monotonic() < deadline:
+            if select.select([self.leader], [], [], 0.1)[0]:
+                try:
+                    self.screen += os.read(self.leader, 4096)
+                except OSError:
+                    time.sleep(0.05)
+        return self.process.wait(timeout=1)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.leader)
+
+
+def audit(tmp_path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+
+
+# --- through the daemon -----------------------------------------------------------------
+
+
+def test_run_goes_through_the_daemon_and_shows_tool_calls(daemon):
+    run = tern("run", "bot", "what time is it", config=daemon.config)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("the tool said: 20")  # the model read time_now's result
+    assert "[tool] time_now {}" in run.stderr and "[tool] time_now: ok in " in run.stderr
+    model = daemon.event("model.call")  # the daemon's kernel did the work: its bus saw it
+    assert (model["agent"], model["model"], model["outcome"], model["tool_calls"]) == ("bot", "stub-model", "ok", 1)
+    assert model["tokens"] > 0 and model["ms"] > 0
+    call = daemon.event("tool.call")
+    assert (call["tool"], call["agent"], call["outcome"], call["arguments"]) == ("time_now", "bot", "ok", "{}")
+    message = daemon.event("agent.message")
+    assert (message["agent"], message["outcome"]) == ("bot", "ok")
+    quiet = tern("run", "bot", "again", "--quiet", "--json", config=daemon.config)
+    assert quiet.returncode == 0 and "[tool]" not in quiet.stderr
+    assert json.loads(quiet.stdout)["agent"] == "bot"
+
+
+def test_call_tools_and_conversations_through_the_daemon(daemon, tmp_path):
+    called = tern("call", "time_now", "--json", config=daemon.config)
+    assert called.returncode == 0 and json.loads(called.stdout)["is_error"] is False
+    assert daemon.event("tool.call")["caller"].startswith("api:")
+    listed = tern("tools", "--json", config=daemon.config)
+    assert listed.returncode == 0 and "time_now" in [t["name"] for t in json.loads(listed.stdout)["tools"]]
+    human = tern("tools", config=daemon.config)
+    assert human.returncode == 0 and human.stdout.startswith("built-in (") and "  time_now " in human.stdout
+    servers = tern("mcp", "servers", config=daemon.config)
+    assert servers.returncode == 0 and servers.stdout == "no [[mcp_servers]] in the config\n"
+    assert json.loads(tern("mcp", "servers", "--json", config=daemon.config).stdout)["connected"] == []
+    tail = tern("audit", "tail", "-n", "1", "--json", "--tool", "time_*", config=daemon.config)
+    assert tail.returncode == 0 and json.loads(tail.stdout)["tool"] == "time_now"
+    assert tern("audit", "tail", "-n", "1", "--json", "--standalone", "--tool", "time_*",
+                config=daemon.config).stdout == tail.stdout
+    verify = tern("audit", "verify", "--json", config=daemon.config)
+    assert verify.returncode == 0 and json.loads(verify.stdout)["ok"] is True
+    assert "chain intact" in tern("audit", "verify", config=daemon.config).stdout
+    bad = tern("call", "no_such_tool", config=daemon.config)
+    assert bad.returncode == 1 and "no tool named 'no_such_tool'" in bad.stdout
+    first = tern("run", "bot", "remember me", "--json", config=daemon.config)
+    context = json.loads(first.stdout)["context_id"]
+    conversations = tern("conversations", "--json", config=daemon.config)
+    [entry] = json.loads(conversations.stdout)["conversations"]
+    assert (entry["context_id"], entry["agent"], entry["messages"], entry["preview"]) == (context, "bot", 2,
+                                                                                           "remember me")
+    human = tern("conversations", config=daemon.config)
+    assert context in human.stdout and "remember me" in human.stdout
+    shown = tern("conversations", "show", context, config=daemon.config)
+    assert shown.returncode == 0 and shown.stdout.startswith("you: remember me\nbot: the tool said: ")
+    assert tern("conversations", "show", context, "--standalone", config=daemon.config).stdout == shown.stdout
+    for mode in ([], ["--standalone"]):
+        resumed = tern("chat", "bot", "--context", context, *mode, config=daemon.config, stdin="/exit\n")
+        assert resumed.returncode == 0 and "(2 messages so far)" in resumed.stderr, resumed.stderr
+        assert "you: remember me\nbot: the tool said: " in resumed.stderr
+    deleted = tern("conversations", "delete", context, config=daemon.config)
+    assert deleted.returncode == 0 and "deleted conversation" in deleted.stdout
+    again = tern("conversations", "delete", context, config=daemon.config)
+    assert again.returncode == 1 and "no conversation has the id" in again.stderr
+    assert json.loads(tern("conversations", "--json", "--standalone", config=daemon.config).stdout) == {
+        "conversations": []}
+
+
+def test_approvals_through_the_daemon_are_asked_inline_on_a_terminal(daemon, tmp_path):
+    """A tool agent's file_write waits for approval in the daemon; the CLI's person
+    answers "y" at the prompt; the decision is the terminal's, made through the API."""
+    terminal = Terminal("run", "writer", json.dumps({"path": "t.txt", "content": "tty"}), config=daemon.config)
+    try:
+        asked = terminal.wait_for("approve?")
+        assert "agent 'writer' wants to call file_write" in asked and "[tool] file_write" in asked
+        requested = daemon.event("approval_requested")
+        terminal.type(b"y\n")
+        terminal.wait_for("wrote 3 bytes to t.txt")
+        assert terminal.exit_code() == 0
+    finally:
+        terminal.close()
+    resolved = daemon.event("approval_resolved")["approval"]
+    assert resolved["id"] == requested["approval"]["id"] and resolved["channel"] == "terminal"
+    assert resolved["state"] == "approved" and resolved["decided_by"].startswith("terminal:api:")
+    # answered elsewhere: the prompt gives way, the run goes on
+    terminal = Terminal("run", "writer", json.dumps({"path": "u.txt", "content": "tty"}), config=daemon.config)
+    try:
+        terminal.wait_for("approve?")
+        [pending] = json.loads(tern("approvals", "--json", config=daemon.config).stdout)["approvals"]
+        assert tern("deny", pending["id"], "--reason", "not now", config=daemon.config).returncode == 0
+        seen = terminal.wait_for("answered elsewhere")
+        assert terminal.exit_code() == 1
+        seen += terminal.screen.decode(errors="replace")
+        assert "not now" in seen
+    finally:
+        terminal.close()
+
+
+def test_a_keyed_daemon_without_the_key_is_one_line_naming_where_the_key_comes_from(tmp_path):
+    config = write_config(tmp_path, extra="")
+    text = open(config).read()
+    keyed = 'rate_limit_per_sec = 0\napi_key_env = "TERN_API_KEY"\n'
+    open(config, "w").write(text.replace("rate_limit_per_sec = 0\n", keyed))
+    running = Daemon(config, TERN_API_KEY="k" * 40)
+    try:
+        for args in (["events"], ["run", "echo", "hi"], ["status"]):
+            refused = tern(*args, config=config)
+            assert refused.returncode == 1, args
+            [line] = refused.stderr.splitlines()
+            assert "api_key_env" in line and "TERN_API_KEY" in line and "(" in line, line
+            assert "Traceback" not in refused.stderr and "b'" not in line
+        keyed = tern("run", "echo", "hi", config=config, TERN_API_KEY="k" * 40)
+        assert keyed.returncode == 0 and keyed.stdout == "hi\n"
+        status = tern("status", "--json", config=config, TERN_API_KEY="k" * 40)
+        shown = json.loads(status.stdout)
+        assert shown["url"] == running.url and shown["pid"] == running.process.pid
+        assert [a["name"] for a in shown["agents"]] == ["echo", "writer", "slow"]
+    finally:
+        running.stop()
+
+
+# --- in-process, and both ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("through", ["daemon", "standalone"])
+def test_a_model_that_never_stops_exits_non_zero(tmp_path, through):
+    with serve_chat(lambda messages: {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{len(messages)}", "type": "function", "function": {"name": "time_now", "arguments": "{}"}}]}) \
+            as url:
+        config = write_config(tmp_path, url, max_iterations=2)
+        running = Daemon(config) if through == "daemon" else None
+        try:
+            run = tern("run", "bot", "loop", config=config)
+        finally:
+            if running is not None:
+                running.stop()
+    assert run.returncode == 1 and run.stdout == ""
+    assert "stopped after 2 model turns without a final answer" in run.stderr and "Traceback" not in run.stderr
+    assert run.stderr.count("[tool] time_now: ok") == 2
+
+
+def test_standalone_says_which_mcp_servers_it_waits_for(tmp_path, model_url):
+    slow = (f'[[mcp_servers]]\nname = "sleepy"\n[mcp_servers.transport]\ntype = "stdio"\n'
+            f'command = "{sys.executable}"\nargs = ["-c", "import time; time.sleep(2)"]\n')
+    config = write_config(tmp_path, model_url, extra=slow)
+    run = tern("run", "bot", "hi", config=config)
+    assert run.returncode == 0, run.stderr
+    assert "tern: waiting for MCP server sleepy" in run.stderr
+    assert "[tool] time_now {}" in run.stderr and "[tool] time_now: ok" in run.stderr  # in-process too
+    quiet = tern("run", "echo", "hi", "--quiet", config=config)
+    assert quiet.returncode == 0 and "waiting for" not in quiet.stderr
+
+
+@pytest.mark.parametrize("through", ["daemon", "standalone"])
+def test_chat_on_a_terminal(tmp_path, through):
+    """The context id is shown; /help; a reply; Ctrl-C during a slow reply cancels it and
+    the prompt comes back; /new; --context resumes; Ctrl-C at the prompt leaves at once (130)."""
+    config = write_config(tmp_path)
+    running = Daemon(config) if through == "daemon" else None
+    args = ["chat", "echo"] + (["--standalone"] if through == "standalone" else [])
+    terminal = Terminal(*args, config=config)
+    try:
+        banner = terminal.wait_for("> ")
+        context = banner.split("context ", 1)[1].split()[0]
+        assert f"--context {context}" in banner
+        terminal.type(b"/help\n")
+        assert "/new" in terminal.wait_for("> ")
+        terminal.type(b"hello there\n")
+        terminal.wait_for("hello there\r\n> ")
+        terminal.type(b"/new\n")
+        fresh = terminal.wait_for("> ")
+        assert "new conversation, context" in fresh and context not in fresh
+        terminal.type(b"/exit\n")
+        assert terminal.exit_code() == 0
+    finally:
+        terminal.close()
+    terminal = Terminal(*args[:1], "slow", *args[2:], "--context", "ctx-resumed", config=config)
+    try:
+        assert "resuming (0 messages so far), context ctx-resumed" in terminal.wait_for("> ")
+        terminal.type(b"take your time\n")
+        time.sleep(1.0)
+        terminal.type(b"\x03")
+        terminal.wait_for("reply cancelled")
+        terminal.wait_for("> ")
+        assert terminal.process.poll() is None  # still chatting
+        terminal.type(b"\x03")
+        started = time.monotonic()
+        assert terminal.exit_code() == 130
+        assert time.monotonic() - started < 5
+    finally:
+        terminal.close()
+        if running is not None:
+            running.stop()
+    cancelled = [r for r in audit(tmp_path) if r["kind"] == "agent_message" and r["agent"] == "slow"]
+    assert [r["outcome"] for r in cancelled] == ["cancelled"]
+
+
+def test_a2a_task_transitions_and_the_access_log(tmp_path):
+    """An A2A task's states reach the daemon's events; each request is one access-log
+    line at info level, with no query string and no key."""
+    import httpx
+
+    config = write_config(tmp_path, extra="[a2a]\nenabled = true\n")
+    running = Daemon(config, log_level="info")
+    try:
+        message = {"role": "user", "parts": [{"kind": "text", "text": "hi"}], "messageId": "m1"}
+        answer = httpx.post(running.url + "/a2a/echo", json={"jsonrpc": "2.0", "id": 1, "method": "message/send",
+                                                             "params": {"message": message}}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        states = []
+        while not states or states[-1] != "completed":
+            event = running.event("a2a.task")
+            assert (event["agent"], event["context_id"]) == ("echo", answer.json()["result"]["contextId"])
+            states.append(event["state"])
+        assert states[0] in ("submitted", "working"), states
+        assert httpx.get(running.url + "/api/status?api_key=secret-value", timeout=10).status_code == 401
+        running.process.send_signal(signal.SIGTERM)
+        log = running.process.stderr.read().splitlines()
+    finally:
+        running.stop()
+    access = [line for line in log if "http.access" in line]
+    assert any("POST /a2a/echo 200" in line and "127.0.0.1" in line for line in access), access
+    assert any("GET /api/status 401" in line for line in access) and not any("secret-value" in line for line in log)
+
+
+def test_ctrl_c_during_a_run_cancels_it_in_the_daemon(tmp_path):
+    config = write_config(tmp_path)
+    running = Daemon(config)
+    try:
+        run = subprocess.Popen([sys.executable, "-m", "runtime", "run", "slow", "hi", "--config", config],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env())
+        time.sleep(1.5)  # the command agent runs in the daemon now
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=15)
+        assert run.returncode == 130 and "interrupted" in err
+        message = running.event("agent.message")
+        assert (message["agent"], message["outcome"]) == ("slow", "cancelled") and message["ms"] < 10_000
+    finally:
+        running.stop()
+
+
+def test_readable_event_lines_name_what_happened_and_escape_peer_text():
+    from runtime.cli.daemon import _event_line
+
+    lines = [_event_line({"time": 0, **event}) for event in (
+        {"type": "tool.call", "tool": "file_write", "agent": "bot", "arguments": '{"path":"a"}', "outcome": "ok",
+         "ms": 2.5},
+        {"type": "model.call", "agent": "bot", "model": "m", "outcome": "ok", "ms": 80, "tokens": 120},
+        {"type": "agent.message", "agent": "bot", "context_id": "c1", "outcome": "cancelled", "ms": 9},
+        {"type": "a2a.task", "task_id": "t1", "agent": "echo", "state": "completed"},
+        {"type": "mcp.server", "name": "fs", "state": "failed", "last_error": "boom\n\x1b[31mforged"},
+    )]
+    assert lines[0].endswith('tool file_write by bot {"path":"a"}: ok in 2.5 ms')
+    assert lines[1].endswith("model m for bot: ok in 80 ms, 120 tokens")
+    assert lines[2].endswith("agent bot [c1]: cancelled in 9 ms")
+    assert lines[3].endswith("A2A task t1 (echo): completed")
+    assert "\n" not in lines[4] and "\x1b" not in lines[4] and "forged" in lines[4]
+
+
+def test_a_discovery_file_that_fails_the_checks_is_not_used(tmp_path):
+    """A daemon.json pointing away from loopback (planted or stale) is named in one line
+    and the command works in-process: no key goes anywhere."""
+    config = write_config(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    planted = state / "daemon.json"
+    planted.write_text(json.dumps({"pid": os.getpid(), "url": "http://192.0.2.1:8080"}))
+    planted.chmod(0o600)
+    run = tern("run", "echo", "hi", config=config)
+    assert run.returncode == 0 and run.stdout == "hi\n"
+    assert "not trusting" in run.stderr and "is not a loopback http(s) URL; working in-process" in run.stderr
