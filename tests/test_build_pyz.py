@@ -1021,3 +1021,81 @@ def test_governance_works_from_the_pyz(pyz: Path, dirs: tuple[Path, Path, Path])
     (cwd / "state" / "audit.jsonl").write_bytes(b"\n".join(records[:1] + records[2:]) + b"\n")  # one removed
     tampered = tern("audit", "verify")
     assert tampered.returncode == 1 and "removed" in tampered.stdout + tampered.stderr
+
+
+@pytest.mark.pyz
+@pytest.mark.parametrize("version", CACHE_PYTHONS)
+def test_daily_use_works_from_the_pyz(pyz: Path, dirs: tuple[Path, Path, Path], version: str) -> None:
+    """Issue 16's "from the built pyz on every CPython here": a daemon from the pyz; run,
+    chat, tools and conversations from another pyz process go through it (its access log
+    shows their requests, the run's tool call shows on stderr); tern mcp relays to it over
+    stdio; reload, status --json, completion and setup --print work."""
+
+    from tests.chat_stub import calls_tool, serve_chat
+
+    python = need_python(version)
+    cache, tmp, cwd = dirs
+    env = clean_env(cache, tmp)
+    with serve_chat(calls_tool("time_now", {})) as model_url:
+        config = cwd / "config.toml"
+        config.write_text(f'[server]\nlisten = "127.0.0.1:0"\n[state]\ndir = "{cwd / "state"}"\n'
+                          '[[agents]]\nname = "echo"\nkind = "echo"\n'
+                          '[[agents]]\nname = "bot"\nkind = "llm"\ntools = ["time_now"]\n'
+                          f'[agents.model]\nbase_url = "{model_url}"\nmodel = "stub-model"\n')
+        _daily_use_through_a_pyz_daemon(pyz, python, env, cwd, config)
+
+
+def _daily_use_through_a_pyz_daemon(pyz: Path, python: str, env: dict[str, str], cwd: Path, config: Path) -> None:
+    import signal
+
+    def tern(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([python, "-I", str(pyz), *args, "--config", str(config)], env=env, cwd=cwd,
+                                input=stdin, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECS)
+        assert result.returncode == 0, (args, result.stdout, result.stderr)
+        return result
+
+    log = cwd / "serve.log"
+    with log.open("w") as sink:
+        daemon = subprocess.Popen([python, "-I", str(pyz), "serve", "--log-level", "info", "--config", str(config)],
+                                  env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_SECS
+        while "serving on" not in log.read_text() and time.monotonic() < deadline:
+            assert daemon.poll() is None, log.read_text()
+            time.sleep(0.05)
+        assert tern("run", "echo", "hi").stdout == "hi\n"
+        ran = tern("run", "bot", "what time is it?")
+        assert ran.stdout.startswith("the tool said: ") and "time_now" in ran.stderr, ran
+        chat = tern("chat", "bot", stdin="hello there\n/exit\n")
+        assert "the tool said: " in chat.stdout
+        assert "built-in" in tern("tools").stdout
+        listed = json.loads(tern("conversations", "--json").stdout)["conversations"]
+        assert len(listed) == 2 and {c["agent"] for c in listed} == {"bot"}
+        assert json.loads(tern("status", "--json").stdout)["pid"] == daemon.pid
+        assert "reloaded" in tern("reload").stdout
+        frames = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                   "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "pyz-test", "version": "1"}}},
+                  {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                  {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                   "params": {"name": "tern_agent_echo", "arguments": {"message": "via mcp"}}}]
+        relayed = tern("mcp", stdin="".join(json.dumps(f) + "\n" for f in frames))
+        answers = {m["id"]: m for m in map(json.loads, relayed.stdout.splitlines())}
+        assert answers[1]["result"]["serverInfo"]["name"] == "tern"
+        assert answers[2].get("result", {}).get("content", [{}])[0].get("text") == "via mcp", answers
+        access = log.read_text()
+        for request in ("POST /api/agents/echo/stream 200", "POST /api/agents/bot/stream 200", "GET /api/tools 200",
+                        "GET /api/conversations 200", "POST /mcp 200"):
+            assert request in access, access
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            assert daemon.wait(timeout=RUN_TIMEOUT_SECS) == 0, log.read_text()
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+    assert "complete -F" in tern("completion", "bash").stdout
+    entry = json.loads(tern("setup", "claude", "--print").stdout)["mcpServers"]["tern"]
+    executable = subprocess.run([python, "-I", "-c", "import sys; print(sys.executable)"], capture_output=True,
+                                text=True, timeout=RUN_TIMEOUT_SECS).stdout.strip()
+    assert entry["command"] == executable and entry["args"][0] == str(pyz)  # absolute: no PATH at launch

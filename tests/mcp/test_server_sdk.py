@@ -93,6 +93,25 @@ def test_sdk_client_through_tern_mcp_relaying_to_the_daemon(sdk_python, daemon, 
     assert "mcp:stdio" not in audit
 
 
+def test_a_client_that_pipelines_through_the_relay_is_answered(daemon):
+    """Everything written at once (initialize, initialized, a call), as a script or a
+    hasty client does: the relay holds the rest until the daemon has given the session
+    id, instead of forwarding them without one (each then refused with HTTP 400)."""
+    config, env, url, tmp = daemon
+    messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "hasty", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "tern_agent_echo", "arguments": {"message": "piped"}}}]
+    done = subprocess.run([sys.executable, "-m", "runtime", "--config", str(config), "mcp"],
+                          input="".join(json.dumps(m) + "\n" for m in messages), capture_output=True, text=True,
+                          timeout=60, env={**env, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    replies = {reply["id"]: reply for reply in map(json.loads, done.stdout.splitlines())}
+    assert replies[2].get("result", {}).get("content") == [{"type": "text", "text": "piped"}], replies
+    assert "refused" not in done.stderr, done.stderr
+
+
 def readme_snippets() -> list[dict]:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Use tern from your desktop assistant or IDE", 1)[1].split("\n## ", 1)[0]

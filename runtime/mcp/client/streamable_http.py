@@ -103,6 +103,9 @@ class StreamableHttpTransport(HttpTransportBase):
         self._inflight: dict[Any, trio.CancelScope] = {}
         self.connection = McpConnection("sequential")  # POST server/discover; a legacy server refuses it at once
         self._reinit_lock = trio.Lock()
+        # Set once an initialize POST has its answer's headers (the session id): what a
+        # pipelining client sends meanwhile waits for it (see ``send``).
+        self._handshake: trio.Event | None = None
 
     # --- Life cycle ---------------------------------------------------------------------
 
@@ -157,6 +160,13 @@ class StreamableHttpTransport(HttpTransportBase):
     async def send(self, message: jsonrpc.Message) -> None:
         if self._tasks is None or self._stopped.is_set() or self._broken:
             raise TransportClosed(self._broken or "transport closed")
+        if isinstance(message, jsonrpc.Request) and message.method == "initialize":
+            self._handshake = trio.Event()
+        elif self._handshake is not None and not self._handshake.is_set() and getattr(message, "method", "") != "ping":
+            # A relayed client may pipeline (the tern mcp relay forwards what arrives):
+            # sent before the session id is known, the server would refuse it.
+            with trio.move_on_after(self.timeout_secs):
+                await self._handshake.wait()
         body = jsonrpc.encode(message)
         log_wire("out", getattr(message, "method", None), getattr(message, "id", None), len(body),
                  peer=f"mcp:{self.name}")
@@ -210,6 +220,8 @@ class StreamableHttpTransport(HttpTransportBase):
                     await self._fail(request, str(exc))
         finally:
             self._inflight.pop(request.id, None)
+            if request.method == "initialize" and self._handshake is not None:
+                self._handshake.set()  # failed or answered: nothing waits longer than the request
 
     async def _fail(self, request: jsonrpc.Request, text: str) -> None:
         await self._deliver(jsonrpc.encode(jsonrpc.error_response(request.id, -32603, text)))
@@ -220,6 +232,8 @@ class StreamableHttpTransport(HttpTransportBase):
         headers = self._request_headers(request)
         async with self._client.stream("POST", self.url, content=body, headers=headers) as response:
             self.connection.note_session(request.method, response.headers.get("mcp-session-id"))
+            if request.method == "initialize" and self._handshake is not None:
+                self._handshake.set()
             if self.connection.on_status(response.status_code, headers, retried=retried) == "reinitialize":
                 await response.aclose()
                 if await self._reinitialize(generation):
