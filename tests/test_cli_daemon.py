@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -438,3 +440,57 @@ def test_a_discovery_file_that_fails_the_checks_is_not_used(tmp_path):
     run = tern("run", "echo", "hi", config=config)
     assert run.returncode == 0 and run.stdout == "hi\n"
     assert "not trusting" in run.stderr and "is not a loopback http(s) URL; working in-process" in run.stderr
+
+
+def lines_of(stream) -> queue.Queue:
+    """A child's pipe, line by line, read in a thread: ``get(timeout=...)`` bounds each
+    wait (select would miss lines already in the text buffer)."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True).start()
+    return lines
+
+
+def test_the_readme_quick_start_goes_through_the_daemon(tmp_path):
+    """The quick start's commands, as written (``python3 dist/tern.pyz`` as ``python -m
+    runtime``), on the bundled config against a running daemon: events sees the run."""
+    readme = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = readme.split("In another terminal", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].split() for line in block.splitlines()]
+    assert [c[2] for c in commands] == ["status", "events", "run", "chat"]
+    home = tmp_path / "home"
+    home.mkdir()
+    quick = env(HOME=str(home), XDG_STATE_HOME=str(home / "state"), XDG_CONFIG_HOME=str(home / "config"))
+
+    def argv(words: list[str]) -> list[str]:
+        assert words[:2] == ["python3", "dist/tern.pyz"]
+        return [sys.executable, "-m", "runtime", *(w.strip('"') for w in words[2:])]
+
+    files = next(c for c in commands if c[2] == "run")
+    files = files[:4] + [" ".join(files[4:]).strip('"')]  # the quoted message is one argument
+    daemon = subprocess.Popen([sys.executable, "-m", "runtime", "serve", "--listen", "127.0.0.1:0"], cwd=home,
+                              env=quick, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+    events = None
+    try:
+        assert "serving on" in lines_of(daemon.stderr).get(timeout=30)
+        status = subprocess.run(argv(commands[0]), cwd=home, env=quick, capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0 and "files" in status.stdout, status.stderr
+        events = subprocess.Popen(argv(commands[1]), cwd=home, env=quick, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        event_lines = lines_of(events.stdout)
+        assert "hello" in event_lines.get(timeout=30)  # subscribed before the run
+        ran = subprocess.run(argv(files[:4]) + [files[4]], cwd=home, env=quick, capture_output=True, text=True,
+                             timeout=60)
+        assert ran.returncode == 0 and "(empty directory)" in ran.stdout and "[tool] file_list" in ran.stderr, ran
+        chat = subprocess.run(argv(commands[3]), cwd=home, env=quick, input="hi there\n/exit\n", capture_output=True,
+                              text=True, timeout=60)
+        assert chat.returncode == 0 and "hi there" in chat.stdout and "--context" in chat.stderr, chat
+        seen = ""
+        while "agent echo" not in seen:
+            seen += event_lines.get(timeout=30)
+        assert "tool file_list by files" in seen and "agent files" in seen and "agent echo" in seen, seen
+    finally:
+        for process in (events, daemon):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
