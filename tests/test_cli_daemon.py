@@ -494,3 +494,15 @@ def test_the_readme_quick_start_goes_through_the_daemon(tmp_path):
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+@pytest.mark.parametrize("argv", [["mcp", "--standalone", "servers"], ["mcp", "servers", "--standalone"],
+                                  ["mcp", "--standalone"], ["run", "echo", "hi", "--standalone"],
+                                  ["audit", "tail", "--standalone"], ["conversations", "--standalone"]])
+def test_standalone_is_heard_wherever_it_is_written(argv):
+    """``tern mcp --standalone servers`` went through the daemon: the subcommand's own
+    ``--standalone`` default overwrote the parent's."""
+    from runtime.cli import build_parser
+
+    assert getattr(build_parser().parse_args(argv), "standalone", False) is True
+    assert getattr(build_parser().parse_args([a for a in argv if a != "--standalone"]), "standalone", False) is False

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the type only: the kernel is imported when a command runs
 
 def add_commands(commands: Commands) -> None:
     mcp = commands.add("mcp", cmd_mcp, "serve tern's agents as MCP tools over stdio (for desktop assistants and IDEs)")
-    mcp.add_argument("--standalone", action="store_true",
+    mcp.add_argument("--standalone", action="store_true", default=argparse.SUPPRESS,
                      help="serve from an in-process kernel even when a tern daemon is running "
                           "(default: relay to the daemon)")
     sub = commands.group(mcp, "mcp_command")
@@ -46,7 +46,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     config = load_config(getattr(args, "config", None)).config
     if not config.mcp_server.enabled:
         raise UsageError("the MCP server is off in this config ([mcp_server] enabled = false)")
-    trio.run(lambda: serve_stdio(config, relay=False if args.standalone else None))
+    trio.run(lambda: serve_stdio(config, relay=False if getattr(args, "standalone", False) else None))
     return 0
 
 

@@ -34,7 +34,9 @@ QUEUE_EVENTS = 256
 
 
 def add_standalone(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--standalone", action="store_true",
+    # SUPPRESS, not False: a subcommand's default would overwrite the parent's
+    # (``tern mcp --standalone servers``); readers use getattr(args, "standalone", False).
+    parser.add_argument("--standalone", action="store_true", default=argparse.SUPPRESS,
                         help="boot a kernel in this process even when a tern daemon runs on this state directory "
                              "(default: go through the daemon)")
 
