@@ -506,3 +506,38 @@ def test_standalone_is_heard_wherever_it_is_written(argv):
 
     assert getattr(build_parser().parse_args(argv), "standalone", False) is True
     assert getattr(build_parser().parse_args([a for a in argv if a != "--standalone"]), "standalone", False) is False
+
+
+@pytest.mark.parametrize("through", ["daemon", "standalone"])
+def test_a_line_typed_before_the_approval_question_does_not_answer_it(tmp_path, through):
+    """A "y" typed while the model was still thinking (meant for the chat, or a stray
+    key) is dropped when the question shows: the approval waits for a key pressed after."""
+
+    def slow_then_write(messages):
+        if messages[-1]["role"] == "tool":
+            return {"role": "assistant", "content": f"the tool said: {messages[-1]['content']}"}
+        time.sleep(1.5)  # the person types ahead meanwhile
+        call = {"id": "w1", "type": "function",
+                "function": {"name": "file_write", "arguments": json.dumps({"path": "a.txt", "content": "x"})}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+    with serve_chat(slow_then_write) as url:
+        config = write_config(tmp_path, extra=f'[[agents]]\nname = "scribe"\nkind = "llm"\ntools = ["file_write"]\n'
+                                              f'[agents.model]\nbase_url = "{url}"\nmodel = "stub-model"\n')
+        running = Daemon(config) if through == "daemon" else None
+        extra = ["--standalone"] if through == "standalone" else []
+        terminal = Terminal("run", "scribe", "write a.txt", *extra, config=config)
+        try:
+            terminal.type(b"y\n")
+            terminal.wait_for("approve?")
+            time.sleep(0.5)
+            [pending] = json.loads(tern("approvals", "--json", config=config).stdout)["approvals"]
+            assert pending["tool"] == "file_write"  # still waiting: the early "y" answered nothing
+            terminal.type(b"n\n")
+            terminal.wait_for("the tool said:")
+            assert terminal.exit_code() == 0
+        finally:
+            terminal.close()
+            if running is not None:
+                running.stop()
+    assert not (tmp_path / "state" / "workspaces" / "scribe" / "a.txt").exists()

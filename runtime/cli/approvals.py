@@ -172,6 +172,7 @@ def terminal_ask(approvals: Any, before: Any = None) -> Any:
             print(f"tern: waiting for a person: tern approve {approval.id}  (or: tern deny {approval.id})",
                   file=sys.stderr, flush=True)
             return
+        discard_typed_ahead()
         while True:
             line = await trio.to_thread.run_sync(_read_answer, abandon_on_cancel=True)
             if line is None:  # end of input: leave it to the other channels
@@ -186,6 +187,22 @@ def terminal_ask(approvals: Any, before: Any = None) -> Any:
                   file=sys.stderr, flush=True)
 
     return ask
+
+
+def discard_typed_ahead() -> None:
+    """Drop what was typed before the question showed (a chat line typed during the
+    reply, a stray "y"): only a keystroke made after reading the question may answer
+    it. sudo does the same before its password prompt."""
+    import sys
+
+    try:
+        import termios
+    except ImportError:  # Windows
+        return
+    try:
+        termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
+    except (termios.error, OSError, ValueError):  # stdin is not a terminal, or closed
+        pass
 
 
 def _read_answer() -> str | None:
@@ -228,6 +245,7 @@ def ask_through_daemon(daemon: Any, stream: Any, data: dict[str, Any], backlog: 
               file=sys.stderr, flush=True)
         return
     prompt = "approve? [y]es / [n]o / [a]lways for this tool / [A]lways with these arguments: "
+    discard_typed_ahead()
     sys.stderr.write(prompt)
     sys.stderr.flush()
     while True:
