@@ -26,6 +26,9 @@ What it does (the design is in docs/packaging.md):
 6. Writes a deterministic zip: sorted entries, fixed timestamps and permissions,
    ``ZIP_DEFLATED``, ``#!/usr/bin/env python3`` shebang, mode 0755. The same inputs
    give a byte-identical file.
+7. Beside it, for MCP hosts (``build_mcpb.py``): ``tern.mcpb``, an MCP Bundle of the pyz
+   that a desktop assistant installs with one click, and ``server.json``, the MCP
+   registry's entry for that bundle. Reproducible too.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import build_mcpb
 
 ROOT = Path(__file__).resolve().parent
 
@@ -687,7 +692,18 @@ def build(args: argparse.Namespace) -> Path:
     print(f"sha256 {hashlib.sha256(data).hexdigest()}")
     if size > SIZE_BUDGET_BYTES:
         print(f"warning: over the {SIZE_BUDGET_BYTES / 1e6:.0f} MB budget", file=sys.stderr)
+    try:
+        bundle, entry = build_mcpb.write_for_hosts(
+            ROOT, data, out.parent, pythons=PYTHONS, platforms=sorted({p.sys_platform for p in platforms}),
+            registry_name=args.registry_name, bundle_url=args.bundle_url)
+    except (ValueError, OSError) as error:
+        raise BuildError(f"cannot write the MCP bundle or server.json: {error}") from None
+    print(f"{display(bundle)}: {bundle.stat().st_size / 1e6:.2f} MB, sha256 {sha256_of(bundle)}; {display(entry)}")
     return out
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -702,6 +718,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="bundle native modules for this platform only (repeatable; default: all of "
                              + ", ".join(p.key for p in PLATFORMS) + ")")
     parser.add_argument("--jobs", type=int, default=8, help="parallel pip downloads (default: 8)")
+    parser.add_argument("--registry-name", default=build_mcpb.REGISTRY_NAME,
+                        help=f"server.json name, reverse DNS (default: {build_mcpb.REGISTRY_NAME})")
+    parser.add_argument("--bundle-url", default=build_mcpb.BUNDLE_URL,
+                        help="where tern.mcpb will be downloaded from, {version} filled in (default: a GitHub release)")
     return parser.parse_args(argv)
 
 

@@ -65,6 +65,8 @@ __all__ = [
     "mcp_inspector",
     "CONFORMANCE_VERSION",
     "INSPECTOR_VERSION",
+    "mcpb_cli",
+    "MCPB_VERSION",
     "require",
     "SNAPSHOT_PEERS",
     "a2a_tck",
@@ -88,6 +90,7 @@ UVICORN_VERSION = "0.54.0"
 NPM_SERVER_NAMES = ("server-everything", "server-filesystem", "server-memory")
 CONFORMANCE_VERSION = "0.2.0-alpha.12"  # the first to cover 2026-07-28; needs Node >= 22
 INSPECTOR_VERSION = "2.12.0"  # needs Node >= 22.19
+MCPB_VERSION = "2.1.2"  # @anthropic-ai/mcpb: the MCP Bundle CLI (validate, info, unpack, ...)
 # The A2A TCK (a2aproject/a2a-tck) is not on PyPI: cloned from a git repository (TERN_A2A_TCK_REPO),
 # checked out at a pinned commit, installed editable (`pip install -e`, as its README says) into its venv.
 A2A_TCK_REPO_DEFAULT = "/work/.mirror/a2aproject+a2a-tck/repo"
@@ -405,6 +408,18 @@ def mcp_inspector(timeout: float = 900) -> list:
     return [str(node24()), str(entry)]
 
 
+def mcpb_cli(timeout: float = 900) -> list:
+    """The argv prefix running the official MCP Bundle CLI (``mcpb``) under Node 24
+    (then ``validate manifest.json``, ``info x.mcpb``, ``unpack x.mcpb DIR``)."""
+    entry = _npm_install(
+        "mcpb",
+        [f"@anthropic-ai/mcpb@{MCPB_VERSION}"],
+        lambda t: t / "node_modules" / "@anthropic-ai" / "mcpb" / "dist" / "cli" / "cli.js",
+        timeout,
+    )
+    return [str(node24()), str(entry)]
+
+
 def _a2a_tck_repo() -> Path:
     return Path(os.environ.get("TERN_A2A_TCK_REPO") or A2A_TCK_REPO_DEFAULT)
 
@@ -512,6 +527,7 @@ if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns|tck|t
         "ns": loopback_namespace_prefix,
         "conformance": mcp_conformance,
         "inspector": mcp_inspector,
+        "mcpb": mcpb_cli,
         "tck": a2a_tck,
         "tck03": a2a_tck03,
     }
