@@ -13,7 +13,7 @@ import shutil
 
 import msgspec
 
-from runtime.config.schema import Config, StdioTransport
+from runtime.config.schema import Config, McpPreset, StdioTransport
 from runtime.config.sentences import shorten
 from runtime.config.shell_policy import rule_problems
 
@@ -199,6 +199,27 @@ def _scripts_problems(config: Config) -> list[str]:
     return problems
 
 
+MAX_PRESET_SCHEMA_BYTES = 65536
+
+
+def _preset_schema_problems(where: str, preset: McpPreset) -> list[str]:
+    """A preset's ``input_schema``: an object schema of bounded size, sound ``x-mcp-header``
+    marks, and no fixed arguments for an agent (its message is the caller's arguments)."""
+    from runtime.mcp.param_headers import annotation_problems
+
+    schema = preset.input_schema
+    problems = []
+    if schema.get("type") != "object":
+        problems.append(f'{where}.input_schema: expected type = "object" (MCP tools take an object)')
+    if len(json.dumps(schema)) > MAX_PRESET_SCHEMA_BYTES:
+        problems.append(f"{where}.input_schema: over {MAX_PRESET_SCHEMA_BYTES} bytes")
+    problems += [f"{where}.input_schema.{p}" for p in annotation_problems(schema)]
+    if preset.tool.startswith("tern_agent_") and preset.arguments:
+        problems.append(f"{where}.arguments: a preset with input_schema sends an agent the caller's arguments as "
+                        f"its message, so it takes no fixed arguments")
+    return problems
+
+
 def _mcp_server_problems(config: Config) -> list[str]:
     from runtime.mcp.names import agent_tool_name
 
@@ -214,6 +235,8 @@ def _mcp_server_problems(config: Config) -> list[str]:
         if preset.tool.startswith("tern_agent_") and preset.tool not in agent_tools:
             problems.append(f'mcp_server.presets[{i}].tool: no agent is exposed as "{preset.tool}" '
                             f'(agents: {", ".join(sorted(agent_tools)) or "none"})')
+        if preset.input_schema:
+            problems += _preset_schema_problems(f"mcp_server.presets[{i}]", preset)
     seen: set[str] = set()
     for name in names:
         if name in seen:

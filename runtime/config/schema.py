@@ -113,12 +113,16 @@ class McpServerEntry(_Section):
 
 class McpPreset(_Section):
     """A fixed call published as a tool of its own, with no arguments: ``tool`` (an
-    exposed name such as ``tern_agent_echo``, or a kernel tool) with ``arguments``."""
+    exposed name such as ``tern_agent_echo``, or a kernel tool) with ``arguments``.
+    With ``input_schema`` (a JSON Schema, published as is) it takes the caller's arguments
+    instead: an agent gets them as its message (JSON), a kernel tool with ``arguments``
+    laid over them."""
 
     name: str
     tool: str
     arguments: dict[str, Any] = {}
     description: str = ""
+    input_schema: dict[str, Any] = {}
 
 
 class McpServerExposure(_Section):

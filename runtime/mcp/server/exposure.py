@@ -8,7 +8,13 @@
   by default beyond the agents (OpenFang's ``/mcp`` hands shell and file writes to
   anyone with the key; tern does not).
 - ``[[mcp_server.presets]]``: a fixed call (an exposed tool plus fixed arguments)
-  published as a tool with no arguments.
+  published as a tool with no arguments; with ``input_schema``, a tool taking the
+  caller's arguments as that schema describes (published verbatim, so JSON Schema
+  2020-12 keywords and ``x-mcp-header`` marks reach clients): an agent gets them as its
+  message, compact JSON with sorted keys; a kernel tool gets them with the fixed
+  ``arguments`` laid over them. Before the call tern checks only that they are an object
+  with the ``required`` names (and no others under ``additionalProperties: false``); the
+  agent or tool does the rest, as a kernel tool's own schema is checked by the pipeline.
 
 Every call goes through the kernel's tool pipeline (validation, timeout, truncation,
 redaction, audit): an agent tool is ``agent_send`` to that agent.
@@ -16,10 +22,11 @@ redaction, audit): an agent tool is ``agent_send`` to that agent.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from collections.abc import AsyncIterator
 
-from runtime.config import AgentConfig, Config
+from runtime.config import AgentConfig, Config, McpPreset
 from runtime.errors import RpcError
 from runtime.ports import EventPort, Tool, ToolPort
 from runtime.mcp.names import agent_tool_name, tool_globs
@@ -84,8 +91,21 @@ class Exposure:
             if name not in taken:
                 taken.add(name)
                 listed.append({"name": name, "description": preset.description or f"Calls {preset.tool}.",
-                               "inputSchema": NO_ARGUMENTS})
+                               "inputSchema": preset.input_schema or NO_ARGUMENTS})
         return listed
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """The ``inputSchema`` of the exposed tool ``name``, or None (for ``Mcp-Param-*``
+        checks: only a preset or a kernel tool can carry ``x-mcp-header`` marks)."""
+        if name in self._agents:
+            return AGENT_INPUT
+        preset = self._presets.get(name)
+        if preset is not None:
+            return preset.input_schema or NO_ARGUMENTS
+        if self._kernel_tool_allowed(name):
+            tool = self.kernel_tools.get(name)
+            return _object_schema(tool.input_schema) if tool is not None else None
+        return None
 
     def names(self) -> frozenset[str]:
         return frozenset(tool["name"] for tool in self.tools())
@@ -133,7 +153,9 @@ class Exposure:
         protocol error (RpcError -32602), as the spec says."""
         preset = self._presets.get(name) if name not in self._agents else None
         if preset is not None:  # named explicitly in the config: allowed without a glob
-            name, arguments = preset.tool, dict(preset.arguments)
+            name, arguments = preset.tool, _preset_arguments(preset, arguments)
+            if isinstance(arguments, str):
+                return _error_result(arguments)
         agent = self._agents.get(name)
         pipeline = self.kernel_tools
         run = run or pipeline.run(None)
@@ -154,6 +176,27 @@ class Exposure:
         else:
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
         return _call_result(result)
+
+
+def _preset_arguments(preset: McpPreset, given: Any) -> dict[str, Any] | str:
+    """What a preset sends its tool, or why the caller's arguments cannot be taken."""
+    if not preset.input_schema:
+        return dict(preset.arguments)
+    given = {} if given is None else given
+    if not isinstance(given, dict):
+        return "invalid arguments: expected an object"
+    required = preset.input_schema.get("required")
+    missing = [n for n in required if n not in given] if isinstance(required, list) else []
+    if missing:
+        return f"invalid arguments: missing {', '.join(map(str, missing))}"
+    properties = preset.input_schema.get("properties")
+    if preset.input_schema.get("additionalProperties") is False and isinstance(properties, dict):
+        extra = sorted(set(given) - set(properties))
+        if extra:
+            return f"invalid arguments: unexpected {', '.join(extra)}"
+    if preset.tool.startswith("tern_agent_"):
+        return {"message": json.dumps(given, sort_keys=True, separators=(",", ":"), ensure_ascii=False)}
+    return {**given, **preset.arguments}
 
 
 def _sentence(text: str) -> str:

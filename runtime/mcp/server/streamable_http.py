@@ -9,7 +9,8 @@ body size. Here:
   202. An ``Accept`` with neither JSON nor SSE gets 406.
 - **2026-07-28** (``_meta`` carries the version, or ``MCP-Protocol-Version`` says
   2026-07-28): stateless. ``MCP-Protocol-Version`` must equal ``_meta``, ``Mcp-Method``
-  the method and ``Mcp-Name`` the tool (400, -32020, otherwise); missing ``_meta`` is
+  the method, ``Mcp-Name`` the tool and each ``Mcp-Param-*`` the argument its tool marks
+  with ``x-mcp-header`` (400, -32020, otherwise); missing ``_meta`` is
   400/-32602; an unknown method 404/-32601; an unsupported version 400/-32022. GET and
   DELETE are 405, and ``Mcp-Session-Id`` is ignored.
 - **Handshake era**: ``initialize`` opens a session and its ``Mcp-Session-Id``; every
@@ -32,6 +33,7 @@ import trio
 
 from runtime.config import McpServerExposure
 from runtime.httpd.messages import Request, Response, StreamResponse
+from runtime.mcp import param_headers
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, HEADER_MISMATCH, META_VERSION, MISSING_CAPABILITY,
                                   MODERN_VERSION, NAMED_PARAMS, UNSUPPORTED_VERSION, header_text)
 from runtime.mcp.server.dispatch import MODERN_METHODS, McpServer, Peer
@@ -111,7 +113,8 @@ class McpHttpEndpoint:
             return Response(202)
         if not (isinstance(meta, dict) and META_VERSION in meta):
             return _rpc_error(400, jsonrpc.INVALID_PARAMS, f"params._meta[{META_VERSION!r}] is required", msg_id)
-        problem = self._header_problem(request, message, params, meta, header_version)
+        problem = self._header_problem(request, message, params, meta, header_version) or \
+            self._param_header_problem(request, message, params)
         if problem:
             return _rpc_error(400, HEADER_MISMATCH, problem, msg_id)
         if isinstance(message, jsonrpc.Notification):
@@ -145,6 +148,14 @@ class McpHttpEndpoint:
             if name is None or header_text(name) != expected:
                 return f"header mismatch: Mcp-Name is {name!r} but the body names {expected!r}"
         return ""
+
+    def _param_header_problem(self, request: Request, message: Any, params: Any) -> str:
+        """``Mcp-Param-*`` against the arguments of a ``tools/call`` whose tool marks some
+        with ``x-mcp-header`` (runtime.mcp.param_headers)."""
+        if message.method != "tools/call" or not isinstance(params, dict) or not isinstance(params.get("name"), str):
+            return ""
+        schema = self.server.exposure.input_schema(params["name"])
+        return param_headers.problem(schema, params.get("arguments"), lambda name: request.header(name.encode()))
 
     async def _handshake(
         self, request: Request, message: Any, header_version: Any, wants_sse: bool, wants_json: bool
