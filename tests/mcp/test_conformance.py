@@ -41,7 +41,6 @@ NOT_OFFERED = {  # scenario -> why it cannot pass against tern
     "tools-call-elicitation": "tern sends no server-to-client requests",
     "elicitation-sep1034-defaults": "tern sends no server-to-client requests",
     "elicitation-sep1330-enums": "tern sends no server-to-client requests",
-    "json-schema-2020-12": "its fixture tool needs a fixed name and schema (pending, not scored)",
 }
 NOT_OFFERED_2026 = {
     **{name: "no MRTR (input_required): tern asks clients nothing" for name in (
@@ -56,7 +55,6 @@ NOT_OFFERED_2026 = {
         "tasks-mrtr-composition")},
     "server-stateless": "4 checks need diagnostic tools for sampling/elicitation capabilities",
     "caching": "3 checks are for prompts and resources",
-    "http-custom-header-server-validation": "needs tools with x-mcp-header annotations (pending, not scored)",
 }
 SUMMARY = re.compile(r"^[✓✗] (\S+): (\d+) passed, (\d+) failed", re.M)
 
