@@ -32,6 +32,12 @@ tool = "tern_agent_echo"
 input_schema = { type = "object", required = ["region", "query"], additionalProperties = false, properties = { \
 region = { type = "string", "x-mcp-header" = "Region" }, priority = { type = "integer", "x-mcp-header" = "Priority" }, \
 urgent = { type = "boolean", "x-mcp-header" = "Urgent" }, query = { type = "string" } } }
+
+[[mcp_server.presets]]
+name = "tell_echo"
+tool = "agent_send"
+arguments = { agent = "echo" }
+input_schema = { type = "object", required = ["message"], properties = { message = { type = "string" } } }
 """
 
 
@@ -156,6 +162,21 @@ async def test_the_preset_publishes_its_schema_and_sends_the_agent_json(mcp_url)
         extra = await client.post(mcp_url, json=request(5, "tools/call", {
             "name": "by_region", "arguments": {"region": "eu", "query": "q", "shell": "rm"}}), headers=headers)
         assert "unexpected shell" in extra.json()["result"]["content"][0]["text"]
+
+
+async def test_a_kernel_tool_preset_lays_its_fixed_arguments_over_the_callers(mcp_url):
+    async with httpx.AsyncClient() as client:
+        response = await client.post(mcp_url, json=initialize(1), headers={"Accept": BOTH})
+        headers = {"Accept": "application/json", "Mcp-Session-Id": response.headers["mcp-session-id"],
+                   "MCP-Protocol-Version": "2025-11-25"}
+        # The caller names another agent: the preset's fixed agent = "echo" wins.
+        called = await client.post(mcp_url, json=request(2, "tools/call", {
+            "name": "tell_echo", "arguments": {"message": "pinned", "agent": "slow-poke"}}), headers=headers)
+        result = called.json()["result"]
+        assert result["isError"] is False and result["content"][0]["text"] == "pinned", result
+        bad = await client.post(mcp_url, json=request(3, "tools/call", {"name": "tell_echo", "arguments": []}),
+                                headers=headers)
+        assert bad.json()["error"]["code"] == -32602  # the dispatcher refuses non-object arguments first
 
 
 async def test_mcp_param_headers_are_checked_against_the_body(mcp_url):
