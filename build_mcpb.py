@@ -37,8 +37,9 @@ DESCRIPTION_MAX = 100  # the registry's limit on server.json's description
 
 CONFIG_HELP = ("A tern config file (config.toml). Leave empty for tern's usual search: "
                "./config.toml, then the user config directory, then the bundled default.")
-KEY_HELP = ("The API key of a running tern daemon ([server] api_key_env), so this server relays to it and "
-            "shares its kernel, audit log and MCP connections. Leave empty to serve from a kernel of its own.")
+KEY_HELP = ("The API key of a running tern daemon, passed as TERN_API_KEY (read when the config's [server] "
+            "api_key_env names it, as the default config's does), so this server relays to the daemon and shares "
+            "its kernel, audit log and MCP connections. Leave empty to serve from a kernel of its own.")
 
 
 def read_version(root: Path) -> str:
