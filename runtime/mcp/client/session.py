@@ -382,13 +382,15 @@ class McpSession:
         params, ``inputResponses`` and the ``requestState`` echoed. ProtocolError after
         ``MAX_ROUNDS`` rounds. The result is the complete one."""
         sent = params
-        for _ in range(inputs.MAX_ROUNDS + 1):
+        for rounds in range(inputs.MAX_ROUNDS + 1):
             result = await self.request(method, sent, timeout_secs=timeout_secs, on_progress=on_progress)
             requests = inputs.input_requests(result)
             if requests is None:
                 return result
             if method not in inputs.MRTR_METHODS:
                 raise ProtocolError(f"MCP server '{self.name}' asked for input in answer to {method}")
+            if rounds == inputs.MAX_ROUNDS:
+                break
             responses: dict[str, Any] = {}
             for key, (asked, asked_params) in requests.items():
                 responses[key] = await self.answer_input(asked, asked_params)
