@@ -7,13 +7,14 @@ manager: that keeps exception groups from leaking out of ``async with`` blocks.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 from collections.abc import AsyncIterator, Callable
 
 import trio
 
 from runtime.config import HttpTransport as HttpConfig, McpServerEntry, StdioTransport as StdioConfig
-from runtime.errors import ProtocolError
+from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernError
 from runtime.log import get_logger
 from runtime.mcp import protocol
 from runtime.mcp.client.session import InputHandler, McpSession, NotificationHandler
@@ -154,6 +155,50 @@ class McpClient:
         result = await self.session.call("tools/call", {"name": name, "arguments": arguments or {}},
                                          timeout_secs=limit, on_progress=on_progress)
         return protocol.parse_call_result(result)
+
+    def listens(self) -> dict[str, bool]:
+        """What ``subscriptions/listen`` would ask a 2026-07-28 server for: the
+        ``list_changed`` notifications its capabilities offer (none in the handshake
+        era, whose notifications need no request)."""
+        info = self.info
+        if info.era != "modern":
+            return {}
+        wanted = {"toolsListChanged": "tools", "promptsListChanged": "prompts", "resourcesListChanged": "resources"}
+        offered = {name: value for name, value in info.capabilities.items() if isinstance(value, dict)}
+        return {key: True for key, capability in wanted.items() if offered.get(capability, {}).get("listChanged")}
+
+    async def listen(self, *, backoff_secs: float = 1.0, backoff_max_secs: float = 30.0) -> None:
+        """Hold a ``subscriptions/listen`` stream open for as long as the connection
+        lives (2026-07-28): its notifications reach ``on_notification`` like the
+        handshake era's. A stream that ends is opened again after a backoff (doubling
+        up to ``backoff_max_secs``, back to the start after a stream that lived longer
+        than that). Events are not replayed, so whoever handles notifications should
+        list again on ``notifications/subscriptions/acknowledged``: what changed while
+        no stream was open was told to nobody. Returns at once if the server offers
+        nothing to listen for, or refuses the method."""
+        notifications = self.listens()
+        if not notifications:
+            return
+        delay = backoff_secs
+        while self.session.close_reason is None:
+            started = trio.current_time()
+            try:
+                await self.session.request("subscriptions/listen", {"notifications": notifications},
+                                            timeout_secs=math.inf)
+                log.debug("MCP server '%s' ended its subscriptions/listen stream", self.entry.name)
+            except ConnectionLost:
+                return
+            except RpcError as exc:
+                if exc.code == -32601:  # offered list_changed but not the method: nothing to listen to
+                    log.info("MCP server '%s' does not offer subscriptions/listen: %s", self.entry.name, exc)
+                    return
+                log.info("MCP server '%s': subscriptions/listen ended: %s", self.entry.name, exc)
+            except TernError as exc:
+                log.info("MCP server '%s': subscriptions/listen ended: %s", self.entry.name, exc)
+            if trio.current_time() - started > backoff_max_secs:
+                delay = backoff_secs  # it lived a while: not a failing loop
+            await trio.sleep(delay)
+            delay = min(delay * 2, backoff_max_secs)
 
     async def aclose(self) -> None:
         await self.session.aclose()

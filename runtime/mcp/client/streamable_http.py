@@ -48,6 +48,7 @@ log = get_logger("mcp.http")
 
 INBOX_MESSAGES = 256
 RESUME_ATTEMPTS = 3
+LISTEN = "subscriptions/listen"
 LISTEN_OPEN_SECS = 5.0  # how long the handshake waits for the standing GET stream to open
 ACCEPT = "application/json, text/event-stream"
 
@@ -236,7 +237,9 @@ class StreamableHttpTransport(HttpTransportBase):
         assert self._client is not None
         generation = self.connection.generation
         headers = self._request_headers(request)
-        async with self._client.stream("POST", self.url, content=body, headers=headers) as response:
+        # A listen stream is quiet for as long as nothing changes: no read timeout.
+        timeout = httpx.Timeout(self.timeout_secs, read=None) if request.method == LISTEN else httpx.USE_CLIENT_DEFAULT
+        async with self._client.stream("POST", self.url, content=body, headers=headers, timeout=timeout) as response:
             self.connection.note_session(request.method, response.headers.get("mcp-session-id"))
             if request.method == "initialize" and self._handshake is not None:
                 self._handshake.set()

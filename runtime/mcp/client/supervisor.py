@@ -19,7 +19,8 @@ and a new one started. ``restart`` revives a server (a failed one that used up
 ``max_restarts``, or a running one on demand) with a fresh restart budget.
 
 The tool list of a ready server is kept current (``notifications/tools/list_changed``
-triggers a debounced re-list) and filtered by ``tools_include`` / ``tools_exclude``
+triggers a debounced re-list; a 2026-07-28 server sends it on the
+``subscriptions/listen`` stream ``McpClient.listen`` holds open) and filtered by ``tools_include`` / ``tools_exclude``
 globs, which match the tool's own name or its ``mcp_{server}_{tool}`` name, casefolded
 and with ``-`` and ``_`` the same (``delete_*`` excludes ``Delete-Repo`` too).
 """
@@ -336,7 +337,9 @@ class McpSupervisor:
         server.refresh = trio.Event()
 
         def notified(method: str, params: Any) -> None:
-            if method == "notifications/tools/list_changed":
+            # A listen stream's acknowledgement too: events are not replayed, so what
+            # changed before it was open (or while it was down) is found by listing again.
+            if method in ("notifications/tools/list_changed", "notifications/subscriptions/acknowledged"):
                 server.refresh.set()
 
         client: McpClient | None = None
@@ -355,6 +358,7 @@ class McpSupervisor:
                     server.client = client
                     server.settled.set()
                     nursery.start_soon(self._refresher, server, client)
+                    nursery.start_soon(client.listen)  # 2026-07-28: list_changed rides subscriptions/listen
                     await client.closed.wait()
                 finally:
                     server.client = None
