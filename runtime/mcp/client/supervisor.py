@@ -203,6 +203,22 @@ class McpSupervisor:
             if self.on_event is not None and self._servers.get(server.entry.name) is server:
                 self.on_event("mcp.server", msgspec.structs.asdict(server.status))
 
+    def client(self, name: str, feature: str) -> McpClient:
+        """The live client of server ``name`` for ``feature`` ("resources" or "prompts"),
+        which the server's ``tools_include``/``tools_exclude`` globs govern as if it were
+        a tool of that name (``mcp_{server}_resources``). UnknownServer, ToolRefused or
+        ConnectionLost (not ready) otherwise."""
+        from runtime.errors import ToolRefused
+
+        server = self._servers.get(name)
+        if server is None:
+            raise UnknownServer(f"no MCP server is called {name!r}")
+        if not _wanted(server.entry, feature):
+            raise ToolRefused(f"MCP server '{name}' does not allow its {feature} (tools_include/tools_exclude)")
+        if server.client is None:
+            raise self._not_ready(name)
+        return server.client
+
     def _not_ready(self, server: str) -> ConnectionLost:
         status = self._servers[server].status
         detail = f" ({status.last_error})" if status.last_error else ""
