@@ -69,14 +69,14 @@ def test_exclude_glob_catches_every_spelling(tmp_path):
     config = config_file(tmp_path, "--tools", "delete-repo,Delete_Repo,DELETE-branch,list_repos",
                          extra='tools_exclude = ["delete_*"]')
     done = tern("tools", "--json", "--config", config)
-    mcp = sorted(t["original_name"] for t in json.loads(done.stdout)["tools"] if t["name"].startswith("mcp_"))
+    mcp = sorted(t["original_name"] for t in json.loads(done.stdout)["tools"] if t.get("source") == "mcp")
     assert mcp == ["list_repos"]
 
 
 def test_include_glob_matches_every_spelling(tmp_path):
     config = config_file(tmp_path, "--tools", "Read-File,read_dir,write-file", extra='tools_include = ["read_*"]')
     done = tern("tools", "--json", "--config", config)
-    mcp = sorted(t["original_name"] for t in json.loads(done.stdout)["tools"] if t["name"].startswith("mcp_"))
+    mcp = sorted(t["original_name"] for t in json.loads(done.stdout)["tools"] if t.get("source") == "mcp")
     assert mcp == ["Read-File", "read_dir"]
 
 
