@@ -73,6 +73,9 @@ class Kernel:
                                    max_pending_per_agent=governance.max_pending_per_agent, audit=audit,
                                    publish=self.events.publish, redact=self.pipeline.redact_obj)
         self.pipeline.approvals = self.approvals
+        from runtime.kernel.elicitation import person_answers
+
+        self.mcp.on_input = person_answers(self.approvals, self.pipeline.redact_obj)  # servers' form questions
         self.conversations = Conversations(state / "conversations.sqlite3") if state else None
         self.agents = Agents(config, self.pipeline, self.conversations)
         self.agents.publish = self.events.publish  # "agent.message" and "model.call"

@@ -123,6 +123,9 @@ class McpSupervisor:
         self.policy = policy
         self.roots = roots
         self.on_event = on_event  # (kind, data): state changes, for the kernel's event bus
+        #: server name -> the session's ``on_input`` (who answers that server's questions);
+        #: None: elicitation and sampling are refused and not declared
+        self.on_input: Callable[[str], Any] | None = None
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self._tools: dict[str, McpToolEntry] = {}
@@ -362,7 +365,8 @@ class McpSupervisor:
         try:
             async with trio.open_nursery() as nursery:
                 client = await McpClient.connect(entry, nursery, roots=self.roots, on_notification=notified,
-                                                 policy=self.policy)
+                                                 policy=self.policy,
+                                                 on_input=self.on_input(entry.name) if self.on_input else None)
                 try:
                     await self._list(server, client)
                     info = client.info
