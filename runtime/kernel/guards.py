@@ -369,7 +369,9 @@ def _strings(obj: Any, path: str, depth: int = 0) -> Iterator[tuple[str, str]]:
 # -- sinks and sources --------------------------------------------------------------
 
 SENSITIVE_SINKS = frozenset({"shell_exec", "file_write"})
-NETWORK_TOOLS = frozenset({"web_fetch", "agent_send"})
+NETWORK_TOOLS = frozenset({"web_fetch", "agent_send",
+                           # an upstream MCP server's resources and prompts (kernel/tools_mcp.py)
+                           "mcp_resources_list", "mcp_resource_read", "mcp_prompts_list", "mcp_prompt_get"})
 
 
 def is_sensitive_sink(tool_name: str, *, remote_agent: bool = False) -> bool:

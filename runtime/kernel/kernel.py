@@ -24,6 +24,7 @@ import trio
 from runtime.config import Config
 from runtime.config.checks import missing_key_warnings
 from runtime.kernel.builtins import register_builtins
+from runtime.kernel.tools_mcp import register_mcp_feature_tools
 from runtime.kernel.agents import Agents
 from runtime.kernel.audit import AuditLog
 from runtime.kernel.conversations import Conversations
@@ -72,10 +73,14 @@ class Kernel:
                                    max_pending_per_agent=governance.max_pending_per_agent, audit=audit,
                                    publish=self.events.publish, redact=self.pipeline.redact_obj)
         self.pipeline.approvals = self.approvals
+        from runtime.kernel.elicitation import person_answers
+
+        self.mcp.on_input = person_answers(self.approvals, self.pipeline.redact_obj)  # servers' form questions
         self.conversations = Conversations(state / "conversations.sqlite3") if state else None
         self.agents = Agents(config, self.pipeline, self.conversations)
         self.agents.publish = self.events.publish  # "agent.message" and "model.call"
         register_agent_tools(self.registry, lambda: self.agents)
+        register_mcp_feature_tools(self.registry, lambda: self.mcp, lambda: self.config.agents)
         self.external: Any = None  # [a2a] external_agents: a2a_* tools and the remote agents' peers
         if config.a2a.external_agents:
             from runtime.a2a.client.external import ExternalAgents, register_tools
@@ -106,6 +111,7 @@ class Kernel:
         fresh = ToolRegistry()
         register_builtins(fresh, config)
         register_agent_tools(fresh, lambda: self.agents)
+        register_mcp_feature_tools(fresh, lambda: self.mcp, lambda: self.config.agents)
         if self.external is not None:
             from runtime.a2a.client.external import register_tools
 

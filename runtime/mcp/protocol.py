@@ -116,16 +116,18 @@ def client_info() -> dict[str, str]:
 CLIENT_CAPABILITIES: dict[str, Any] = {"roots": {"listChanged": False}}
 
 
-def initialize_params(version: str = HANDSHAKE_VERSIONS[0]) -> dict[str, Any]:
+def initialize_params(version: str = HANDSHAKE_VERSIONS[0],
+                      capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
     """Params of ``initialize``: our latest handshake version and what we support."""
-    return {"protocolVersion": version, "capabilities": CLIENT_CAPABILITIES, "clientInfo": client_info()}
+    return {"protocolVersion": version, "capabilities": CLIENT_CAPABILITIES if capabilities is None else capabilities,
+            "clientInfo": client_info()}
 
 
-def modern_meta(version: str = MODERN_VERSION) -> dict[str, Any]:
+def modern_meta(version: str = MODERN_VERSION, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``_meta`` every modern-era request carries."""
     return {
         f"{META_PREFIX}protocolVersion": version,
-        f"{META_PREFIX}clientCapabilities": {},
+        f"{META_PREFIX}clientCapabilities": CLIENT_CAPABILITIES if capabilities is None else capabilities,
         f"{META_PREFIX}clientInfo": client_info(),
     }
 
@@ -163,9 +165,11 @@ def parse_discover(result: Any) -> ServerInfo:
     """A ``server/discover`` result. Raises ProtocolError if it is not one."""
     if not isinstance(result, dict):
         raise ProtocolError("the server/discover result is not an object")
-    versions = result.get("supportedVersions") or result.get("protocolVersions") or [MODERN_VERSION]
-    if isinstance(versions, list) and MODERN_VERSION not in versions:
-        raise ProtocolError(f"the server supports {versions}, not {MODERN_VERSION}")
+    versions = result.get("supportedVersions") or result.get("protocolVersions")
+    if not isinstance(versions, list):  # e.g. ``{}``: a handshake-era server answering any method
+        raise ProtocolError("the server/discover result names no supportedVersions")
+    if MODERN_VERSION not in versions:
+        raise ProtocolError(f"the server supports {versions[:8]}, not {MODERN_VERSION}")
     info = result.get("serverInfo")
     if not isinstance(info, dict):
         meta = result.get("_meta") if isinstance(result.get("_meta"), dict) else {}

@@ -19,7 +19,9 @@ import pytest
 import trio
 
 from runtime.config import McpServerEntry, StdioTransport
-from runtime.errors import ConnectionLost
+from runtime.errors import ConnectionLost, ProtocolError
+from runtime.mcp.client.client import McpClient
+from runtime.mcp.client.inputs import MAX_ROUNDS
 from runtime.mcp.client.supervisor import McpSupervisor
 from tests.mcp.conftest import FIXTURES
 from tests.processes import gone
@@ -67,14 +69,14 @@ def test_exclude_glob_catches_every_spelling(tmp_path):
     config = config_file(tmp_path, "--tools", "delete-repo,Delete_Repo,DELETE-branch,list_repos",
                          extra='tools_exclude = ["delete_*"]')
     done = tern("tools", "--json", "--config", config)
-    mcp = sorted(t["original_name"] for t in json.loads(done.stdout)["tools"] if t["name"].startswith("mcp_"))
+    mcp = sorted(t["original_name"] for t in json.loads(done.stdout)["tools"] if t.get("source") == "mcp")
     assert mcp == ["list_repos"]
 
 
 def test_include_glob_matches_every_spelling(tmp_path):
     config = config_file(tmp_path, "--tools", "Read-File,read_dir,write-file", extra='tools_include = ["read_*"]')
     done = tern("tools", "--json", "--config", config)
-    mcp = sorted(t["original_name"] for t in json.loads(done.stdout)["tools"] if t["name"].startswith("mcp_"))
+    mcp = sorted(t["original_name"] for t in json.loads(done.stdout)["tools"] if t.get("source") == "mcp")
     assert mcp == ["Read-File", "read_dir"]
 
 
@@ -177,3 +179,29 @@ def test_a_flood_of_log_messages_is_bounded_and_cannot_forge_lines(tmp_path):
         assert not line or _LINE_START.match(line), repr(line[:200])
     assert any("log messages dropped" in line for line in lines)
     assert r"\x1b[31mred" in forged[0] and r"\n2026-11-23 12:00:00 ERROR tern.api: forged" in forged[0]
+
+
+# --- Questions without end (MRTR) ------------------------------------------------------------
+
+
+async def test_a_server_that_asks_forever_is_stopped_after_the_round_limit(nursery):
+    """Each input_required is answered and retried, but only ``MAX_ROUNDS`` times; a
+    result with too many input requests is refused before anyone is asked."""
+    asked: list[str] = []
+
+    async def person(method: str, params: dict) -> dict:
+        asked.append(method)
+        return {"action": "accept", "content": {}}
+
+    client = await McpClient.connect(entry("--tools", "ask_forever,ask_many,echo,answers"), nursery, on_input=person)
+    try:
+        with trio.fail_after(20), pytest.raises(ProtocolError, match="after 8 rounds"):
+            await client.call_tool("ask_forever", {})
+        assert len(asked) == MAX_ROUNDS
+        with trio.fail_after(20), pytest.raises(ProtocolError, match="at most 8"):
+            await client.call_tool("ask_many", {})
+        assert len(asked) == MAX_ROUNDS
+        assert json.loads((await client.call_tool("answers", {})).text())["asked"] == MAX_ROUNDS + 1
+        assert (await client.call_tool("echo", {"message": "still here"})).text() == "still here"
+    finally:
+        await client.aclose()

@@ -207,3 +207,24 @@ async def test_server_everything_legacy_sse(npm, node, nursery):
                 calls.start_soon(echo, i)
         assert sorted(results) == sorted(f"Echo: {i}" for i in range(10))
         await client.aclose()
+
+
+@pytest.mark.parametrize("protocol", ["auto", "2025-11-25"])
+async def test_a_tool_added_at_run_time_reaches_the_tool_list(sdk_http, nursery, protocol):
+    """The SDK server adds a tool and says so: on the ``subscriptions/listen`` stream the
+    client holds open (2026-07-28), or on the session's GET stream (handshake era); either
+    way the supervisor lists the tools again and the new one is callable."""
+    from runtime.mcp.client.supervisor import McpSupervisor
+
+    url, _ = sdk_http
+    supervisor = McpSupervisor([http_entry(url, protocol=protocol)])
+    await nursery.start(supervisor.run)
+    await supervisor.wait_settled(20)
+    assert supervisor.status("remote").state == "ready", supervisor.status("remote").last_error
+    assert supervisor.tool("mcp_remote_late") is None
+    assert (await supervisor.call("mcp_remote_grow", {"name": "late"})).text() == "added late"
+    with trio.fail_after(10):
+        while supervisor.tool("mcp_remote_late") is None:
+            await trio.sleep(0.05)
+    assert (await supervisor.call("mcp_remote_late", {"text": "hi"})).text() == "hi"
+    await supervisor.aclose()

@@ -8,10 +8,13 @@ protocol decision is written once, here, and can be tested without a socket.
 - **Opening** (``opening``, ``discover_answer``, ``initialize_answer``): which requests
   go first for the transport's probe style, and whether an answer means a modern
   server, a legacy one (``Legacy``: ``initialize`` next), or an error.
+- **Version retry** (``retry_version``): a modern server that refuses the first
+  request with -32022 UnsupportedProtocolVersion but lists 2026-07-28 as supported
+  is asked once more.
 - **Streamable HTTP** (``add_headers``, ``note_session``, ``on_status``,
-  ``session_expired``): the ``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name`` and
-  ``Mcp-Session-Id`` headers, and the transparent re-``initialize`` (once) when a
-  handshake-era server forgets the session.
+  ``session_expired``): the ``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name``,
+  ``Mcp-Param-*`` (``note_tools``) and ``Mcp-Session-Id`` headers, and the transparent
+  re-``initialize`` (once) when a handshake-era server forgets the session.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ from collections.abc import Mapping
 from msgspec import UNSET
 
 from runtime.errors import ProtocolError, RpcError, TernTimeout
+from runtime.mcp import param_headers
 from runtime.mcp.protocol import (
     HANDSHAKE_VERSIONS,
+    CLIENT_CAPABILITIES,
     META_VERSION,
+    UNSUPPORTED_VERSION,
     MODERN_VERSION,
     NAMED_PARAMS,
     Era,
@@ -71,7 +77,8 @@ class Legacy(NamedTuple):
 class McpConnection:
     """The state of one client connection and the decisions taken from it."""
 
-    __slots__ = ("probe", "pinned", "era", "version", "meta", "session_id", "initialize_body", "generation")
+    __slots__ = ("probe", "pinned", "era", "version", "meta", "session_id", "initialize_body", "generation",
+                 "capabilities", "tool_headers")
 
     def __init__(self, probe: Probe) -> None:
         self.probe = probe
@@ -82,6 +89,8 @@ class McpConnection:
         self.session_id: str | None = None  # Streamable HTTP, handshake era
         self.initialize_body: bytes | None = None  # sent again when the session expires
         self.generation = 0  # how many times the session was initialized again
+        self.capabilities: dict[str, Any] = CLIENT_CAPABILITIES  # what the client declares
+        self.tool_headers: dict[str, dict[str, str]] = {}  # tool -> argument -> Mcp-Param-* suffix
 
     # --- Opening ------------------------------------------------------------------------
 
@@ -105,9 +114,9 @@ class McpConnection:
     def params(self, method: str) -> Any:
         """The params of an opening request."""
         if method == DISCOVER:
-            return with_meta(None, modern_meta())
+            return with_meta(None, modern_meta(capabilities=self.capabilities))
         if method == INITIALIZE:
-            return initialize_params(self.pinned or HANDSHAKE_VERSIONS[0])
+            return initialize_params(self.pinned or HANDSHAKE_VERSIONS[0], self.capabilities)
         return UNSET
 
     def discover_answer(self, result: Any = NO_ANSWER, error: BaseException | None = None, *,
@@ -144,7 +153,38 @@ class McpConnection:
     def negotiated(self, version: str, era: Era) -> None:
         """The opening is over: every later message follows ``version`` and ``era``."""
         self.version, self.era = version, era
-        self.meta = modern_meta(version) if era == "modern" else None
+        self.meta = modern_meta(version, self.capabilities) if era == "modern" else None
+
+    @staticmethod
+    def retry_version(error: BaseException) -> bool:
+        """Whether a refusal of ``server/discover`` asks for one more try: -32022 with
+        2026-07-28 among the versions the server says it supports."""
+        if not isinstance(error, RpcError) or error.code != UNSUPPORTED_VERSION:
+            return False
+        data = error.data if isinstance(error.data, dict) else {}
+        supported = data.get("supported")
+        return isinstance(supported, list) and MODERN_VERSION in supported
+
+    # --- Tools ----------------------------------------------------------------------------
+
+    def note_tools(self, tools: list[Any]) -> tuple[list[Any], list[tuple[str, str]]]:
+        """Keep each listed tool's ``x-mcp-header`` declarations (modern era); returns the
+        tools to offer and (name, reason) of those left out: the spec forbids calling a
+        tool whose declarations are invalid."""
+        if self.era != "modern":
+            return tools, []
+        kept, refused, headers = [], [], {}
+        for tool in tools:
+            try:
+                declared = param_headers.checked(tool.input_schema)
+            except ProtocolError as exc:
+                refused.append((tool.name, str(exc)))
+                continue
+            if declared:
+                headers[tool.name] = declared
+            kept.append(tool)
+        self.tool_headers = headers
+        return kept, refused
 
     # --- Streamable HTTP ----------------------------------------------------------------
 
@@ -163,6 +203,9 @@ class McpConnection:
                 named = NAMED_PARAMS.get(message.method)
                 if named and isinstance(params.get(named), str):
                     headers["Mcp-Name"] = header_value(params[named])
+                    if message.method == "tools/call" and params[named] in self.tool_headers:
+                        marked = self.tool_headers[params[named]]
+                        headers.update(param_headers.headers_for(marked, params.get("arguments")))
         if version:
             headers["MCP-Protocol-Version"] = version
         if self.session_id and self.era != "modern":

@@ -17,11 +17,17 @@ Era negotiation with ``protocol = "auto"`` (fast against both kinds of server):
   probe costs one round trip, never a long timeout. Only a server that answers
   nothing falls back after ``probe_timeout_secs``.
 - **Streamable HTTP**: POST ``server/discover``; a legacy server answers with an HTTP
-  error at once.
+  error at once (so discover gets the full timeout: a slow answer is not a legacy one).
 - **Legacy HTTP+SSE** exists only in the handshake era: straight to ``initialize``.
 
 What to send and what each answer means is decided by the transport's sans-IO
 ``McpConnection`` (``connection.py``); this module does the sending and the waiting.
+
+What a server asks (elicitation, sampling, roots) goes to the session's ``on_input``
+callback, whether it comes as a handshake-era request or as a modern ``input_required``
+result, which ``call`` answers and retries with a new id (MRTR, ``inputs.py``), at most
+``MAX_ROUNDS`` times. Without a callback, elicitation and sampling are refused and not
+declared as capabilities.
 
 A hostile server cannot make the session grow or flood the log: at most
 ``MAX_SERVER_REQUESTS`` of its requests are answered at once (one task each); beyond
@@ -37,18 +43,19 @@ import itertools
 import math
 import time
 from typing import Any, Protocol
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 from msgspec import UNSET
 
-from runtime.errors import ConnectionLost, RpcError, TernTimeout
+from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernError, TernTimeout
 from runtime.log import LogBudget, get_logger, log_wire, shorten
 from runtime.mcp import protocol
+from runtime.mcp.client import inputs
 from runtime.mcp.client.connection import DISCOVER, INITIALIZE, NO_ANSWER, PING, Legacy, McpConnection
 from runtime.wire import jsonrpc
 
-__all__ = ["MessageTransport", "McpSession", "TransportClosed"]
+__all__ = ["MessageTransport", "McpSession", "TransportClosed", "InputHandler"]
 
 log = get_logger("mcp")
 
@@ -63,6 +70,7 @@ TOO_MANY_REQUESTS = -32000
 MAX_LOG_MESSAGE_CHARS = 4096  # of one notifications/message, as logged
 LOG_MESSAGES_PER_SEC = 20.0
 LOG_MESSAGES_BURST = 100
+INPUT_TIMEOUT_SECS = 600.0  # how long a server's question may wait for its answer (a person's, a model's)
 _LEVELS = {"DEBUG": 10, "INFO": 20, "NOTICE": 20, "WARNING": 30, "ERROR": 40}
 
 
@@ -107,6 +115,9 @@ class _Waiter:
 
 
 NotificationHandler = Callable[[str, Any], None]  # called on the reader task: must not block
+#: Answers a server's ``elicitation/create`` or ``sampling/createMessage`` (method,
+#: params) with its result; raises TernError to refuse. ``methods`` names those it answers.
+InputHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class McpSession:
@@ -114,9 +125,14 @@ class McpSession:
 
     def __init__(self, transport: MessageTransport, *, name: str, timeout_secs: float = 30.0,
                  roots: list[str] | None = None, on_notification: NotificationHandler | None = None,
-                 probe_timeout_secs: float = 5.0) -> None:
+                 probe_timeout_secs: float = 5.0, on_input: InputHandler | None = None,
+                 input_methods: tuple[str, ...] = ("elicitation/create",)) -> None:
         self.transport = transport
         self.connection = transport.connection
+        self.on_input = on_input
+        self.input_methods = input_methods if on_input is not None else ()
+        self.connection.capabilities = inputs.capabilities("elicitation/create" in self.input_methods,
+                                                           "sampling/createMessage" in self.input_methods)
         self.name = name
         self.timeout_secs = timeout_secs
         self.probe_timeout_secs = probe_timeout_secs
@@ -228,13 +244,29 @@ class McpSession:
         try:
             params = None if request.params is UNSET else request.params
             try:
-                reply: jsonrpc.Message = jsonrpc.Response(
-                    request.id, protocol.answer_server_request(request.method, params, self.roots))
+                reply: jsonrpc.Message = jsonrpc.Response(request.id, await self.answer_input(request.method, params))
             except RpcError as exc:
                 reply = jsonrpc.error_response(request.id, exc.code, exc.message)
             await self._send_quietly(reply)
         finally:
             self._answering -= 1
+
+    async def answer_input(self, method: str, params: Any) -> Any:
+        """The answer to a server's question, as a request (handshake era) or as one
+        input request of an ``input_required`` result; RpcError to refuse it."""
+        if method not in self.input_methods or self.on_input is None:
+            return protocol.answer_server_request(method, params, self.roots)
+        params = params if isinstance(params, dict) else {}
+        try:
+            with trio.fail_after(INPUT_TIMEOUT_SECS):
+                answer = await self.on_input(method, params)
+        except trio.TooSlowError:
+            raise RpcError(-32603, f"{method} was not answered within {INPUT_TIMEOUT_SECS:g} s") from None
+        except TernError as exc:
+            raise RpcError(-32603, f"{method} refused: {exc}") from None
+        if method == "elicitation/create":
+            answer = inputs.with_defaults(params.get("requestedSchema"), answer)
+        return answer
 
     def _refuse(self, request: jsonrpc.Request) -> None:
         """Over ``MAX_SERVER_REQUESTS``: an error answer if the transport can write it
@@ -342,6 +374,30 @@ class McpSession:
             raise waiter.error
         return waiter.result
 
+    async def call(self, method: str, params: dict[str, Any] | None = None, *,
+                   timeout_secs: float | None = None,
+                   on_progress: Callable[[dict[str, Any]], None] | None = None) -> Any:
+        """``request``, answering ``input_required`` results (MRTR): each round's input
+        requests are answered, and the request is sent again with a new id, the same
+        params, ``inputResponses`` and the ``requestState`` echoed. ProtocolError after
+        ``MAX_ROUNDS`` rounds. The result is the complete one."""
+        sent = params
+        for rounds in range(inputs.MAX_ROUNDS + 1):
+            result = await self.request(method, sent, timeout_secs=timeout_secs, on_progress=on_progress)
+            requests = inputs.input_requests(result)
+            if requests is None:
+                return result
+            if method not in inputs.MRTR_METHODS:
+                raise ProtocolError(f"MCP server '{self.name}' asked for input in answer to {method}")
+            if rounds == inputs.MAX_ROUNDS:
+                break
+            responses: dict[str, Any] = {}
+            for key, (asked, asked_params) in requests.items():
+                responses[key] = await self.answer_input(asked, asked_params)
+            sent = inputs.retry_params(params, result, responses)
+        raise ProtocolError(f"MCP server '{self.name}' still asked for input after {inputs.MAX_ROUNDS} rounds "
+                            f"of {method}")
+
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         await self._send_quietly(jsonrpc.Notification(method, self._params(params)))
 
@@ -366,12 +422,24 @@ class McpSession:
         return info
 
     def _probe_timeout(self) -> float:
-        return min(self.timeout_secs, self.probe_timeout_secs) if self.connection.probing else self.timeout_secs
+        """The parallel probe's bound (stdio: an in-order server that ignores discover is
+        legacy). Over HTTP a legacy server refuses discover at once, so no answer there
+        means a slow server, not an old one: it gets the full timeout."""
+        parallel = self.connection.probing and self.connection.probe == "parallel"
+        return min(self.timeout_secs, self.probe_timeout_secs) if parallel else self.timeout_secs
 
     async def _discover(self) -> protocol.ServerInfo:
         """``server/discover`` alone (Streamable HTTP, or a pinned modern version)."""
         try:
-            result = await self.request(DISCOVER, self.connection.params(DISCOVER), timeout_secs=self._probe_timeout())
+            try:
+                result = await self.request(DISCOVER, self.connection.params(DISCOVER),
+                                            timeout_secs=self._probe_timeout())
+            except RpcError as exc:
+                if not self.connection.retry_version(exc):
+                    raise
+                log.debug("MCP server '%s' refused the version once (%s); asking again", self.name, exc)
+                result = await self.request(DISCOVER, self.connection.params(DISCOVER),
+                                            timeout_secs=self._probe_timeout())
         except Exception as exc:
             answer = self.connection.discover_answer(error=exc)  # raises unless it means "legacy"
         else:

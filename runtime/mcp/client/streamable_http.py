@@ -48,6 +48,8 @@ log = get_logger("mcp.http")
 
 INBOX_MESSAGES = 256
 RESUME_ATTEMPTS = 3
+LISTEN = "subscriptions/listen"
+LISTEN_OPEN_SECS = 5.0  # how long the handshake waits for the standing GET stream to open
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -185,7 +187,12 @@ class StreamableHttpTransport(HttpTransportBase):
                 return  # 2026-07-28: closing the response stream is the cancellation
         await self._post_one_way(message, body)
         if isinstance(message, jsonrpc.Notification) and message.method == "notifications/initialized":
-            self._tasks.start_soon(self._listen)
+            # The standing stream is open (or refused) before the session is used, so
+            # nothing the server sends on it right after the handshake is missed.
+            listening = trio.Event()
+            self._tasks.start_soon(self._listen, listening)
+            with trio.move_on_after(min(self.timeout_secs, LISTEN_OPEN_SECS)):
+                await listening.wait()
 
     async def _post_one_way(self, message: jsonrpc.Message, body: bytes) -> None:
         """Notifications and responses: the server answers 202 and no body."""
@@ -230,7 +237,9 @@ class StreamableHttpTransport(HttpTransportBase):
         assert self._client is not None
         generation = self.connection.generation
         headers = self._request_headers(request)
-        async with self._client.stream("POST", self.url, content=body, headers=headers) as response:
+        # A listen stream is quiet for as long as nothing changes: no read timeout.
+        timeout = httpx.Timeout(self.timeout_secs, read=None) if request.method == LISTEN else httpx.USE_CLIENT_DEFAULT
+        async with self._client.stream("POST", self.url, content=body, headers=headers, timeout=timeout) as response:
             self.connection.note_session(request.method, response.headers.get("mcp-session-id"))
             if request.method == "initialize" and self._handshake is not None:
                 self._handshake.set()
@@ -359,9 +368,10 @@ class StreamableHttpTransport(HttpTransportBase):
 
     # --- The optional GET stream (handshake era) ----------------------------------------
 
-    async def _listen(self) -> None:
+    async def _listen(self, listening: trio.Event) -> None:
         """Server-initiated messages on a standing GET stream, if the server offers one;
-        reconnects with ``Last-Event-ID`` and backoff, stops at 405 or any 4xx."""
+        reconnects with ``Last-Event-ID`` and backoff, stops at 405 or any 4xx.
+        ``listening`` is set once the first GET is answered (or has failed)."""
         assert self._client is not None
         backoff, last_event_id = 1.0, ""
         stand_in = jsonrpc.Request(0, "(GET stream)", UNSET)
@@ -374,6 +384,7 @@ class StreamableHttpTransport(HttpTransportBase):
             try:
                 async with self._client.stream("GET", self.url, headers=headers,
                                                timeout=httpx.Timeout(self.timeout_secs, read=None)) as response:
+                    listening.set()
                     if response.status_code != 200:
                         log.debug("MCP server '%s' offers no GET stream (HTTP %d)", self.name, response.status_code)
                         return
@@ -386,5 +397,6 @@ class StreamableHttpTransport(HttpTransportBase):
                             await self._deliver(message)
             except (httpx.HTTPError, ProtocolError, _NoAnswer) as exc:
                 log.debug("MCP server '%s': GET stream ended: %s", self.name, exc)
+            listening.set()
             await trio.sleep(backoff)
             backoff = min(backoff * 2, 30.0)

@@ -19,7 +19,8 @@ and a new one started. ``restart`` revives a server (a failed one that used up
 ``max_restarts``, or a running one on demand) with a fresh restart budget.
 
 The tool list of a ready server is kept current (``notifications/tools/list_changed``
-triggers a debounced re-list) and filtered by ``tools_include`` / ``tools_exclude``
+triggers a debounced re-list; a 2026-07-28 server sends it on the
+``subscriptions/listen`` stream ``McpClient.listen`` holds open) and filtered by ``tools_include`` / ``tools_exclude``
 globs, which match the tool's own name or its ``mcp_{server}_{tool}`` name, casefolded
 and with ``-`` and ``_`` the same (``delete_*`` excludes ``Delete-Repo`` too).
 """
@@ -122,6 +123,9 @@ class McpSupervisor:
         self.policy = policy
         self.roots = roots
         self.on_event = on_event  # (kind, data): state changes, for the kernel's event bus
+        #: server name -> the session's ``on_input`` (who answers that server's questions);
+        #: None: elicitation and sampling are refused and not declared
+        self.on_input: Callable[[str], Any] | None = None
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self._tools: dict[str, McpToolEntry] = {}
@@ -201,6 +205,22 @@ class McpSupervisor:
             server.status.state = state
             if self.on_event is not None and self._servers.get(server.entry.name) is server:
                 self.on_event("mcp.server", msgspec.structs.asdict(server.status))
+
+    def client(self, name: str, feature: str) -> McpClient:
+        """The live client of server ``name`` for ``feature`` ("resources" or "prompts"),
+        which the server's ``tools_include``/``tools_exclude`` globs govern as if it were
+        a tool of that name (``mcp_{server}_resources``). UnknownServer, ToolRefused or
+        ConnectionLost (not ready) otherwise."""
+        from runtime.errors import ToolRefused
+
+        server = self._servers.get(name)
+        if server is None:
+            raise UnknownServer(f"no MCP server is called {name!r}")
+        if not _wanted(server.entry, feature):
+            raise ToolRefused(f"MCP server '{name}' does not allow its {feature} (tools_include/tools_exclude)")
+        if server.client is None:
+            raise self._not_ready(name)
+        return server.client
 
     def _not_ready(self, server: str) -> ConnectionLost:
         status = self._servers[server].status
@@ -336,14 +356,17 @@ class McpSupervisor:
         server.refresh = trio.Event()
 
         def notified(method: str, params: Any) -> None:
-            if method == "notifications/tools/list_changed":
+            # A listen stream's acknowledgement too: events are not replayed, so what
+            # changed before it was open (or while it was down) is found by listing again.
+            if method in ("notifications/tools/list_changed", "notifications/subscriptions/acknowledged"):
                 server.refresh.set()
 
         client: McpClient | None = None
         try:
             async with trio.open_nursery() as nursery:
                 client = await McpClient.connect(entry, nursery, roots=self.roots, on_notification=notified,
-                                                 policy=self.policy)
+                                                 policy=self.policy,
+                                                 on_input=self.on_input(entry.name) if self.on_input else None)
                 try:
                     await self._list(server, client)
                     info = client.info
@@ -355,6 +378,7 @@ class McpSupervisor:
                     server.client = client
                     server.settled.set()
                     nursery.start_soon(self._refresher, server, client)
+                    nursery.start_soon(client.listen)  # 2026-07-28: list_changed rides subscriptions/listen
                     await client.closed.wait()
                 finally:
                     server.client = None
