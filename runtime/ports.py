@@ -219,6 +219,10 @@ class ContentPort(Protocol):
 
     async def list_files(self, workspace: str, limit: int) -> list[str]: ...
 
+    async def upstream_settled(self) -> None:
+        """Returns once the MCP servers have made their first connection attempt (bounded)."""
+        ...
+
     def upstream_capabilities(self, server: str) -> dict[str, Any] | None:
         """A connected MCP server's capabilities; None when it is not connected."""
         ...

@@ -22,6 +22,9 @@ class KernelContent:
     async def list_files(self, workspace: str, limit: int) -> list[str]:
         return await trio.to_thread.run_sync(list_paths, workspace, limit, abandon_on_cancel=True)
 
+    async def upstream_settled(self) -> None:
+        await self.supervisor.wait_settled()
+
     def upstream_capabilities(self, server: str) -> dict[str, Any] | None:
         return self.supervisor.capabilities(server)
 

@@ -38,6 +38,9 @@ class Upstream:
     def __init__(self) -> None:
         self.requests: list[tuple[str, Any]] = []
 
+    async def wait_settled(self) -> None:
+        pass
+
     def capabilities(self, server: str) -> dict[str, Any] | None:
         return {"resources": {"subscribe": True}, "prompts": {}} if server == "up" else None
 

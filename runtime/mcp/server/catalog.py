@@ -112,7 +112,7 @@ class Catalog:
                 if agent is None or name != "path":
                     return _values([])
                 return _values([p for p in await self.resources.files(agent, 10_000) if p.startswith(value)])
-            for server in self.resources.offering("resources"):
+            for server in await self.resources.offering("resources"):
                 templates = await self.resources.upstream_list(server, "resources/templates/list", "resourceTemplates")
                 if any(entry.get("uriTemplate") == uri for entry in templates):
                     return await self._upstream(server, params)

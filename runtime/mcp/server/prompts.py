@@ -57,7 +57,7 @@ class Prompts:
     async def upstream(self) -> list[tuple[str, dict[str, Any]]]:
         """(server, prompt) for each re-exported server's prompts, in order."""
         found = []
-        for server in self.resources.offering("prompts"):
+        for server in await self.resources.offering("prompts"):
             for entry in await self.resources.upstream_list(server, "prompts/list", "prompts"):
                 if isinstance(entry.get("name"), str):
                     found.append((server, entry))

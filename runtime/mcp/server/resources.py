@@ -106,7 +106,7 @@ class Resources:
                                "description": f"{path} in the workspace of the tern agent {agent.name}",
                                "mimeType": _mime(path)})
         seen = {entry["uri"] for entry in listed}
-        for server in self.offering("resources"):
+        for server in await self.offering("resources"):
             for entry in await self.upstream_list(server, "resources/list", "resources"):
                 if isinstance(entry.get("uri"), str) and entry["uri"] not in seen:
                     seen.add(entry["uri"])
@@ -119,16 +119,18 @@ class Resources:
                    "description": f"A file of the tern agent {agent.name}'s workspace that matches "
                                   f"{', '.join(agent.resources)}"}
                   for agent in self.agents.values()]
-        for server in self.offering("resources"):
+        for server in await self.offering("resources"):
             listed.extend(entry for entry in await self.upstream_list(server, "resources/templates/list",
                                                                        "resourceTemplates")
                           if isinstance(entry.get("uriTemplate"), str))
         return listed[:MAX_LISTED]
 
-    def offering(self, capability: str) -> list[str]:
-        """The re-exported servers that are connected and declare ``capability``."""
-        if self.content is None:
+    async def offering(self, capability: str) -> list[str]:
+        """The re-exported servers that are connected and declare ``capability`` (servers
+        still making their first connection are waited for, within their timeouts)."""
+        if self.content is None or not self.upstream:
             return []
+        await self.content.upstream_settled()
         found = []
         for server in self.upstream:
             capabilities = self.content.upstream_capabilities(server)
@@ -163,7 +165,7 @@ class Resources:
         if found is not None:
             return {"contents": [await self.read_file(found[0], found[1], uri, modern=modern)]}
         if not uri.startswith(URI_PREFIX):
-            for server in self.offering("resources"):
+            for server in await self.offering("resources"):
                 result = await self._upstream_read(server, uri)
                 if result is not None:
                     return result
@@ -201,7 +203,7 @@ class Resources:
             return "tern"
         if uri.startswith(URI_PREFIX) or self.content is None:
             return None
-        for server in self.offering("resources"):
+        for server in await self.offering("resources"):
             capabilities = self.content.upstream_capabilities(server) or {}
             if not (isinstance(capabilities.get("resources"), dict) and capabilities["resources"].get("subscribe")):
                 continue
