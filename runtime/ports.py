@@ -219,6 +219,10 @@ class ContentPort(Protocol):
 
     async def list_files(self, workspace: str, limit: int) -> list[str]: ...
 
+    async def file_stamp(self, workspace: str, path: str) -> Any:
+        """Something that changes when the file does (None: no such regular file)."""
+        ...
+
     async def upstream_settled(self) -> None:
         """Returns once the MCP servers have made their first connection attempt (bounded)."""
         ...

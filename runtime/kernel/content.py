@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from runtime.kernel.tools_files import list_paths, read_bytes
+from runtime.kernel.tools_files import list_paths, read_bytes, stamp
 
 __all__ = ["KernelContent"]
 
@@ -21,6 +21,9 @@ class KernelContent:
 
     async def list_files(self, workspace: str, limit: int) -> list[str]:
         return await trio.to_thread.run_sync(list_paths, workspace, limit, abandon_on_cancel=True)
+
+    async def file_stamp(self, workspace: str, path: str) -> Any:
+        return await trio.to_thread.run_sync(stamp, workspace, path, abandon_on_cancel=True)
 
     async def upstream_settled(self) -> None:
         await self.supervisor.wait_settled()

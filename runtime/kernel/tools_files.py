@@ -34,7 +34,7 @@ from runtime.kernel.fs_beneath import os_refusal, symlink_refusal
 from runtime.kernel.registry import ToolRegistry
 
 __all__ = ["FILE_TOOLS", "register_file_tools", "file_read", "file_write", "file_list", "file_search",
-           "read_bytes", "list_paths"]
+           "read_bytes", "list_paths", "stamp"]
 
 MiB = 1024 * 1024
 MAX_READ_BYTES = 10 * MiB
@@ -187,6 +187,22 @@ def read_bytes(workspace: str, path: str, max_bytes: int) -> bytes:
     with _closing(fs_beneath.open_root(ws)) as root, _closing(fs_beneath.open_dir(root, parts[:-1])) as parent:
         fd, _ = _open_regular(parent, parts[-1], rel, max_bytes)
     return _read_all(fd, max_bytes + 1)[:max_bytes]
+
+
+def stamp(workspace: str, path: str) -> tuple[int, int, int] | None:
+    """(mtime_ns, size, inode) of one regular file of ``workspace`` (found without following a
+    symlink), or None when there is none: to tell that a file changed. Blocking."""
+    try:
+        ws, parts = _parts(ToolContext(workspace=workspace), path)
+        if not parts:
+            return None
+        with _closing(fs_beneath.open_root(ws)) as root, _closing(fs_beneath.open_dir(root, parts[:-1])) as parent:
+            found = fs_beneath.lstat(parent, parts[-1])
+    except (ToolRefused, OSError):
+        return None
+    if found is None or not stat.S_ISREG(found.st_mode):
+        return None
+    return found.st_mtime_ns, found.st_size, found.st_ino
 
 
 def list_paths(workspace: str, limit: int) -> list[str]:

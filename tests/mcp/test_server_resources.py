@@ -21,7 +21,7 @@ from runtime.config import AgentConfig, AgentPrompt, Config, McpServerExposure
 from runtime.config.schema import PromptArgument, PromptMessage
 from runtime.errors import RpcError
 from runtime.kernel.content import KernelContent
-from runtime.mcp.server.catalog import MAX_SUBSCRIPTIONS
+from runtime.mcp.server.catalog import MAX_SUBSCRIPTIONS, POLL_SECS
 from runtime.mcp.server.dispatch import McpServer
 from runtime.mcp.server.stdio import LocalBackend, StdioServer
 from tests.mcp.test_server_memory import Client, FakeEvents, FakeTools
@@ -37,6 +37,7 @@ class Upstream:
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, Any]] = []
+        self.events: Any = None
 
     async def wait_settled(self) -> None:
         pass
@@ -100,7 +101,8 @@ def make_config(a, b, **exposure: Any) -> Config:
 async def serve(nursery, config: Config) -> tuple[Client, Upstream]:
     upstream = Upstream()
     client_end, server_end = trio.testing.memory_stream_pair()
-    server = McpServer(config, FakeTools(), FakeEvents(), content=KernelContent(upstream))
+    upstream.events = FakeEvents()  # the kernel's bus, where the supervisor relays upstream notifications
+    server = McpServer(config, FakeTools(), upstream.events, content=KernelContent(upstream))
     nursery.start_soon(StdioServer(LocalBackend(server), server_end, server_end).serve)
     client = Client(client_end)
     reply = await client.call(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
@@ -242,3 +244,22 @@ async def test_completion_of_prompt_arguments_and_template_paths(nursery, worksp
     assert (await complete(template, "path", "secret"))["values"] == []
     assert (await complete({"type": "ref/resource", "uri": "tern://agent/b/{+path}"}, "path", ""))["values"] == []
     assert (await complete({"type": "ref/other"}, "x", ""))["code"] == -32602
+
+
+async def test_subscribers_hear_of_changed_files_and_upstream_updates(nursery, workspaces):
+    client, upstream = await serve(nursery, make_config(*workspaces, upstream=["up"]))
+    for msg_id, subscribed in enumerate([uri("notes.md"), uri("docs/x.md"), "up://one"], 1):
+        assert (await client.call(msg_id, "resources/subscribe", {"uri": subscribed}))["result"] == {}
+    assert (await client.call(5, "resources/unsubscribe", {"uri": uri("docs/x.md")}))["result"] == {}
+    await trio.sleep(POLL_SECS + 0.5)  # the watcher has looked at the files once
+    (workspaces[0] / "notes.md").write_text("changed, and longer than before")
+    (workspaces[0] / "docs" / "x.md").write_text("changed too, but nobody is subscribed")
+    with trio.fail_after(3 * POLL_SECS):
+        assert await client.receive() == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                                          "params": {"uri": uri("notes.md")}}
+    upstream.events.publish("mcp.resource", {"server": "elsewhere", "uri": "up://one"})  # not re-exported
+    upstream.events.publish("mcp.resource", {"server": "up", "uri": "up://other"})  # not subscribed
+    upstream.events.publish("mcp.resource", {"server": "up", "uri": "up://one"})
+    with trio.fail_after(1):
+        assert (await client.receive())["params"] == {"uri": "up://one"}
+    assert await client.nothing_within(POLL_SECS + 1)

@@ -101,7 +101,7 @@ def served(tmp_path_factory):
         while not httpx.get(url + "/api/mcp/servers").json()["connected"][0]["connected"]:
             assert time.monotonic() < deadline, "the fake MCP server did not connect"
             time.sleep(0.1)
-        yield url + "/mcp"
+        yield url + "/mcp", tmp
     finally:
         process.terminate()
         process.wait(10)
@@ -109,4 +109,26 @@ def served(tmp_path_factory):
 
 @pytest.mark.parametrize("mode,version", MODES)
 def test_sdk_reads_resources_and_prompts_over_http(sdk_python, served, mode, version):
-    check(sdk(sdk_python, mode, served), version)
+    check(sdk(sdk_python, mode, served[0]), version)
+
+
+def test_a_subscriber_hears_of_a_changed_file_on_its_get_stream(served):
+    url, tmp = served
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    with httpx.Client(timeout=10) as http:
+        init = http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        session = {**headers, "Mcp-Session-Id": init.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        http.post(url, headers=session, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        notes = "tern://agent/writer/notes.md"
+        subscribed = http.post(url, headers=session, json={"jsonrpc": "2.0", "id": 2, "method": "resources/subscribe",
+                                                           "params": {"uri": notes}})
+        assert '"result":{}' in subscribed.text
+        with http.stream("GET", url, headers={**session, "Accept": "text/event-stream"}) as stream:
+            time.sleep(3)  # the server's watcher has looked at the file once (it looks every 2 s)
+            (tmp / "writer" / "notes.md").write_text("the tide turned")
+            for line in stream.iter_lines():
+                if line.startswith("data:"):
+                    assert json.loads(line[5:]) == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                                                    "params": {"uri": notes}}
+                    break

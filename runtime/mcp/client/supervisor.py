@@ -354,6 +354,9 @@ class McpSupervisor:
         def notified(method: str, params: Any) -> None:
             if method == "notifications/tools/list_changed":
                 server.refresh.set()
+            elif method == "notifications/resources/updated" and self.on_event is not None and \
+                    isinstance(params, dict) and isinstance(params.get("uri"), str):  # for the MCP server's subscribers
+                self.on_event("mcp.resource", {"server": entry.name, "uri": params["uri"][:4096]})
 
         client: McpClient | None = None
         try:

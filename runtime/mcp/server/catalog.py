@@ -14,13 +14,16 @@ whatever that server completes.
 from __future__ import annotations
 
 from typing import Any
+from collections.abc import AsyncIterator
+
+import trio
 
 from runtime.config import Config
 from runtime.errors import RpcError, TernError
 from runtime.mcp.server.paging import page
 from runtime.mcp.server.prompts import Prompts
 from runtime.mcp.server.resources import URI_PREFIX, Resources, check_uri, not_found
-from runtime.ports import ContentPort
+from runtime.ports import ContentPort, EventPort
 from runtime.wire.jsonrpc import INVALID_PARAMS
 
 __all__ = ["Catalog", "METHODS", "HANDSHAKE_ONLY", "MAX_SUBSCRIPTIONS", "MAX_VALUES"]
@@ -33,10 +36,13 @@ MAX_VALUES = 100  # the spec's cap on one completion answer
 MAX_COMPLETION_INPUT = 1024
 CACHE_TTL_MS = 30_000
 READ_TTL_MS = 5_000  # files change: a read is cached for less than a list
+POLL_SECS = 2.0  # how often a subscribed workspace file is looked at
 
 
 class Catalog:
-    def __init__(self, config: Config, content: ContentPort | None) -> None:
+    def __init__(self, config: Config, content: ContentPort | None, events: EventPort | None = None) -> None:
+        self.events = events
+        self._stamps: dict[str, tuple[float, Any]] = {}  # uri -> (when looked at, stamp): shared by all clients
         self.resources = Resources(config, content)
         self.prompts = Prompts(config, self.resources)
         self.page_size = max(1, config.mcp_server.page_size)
@@ -82,6 +88,54 @@ class Catalog:
                 raise not_found(uri, modern=False)
             subscriptions.add(uri)
         return {}
+
+    # --- notifications/resources/updated ----------------------------------------------
+
+    async def updates(self, subscriptions: set[str]) -> AsyncIterator[str]:
+        """Yields each subscribed URI that changed, for one client, until cancelled: an
+        upstream server's ``notifications/resources/updated`` (relayed by the supervisor
+        as an ``mcp.resource`` event), or a workspace file whose size, time or inode
+        changed (looked at every POLL_SECS; one look serves every client that subscribed)."""
+        if self.events is None:
+            await trio.sleep_forever()
+        known: dict[str, Any] = {}
+        with self.events.subscribe(kinds=("mcp.resource",)) as events:  # type: ignore[union-attr]
+            next_poll = trio.current_time() + POLL_SECS
+            while True:
+                changed: list[str] = []
+                with trio.move_on_at(next_poll):
+                    event = await events.next()
+                    if event.get("server") in self.resources.upstream and event.get("uri") in subscriptions:
+                        changed.append(event["uri"])
+                if trio.current_time() >= next_poll:
+                    next_poll = trio.current_time() + POLL_SECS
+                    changed += await self._changed_files(subscriptions, known)
+                for uri in changed:
+                    yield uri
+
+    async def _changed_files(self, subscriptions: set[str], known: dict[str, Any]) -> list[str]:
+        changed = []
+        for uri in [uri for uri in subscriptions if uri.startswith(URI_PREFIX)]:
+            stamp = await self._stamp(uri)
+            if uri in known and known[uri] != stamp:
+                changed.append(uri)
+            known[uri] = stamp
+        for uri in set(known) - subscriptions:
+            del known[uri]
+        return changed
+
+    async def _stamp(self, uri: str) -> Any:
+        now = trio.current_time()
+        cached = self._stamps.get(uri)
+        if cached is not None and now - cached[0] < POLL_SECS / 2:
+            return cached[1]
+        found = self.resources.agent_path(uri)
+        content = self.resources.content
+        stamp = await content.file_stamp(found[0].workspace, found[1]) if found and content else None
+        if len(self._stamps) > 4 * MAX_SUBSCRIPTIONS:  # forget what nobody looked at lately
+            self._stamps = {k: v for k, v in self._stamps.items() if now - v[0] < 2 * POLL_SECS}
+        self._stamps[uri] = (now, stamp)
+        return stamp
 
     # --- completion/complete -----------------------------------------------------------
 

@@ -121,7 +121,7 @@ class McpServer:
         self.approvals = approvals
         self.mrtr = Mrtr(keep_secs=config.governance.approval_timeout_secs + 60.0)
         self.exposure = Exposure(config, tools, events)
-        self.catalog = Catalog(config, content)  # resources, prompts, completion (content None: none to read)
+        self.catalog = Catalog(config, content, events)  # resources, prompts, completion (content None: none)
         settings = config.mcp_server
         self.page_size = max(1, settings.page_size)
         self.instructions = settings.instructions or (

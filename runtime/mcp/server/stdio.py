@@ -180,6 +180,7 @@ class LocalBackend:
     async def start(self, nursery: trio.Nursery, emit: Emit) -> None:
         self._nursery, self._emit = nursery, emit
         nursery.start_soon(self._watch_tools)
+        nursery.start_soon(self._watch_resources)
 
     async def submit(self, message: Any, hand_off: Callable[[], None]) -> None:
         """Everything but tools/call is answered at once, by the reader. A tools/call
@@ -214,6 +215,11 @@ class LocalBackend:
             await self._emit(jsonrpc.encode(jsonrpc.Request(message["id"], message["method"], params)))  # type: ignore[misc]
         else:
             await self._emit(jsonrpc.encode(jsonrpc.Notification(message["method"], params)))  # type: ignore[misc]
+
+    async def _watch_resources(self) -> None:
+        """``notifications/resources/updated`` for the URIs this client subscribed to."""
+        async for uri in self.server.catalog.updates(self.peer.subscriptions):
+            await self._notify({"method": "notifications/resources/updated", "params": {"uri": uri}})
 
     async def _watch_tools(self) -> None:
         """``notifications/tools/list_changed`` when MCP servers change what is exposed."""

@@ -216,12 +216,23 @@ class McpHttpEndpoint:
             return _rpc_error(406, jsonrpc.INVALID_REQUEST, "Not Acceptable: GET /mcp is an SSE stream")
         exposure = self.server.exposure
 
-        async def produce(send: trio.MemorySendChannel[bytes]) -> None:
+        async def tools(send: trio.MemorySendChannel[bytes]) -> None:
             async for _ in exposure.changes():
                 peer.last_seen = time.monotonic()
                 await send.send(
                     encode_event('{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}', event="message")
                 )
+
+        async def resources(send: trio.MemorySendChannel[bytes]) -> None:
+            async for uri in self.server.catalog.updates(peer.subscriptions):
+                peer.last_seen = time.monotonic()
+                updated = jsonrpc.Notification("notifications/resources/updated", {"uri": uri})
+                await send.send(encode_event(jsonrpc.encode(updated).decode(), event="message"))
+
+        async def produce(send: trio.MemorySendChannel[bytes]) -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(tools, send)
+                nursery.start_soon(resources, send)
 
         return StreamResponse(produce)
 
