@@ -263,3 +263,31 @@ async def test_subscribers_hear_of_changed_files_and_upstream_updates(nursery, w
     with trio.fail_after(1):
         assert (await client.receive())["params"] == {"uri": "up://one"}
     assert await client.nothing_within(POLL_SECS + 1)
+
+
+async def test_2026_listen_acknowledges_what_it_honours_and_streams_updates(nursery, workspaces):
+    client, upstream = await serve(nursery, make_config(*workspaces, upstream=["up"]))
+    sid = {"io.modelcontextprotocol/subscriptionId": "listen-1"}
+    await client.send({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": {
+        "_meta": MODERN, "notifications": {"toolsListChanged": True, "promptsListChanged": True,
+                                           "resourceSubscriptions": [uri("notes.md"), uri("secret.txt"), "up://one"]}}})
+    honored = {"toolsListChanged": True, "resourceSubscriptions": [uri("notes.md"), "up://one"]}
+    with trio.fail_after(5):
+        assert await client.receive() == {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                                          "params": {"notifications": honored, "_meta": sid}}
+    assert (await client.call(2, "ping"))["result"] == {}  # the stream holds no other request up
+    upstream.events.publish("mcp.resource", {"server": "up", "uri": "up://one"})
+    with trio.fail_after(5):
+        assert (await client.receive())["params"] == {"uri": "up://one", "_meta": sid}
+    await trio.sleep(POLL_SECS + 0.5)
+    (workspaces[0] / "notes.md").write_text("new notes, longer")
+    with trio.fail_after(3 * POLL_SECS):
+        assert (await client.receive())["params"] == {"uri": uri("notes.md"), "_meta": sid}
+    await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "listen-1"}})
+    assert (await client.call(4, "ping"))["result"] == {}  # read after the cancellation
+    await trio.sleep(0.1)
+    upstream.events.publish("mcp.resource", {"server": "up", "uri": "up://one"})
+    assert await client.nothing_within(1)  # ended, and unanswered
+    bad = await client.call(3, "subscriptions/listen", {"_meta": MODERN, "notifications": {
+        "resourceSubscriptions": [uri(f"n{i}.md") for i in range(MAX_SUBSCRIPTIONS + 1)]}})
+    assert bad["error"]["code"] == -32602

@@ -6,6 +6,7 @@ prompts re-exported through ``[mcp_server] upstream``."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -62,6 +63,9 @@ def sdk(sdk_python, mode, *target, env=None) -> dict:
 
 def check(seen: dict, version: str) -> None:
     assert seen["version"] == version
+    if version == "2026-07-28":  # subscriptions/listen: acknowledged, then the file's change
+        assert seen["honored"] == ["tern://agent/writer/notes.md"]
+        assert seen["updated"] == "tern://agent/writer/notes.md"
     assert seen["resources"] == ["tern://agent/writer/notes.md", "test://static-text", "test://static-binary",
                                  "test://watched-resource"]
     assert seen["templates"] == ["tern://agent/writer/{+path}", "test://template/{id}/data"]
@@ -81,7 +85,7 @@ def check(seen: dict, version: str) -> None:
 def test_sdk_reads_resources_and_prompts_over_tern_mcp(sdk_python, tmp_path, mode, version):
     config = write_config(tmp_path)
     check(sdk(sdk_python, mode, "--", sys.executable, "-m", "runtime", "--config", config, "mcp", "--standalone",
-              env=tern_env(tmp_path)), version)
+              env=tern_env(tmp_path, TOUCH_FILE=str(tmp_path / "writer" / "notes.md"))), version)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +113,8 @@ def served(tmp_path_factory):
 
 @pytest.mark.parametrize("mode,version", MODES)
 def test_sdk_reads_resources_and_prompts_over_http(sdk_python, served, mode, version):
-    check(sdk(sdk_python, mode, served[0]), version)
+    url, tmp = served
+    check(sdk(sdk_python, mode, url, env={**os.environ, "TOUCH_FILE": str(tmp / "writer" / "notes.md")}), version)
 
 
 def test_a_subscriber_hears_of_a_changed_file_on_its_get_stream(served):

@@ -44,6 +44,7 @@ from runtime.ports import ApprovalPort, ContentPort, EventPort, ToolPort
 from runtime.mcp.server.catalog import HANDSHAKE_ONLY, METHODS as CATALOG_METHODS, Catalog
 from runtime.mcp.server.asking import Asker, decide, elicitation, wants_form
 from runtime.mcp.server.exposure import Exposure
+from runtime.mcp.server.listen import listen
 from runtime.mcp.server.mrtr import Mrtr, Parked
 from runtime.mcp.server.outbound import ClientRequests
 from runtime.mcp.server.paging import page
@@ -64,7 +65,7 @@ FORM_MODE_SINCE = "2025-11-25"  # the first with elicitation modes (and so the "
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 PROGRESS_INTERVAL_SECS = 0.05  # progress notifications are coalesced to at most 20 a second
 LIST_TTL_MS = 30_000
-MODERN_METHODS = ("server/discover", "tools/list", "tools/call",
+MODERN_METHODS = ("server/discover", "tools/list", "tools/call", "subscriptions/listen",
                   *(method for method in CATALOG_METHODS if method not in HANDSHAKE_ONLY))
 
 #: Sends one message to the client: a notification, or the server's own request when it
@@ -130,8 +131,9 @@ class McpServer:
         self.server_info = {"name": "tern", "title": "tern agent runtime", "version": __version__}
         self.capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}, "completions": {},
                                              "resources": {"subscribe": True}, "prompts": {}}
-        # 2026-07-28 sends list changes only on subscriptions/listen, which tern does not serve.
-        self.modern_capabilities = {"tools": {}, "logging": {}, "completions": {}, "resources": {}, "prompts": {}}
+        # 2026-07-28 sends changes only on subscriptions/listen (listen.py).
+        self.modern_capabilities = {"tools": {"listChanged": True}, "logging": {}, "completions": {},
+                                    "resources": {"subscribe": True}, "prompts": {}}
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Until cancelled: the nursery of 2026-07-28 calls between their legs (``mrtr.py``)."""
@@ -239,6 +241,8 @@ class McpServer:
             level = meta.get(META_LOG_LEVEL)
             result = await self._call(request.id, params, peer, notify, level if level in LOG_LEVELS else None,
                                       modern=meta)
+        elif method == "subscriptions/listen":
+            result = await self._listen(request.id, params, peer, notify)
         elif method in CATALOG_METHODS and method not in HANDSHAKE_ONLY:
             result = await self.catalog.handle(method, params, None, modern=True)
         else:
@@ -310,6 +314,17 @@ class McpServer:
         if run.cancelled:
             raise _Cancelled
         return result
+
+    async def _listen(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Notify | None) -> Any:
+        """A listen stream, until the client leaves; ``notifications/cancelled`` (stdio) ends it unanswered."""
+        with trio.CancelScope() as scope:
+            peer.inflight[request_id] = scope
+            try:
+                return await listen(request_id, params, notify, self.exposure, self.catalog)
+            finally:
+                if peer.inflight.get(request_id) is scope:
+                    del peer.inflight[request_id]
+        raise _Cancelled
 
     async def _call_parked(self, request_id: Any, name: str, arguments: dict[str, Any], params: dict[str, Any],
                            state: Any, peer: Peer, reporter: _Reporter | None) -> dict[str, Any]:

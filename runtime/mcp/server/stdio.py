@@ -187,7 +187,7 @@ class LocalBackend:
         runs in this task after handing reading to a new reader; at most MAX_INFLIGHT run
         at a time, and one more is refused with SERVER_BUSY rather than made to wait:
         stdin is always read, so cancellations and EOF still get through."""
-        if not isinstance(message, jsonrpc.Request) or message.method != "tools/call":
+        if not isinstance(message, jsonrpc.Request) or message.method not in ("tools/call", "subscriptions/listen"):
             reply = await self.server.handle(message, self.peer, self._notify)
             if reply is not None:
                 await self._emit(jsonrpc.encode(reply))  # type: ignore[misc]

@@ -183,7 +183,7 @@ class McpHttpEndpoint:
         *,
         headers: list[tuple[bytes, bytes]],
     ) -> Response | StreamResponse:
-        if wants_sse and (message.method == "tools/call" or not wants_json):
+        if wants_sse and (message.method in ("tools/call", "subscriptions/listen") or not wants_json):
 
             async def produce(send: trio.MemorySendChannel[bytes]) -> None:
                 async def notify(notification: dict[str, Any]) -> None:
