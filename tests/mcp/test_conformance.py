@@ -48,7 +48,7 @@ NOT_OFFERED_2026 = {
         "tasks-lifecycle", "tasks-capability-negotiation", "tasks-wire-fields", "tasks-request-state-removal",
         "tasks-mrtr-input", "tasks-request-headers", "tasks-dispatch-and-envelope", "tasks-required-task-error",
         "tasks-mrtr-composition")},
-    "server-stateless": "4 checks need diagnostic tools for sampling/elicitation capabilities",
+    "server-stateless": "3 checks need diagnostic tools for sampling/elicitation capabilities",
     "http-custom-header-server-validation": "needs tools with x-mcp-header annotations (pending, not scored)",
 }
 #: Served through tern's gateway: the fake MCP server's fixtures re-exported ([mcp_server] upstream).
