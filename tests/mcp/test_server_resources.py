@@ -106,7 +106,7 @@ async def serve(nursery, config: Config) -> tuple[Client, Upstream]:
     nursery.start_soon(StdioServer(LocalBackend(server), server_end, server_end).serve)
     client = Client(client_end)
     reply = await client.call(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
-    assert reply["result"]["capabilities"]["resources"] == {"subscribe": True}
+    assert reply["result"]["capabilities"]["resources"] == {"subscribe": True, "listChanged": True}
     assert "prompts" in reply["result"]["capabilities"] and "completions" in reply["result"]["capabilities"]
     await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
     return client, upstream
@@ -269,9 +269,10 @@ async def test_2026_listen_acknowledges_what_it_honours_and_streams_updates(nurs
     client, upstream = await serve(nursery, make_config(*workspaces, upstream=["up"]))
     sid = {"io.modelcontextprotocol/subscriptionId": "listen-1"}
     await client.send({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen", "params": {
-        "_meta": MODERN, "notifications": {"toolsListChanged": True, "promptsListChanged": True,
+        "_meta": MODERN, "notifications": {"toolsListChanged": True, "promptsListChanged": True, "other": True,
                                            "resourceSubscriptions": [uri("notes.md"), uri("secret.txt"), "up://one"]}}})
-    honored = {"toolsListChanged": True, "resourceSubscriptions": [uri("notes.md"), "up://one"]}
+    honored = {"toolsListChanged": True, "promptsListChanged": True,
+               "resourceSubscriptions": [uri("notes.md"), "up://one"]}
     with trio.fail_after(5):
         assert await client.receive() == {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
                                           "params": {"notifications": honored, "_meta": sid}}
@@ -279,6 +280,11 @@ async def test_2026_listen_acknowledges_what_it_honours_and_streams_updates(nurs
     upstream.events.publish("mcp.resource", {"server": "up", "uri": "up://one"})
     with trio.fail_after(5):
         assert (await client.receive())["params"] == {"uri": "up://one", "_meta": sid}
+    upstream.events.publish("mcp.catalog", {"server": "up", "list": "prompts"})
+    with trio.fail_after(5):  # on the listen stream; and (this connection also did the handshake) without an id
+        got = [await client.receive(), await client.receive()]
+    assert {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed", "params": {"_meta": sid}} in got
+    assert {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"} in got
     await trio.sleep(POLL_SECS + 0.5)
     (workspaces[0] / "notes.md").write_text("new notes, longer")
     with trio.fail_after(3 * POLL_SECS):
@@ -291,3 +297,38 @@ async def test_2026_listen_acknowledges_what_it_honours_and_streams_updates(nurs
     bad = await client.call(3, "subscriptions/listen", {"_meta": MODERN, "notifications": {
         "resourceSubscriptions": [uri(f"n{i}.md") for i in range(MAX_SUBSCRIPTIONS + 1)]}})
     assert bad["error"]["code"] == -32602
+
+
+async def test_lists_changed_on_reload_and_when_an_upstream_server_says_so(nursery, workspaces):
+    config = make_config(*workspaces, upstream=["up"])
+    upstream = Upstream()
+    upstream.events = FakeEvents()
+    client_end, server_end = trio.testing.memory_stream_pair()
+    server = McpServer(config, FakeTools(), upstream.events, content=KernelContent(upstream))
+    nursery.start_soon(StdioServer(LocalBackend(server), server_end, server_end).serve)
+    client = Client(client_end)
+    await client.call(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {}})
+    await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert (await client.call(1, "ping"))["result"] == {}
+
+    async def changed() -> set[str]:
+        seen = set()
+        with trio.move_on_after(0.5):
+            while True:
+                seen.add((await client.receive())["method"])
+        return seen
+
+    a, b = config.agents
+    reloaded = Config(agents=[a, AgentConfig(name="b", kind="echo", workspace=b.workspace, prompts=[AgentPrompt(
+        name="new", messages=[PromptMessage(text="hi")])])], mcp_server=config.mcp_server)
+    server.catalog.reconfigure(reloaded)  # as Node.reload does, after the kernel published config.reloaded
+    upstream.events.publish("config.reloaded", {})
+    assert await changed() == {"notifications/prompts/list_changed"}
+    upstream.events.publish("mcp.catalog", {"server": "up", "list": "resources"})
+    upstream.events.publish("mcp.catalog", {"server": "elsewhere", "list": "prompts"})  # not re-exported
+    assert await changed() == {"notifications/resources/list_changed"}
+    upstream.events.publish("mcp.server", {"name": "up", "state": "ready"})
+    assert await changed() == {"notifications/prompts/list_changed", "notifications/resources/list_changed"}
+    upstream.events.publish("mcp.server", {"name": "up", "state": "ready"})  # no change of state
+    upstream.events.publish("config.reloaded", {})  # nothing changed
+    assert await changed() == set()

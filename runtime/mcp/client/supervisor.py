@@ -357,6 +357,9 @@ class McpSupervisor:
             elif method == "notifications/resources/updated" and self.on_event is not None and \
                     isinstance(params, dict) and isinstance(params.get("uri"), str):  # for the MCP server's subscribers
                 self.on_event("mcp.resource", {"server": entry.name, "uri": params["uri"][:4096]})
+            elif method in ("notifications/resources/list_changed", "notifications/prompts/list_changed") and \
+                    self.on_event is not None:
+                self.on_event("mcp.catalog", {"server": entry.name, "list": method.split("/")[1]})
 
         client: McpClient | None = None
         try:

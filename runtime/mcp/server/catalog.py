@@ -89,6 +89,40 @@ class Catalog:
             subscriptions.add(uri)
         return {}
 
+    # --- list_changed -------------------------------------------------------------------
+
+    def _shape(self) -> dict[str, Any]:
+        """What a reload can change in each list tern makes itself."""
+        agents = self.resources.agents.values()
+        return {"prompts": [(name, prompt) for name, (_, prompt) in self.prompts.own.items()],
+                "resources": [(a.name, a.workspace, a.resources) for a in agents] + [self.resources.upstream]}
+
+    async def list_changes(self) -> AsyncIterator[str]:
+        """Yields "prompts" or "resources" when that list may have changed: a reload
+        changed the agents' prompts or globs, a re-exported server became ready or stopped
+        being so, or it said its own list changed (``mcp.catalog``, from the supervisor)."""
+        if self.events is None:
+            await trio.sleep_forever()
+        known, ready = self._shape(), {}
+        with self.events.subscribe(kinds=("config.reloaded", "mcp.server", "mcp.catalog")) as events:  # type: ignore[union-attr]
+            while True:
+                event = await events.next()
+                changed: list[str] = []
+                if event.get("type") == "mcp.catalog":
+                    if event.get("server") in self.resources.upstream and event.get("list") in ("prompts", "resources"):
+                        changed.append(event["list"])
+                elif event.get("type") == "mcp.server":
+                    name, now = event.get("name"), event.get("state") == "ready"
+                    if name in self.resources.upstream and ready.get(name, False) != now:
+                        changed += ["prompts", "resources"]
+                    ready[name] = now
+                else:
+                    shape = self._shape()
+                    changed += [kind for kind in ("prompts", "resources") if shape[kind] != known[kind]]
+                    known = shape
+                for kind in changed:
+                    yield kind
+
     # --- notifications/resources/updated ----------------------------------------------
 
     async def updates(self, subscriptions: set[str]) -> AsyncIterator[str]:

@@ -130,10 +130,12 @@ class McpServer:
             "pass the reply's context_id back to continue a conversation.")
         self.server_info = {"name": "tern", "title": "tern agent runtime", "version": __version__}
         self.capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}, "completions": {},
-                                             "resources": {"subscribe": True}, "prompts": {}}
+                                             "resources": {"subscribe": True, "listChanged": True},
+                                             "prompts": {"listChanged": True}}
         # 2026-07-28 sends changes only on subscriptions/listen (listen.py).
         self.modern_capabilities = {"tools": {"listChanged": True}, "logging": {}, "completions": {},
-                                    "resources": {"subscribe": True}, "prompts": {}}
+                                    "resources": {"subscribe": True, "listChanged": True},
+                                    "prompts": {"listChanged": True}}
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Until cancelled: the nursery of 2026-07-28 calls between their legs (``mrtr.py``)."""

@@ -3,9 +3,8 @@ notifications the client opted in to, instead of the handshake era's GET stream 
 ``resources/subscribe``.
 
 The first message is ``notifications/subscriptions/acknowledged`` with the part of the
-filter tern honours: ``toolsListChanged``, and ``resourceSubscriptions`` for the URIs
-that exist (an upstream URI is subscribed at its server). ``promptsListChanged`` and
-``resourcesListChanged`` are left out: tern does not send them. Every notification
+filter tern honours: the three ``*ListChanged`` flags, and ``resourceSubscriptions``
+for the URIs that exist (an upstream URI is subscribed at its server). Every notification
 carries ``_meta["io.modelcontextprotocol/subscriptionId"]``, the listen request's id.
 The stream lasts until the client closes it (HTTP) or cancels the request (stdio).
 """
@@ -42,8 +41,9 @@ async def listen(request_id: Any, params: dict[str, Any], notify: Callable[[dict
     subscribed = {uri for uri in dict.fromkeys(check_uri(uri) for uri in uris)
                   if await catalog.resources.exists(uri) is not None}
     honored: dict[str, Any] = {}
-    if wanted.get("toolsListChanged") is True:
-        honored["toolsListChanged"] = True
+    for key in ("toolsListChanged", "promptsListChanged", "resourcesListChanged"):
+        if wanted.get(key) is True:
+            honored[key] = True
     if subscribed:
         honored["resourceSubscriptions"] = [uri for uri in uris if uri in subscribed]
     meta = {SUBSCRIPTION_ID: request_id}
@@ -57,6 +57,11 @@ async def listen(request_id: Any, params: dict[str, Any], notify: Callable[[dict
         async for _ in exposure.changes():
             await send("notifications/tools/list_changed", {})
 
+    async def lists() -> None:
+        async for kind in catalog.list_changes():
+            if f"{kind}ListChanged" in honored:
+                await send(f"notifications/{kind}/list_changed", {})
+
     async def resources() -> None:
         async for uri in catalog.updates(subscribed):
             await send("notifications/resources/updated", {"uri": uri})
@@ -66,5 +71,7 @@ async def listen(request_id: Any, params: dict[str, Any], notify: Callable[[dict
             nursery.start_soon(tools)
         if subscribed:
             nursery.start_soon(resources)
+        if "promptsListChanged" in honored or "resourcesListChanged" in honored:
+            nursery.start_soon(lists)
         await trio.sleep_forever()
     return {}  # not reached: the stream ends when the client leaves

@@ -181,6 +181,7 @@ class LocalBackend:
         self._nursery, self._emit = nursery, emit
         nursery.start_soon(self._watch_tools)
         nursery.start_soon(self._watch_resources)
+        nursery.start_soon(self._watch_lists)
 
     async def submit(self, message: Any, hand_off: Callable[[], None]) -> None:
         """Everything but tools/call is answered at once, by the reader. A tools/call
@@ -220,6 +221,12 @@ class LocalBackend:
         """``notifications/resources/updated`` for the URIs this client subscribed to."""
         async for uri in self.server.catalog.updates(self.peer.subscriptions):
             await self._notify({"method": "notifications/resources/updated", "params": {"uri": uri}})
+
+    async def _watch_lists(self) -> None:
+        """``notifications/prompts/list_changed`` and ``resources/list_changed``."""
+        async for kind in self.server.catalog.list_changes():
+            if self.peer.initialized:
+                await self._notify({"method": f"notifications/{kind}/list_changed"})
 
     async def _watch_tools(self) -> None:
         """``notifications/tools/list_changed`` when MCP servers change what is exposed."""

@@ -229,10 +229,17 @@ class McpHttpEndpoint:
                 updated = jsonrpc.Notification("notifications/resources/updated", {"uri": uri})
                 await send.send(encode_event(jsonrpc.encode(updated).decode(), event="message"))
 
+        async def lists(send: trio.MemorySendChannel[bytes]) -> None:
+            async for kind in self.server.catalog.list_changes():
+                peer.last_seen = time.monotonic()
+                changed = jsonrpc.Notification(f"notifications/{kind}/list_changed")
+                await send.send(encode_event(jsonrpc.encode(changed).decode(), event="message"))
+
         async def produce(send: trio.MemorySendChannel[bytes]) -> None:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(tools, send)
                 nursery.start_soon(resources, send)
+                nursery.start_soon(lists, send)
 
         return StreamResponse(produce)
 
