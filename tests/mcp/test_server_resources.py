@@ -10,6 +10,7 @@ autojump clock would not wait for."""
 from __future__ import annotations
 
 import base64
+import re
 import os
 from typing import Any
 
@@ -332,3 +333,24 @@ async def test_lists_changed_on_reload_and_when_an_upstream_server_says_so(nurse
     upstream.events.publish("mcp.server", {"name": "up", "state": "ready"})  # no change of state
     upstream.events.publish("config.reloaded", {})  # nothing changed
     assert await changed() == set()
+
+
+@pytest.mark.parametrize("toml, problem", [
+    ('[mcp_server]\nupstream = ["docs"]\n', 'mcp_server.upstream[0]: no [[mcp_servers]] entry is named "docs"'),
+    ('[mcp_server]\nmax_resource_bytes = 0\n', "mcp_server.max_resource_bytes: expected a number above 0"),
+    ('[[agents]]\nname = "a"\nkind = "echo"\n[[agents.prompts]]\nname = "bad name"\nmessages = [{ text = "x" }]\n',
+     'agents[0].prompts[0].name: expected 1-64'),
+    ('[[agents]]\nname = "a"\nkind = "echo"\n[[agents.prompts]]\nname = "p"\n', "agents[0].prompts[0].messages"),
+    ('[[agents]]\nname = "a"\nkind = "echo"\n[[agents.prompts]]\nname = "p"\narguments = [{ name = "a b" }]\n'
+     'messages = [{ role = "user" }]\n', "agents[0].prompts[0].arguments[0].name"),
+    ('[[agents]]\nname = "a"\nkind = "echo"\n[[agents.prompts]]\nname = "p"\nmessages = [{ role = "user" }]\n',
+     "agents[0].prompts[0].messages[0]: expected text, resource or image"),
+    ('[[agents]]\nname = "a"\nkind = "echo"\n[[agents.prompts]]\nname = "p"\nmessages = [{ text = "x" }]\n'
+     '[[agents.prompts]]\nname = "p"\nmessages = [{ text = "y" }]\n', 'agents[0].prompts[1].name: "p" is already used'),
+])
+def test_config_problems_are_named(toml, problem):
+    from runtime.config import parse_config
+    from runtime.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        parse_config(toml, "config.toml", None)
