@@ -1,7 +1,8 @@
 """The official MCP Python SDK (2.3.0, in its own venv) reading tern's resources, prompts
-and completions, over ``tern mcp`` (stdio) and ``POST /mcp`` on ``tern serve``, in both
-eras: an agent's workspace files and prompts, and the fake MCP server's resources and
-prompts re-exported through ``[mcp_server] upstream``."""
+and completions, over ``tern mcp`` (stdio, standalone and relaying to a daemon) and
+``POST /mcp`` on ``tern serve``, in both eras (with ``subscriptions/listen`` in
+2026-07-28): an agent's workspace files and prompts, and the fake MCP server's
+resources and prompts re-exported through ``[mcp_server] upstream``."""
 
 from __future__ import annotations
 
@@ -58,10 +59,10 @@ def sdk(sdk_python, mode, *target, env=None) -> dict:
     done = subprocess.run([sdk_python, CLIENT, mode, *target], capture_output=True, text=True, timeout=120,
                           env=env, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "stderr": done.stderr}
 
 
-def check(seen: dict, version: str) -> None:
+def check(seen: dict, version: str, notes: str = "tide tables") -> None:
     assert seen["version"] == version
     if version == "2026-07-28":  # subscriptions/listen: acknowledged, then the file's change
         assert seen["honored"] == ["tern://agent/writer/notes.md"]
@@ -69,7 +70,7 @@ def check(seen: dict, version: str) -> None:
     assert seen["resources"] == ["tern://agent/writer/notes.md", "test://static-text", "test://static-binary",
                                  "test://watched-resource"]
     assert seen["templates"] == ["tern://agent/writer/{+path}", "test://template/{id}/data"]
-    assert seen["text"] == ["text/markdown", "tide tables"]
+    assert seen["text"] == ["text/markdown", notes]
     assert seen["blob"] == ["image/png", "\x89PNG"]
     assert json.loads(seen["upstream_text"])["id"] == "7"
     assert "Resource not found" in seen["escape"]
@@ -105,7 +106,7 @@ def served(tmp_path_factory):
         while not httpx.get(url + "/api/mcp/servers").json()["connected"][0]["connected"]:
             assert time.monotonic() < deadline, "the fake MCP server did not connect"
             time.sleep(0.1)
-        yield url + "/mcp", tmp
+        yield url + "/mcp", tmp, config
     finally:
         process.terminate()
         process.wait(10)
@@ -113,12 +114,14 @@ def served(tmp_path_factory):
 
 @pytest.mark.parametrize("mode,version", MODES)
 def test_sdk_reads_resources_and_prompts_over_http(sdk_python, served, mode, version):
-    url, tmp = served
-    check(sdk(sdk_python, mode, url, env={**os.environ, "TOUCH_FILE": str(tmp / "writer" / "notes.md")}), version)
+    url, tmp, _ = served
+    notes = tmp / "writer" / "notes.md"
+    before = notes.read_text()  # other tests of this daemon change it
+    check(sdk(sdk_python, mode, url, env={**os.environ, "TOUCH_FILE": str(notes)}), version, before)
 
 
 def test_a_subscriber_hears_of_a_changed_file_on_its_get_stream(served):
-    url, tmp = served
+    url, tmp, _ = served
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     with httpx.Client(timeout=10) as http:
         init = http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -137,3 +140,14 @@ def test_a_subscriber_hears_of_a_changed_file_on_its_get_stream(served):
                     assert json.loads(line[5:]) == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
                                                     "params": {"uri": notes}}
                     break
+
+
+@pytest.mark.parametrize("mode,version", MODES)
+def test_sdk_reads_resources_and_prompts_through_tern_mcp_relaying_to_the_daemon(sdk_python, served, mode, version):
+    url, tmp, config = served
+    notes = tmp / "writer" / "notes.md"
+    before = notes.read_text()
+    seen = sdk(sdk_python, mode, "--", sys.executable, "-m", "runtime", "--config", config, "--log-level", "info",
+               "mcp", env=tern_env(tmp, TOUCH_FILE=str(notes)))
+    assert "relaying to the tern daemon" in seen["stderr"]  # tern mcp's log, passed on by the SDK
+    check(seen, version, before)
