@@ -4,7 +4,8 @@ Two directions, one module:
 
 - **Up** (the kernel, as a protocol server sees it): ``ToolPort`` (list tools, find one,
   call it through the one pipeline in a ``Run``), ``AgentPort`` (run an agent message),
-  ``EventPort`` (subscribe to kernel events). The MCP and A2A servers import these,
+  ``EventPort`` (subscribe to kernel events), ``ContentPort`` (workspace files to read,
+  connected MCP servers to ask for their resources and prompts). The MCP and A2A servers import these,
   never the kernel; the composition root (``runtime.host``) hands them the kernel's
   objects, and tests hand them small fakes.
 - **Down** (a tool source, as the kernel sees it): ``ToolSource``, which the MCP client
@@ -24,7 +25,7 @@ import msgspec
 __all__ = [
     "Tool", "ToolResult", "ToolContext", "AgentReply", "Handler", "TextSink",
     "Run", "ToolPort", "AgentPort", "EventPort", "Subscription", "ToolSource",
-    "Approval", "Ask", "ApprovalPort",
+    "Approval", "Ask", "ApprovalPort", "ContentPort",
 ]
 
 Source = Literal["builtin", "mcp", "a2a"]
@@ -205,3 +206,31 @@ class ToolSource(Protocol):
         first connection is waited for, within its own timeout); None if it is not there."""
         ...
 
+
+
+class ContentPort(Protocol):
+    """Content a protocol server re-exports besides tools: an agent's workspace files,
+    opened the way the file tools open them (beneath the workspace, no symlink followed),
+    and the connected MCP servers, for their resources and prompts."""
+
+    async def read_file(self, workspace: str, path: str, max_bytes: int) -> bytes:
+        """Raises ``ToolRefused`` (outside the workspace, a symlink, too large, absent)."""
+        ...
+
+    async def list_files(self, workspace: str, limit: int) -> list[str]: ...
+
+    async def file_stamp(self, workspace: str, path: str) -> Any:
+        """Something that changes when the file does (None: no such regular file)."""
+        ...
+
+    async def upstream_settled(self) -> None:
+        """Returns once the MCP servers have made their first connection attempt (bounded)."""
+        ...
+
+    def upstream_capabilities(self, server: str) -> dict[str, Any] | None:
+        """A connected MCP server's capabilities; None when it is not connected."""
+        ...
+
+    async def upstream_request(self, server: str, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Raises RpcError (its answer), TernTimeout or ConnectionLost."""
+        ...

@@ -19,7 +19,8 @@ from runtime.config.load import (
     user_config_dir, user_state_dir,
 )
 from runtime.config.schema import (
-    A2aConfig, AccessTier, AgentConfig, ApprovalRule, Config, ExternalAgent, GovernanceConfig, HttpTransport, McpPreset,
+    A2aConfig, AccessTier, AgentConfig, AgentPrompt, ApprovalRule, Config, ExternalAgent, GovernanceConfig,
+    HttpTransport, McpPreset,
     McpServerEntry, McpServerExposure, ModelConfig, ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill,
     SseTransport, StateConfig, StdioTransport, ToolsConfig,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "A2aConfig",
     "ExternalAgent",
     "AgentConfig",
+    "AgentPrompt",
     "ModelConfig",
     "Skill",
     "ToolsConfig",

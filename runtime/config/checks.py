@@ -224,7 +224,13 @@ def _mcp_server_problems(config: Config) -> list[str]:
     from runtime.mcp.names import agent_tool_name
 
     exposure = config.mcp_server
-    problems = _positive(exposure, "mcp_server", ("page_size", "max_sessions", "session_idle_secs"))
+    problems = _positive(exposure, "mcp_server", ("page_size", "max_sessions", "session_idle_secs",
+                                                  "max_resource_bytes"))
+    servers = {server.name for server in config.mcp_servers}
+    problems += [f'mcp_server.upstream[{i}]: no [[mcp_servers]] entry is named "{name}"'
+                 for i, name in enumerate(exposure.upstream) if name not in servers]
+    for i, agent in enumerate(config.agents):
+        problems += _prompt_problems(agent.prompts, f"agents[{i}].prompts")
     agent_tools = [agent_tool_name(a.name) for a in config.agents]
     names: list[str] = list(agent_tools) if exposure.expose_agents else []
     for i, preset in enumerate(exposure.presets):
@@ -243,6 +249,26 @@ def _mcp_server_problems(config: Config) -> list[str]:
             problems.append(f'mcp_server: two exposed tools would be named "{name}" (agent names that differ '
                             f'only in "-" and "_", or a preset of that name)')
         seen.add(name)
+    return problems
+
+
+def _prompt_problems(prompts: list, where: str) -> list[str]:
+    """``[[agents.prompts]]``: names a client can send, arguments ``{name}`` can name, and
+    messages that say something."""
+    problems = _duplicates([prompt.name for prompt in prompts], where, "name")
+    for j, prompt in enumerate(prompts):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", prompt.name):
+            problems.append(f'{where}[{j}].name: expected 1-64 of A-Z a-z 0-9 _ . -, got "{prompt.name}"')
+        for k, argument in enumerate(prompt.arguments):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]{0,63}", argument.name):
+                problems.append(f'{where}[{j}].arguments[{k}].name: expected a letter or "_", then letters, digits, '
+                                f'"_" or "-" (at most 64), got "{argument.name}"')
+        problems += _duplicates([a.name for a in prompt.arguments], f"{where}[{j}].arguments", "name")
+        if not prompt.messages:
+            problems.append(f"{where}[{j}].messages: a prompt needs at least one message")
+        for k, message in enumerate(prompt.messages):
+            if not (message.text or message.resource or message.image):
+                problems.append(f"{where}[{j}].messages[{k}]: expected text, resource or image")
     return problems
 
 

@@ -141,6 +141,10 @@ class McpServerExposure(_Section):
     page_size: int = 100
     max_sessions: int = 256  # POST /mcp, handshake era: the least recently used idle one goes first
     session_idle_secs: float = 1800.0
+    # Connected [[mcp_servers]] (by name) whose resources, templates and prompts are re-exported
+    # (a gateway, as kernel tools are with ``tools``); nothing by default.
+    upstream: list[str] = []
+    max_resource_bytes: int = 1024 * 1024  # resources/read: a larger file is refused
 
 
 # --- [a2a] -------------------------------------------------------------------------------
@@ -209,6 +213,36 @@ class Skill(_Section):
 AgentKind = Literal["llm", "echo", "command", "tool", "remote"]
 
 
+class PromptArgument(_Section):
+    """One argument of an ``[[agents.prompts]]`` prompt; ``values`` are what
+    ``completion/complete`` offers for it."""
+
+    name: str
+    description: str = ""
+    required: bool = False
+    values: list[str] = []
+
+
+class PromptMessage(_Section):
+    """One message of a prompt: ``text`` (``{argument}`` is replaced by its value), or a
+    file of the agent's workspace embedded as a ``resource`` or an ``image`` (a fixed path:
+    named here by the config's author, it needs no ``resources`` glob)."""
+
+    role: Literal["user", "assistant"] = "user"
+    text: str = ""
+    resource: str = ""
+    image: str = ""
+
+
+class AgentPrompt(_Section):
+    """A prompt the MCP server offers as ``{agent}/{name}`` (``prompts/list``, ``prompts/get``)."""
+
+    name: str
+    description: str = ""
+    arguments: list[PromptArgument] = []
+    messages: list[PromptMessage] = []
+
+
 class AgentConfig(_Section):
     name: str
     kind: AgentKind
@@ -241,6 +275,10 @@ class AgentConfig(_Section):
     requests_per_minute: int = 0
     tokens_per_hour: int = 0
     max_tool_calls_per_run: int = 0
+    # MCP server: workspace files offered read-only as resources (globs on the relative path,
+    # fnmatch: "*" crosses "/"; nothing by default), and prompts.
+    resources: list[str] = []
+    prompts: list[AgentPrompt] = []
 
 
 # --- [tools], [security], [state] --------------------------------------------------------

@@ -177,7 +177,8 @@ async def serve_stdio(config: Config, *, relay: bool | None = None) -> None:
     kernel = Kernel(config)
     async with trio.open_nursery() as nursery:
         await nursery.start(kernel.run)
-        server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals)
+        server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals,
+                           content=kernel.content)
         await nursery.start(server.run)
         await StdioServer(LocalBackend(server), stdin, stdout).serve()
         nursery.cancel_scope.cancel()

@@ -31,7 +31,8 @@ class Node:
             from runtime.mcp.server.dispatch import McpServer
 
             kernel = self.kernel
-            self.mcp_server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals)
+            self.mcp_server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals,
+                                        content=kernel.content)
         self.http_bound: tuple[str, int] | None = None  # once the daemon listens: the cards' fallback URL
         self.a2a_endpoint: Any = None  # the A2A routes, once mounted (host/api.py)
 
@@ -42,6 +43,7 @@ class Node:
         self.config = self.kernel.config
         if self.mcp_server is not None:
             self.mcp_server.exposure.reconfigure(self.config)
+            self.mcp_server.catalog.reconfigure(self.config)
             settings = self.config.mcp_server
             self.mcp_server.page_size = max(1, settings.page_size)
             if settings.instructions:

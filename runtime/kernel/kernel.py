@@ -26,6 +26,7 @@ from runtime.config.checks import missing_key_warnings
 from runtime.kernel.builtins import register_builtins
 from runtime.kernel.tools_mcp import register_mcp_feature_tools
 from runtime.kernel.agents import Agents
+from runtime.kernel.content import KernelContent
 from runtime.kernel.audit import AuditLog
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.events import EventBus
@@ -59,6 +60,7 @@ class Kernel:
         self.mcp = McpSupervisor(config.mcp_servers, policy=AddressPolicy.from_security(config.security),
                                  on_event=self.events.publish)
         self.registry = ToolRegistry([self.mcp.source()])
+        self.content = KernelContent(self.mcp)  # what the MCP server re-exports: files, upstream resources, prompts
         register_builtins(self.registry, config)
         self.tool_observers: list[Any] = []  # (tool, outcome, seconds): metrics
         audit = AuditLog(Path(config.state.dir) / "audit.jsonl") if config.state.dir else None

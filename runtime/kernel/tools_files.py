@@ -33,7 +33,8 @@ from runtime.kernel import fs_beneath
 from runtime.kernel.fs_beneath import os_refusal, symlink_refusal
 from runtime.kernel.registry import ToolRegistry
 
-__all__ = ["FILE_TOOLS", "register_file_tools", "file_read", "file_write", "file_list", "file_search"]
+__all__ = ["FILE_TOOLS", "register_file_tools", "file_read", "file_write", "file_list", "file_search",
+           "read_bytes", "list_paths", "stamp"]
 
 MiB = 1024 * 1024
 MAX_READ_BYTES = 10 * MiB
@@ -173,6 +174,51 @@ def _file_read(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
     part = text[offset:] if limit is None else text[offset:offset + limit]
     return ToolResult(part, structured={"path": rel, "total_chars": len(text), "offset": offset,
                                         "returned_chars": len(part)})
+
+
+def read_bytes(workspace: str, path: str, max_bytes: int) -> bytes:
+    """One regular file of ``workspace``, opened as ``file_read`` opens it (beneath the
+    workspace, no symlink followed); refused (ToolRefused) when larger than ``max_bytes``.
+    Blocking: for other readers of a workspace (the MCP server's resources), in a thread."""
+    ws, parts = _parts(ToolContext(workspace=workspace), path)
+    rel = "/".join(parts) or "."
+    if not parts:
+        raise ToolRefused(". is a directory")
+    with _closing(fs_beneath.open_root(ws)) as root, _closing(fs_beneath.open_dir(root, parts[:-1])) as parent:
+        fd, _ = _open_regular(parent, parts[-1], rel, max_bytes)
+    return _read_all(fd, max_bytes + 1)[:max_bytes]
+
+
+def stamp(workspace: str, path: str) -> tuple[int, int, int] | None:
+    """(mtime_ns, size, inode) of one regular file of ``workspace`` (found without following a
+    symlink), or None when there is none: to tell that a file changed. Blocking."""
+    try:
+        ws, parts = _parts(ToolContext(workspace=workspace), path)
+        if not parts:
+            return None
+        with _closing(fs_beneath.open_root(ws)) as root, _closing(fs_beneath.open_dir(root, parts[:-1])) as parent:
+            found = fs_beneath.lstat(parent, parts[-1])
+    except (ToolRefused, OSError):
+        return None
+    if found is None or not stat.S_ISREG(found.st_mode):
+        return None
+    return found.st_mtime_ns, found.st_size, found.st_ino
+
+
+def list_paths(workspace: str, limit: int) -> list[str]:
+    """The regular files of ``workspace`` (relative, sorted depth-first, symlinks left out),
+    at most ``limit``; an absent workspace has none. Blocking, as ``read_bytes``."""
+    if not os.path.isdir(workspace):
+        return []
+    found: list[str] = []
+    with _closing(fs_beneath.open_root(os.path.realpath(workspace))) as root, \
+            contextlib.closing(_walk(root, "", True)) as walk:
+        for rel, _, _, _, is_file in walk:
+            if is_file:
+                found.append(rel)
+                if len(found) >= limit:
+                    break
+    return found
 
 
 def _file_write(arguments: dict[str, Any], context: ToolContext) -> ToolResult:

@@ -7,9 +7,10 @@ over ordinary tern agents, and the content fixtures (image, audio, embedded reso
 are the fake MCP server's ``content`` tool re-exported through tern, so rich content
 passing through tern's MCP gateway is what those scenarios check.
 
-The scenarios that fail are exactly the ones for features tern does not offer
-(resources, prompts, completion, sampling/elicitation and their 2026 MRTR form, the
-tasks extension) or whose diagnostic fixtures need them; the test pins that list, so a
+The resource, prompt and completion fixtures are the fake MCP server's too, re-exported
+by ``[mcp_server] upstream``. The scenarios that fail are exactly the ones for features
+tern does not offer (sampling/elicitation and their 2026 MRTR form, the tasks
+extension) or whose diagnostic fixtures need them; the test pins that list, so a
 regression and a newly passing scenario both show. docs/conformance.md has the counts.
 """
 
@@ -30,13 +31,6 @@ from tests.mcp.server_harness import tern_env
 from tests.test_cli import ROOT
 
 NOT_OFFERED = {  # scenario -> why it cannot pass against tern
-    **{name: "no resources" for name in (
-        "resources-list", "resources-read-text", "resources-read-binary", "resources-templates-read",
-        "resources-subscribe", "resources-unsubscribe")},
-    **{name: "no prompts" for name in (
-        "prompts-list", "prompts-get-simple", "prompts-get-with-args", "prompts-get-embedded-resource",
-        "prompts-get-with-image")},
-    "completion-complete": "no completions",
     "tools-call-sampling": "tern sends no server-to-client requests",
     "tools-call-elicitation": "tern sends no server-to-client requests",
     "elicitation-sep1034-defaults": "tern sends no server-to-client requests",
@@ -53,9 +47,13 @@ NOT_OFFERED_2026 = {
         "tasks-lifecycle", "tasks-capability-negotiation", "tasks-wire-fields", "tasks-request-state-removal",
         "tasks-mrtr-input", "tasks-request-headers", "tasks-dispatch-and-envelope", "tasks-required-task-error",
         "tasks-mrtr-composition")},
-    "server-stateless": "4 checks need diagnostic tools for sampling/elicitation capabilities",
-    "caching": "3 checks are for prompts and resources",
+    "server-stateless": "3 checks need diagnostic tools for sampling/elicitation capabilities",
 }
+#: Served through tern's gateway: the fake MCP server's fixtures re-exported ([mcp_server] upstream).
+RESOURCES_AND_PROMPTS = (
+    "resources-list", "resources-read-text", "resources-read-binary", "resources-templates-read",
+    "resources-subscribe", "resources-unsubscribe", "prompts-list", "prompts-get-simple", "prompts-get-with-args",
+    "prompts-get-embedded-resource", "prompts-get-with-image", "completion-complete")
 SUMMARY = re.compile(r"^[✓✗] (\S+): (\d+) passed, (\d+) failed", re.M)
 
 
@@ -112,7 +110,8 @@ def test_conformance_2025_11_25(conformance, tern_url, tmp_path):
     for scenario in ("server-initialize", "server-session-lifecycle", "ping", "logging-set-level", "tools-list",
                      "tools-call-simple-text", "tools-call-error", "tools-call-with-progress",
                      "tools-call-with-logging", "tools-call-image", "tools-call-audio", "tools-call-embedded-resource",
-                     "tools-call-mixed-content", "dns-rebinding-protection", "server-sse-multiple-streams"):
+                     "tools-call-mixed-content", "dns-rebinding-protection", "server-sse-multiple-streams",
+                     *RESOURCES_AND_PROMPTS):
         assert results[scenario][0] > 0 and results[scenario][1] == 0, scenario
 
 
@@ -120,9 +119,10 @@ def test_conformance_2026_07_28(conformance, tern_url, tmp_path):
     results = run_suite(conformance, tern_url, "2026-07-28", tmp_path)
     expected = {name for name in {**NOT_OFFERED, **NOT_OFFERED_2026} if name in results}
     assert failing(results) == expected
-    assert results["server-stateless"][1] <= 4 and results["caching"][1] <= 3
+    assert results["server-stateless"][1] <= 3
     for scenario in ("tools-list", "tools-call-simple-text", "tools-call-error", "tools-call-with-progress",
                      "tools-call-image", "http-header-validation", "dns-rebinding-protection",
                      "sep-2164-resource-not-found", "input-required-result-unsupported-methods",
-                     "input-required-result-validate-input"):
+                     "input-required-result-validate-input", "caching",
+                     *(name for name in RESOURCES_AND_PROMPTS if name in results)):
         assert results[scenario][0] > 0 and results[scenario][1] == 0, scenario

@@ -166,7 +166,7 @@ async def test_modern_era_headers_and_statuses(mcp_url):
         await error(
             call(9, "tern_agent_echo", {"message": "m"}), modern_headers("tools/call", "tern_agent_echo"), 400, -32602
         )
-        await error(request(10, "resources/list", {"_meta": META}), modern_headers("resources/list"), 404, -32601)
+        await error(request(10, "no/such_method", {"_meta": META}), modern_headers("no/such_method"), 404, -32601)
         old = {**META, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}
         data = (
             await error(

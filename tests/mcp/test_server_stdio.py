@@ -33,7 +33,9 @@ async def test_handshake_lists_agents_allowlisted_tools_and_presets(tern):
     result = reply["result"]
     assert result["protocolVersion"] == "2025-11-25"
     assert result["serverInfo"]["name"] == "tern"
-    assert result["capabilities"] == {"tools": {"listChanged": True}, "logging": {}}
+    assert result["capabilities"] == {"tools": {"listChanged": True}, "logging": {}, "completions": {},
+                                      "resources": {"subscribe": True, "listChanged": True},
+                                      "prompts": {"listChanged": True}}
     tools = (await tern.call(1, "tools/list"))["result"]["tools"]
     names = [t["name"] for t in tools]
     assert names == ["tern_agent_echo", "tern_agent_slow_poke", "tern_agent_counter", "tern_agent_logger",

@@ -194,6 +194,22 @@ class McpSupervisor:
         return await client.call_tool(entry.tool.name, arguments, timeout_secs=timeout_secs,
                                       on_progress=on_progress)
 
+    def capabilities(self, server: str) -> dict[str, Any] | None:
+        """A connected server's capabilities (what it said it serves); None when it is not ready."""
+        found = self._servers.get(server)
+        client = found.client if found is not None else None
+        return dict(client.info.capabilities) if client is not None else None
+
+    async def request(self, server: str, method: str, params: dict[str, Any] | None = None) -> Any:
+        """One request to a connected server, within its ``timeout_secs`` (a gateway's
+        ``resources/read`` or ``prompts/get``); its error answers raise RpcError."""
+        found = self._servers.get(server)
+        if found is None:
+            raise UnknownServer(f"no MCP server named {server!r}")
+        if found.client is None:
+            raise self._not_ready(server)
+        return await found.client.session.request(method, params)
+
     def owner(self, name: str) -> str | None:
         """The configured server a namespaced name belongs to, ready or not (so a call
         to a restarting server's tool says so, instead of "no such tool")."""
@@ -360,6 +376,12 @@ class McpSupervisor:
             # changed before it was open (or while it was down) is found by listing again.
             if method in ("notifications/tools/list_changed", "notifications/subscriptions/acknowledged"):
                 server.refresh.set()
+            elif method == "notifications/resources/updated" and self.on_event is not None and \
+                    isinstance(params, dict) and isinstance(params.get("uri"), str):  # for the MCP server's subscribers
+                self.on_event("mcp.resource", {"server": entry.name, "uri": params["uri"][:4096]})
+            elif method in ("notifications/resources/list_changed", "notifications/prompts/list_changed") and \
+                    self.on_event is not None:
+                self.on_event("mcp.catalog", {"server": entry.name, "list": method.split("/")[1]})
 
         client: McpClient | None = None
         try:

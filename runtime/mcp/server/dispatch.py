@@ -28,12 +28,10 @@ or log notifications naming the approval, which is then decided elsewhere.
 
 from __future__ import annotations
 
-import base64
 import time
 from typing import Any
 from collections.abc import Awaitable, Callable
 
-import msgspec
 import trio
 from msgspec import UNSET
 
@@ -42,11 +40,14 @@ from runtime.config import Config
 from runtime.errors import RpcError
 from runtime.wire.limits import check_name
 from runtime.log import get_logger
-from runtime.ports import ApprovalPort, EventPort, ToolPort
+from runtime.ports import ApprovalPort, ContentPort, EventPort, ToolPort
+from runtime.mcp.server.catalog import HANDSHAKE_ONLY, METHODS as CATALOG_METHODS, Catalog
 from runtime.mcp.server.asking import Asker, decide, elicitation, wants_form
 from runtime.mcp.server.exposure import Exposure
+from runtime.mcp.server.listen import listen
 from runtime.mcp.server.mrtr import Mrtr, Parked
 from runtime.mcp.server.outbound import ClientRequests
+from runtime.mcp.server.paging import page
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, META_CAPABILITIES, META_PREFIX, META_VERSION, MODERN_VERSION,
                                   UNSUPPORTED_VERSION)
 from runtime.wire import jsonrpc
@@ -64,7 +65,8 @@ FORM_MODE_SINCE = "2025-11-25"  # the first with elicitation modes (and so the "
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 PROGRESS_INTERVAL_SECS = 0.05  # progress notifications are coalesced to at most 20 a second
 LIST_TTL_MS = 30_000
-MODERN_METHODS = ("server/discover", "tools/list", "tools/call")
+MODERN_METHODS = ("server/discover", "tools/list", "tools/call", "subscriptions/listen",
+                  *(method for method in CATALOG_METHODS if method not in HANDSHAKE_ONLY))
 
 #: Sends one message to the client: a notification, or the server's own request when it
 #: has an ``id`` (stdio: the same pipe; HTTP: the SSE stream of the request being answered).
@@ -84,6 +86,7 @@ class Peer:
         self.capabilities: dict[str, Any] = {}  # the client's, from initialize
         self.client_name = ""  # its clientInfo name, to say who decided an approval
         self._requests: ClientRequests | None = None
+        self.subscriptions: set[str] = set()  # resources/subscribe (bounded by catalog.MAX_SUBSCRIPTIONS)
 
     @property
     def requests(self) -> ClientRequests:
@@ -114,20 +117,25 @@ class McpServer:
     their requests; without it those calls are announced, not asked."""
 
     def __init__(self, config: Config, tools: ToolPort, events: EventPort,
-                 approvals: ApprovalPort | None = None) -> None:
+                 approvals: ApprovalPort | None = None, content: ContentPort | None = None) -> None:
         self.tools = tools
         self.approvals = approvals
         self.mrtr = Mrtr(keep_secs=config.governance.approval_timeout_secs + 60.0)
         self.exposure = Exposure(config, tools, events)
+        self.catalog = Catalog(config, content, events)  # resources, prompts, completion (content None: none)
         settings = config.mcp_server
         self.page_size = max(1, settings.page_size)
         self.instructions = settings.instructions or (
             "tern hosts agents. Each tern_agent_* tool sends that agent a message and returns its reply; "
             "pass the reply's context_id back to continue a conversation.")
         self.server_info = {"name": "tern", "title": "tern agent runtime", "version": __version__}
-        self.capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
-        # 2026-07-28 sends list changes only on subscriptions/listen, which tern does not serve.
-        self.modern_capabilities = {"tools": {}, "logging": {}}
+        self.capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}, "completions": {},
+                                             "resources": {"subscribe": True, "listChanged": True},
+                                             "prompts": {"listChanged": True}}
+        # 2026-07-28 sends changes only on subscriptions/listen (listen.py).
+        self.modern_capabilities = {"tools": {"listChanged": True}, "logging": {}, "completions": {},
+                                    "resources": {"subscribe": True, "listChanged": True},
+                                    "prompts": {"listChanged": True}}
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Until cancelled: the nursery of 2026-07-28 calls between their legs (``mrtr.py``)."""
@@ -185,13 +193,15 @@ class McpServer:
             return {}
         if method == "server/discover":
             raise RpcError(jsonrpc.INVALID_PARAMS, f"server/discover needs _meta[{META_VERSION!r}]")
-        if method not in ("tools/list", "tools/call", "logging/setLevel"):
+        if method not in ("tools/list", "tools/call", "logging/setLevel", *CATALOG_METHODS):
             raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
         if not peer.initialized and not peer.version:
             raise RpcError(jsonrpc.INVALID_REQUEST, "not initialized: send initialize first (or, for "
                                                     f"{MODERN_VERSION}, put {META_VERSION} in params._meta)")
         if method == "tools/list":
             return self._tools_page(params)
+        if method in CATALOG_METHODS:
+            return await self.catalog.handle(method, params, peer.subscriptions, modern=False)
         if method == "logging/setLevel":
             level = params.get("level")
             if level not in LOG_LEVELS:
@@ -233,6 +243,10 @@ class McpServer:
             level = meta.get(META_LOG_LEVEL)
             result = await self._call(request.id, params, peer, notify, level if level in LOG_LEVELS else None,
                                       modern=meta)
+        elif method == "subscriptions/listen":
+            result = await self._listen(request.id, params, peer, notify)
+        elif method in CATALOG_METHODS and method not in HANDSHAKE_ONLY:
+            result = await self.catalog.handle(method, params, None, modern=True)
         else:
             raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
         result.setdefault("resultType", "complete")
@@ -242,15 +256,7 @@ class McpServer:
     # --- Tools --------------------------------------------------------------------------
 
     def _tools_page(self, params: dict[str, Any]) -> dict[str, Any]:
-        tools = self.exposure.tools()
-        start = _decode_cursor(params.get("cursor"))
-        if start > len(tools):
-            raise RpcError(jsonrpc.INVALID_PARAMS, "invalid cursor")
-        end = start + self.page_size
-        page: dict[str, Any] = {"tools": tools[start:end]}
-        if end < len(tools):
-            page["nextCursor"] = _encode_cursor(end)
-        return page
+        return page(self.exposure.tools(), params, self.page_size, "tools")
 
     async def _call(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Notify | None,
                     log_level: str | None, *, modern: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -310,6 +316,17 @@ class McpServer:
         if run.cancelled:
             raise _Cancelled
         return result
+
+    async def _listen(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Notify | None) -> Any:
+        """A listen stream, until the client leaves; ``notifications/cancelled`` (stdio) ends it unanswered."""
+        with trio.CancelScope() as scope:
+            peer.inflight[request_id] = scope
+            try:
+                return await listen(request_id, params, notify, self.exposure, self.catalog)
+            finally:
+                if peer.inflight.get(request_id) is scope:
+                    del peer.inflight[request_id]
+        raise _Cancelled
 
     async def _call_parked(self, request_id: Any, name: str, arguments: dict[str, Any], params: dict[str, Any],
                            state: Any, peer: Peer, reporter: _Reporter | None) -> dict[str, Any]:
@@ -452,19 +469,3 @@ class _Reporter:
             await self.notify(notification)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client is gone: its call is about to be cancelled too
-
-
-def _encode_cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(msgspec.json.encode({"o": offset})).decode("ascii")
-
-
-def _decode_cursor(cursor: Any) -> int:
-    if cursor is None:
-        return 0
-    try:
-        offset = msgspec.json.decode(base64.urlsafe_b64decode(cursor.encode("ascii")))["o"]
-    except Exception:
-        raise RpcError(jsonrpc.INVALID_PARAMS, "invalid cursor") from None
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise RpcError(jsonrpc.INVALID_PARAMS, "invalid cursor")
-    return offset

@@ -180,13 +180,15 @@ class LocalBackend:
     async def start(self, nursery: trio.Nursery, emit: Emit) -> None:
         self._nursery, self._emit = nursery, emit
         nursery.start_soon(self._watch_tools)
+        nursery.start_soon(self._watch_resources)
+        nursery.start_soon(self._watch_lists)
 
     async def submit(self, message: Any, hand_off: Callable[[], None]) -> None:
         """Everything but tools/call is answered at once, by the reader. A tools/call
         runs in this task after handing reading to a new reader; at most MAX_INFLIGHT run
         at a time, and one more is refused with SERVER_BUSY rather than made to wait:
         stdin is always read, so cancellations and EOF still get through."""
-        if not isinstance(message, jsonrpc.Request) or message.method != "tools/call":
+        if not isinstance(message, jsonrpc.Request) or message.method not in ("tools/call", "subscriptions/listen"):
             reply = await self.server.handle(message, self.peer, self._notify)
             if reply is not None:
                 await self._emit(jsonrpc.encode(reply))  # type: ignore[misc]
@@ -214,6 +216,17 @@ class LocalBackend:
             await self._emit(jsonrpc.encode(jsonrpc.Request(message["id"], message["method"], params)))  # type: ignore[misc]
         else:
             await self._emit(jsonrpc.encode(jsonrpc.Notification(message["method"], params)))  # type: ignore[misc]
+
+    async def _watch_resources(self) -> None:
+        """``notifications/resources/updated`` for the URIs this client subscribed to."""
+        async for uri in self.server.catalog.updates(self.peer.subscriptions):
+            await self._notify({"method": "notifications/resources/updated", "params": {"uri": uri}})
+
+    async def _watch_lists(self) -> None:
+        """``notifications/prompts/list_changed`` and ``resources/list_changed``."""
+        async for kind in self.server.catalog.list_changes():
+            if self.peer.initialized:
+                await self._notify({"method": f"notifications/{kind}/list_changed"})
 
     async def _watch_tools(self) -> None:
         """``notifications/tools/list_changed`` when MCP servers change what is exposed."""

@@ -194,7 +194,7 @@ class McpHttpEndpoint:
         *,
         headers: list[tuple[bytes, bytes]],
     ) -> Response | StreamResponse:
-        if wants_sse and (message.method == "tools/call" or not wants_json):
+        if wants_sse and (message.method in ("tools/call", "subscriptions/listen") or not wants_json):
 
             async def produce(send: trio.MemorySendChannel[bytes]) -> None:
                 async def notify(notification: dict[str, Any]) -> None:
@@ -227,12 +227,30 @@ class McpHttpEndpoint:
             return _rpc_error(406, jsonrpc.INVALID_REQUEST, "Not Acceptable: GET /mcp is an SSE stream")
         exposure = self.server.exposure
 
-        async def produce(send: trio.MemorySendChannel[bytes]) -> None:
+        async def tools(send: trio.MemorySendChannel[bytes]) -> None:
             async for _ in exposure.changes():
                 peer.last_seen = time.monotonic()
                 await send.send(
                     encode_event('{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}', event="message")
                 )
+
+        async def resources(send: trio.MemorySendChannel[bytes]) -> None:
+            async for uri in self.server.catalog.updates(peer.subscriptions):
+                peer.last_seen = time.monotonic()
+                updated = jsonrpc.Notification("notifications/resources/updated", {"uri": uri})
+                await send.send(encode_event(jsonrpc.encode(updated).decode(), event="message"))
+
+        async def lists(send: trio.MemorySendChannel[bytes]) -> None:
+            async for kind in self.server.catalog.list_changes():
+                peer.last_seen = time.monotonic()
+                changed = jsonrpc.Notification(f"notifications/{kind}/list_changed")
+                await send.send(encode_event(jsonrpc.encode(changed).decode(), event="message"))
+
+        async def produce(send: trio.MemorySendChannel[bytes]) -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(tools, send)
+                nursery.start_soon(resources, send)
+                nursery.start_soon(lists, send)
 
         return StreamResponse(produce)
 
