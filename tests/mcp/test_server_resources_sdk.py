@@ -150,4 +150,7 @@ def test_sdk_reads_resources_and_prompts_through_tern_mcp_relaying_to_the_daemon
     seen = sdk(sdk_python, mode, "--", sys.executable, "-m", "runtime", "--config", config, "--log-level", "info",
                "mcp", env=tern_env(tmp, TOUCH_FILE=str(notes)))
     assert "relaying to the tern daemon" in seen["stderr"]  # tern mcp's log, passed on by the SDK
+    # A 2026 client ends its listen by closing the stream: the relay must not POST a
+    # notifications/cancelled for it (the daemon answers that with HTTP 400).
+    assert "refused a" not in seen["stderr"], seen["stderr"]
     check(seen, version, before)

@@ -35,6 +35,7 @@ from runtime.errors import ProtocolError
 from runtime.log import get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
 from runtime.mcp.client.session import TransportClosed
+from runtime.mcp.protocol import META_VERSION
 from runtime.net.guard import AddressPolicy, check_url
 from runtime.net.headers import expand_headers
 from runtime.net.outbound import make_client
@@ -103,6 +104,7 @@ class StreamableHttpTransport(HttpTransportBase):
         self._stopped = trio.Event()
         self._broken = ""
         self._inflight: dict[Any, trio.CancelScope] = {}
+        self._modern_ids: set[Any] = set()  # requests sent as 2026-07-28 (a relayed client's era per request)
         self.connection = McpConnection("sequential")  # POST server/discover; a legacy server refuses it at once
         self._reinit_lock = trio.Lock()
         # Set once an initialize POST has its answer's headers (the session id): what a
@@ -176,6 +178,9 @@ class StreamableHttpTransport(HttpTransportBase):
         if isinstance(message, jsonrpc.Request):
             scope = trio.CancelScope()
             self._inflight[message.id] = scope
+            meta = message.params.get("_meta") if isinstance(message.params, dict) else None
+            if isinstance(meta, dict) and META_VERSION in meta:
+                self._modern_ids.add(message.id)
             self._tasks.start_soon(self._request_task, message, body, scope)
             return
         if isinstance(message, jsonrpc.Notification) and message.method == "notifications/cancelled":
@@ -183,8 +188,8 @@ class StreamableHttpTransport(HttpTransportBase):
             scope = self._inflight.pop(params.get("requestId"), None)
             if scope is not None:
                 scope.cancel()
-            if self.connection.era == "modern":
-                return  # 2026-07-28: closing the response stream is the cancellation
+            if self.connection.era == "modern" or params.get("requestId") in self._modern_ids:
+                return  # 2026-07-28: closing the response stream is the cancellation (a POST gets 400)
         await self._post_one_way(message, body)
         if isinstance(message, jsonrpc.Notification) and message.method == "notifications/initialized":
             # The standing stream is open (or refused) before the session is used, so
@@ -227,6 +232,7 @@ class StreamableHttpTransport(HttpTransportBase):
                     await self._fail(request, str(exc))
         finally:
             self._inflight.pop(request.id, None)
+            self._modern_ids.discard(request.id)
             if request.method == "initialize" and self._handshake is not None:
                 self._handshake.set()  # failed or answered: nothing waits longer than the request
 
