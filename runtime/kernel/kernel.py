@@ -56,7 +56,7 @@ class Kernel:
         self.events = EventBus()
         self.started = time.time()
         self.mcp = McpSupervisor(config.mcp_servers, policy=AddressPolicy.from_security(config.security),
-                                 on_event=self.events.publish)
+                                 on_event=self.events.publish, state_dir=config.state.dir)
         self.registry = ToolRegistry([self.mcp.source()])
         register_builtins(self.registry, config)
         self.tool_observers: list[Any] = []  # (tool, outcome, seconds): metrics

@@ -199,7 +199,7 @@ def test_token_request_client_authentication():
     body, headers = grant.token_request(Client(issuer="i", client_id="c:1", client_secret="s/2",
                                                auth_method="client_secret_basic"), "authorization_code", {"code": "x"})
     assert base64.b64decode(headers["Authorization"].split()[1]) == b"c%3A1:s%2F2"
-    assert "client_secret" not in parse_qs(body.decode()) and "client_id" not in parse_qs(body.decode())
+    assert "client_secret" not in parse_qs(body.decode()) and parse_qs(body.decode())["client_id"] == ["c:1"]
     body, headers = grant.token_request(Client(issuer="i", client_id="c", client_secret="s",
                                                auth_method="client_secret_post"), "refresh_token", {"x": ""})
     form = parse_qs(body.decode())
@@ -213,6 +213,8 @@ def test_token_response_expiry_and_refresh_token_kept():
                                                  refresh_token="r", scope="a"), 1000.0, issuer="i", resource="s")
     assert tokens.expires_at == 1120.0 and not grant.needs_refresh(tokens, 1059.0)
     assert grant.needs_refresh(tokens, 1061.0)
+    short = grant.parse_token_response(200, doc(access_token="t", expires_in=4), 1000.0, issuer="i", resource="s")
+    assert not grant.needs_refresh(short, 1001.9) and grant.needs_refresh(short, 1002.0)  # half its life
     no_expiry = grant.parse_token_response(200, doc(access_token="t2"), 1000.0, issuer="i", resource="s",
                                            previous=tokens)
     assert no_expiry.expires_at == 0.0 and not grant.needs_refresh(no_expiry, 1e12)

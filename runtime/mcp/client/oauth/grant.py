@@ -10,7 +10,7 @@
 - Scope: the challenge's, else the resource's ``scopes_supported``, else none;
   ``offline_access`` only when the authorization server lists it.
 - Token requests authenticate with ``none``, ``client_secret_basic`` or
-  ``client_secret_post``; tokens are refreshed a minute before they expire (a token
+  ``client_secret_post``; tokens are refreshed a minute (at most half their life) before they expire (a token
   without ``expires_in`` is used until the server refuses it).
 
 Randomness comes from ``secrets``; the clock is the caller's (``now``).
@@ -196,11 +196,13 @@ def code_from_redirect(pending: AuthorizationRequest, redirect: str) -> str:
 
 
 def _client_auth(client: Client, form: dict[str, str], headers: dict[str, str]) -> None:
+    """``client_id`` always goes in the form too: it identifies, the secret authenticates,
+    and some servers (the official Python SDK's) want it there even with Basic."""
+    form["client_id"] = client.client_id
     if client.auth_method == "client_secret_basic" and client.client_secret:
         pair = f"{quote(client.client_id, safe='')}:{quote(client.client_secret, safe='')}"  # RFC 6749 §2.3.1
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
         return
-    form["client_id"] = client.client_id
     if client.auth_method == "client_secret_post" and client.client_secret:
         form["client_secret"] = client.client_secret
 
@@ -258,9 +260,16 @@ def parse_token_response(status: int, body: bytes, now: float, *, issuer: str, r
         refresh = previous.refresh_token
     scope = doc.get("scope") if isinstance(doc.get("scope"), str) else (previous.scope if previous else "")
     return Tokens(access_token=token, token_type="Bearer", refresh_token=refresh or "", scope=scope or "",
-                  expires_at=float(expires_at), issuer=issuer, resource=resource)
+                  expires_at=float(expires_at), obtained_at=now, issuer=issuer, resource=resource)
 
 
 def needs_refresh(tokens: Tokens, now: float) -> bool:
-    """Whether to refresh before the next request: it expires within a minute."""
-    return bool(tokens.expires_at) and now >= tokens.expires_at - REFRESH_MARGIN_SECS
+    """Whether to refresh before the next request: it expires within a minute (or
+    within half its lifetime, for a short-lived one, so it is not refreshed on every
+    request)."""
+    if not tokens.expires_at:
+        return False
+    margin = REFRESH_MARGIN_SECS
+    if tokens.obtained_at:
+        margin = min(margin, (tokens.expires_at - tokens.obtained_at) / 2)
+    return now >= tokens.expires_at - margin

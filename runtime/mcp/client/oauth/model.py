@@ -71,6 +71,7 @@ class Tokens(msgspec.Struct):
     refresh_token: str = ""
     scope: str = ""
     expires_at: float = 0.0
+    obtained_at: float = 0.0
     issuer: str = ""
     resource: str = ""
 
