@@ -19,6 +19,7 @@ import httpx
 import pytest
 import trio
 
+from runtime.errors import single_leaf
 from runtime.config import HttpTransport, McpServerEntry, OAuthConfig, SseTransport
 from runtime.mcp.client.client import McpClient, make_transport
 from runtime.mcp.client.oauth.store import TokenStore
@@ -194,6 +195,37 @@ def test_refresh_before_expiry_and_a_revoked_token_logs_in_again(oauth_server, t
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_a_token_response_without_expires_in(oauth_server, tmp_path):
+    base = oauth_server("--lifetime", "0")
+    assert trio.run(call_add, tmp_path, f"{base}/mcp", Browser())[0] == 5
+    tokens = TokenStore(tmp_path).tokens(f"{base}/mcp")
+    assert tokens is not None and tokens.expires_at == 0.0  # used until the server refuses it
+    assert trio.run(call_add, tmp_path, f"{base}/mcp")[0] == 5 and stats(base)["refresh_token"] == 0
+
+
+class CodeInjector(Browser):
+    """An attacker's code in the right redirect: the code was issued for another PKCE
+    challenge, the state is this login's."""
+
+    async def __call__(self, url: str, accept) -> str:
+        from urllib.parse import parse_qsl, urlencode, urlsplit
+
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        query["code_challenge"] = "A" * 43  # the attacker's own challenge
+        async with httpx.AsyncClient() as http:
+            answer = await http.get(f"{parts.scheme}://{parts.netloc}{parts.path}?{urlencode(query)}")
+        return accept(answer.headers["location"])
+
+
+def test_a_code_bound_to_another_pkce_challenge_is_refused(oauth_server, tmp_path):
+    base = oauth_server()
+    with pytest.raises(Exception) as caught:  # noqa: B017 - the leaf is checked below
+        trio.run(call_add, tmp_path, f"{base}/mcp", CodeInjector())
+    assert "invalid_grant (incorrect code_verifier)" in str(single_leaf(caught.value))
+    assert stats(base)["authorization_code"] == 0 and TokenStore(tmp_path).tokens(f"{base}/mcp") is None
 
 
 def test_legacy_sse_server_behind_oauth(oauth_server, tmp_path):
