@@ -32,7 +32,7 @@ from msgspec import UNSET
 
 from runtime.config import HttpTransport as HttpConfig
 from runtime.errors import ProtocolError
-from runtime.mcp.client.oauth.model import AuthError
+from runtime.mcp.client.oauth.model import AuthError, AuthRequired
 from runtime.log import get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
 from runtime.mcp.client.session import TransportClosed
@@ -267,6 +267,8 @@ class StreamableHttpTransport(HttpTransportBase):
                         self._break(f"cannot reach {self.url}: {exc}")
                 except (ProtocolError, AuthError) as exc:  # e.g. an oversized SSE event, a failed login
                     await self._fail(request, str(exc))
+                    if isinstance(exc, AuthRequired):
+                        self._break(str(exc))  # only a person can fix it: the supervisor shows needs_auth
         finally:
             self._inflight.pop(request.id, None)
             if request.method == "initialize" and self._handshake is not None:

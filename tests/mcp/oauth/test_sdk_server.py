@@ -324,3 +324,43 @@ def test_through_the_daemon_and_no_secret_anywhere(oauth_server, tmp_path):
     assert "tools/call" in everything  # the debug log's wire lines are in there
     for secret in (tokens.access_token, tokens.refresh_token, client.client_secret):
         assert secret not in everything
+
+
+def test_a_revoked_login_puts_the_daemon_back_in_needs_auth(oauth_server, tmp_path):
+    """The tokens are revoked while connected: the next call fails with the command to
+    run (no browser in a daemon), the server goes to needs_auth, a new login revives it."""
+    from runtime.errors import RpcError
+    from runtime.mcp.client.oauth.shell import OAuthSession
+    from runtime.net.guard import AddressPolicy
+    from runtime.net.outbound import make_client
+
+    base = oauth_server()
+    url = f"{base}/mcp"
+
+    async def login():
+        async with make_client(AddressPolicy()) as http:
+            session = OAuthSession("sdk", url, OAuthConfig(), http, TokenStore(tmp_path), authorizer=Browser())
+            await session.login(await session.probe())
+
+    async def wait_state(supervisor, state):
+        with trio.fail_after(15):
+            while supervisor.statuses()[0].state != state:
+                await trio.sleep(0.05)
+
+    async def main():
+        await login()
+        supervisor = McpSupervisor([entry(url)], state_dir=str(tmp_path))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            await wait_state(supervisor, "ready")
+            assert (await supervisor.call("mcp_sdk_add", {"a": 1, "b": 2})).structured_content["result"] == 3
+            httpx.post(f"{base}/test/revoke")
+            with pytest.raises(RpcError, match="tern auth login sdk"):
+                await supervisor.call("mcp_sdk_add", {"a": 1, "b": 2})
+            await wait_state(supervisor, "needs_auth")
+            await login()
+            await wait_state(supervisor, "ready")
+            assert (await supervisor.call("mcp_sdk_add", {"a": 2, "b": 2})).structured_content["result"] == 4
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
