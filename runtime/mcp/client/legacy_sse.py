@@ -20,7 +20,7 @@ from runtime.errors import ConnectionLost, ProtocolError
 from runtime.log import get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
 from runtime.mcp.client.session import TransportClosed
-from runtime.mcp.client.oauth.model import AuthError
+from runtime.mcp.client.oauth.model import AuthError, AuthRequired
 from runtime.mcp.client.streamable_http import AUTH_TRIES, HttpTransportBase
 from runtime.net.guard import check_url
 from runtime.wire import jsonrpc
@@ -147,6 +147,9 @@ class LegacySseTransport(HttpTransportBase):
         except (httpx.HTTPError, trio.TooSlowError) as exc:
             raise TransportClosed(f"POST to {self.endpoint} failed: {exc or type(exc).__name__}") from None
         except AuthError as exc:
+            if isinstance(exc, AuthRequired):  # only a person can fix it: end the stream (needs_auth)
+                self._ended = str(exc)
+                self._cancel.cancel()
             raise TransportClosed(f"POST to {self.endpoint}: {exc}") from None
         if response.status_code >= 400:
             raise TransportClosed(f"POST to {self.endpoint} answered HTTP {response.status_code}")

@@ -326,21 +326,24 @@ def test_through_the_daemon_and_no_secret_anywhere(oauth_server, tmp_path):
         assert secret not in everything
 
 
-def test_a_revoked_login_puts_the_daemon_back_in_needs_auth(oauth_server, tmp_path):
+@pytest.mark.parametrize("kind", ["http", "sse"])
+def test_a_revoked_login_puts_the_daemon_back_in_needs_auth(oauth_server, tmp_path, kind):
     """The tokens are revoked while connected: the next call fails with the command to
     run (no browser in a daemon), the server goes to needs_auth, a new login revives it."""
-    from runtime.errors import RpcError
+    from runtime.errors import ConnectionLost, RpcError
     from runtime.mcp.client.oauth.shell import OAuthSession
     from runtime.net.guard import AddressPolicy
     from runtime.net.outbound import make_client
 
-    base = oauth_server()
-    url = f"{base}/mcp"
+    base = oauth_server("--transport", "streamable-http" if kind == "http" else "sse")
+    url = f"{base}/mcp" if kind == "http" else f"{base}/sse"
+    transport = HttpTransport(url=url, oauth=OAuthConfig()) if kind == "http" else SseTransport(
+        url=url, oauth=OAuthConfig())
 
     async def login():
         async with make_client(AddressPolicy()) as http:
             session = OAuthSession("sdk", url, OAuthConfig(), http, TokenStore(tmp_path), authorizer=Browser())
-            await session.login(await session.probe())
+            await session.login(await session.probe(sse=kind == "sse"))
 
     async def wait_state(supervisor, state):
         with trio.fail_after(15):
@@ -349,13 +352,14 @@ def test_a_revoked_login_puts_the_daemon_back_in_needs_auth(oauth_server, tmp_pa
 
     async def main():
         await login()
-        supervisor = McpSupervisor([entry(url)], state_dir=str(tmp_path))
+        supervisor = McpSupervisor([McpServerEntry(name="sdk", transport=transport, timeout_secs=10)],
+                                   state_dir=str(tmp_path))
         async with trio.open_nursery() as nursery:
             await nursery.start(supervisor.run)
             await wait_state(supervisor, "ready")
             assert (await supervisor.call("mcp_sdk_add", {"a": 1, "b": 2})).structured_content["result"] == 3
             httpx.post(f"{base}/test/revoke")
-            with pytest.raises(RpcError, match="tern auth login sdk"):
+            with pytest.raises((RpcError, ConnectionLost), match="tern auth login sdk"):
                 await supervisor.call("mcp_sdk_add", {"a": 1, "b": 2})
             await wait_state(supervisor, "needs_auth")
             await login()
