@@ -139,3 +139,13 @@ async def test_the_daemon_has_no_authorizer_so_a_login_is_required():
                 await session.challenged(401, ['Bearer error="invalid_token"'], None)
         nursery.cancel_scope.cancel()
     assert "/r" not in hostile.asked  # nothing registered for a login that cannot happen
+
+
+async def test_authorization_server_metadata_naming_another_issuer_is_refused():
+    def routes(base):
+        return {"/.well-known/oauth-protected-resource/mcp": (200, {}, prm(base, [f"{base}/tenant"]), 0),
+                "/.well-known/oauth-authorization-server/tenant": (200, {}, msgspec.json.encode({
+                    "issuer": "https://attacker.example", "token_endpoint": f"{base}/t"}), 0)}
+
+    with pytest.raises(AuthError, match="names the issuer 'https://attacker.example'"):
+        await discover(routes)

@@ -368,3 +368,28 @@ def test_a_revoked_login_puts_the_daemon_back_in_needs_auth(oauth_server, tmp_pa
             nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+def test_concurrent_refusals_run_one_login(oauth_server, tmp_path):
+    from runtime.mcp.client.oauth.shell import OAuthSession
+    from runtime.net.guard import AddressPolicy
+    from runtime.net.outbound import make_client
+
+    base = oauth_server()
+    browser = Browser()
+
+    async def main():
+        async with make_client(AddressPolicy()) as http:
+            session = OAuthSession("sdk", f"{base}/mcp", OAuthConfig(), http, TokenStore(tmp_path), authorizer=browser)
+            results = []
+
+            async def refused():
+                results.append(await session.challenged(401, ['Bearer error="invalid_token"'], None))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(5):
+                    nursery.start_soon(refused)
+            return results
+
+    assert trio.run(main) == [True] * 5
+    assert browser.logins == 1 and stats(base)["authorization_code"] == 1 and stats(base)["register"] == 1
