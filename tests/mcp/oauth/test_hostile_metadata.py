@@ -149,3 +149,49 @@ async def test_authorization_server_metadata_naming_another_issuer_is_refused():
 
     with pytest.raises(AuthError, match="names the issuer 'https://attacker.example'"):
         await discover(routes)
+
+
+async def test_a_server_that_moved_to_another_authorization_server_is_not_refreshed_at_the_old_one(tmp_path):
+    """The token came from as1; the server's metadata now names as2. A 401 must not send
+    the old refresh token (or the old client id) to as1 or as2: register at as2, log in."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from runtime.mcp.client.oauth.model import Client, Tokens
+
+    def as_doc(base, name):
+        return msgspec.json.encode({"issuer": f"{base}/{name}", "authorization_endpoint": f"{base}/{name}/authorize",
+                                    "token_endpoint": f"{base}/{name}/token",
+                                    "registration_endpoint": f"{base}/{name}/register"})
+
+    seen_clients = []
+
+    class Person:
+        redirect_uri = "http://127.0.0.1:9/callback"
+
+        async def __call__(self, url, accept):
+            query = parse_qs(urlsplit(url).query)
+            seen_clients.append(query["client_id"][0])
+            return accept(f"?code=c&state={query['state'][0]}&iss={url.split('/as2/')[0]}/as2")
+
+    async with trio.open_nursery() as nursery:
+        hostile = Hostile({})
+        base = await hostile.serve(nursery)
+        token = msgspec.json.encode({"access_token": "as2-token", "token_type": "Bearer", "expires_in": 3600})
+        hostile.routes.update({
+            "/.well-known/oauth-protected-resource/mcp": (200, {}, prm(base, [f"{base}/as2"]), 0),
+            "/.well-known/oauth-authorization-server/as1": (200, {}, as_doc(base, "as1"), 0),
+            "/.well-known/oauth-authorization-server/as2": (200, {}, as_doc(base, "as2"), 0),
+            "/as1/token": (200, {}, msgspec.json.encode({"access_token": "as1-again"}), 0),
+            "/as2/register": (201, {}, msgspec.json.encode({"client_id": "as2-client"}), 0),
+            "/as2/token": (200, {}, token, 0)})
+        store = TokenStore(tmp_path)
+        store.save_tokens(f"{base}/mcp", Tokens(access_token="as1-token", refresh_token="as1-refresh",
+                                                issuer=f"{base}/as1", resource=f"{base}/mcp"))
+        store.save_client(f"{base}/as1", Client(issuer=f"{base}/as1", client_id="as1-client"))
+        async with make_client(AddressPolicy(), timeout=2) as http:
+            session = OAuthSession("h", f"{base}/mcp", OAuthConfig(), http, store, timeout_secs=2, authorizer=Person())
+            assert await session.challenged(401, ['Bearer error="invalid_token"'], "Bearer as1-token")
+        nursery.cancel_scope.cancel()
+    assert "/as1/token" not in hostile.asked and "/as2/register" in hostile.asked and "/as2/token" in hostile.asked
+    assert seen_clients == ["as2-client"]
+    assert store.tokens(f"{base}/mcp").issuer == f"{base}/as2" and store.client(f"{base}/as2").client_id == "as2-client"

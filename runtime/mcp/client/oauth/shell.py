@@ -70,6 +70,7 @@ class OAuthSession:
         self._step_ups = 0
         self.requested_scope = ""
         self._cached: tuple[tuple[int, int], Tokens | None] | None = None
+        self._refreshed_on_401 = ""  # the header of a token refreshed because of a 401
 
     # --- what the transport calls ---------------------------------------------------
 
@@ -118,10 +119,18 @@ class OAuthSession:
                 current = tokens.scope if tokens and tokens.scope else self.requested_scope
                 await self.login(challenge, scope=grant.step_up_scope(current, challenge.scope))
                 return True
-            if tokens is not None and tokens.refresh_token and sent is not None:
-                if await self._refresh_or_none(tokens) is not None:
+            found = await self.discover(challenge)
+            issuer = found[1].issuer or discovery.origin_of(self.server_url)
+            if (tokens is not None and tokens.refresh_token and sent is not None and issuer == tokens.issuer
+                    and sent != self._refreshed_on_401):
+                # Refresh once at the issuer that gave the token; a token refreshed because of
+                # a 401 and refused again, or a server now naming another authorization server
+                # (a migration), needs a new login instead.
+                fresh = await self._refresh_or_none(tokens)
+                if fresh is not None:
+                    self._refreshed_on_401 = f"Bearer {fresh.access_token}"
                     return True
-            await self.login(challenge)
+            await self.login(challenge, found=found)
             return True
 
     # --- the flows ------------------------------------------------------------------
@@ -156,9 +165,11 @@ class OAuthSession:
             raise AuthError(f"MCP server '{self.name}': no authorization server metadata found for {issuer}")
         return resource_meta, server, resource_meta.resource
 
-    async def login(self, challenge: Challenge = Challenge(), *, scope: str | None = None) -> Tokens:
-        """The whole flow: discover, identify the client, get tokens, save them."""
-        resource_meta, server, resource = await self.discover(challenge)
+    async def login(self, challenge: Challenge = Challenge(), *, scope: str | None = None,
+                    found: tuple[ResourceMetadata | None, AsMetadata, str] | None = None) -> Tokens:
+        """The whole flow: discover (unless ``found`` already), identify the client,
+        get tokens, save them."""
+        resource_meta, server, resource = found if found is not None else await self.discover(challenge)
         issuer = server.issuer or discovery.origin_of(self.server_url)
         if scope is None:
             scope = grant.choose_scope(challenge.scope, resource_meta, server, tuple(self.config.scopes),
