@@ -13,6 +13,7 @@ from runtime.errors import ConfigError
 
 STDIO_A = '[[mcp_servers]]\nname="a"\n[mcp_servers.transport]\ntype="stdio"\ncommand="x"\n'
 
+OAUTH = '[[mcp_servers]]\nname="a"\n[mcp_servers.transport]\ntype="http"\nurl="https://h/mcp"\n[mcp_servers.transport.oauth]\n'
 BAD = [
     (STDIO_A + '[[mcp_servers]]\nname="b"\n[mcp_servers.transport]\ntype="tcp"\n',
      'mcp_servers[1].transport.type: expected "stdio", "http" or "sse", got "tcp"'),
@@ -57,6 +58,13 @@ BAD = [
      'mcp_servers[0].restart: expected "on-failure" or "never", got "always"'),
     ('[server]\napi_key="k"\napi_key_env="K"\n', "server: set api_key or api_key_env, not both"),
     ('[server]\ntls_cert="c.pem"\n', "server: tls_cert and tls_key go together"),
+    (OAUTH + 'client_metadata_url="http://c/m.json"\n',
+     'mcp_servers[0].transport.oauth.client_metadata_url: a Client ID Metadata Document URL is https with a path'),
+    (OAUTH + 'grant="client_credentials"\n',
+     'mcp_servers[0].transport.oauth.client_id: grant = "client_credentials" needs the client_id'),
+    (OAUTH + 'grant="password"\n', 'mcp_servers[0].transport.oauth.grant: expected "authorization_code" or'),
+    (OAUTH + 'redirect_port=70000\n', "mcp_servers[0].transport.oauth.redirect_port: expected 0 (any free port)"),
+    (OAUTH + 'client_secret="s"\n', "mcp_servers[0].transport.oauth.client_secret: unknown key"),
 ]
 
 

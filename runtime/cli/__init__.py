@@ -1,6 +1,6 @@
 """The ``tern`` command line: argument parsing and human output only.
 
-One module per command group (``config``, ``serve``, ``mcp``, ``setup``, ``daemon``, ``agents``,
+One module per command group (``config``, ``serve``, ``mcp``, ``auth``, ``setup``, ``daemon``, ``agents``,
 ``conversations``, ``approvals``, ``scripts``, ``a2a``, ``audit``, ``tools``, ``imports``, ``cache``, ``completion``),
 each adding
 its own subcommands with their handlers. The modules import nothing heavy at their top; every handler imports what it
@@ -18,15 +18,15 @@ from typing import NoReturn
 from collections.abc import Sequence
 
 from runtime import __version__
-from runtime.cli import (a2a, agents, approvals, audit, cache, completion, config, conversations, daemon, imports, mcp,
-                         scripts, serve, setup, tools)
+from runtime.cli import (a2a, agents, approvals, audit, auth, cache, completion, config, conversations, daemon, imports,
+                         mcp, scripts, serve, setup, tools)
 from runtime.cli.common import Commands, Handler
 
 __all__ = ["main", "build_parser"]
 
 # the order of `tern --help`
-GROUPS = (config, serve, mcp, setup, daemon, agents, conversations, approvals, scripts, a2a, audit, tools, imports,
-          cache, completion)
+GROUPS = (config, serve, mcp, auth, setup, daemon, agents, conversations, approvals, scripts, a2a, audit, tools,
+          imports, cache, completion)
 
 
 def _common_options() -> argparse.ArgumentParser:

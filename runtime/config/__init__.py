@@ -20,9 +20,8 @@ from runtime.config.load import (
 )
 from runtime.config.schema import (
     A2aConfig, AccessTier, AgentConfig, AgentPrompt, ApprovalRule, Config, ExternalAgent, GovernanceConfig,
-    HttpTransport, McpPreset,
-    McpServerEntry, McpServerExposure, ModelConfig, ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill,
-    SseTransport, StateConfig, StdioTransport, ToolsConfig,
+    HttpTransport, McpPreset, McpServerEntry, McpServerExposure, ModelConfig, OAuthConfig, ScriptsConfig,
+    SecurityConfig, ServerConfig, ShellRule, Skill, SseTransport, StateConfig, StdioTransport, ToolsConfig,
 )
 
 __all__ = [
@@ -32,6 +31,7 @@ __all__ = [
     "StdioTransport",
     "HttpTransport",
     "SseTransport",
+    "OAuthConfig",
     "McpServerExposure",
     "McpPreset",
     "A2aConfig",

@@ -121,6 +121,8 @@ def find_problems(config: Config) -> list[str]:
                                 f'got "{transport.command}"')
         else:
             problems += _url_problem(transport.url, f"{where}.transport.url")
+            if transport.oauth is not None:
+                problems += _oauth_problems(transport.oauth, f"{where}.transport.oauth")
     for i, agent in enumerate(config.a2a.external_agents):
         problems += _url_problem(agent.url, f"a2a.external_agents[{i}].url")
     problems += _duplicates([a.name for a in config.a2a.external_agents], "a2a.external_agents", "name")
@@ -284,6 +286,23 @@ def _duplicates(names: list[str], where: str, key: str) -> list[str]:
             return [f'{where}[{i}].{key}: "{name}" is already used by {where}[{seen[name]}]']
         seen[name] = i
     return []
+
+
+def _oauth_problems(oauth: msgspec.Struct, where: str) -> list[str]:
+    """What would only fail at the first login: said at load time instead."""
+    problems = []
+    if oauth.client_metadata_url and not re.match(r"(?i)^https://[^/\s]+/\S+", oauth.client_metadata_url):
+        problems.append(f'{where}.client_metadata_url: a Client ID Metadata Document URL is https with a path, '
+                        f'got "{shorten(oauth.client_metadata_url)}"')
+    if oauth.redirect_uri:
+        problems += _url_problem(oauth.redirect_uri, f"{where}.redirect_uri")
+    if not 0 <= oauth.redirect_port <= 65535:
+        problems.append(f"{where}.redirect_port: expected 0 (any free port) to 65535, got {oauth.redirect_port}")
+    if oauth.grant == "client_credentials" and not oauth.client_id:
+        problems.append(f'{where}.client_id: grant = "client_credentials" needs the client_id it was issued')
+    if oauth.private_key_file and oauth.grant != "client_credentials":
+        problems.append(f'{where}.private_key_file: only used with grant = "client_credentials"')
+    return problems
 
 
 def _url_problem(url: str, where: str) -> list[str]:

@@ -68,11 +68,35 @@ class StdioTransport(_Section, tag="stdio", tag_field="type"):
     cwd: str = ""
 
 
+class OAuthConfig(_Section):
+    """``[mcp_servers.transport.oauth]``: log in to a remote MCP server with OAuth 2.1.
+
+    With no ``client_id``, tern uses ``client_metadata_url`` (a Client ID Metadata
+    Document) where the authorization server reads them, else registers itself (DCR).
+    ``client_secret_env`` names the variable holding the secret (never the secret).
+    ``grant = "client_credentials"`` is for unattended daemons (no login, no browser);
+    with ``private_key_file`` (a P-256 PEM key) the client authenticates with a signed
+    JWT (``private_key_jwt``, ES256) instead of a secret.
+    The login's loopback callback listens on ``redirect_port`` (0: any free port) unless
+    ``redirect_uri`` names another address (then paste the redirect back).
+    """
+
+    client_id: str = ""
+    client_secret_env: str = ""
+    client_metadata_url: str = ""
+    scopes: list[str] = []
+    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    private_key_file: str = ""
+    redirect_port: int = 0
+    redirect_uri: str = ""
+
+
 class HttpTransport(_Section, tag="http", tag_field="type"):
     """A Streamable HTTP MCP server. Header values may name variables: ``${TOKEN}``."""
 
     url: str
     headers: dict[str, str] = {}
+    oauth: OAuthConfig | None = None
 
 
 class SseTransport(_Section, tag="sse", tag_field="type"):
@@ -80,6 +104,7 @@ class SseTransport(_Section, tag="sse", tag_field="type"):
 
     url: str
     headers: dict[str, str] = {}
+    oauth: OAuthConfig | None = None
 
 
 McpTransport = StdioTransport | HttpTransport | SseTransport

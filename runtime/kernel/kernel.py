@@ -58,7 +58,7 @@ class Kernel:
         self.events = EventBus()
         self.started = time.time()
         self.mcp = McpSupervisor(config.mcp_servers, policy=AddressPolicy.from_security(config.security),
-                                 on_event=self.events.publish)
+                                 on_event=self.events.publish, state_dir=config.state.dir)
         self.registry = ToolRegistry([self.mcp.source()])
         self.content = KernelContent(self.mcp)  # what the MCP server re-exports: files, upstream resources, prompts
         register_builtins(self.registry, config)

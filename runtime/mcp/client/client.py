@@ -25,10 +25,11 @@ log = get_logger("mcp")
 MAX_TOOL_PAGES = 100
 
 
-def make_transport(entry: McpServerEntry, policy: Any = None) -> Any:
+def make_transport(entry: McpServerEntry, policy: Any = None, *, state_dir: str = "", authorizer: Any = None) -> Any:
     """The transport object for a configured server. Imported lazily, so a config
     with only stdio servers never pays for importing httpx. ``policy`` is the SSRF
-    guard's AddressPolicy (default: metadata and link-local blocked, nothing else)."""
+    guard's AddressPolicy (default: metadata and link-local blocked, nothing else).
+    ``state_dir`` holds OAuth tokens; ``authorizer`` completes a login (none in the daemon)."""
     if isinstance(entry.transport, StdioConfig):
         from runtime.mcp.client.stdio import StdioTransport
 
@@ -39,10 +40,12 @@ def make_transport(entry: McpServerEntry, policy: Any = None) -> Any:
     if isinstance(entry.transport, HttpConfig):
         from runtime.mcp.client.streamable_http import StreamableHttpTransport
 
-        return StreamableHttpTransport(entry.name, entry.transport, policy=policy, timeout_secs=entry.timeout_secs)
+        return StreamableHttpTransport(entry.name, entry.transport, policy=policy, timeout_secs=entry.timeout_secs,
+                                       state_dir=state_dir, authorizer=authorizer)
     from runtime.mcp.client.legacy_sse import LegacySseTransport
 
-    return LegacySseTransport(entry.name, entry.transport, policy=policy, timeout_secs=entry.timeout_secs)
+    return LegacySseTransport(entry.name, entry.transport, policy=policy, timeout_secs=entry.timeout_secs,
+                              state_dir=state_dir, authorizer=authorizer)
 
 
 class McpClient:
@@ -57,12 +60,12 @@ class McpClient:
                       roots: list[str] | None = None,
                       on_notification: NotificationHandler | None = None,
                       transport: Any = None, policy: Any = None, on_input: InputHandler | None = None,
-                      input_methods: tuple[str, ...] = ("elicitation/create",)) -> McpClient:
+                      input_methods: tuple[str, ...] = ("elicitation/create",), state_dir: str = "") -> McpClient:
         """Start the server's transport in ``nursery``, negotiate, and return the client.
 
         On failure everything started is closed again before the error propagates.
         """
-        transport = transport or make_transport(entry, policy)
+        transport = transport or make_transport(entry, policy, state_dir=state_dir)
         session = McpSession(transport, name=entry.name, timeout_secs=entry.timeout_secs, roots=roots,
                              on_notification=on_notification, on_input=on_input, input_methods=input_methods)
         try:

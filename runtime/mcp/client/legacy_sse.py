@@ -20,9 +20,9 @@ from runtime.errors import ConnectionLost, ProtocolError
 from runtime.log import get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
 from runtime.mcp.client.session import TransportClosed
-from runtime.mcp.client.streamable_http import HttpTransportBase
+from runtime.mcp.client.oauth.model import AuthError, AuthRequired
+from runtime.mcp.client.streamable_http import AUTH_TRIES, HttpTransportBase
 from runtime.net.guard import check_url
-from runtime.net.outbound import make_client
 from runtime.wire import jsonrpc
 from runtime.wire.sse import SseDecoder
 
@@ -50,7 +50,7 @@ class LegacySseTransport(HttpTransportBase):
     async def start(self, nursery: trio.Nursery) -> None:
         """Open the stream and wait (bounded) for its ``endpoint`` event."""
         check_url(self.url, self.policy)
-        self._client = make_client(self.policy, timeout=self.timeout_secs)
+        self._open_client()
         try:
             with trio.fail_after(self.timeout_secs):
                 await nursery.start(self._listen)
@@ -62,14 +62,29 @@ class LegacySseTransport(HttpTransportBase):
             await self.aclose()
             raise
 
+    async def _open_stream(self) -> httpx.Response:
+        """GET the event stream, logging in first if the server answers 401."""
+        assert self._client is not None
+        for tries in range(AUTH_TRIES + 1):
+            await self._authorize()
+            headers = self._auth_headers({**self._headers, "Accept": "text/event-stream"})
+            request = self._client.build_request("GET", self.url, headers=headers,
+                                                 timeout=httpx.Timeout(self.timeout_secs, read=None))
+            response = await self._client.send(request, stream=True)
+            if response.status_code not in (401, 403):
+                return response
+            await response.aclose()
+            if not await self._challenged(response, tries):
+                return response
+        return response
+
     async def _listen(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         assert self._client is not None
-        headers = {**self._headers, "Accept": "text/event-stream"}
         started = False
         with self._cancel:
             try:
-                async with self._client.stream("GET", self.url, headers=headers,
-                                               timeout=httpx.Timeout(self.timeout_secs, read=None)) as response:
+                response = await self._open_stream()
+                try:
                     content_type = response.headers.get("content-type", "").split(";")[0].strip()
                     if response.status_code != 200 or content_type != "text/event-stream":
                         raise ConnectionLost(f"MCP server '{self.name}': GET {self.url} answered HTTP "
@@ -84,11 +99,17 @@ class LegacySseTransport(HttpTransportBase):
                                 task_status.started()
                             elif event.event == "message" and started and event.data.strip():
                                 await self._inbox_send.send(event.data.encode("utf-8"))
+                finally:
+                    await response.aclose()
                 self._ended = "the event stream ended"
             except httpx.HTTPError as exc:
                 if not started:
                     raise ConnectionLost(f"MCP server '{self.name}': cannot reach {self.url}: {exc}") from None
                 self._ended = f"the event stream broke: {exc}"
+            except AuthError as exc:
+                if not started:
+                    raise ConnectionLost(f"MCP server '{self.name}': {exc}") from None
+                self._ended = str(exc)
             except ProtocolError as exc:
                 if not started:
                     raise
@@ -115,11 +136,21 @@ class LegacySseTransport(HttpTransportBase):
         log_wire("out", getattr(message, "method", None), getattr(message, "id", None), len(body),
                  peer=f"mcp:{self.name}")
         try:
-            with trio.fail_after(self.timeout_secs):
-                response = await self._client.post(self.endpoint, content=body,  # 2024-11-05: no version header
-                                                   headers={**self._headers, "Content-Type": "application/json"})
+            for tries in range(AUTH_TRIES + 1):
+                await self._authorize()
+                with trio.fail_after(self.timeout_secs):
+                    response = await self._client.post(  # 2024-11-05: no version header
+                        self.endpoint, content=body,
+                        headers=self._auth_headers({**self._headers, "Content-Type": "application/json"}))
+                if not await self._challenged(response, tries):
+                    break
         except (httpx.HTTPError, trio.TooSlowError) as exc:
             raise TransportClosed(f"POST to {self.endpoint} failed: {exc or type(exc).__name__}") from None
+        except AuthError as exc:
+            if isinstance(exc, AuthRequired):  # only a person can fix it: end the stream (needs_auth)
+                self._ended = str(exc)
+                self._cancel.cancel()
+            raise TransportClosed(f"POST to {self.endpoint}: {exc}") from None
         if response.status_code >= 400:
             raise TransportClosed(f"POST to {self.endpoint} answered HTTP {response.status_code}")
 

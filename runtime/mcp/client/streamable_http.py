@@ -32,6 +32,7 @@ from msgspec import UNSET
 
 from runtime.config import HttpTransport as HttpConfig
 from runtime.errors import ProtocolError
+from runtime.mcp.client.oauth.model import AuthError, AuthRequired
 from runtime.log import get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
 from runtime.mcp.client.session import TransportClosed
@@ -51,6 +52,7 @@ INBOX_MESSAGES = 256
 RESUME_ATTEMPTS = 3
 LISTEN = "subscriptions/listen"
 LISTEN_OPEN_SECS = 5.0  # how long the handshake waits for the standing GET stream to open
+AUTH_TRIES = 4  # new tokens for one request: a login, then step-ups (the OAuth session bounds those too)
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -84,7 +86,8 @@ class HttpTransportBase:
 
     def __init__(self, name: str, config: HttpConfig | Any, *, policy: AddressPolicy = AddressPolicy(),
                  timeout_secs: float = 30.0, max_message_bytes: int = framing.MAX_MESSAGE_BYTES,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None, state_dir: str = "",
+                 authorizer: Any = None) -> None:
         self.name = name
         self.url = config.url
         self.policy = policy
@@ -93,6 +96,43 @@ class HttpTransportBase:
         self._headers = expand_headers(config.headers, f"mcp_servers '{name}'", environ)
         self._client: httpx.AsyncClient | None = None
         self._inbox_send, self._inbox = trio.open_memory_channel[bytes](INBOX_MESSAGES)
+        self._oauth_config = getattr(config, "oauth", None)
+        self._state_dir, self._authorizer, self._environ = state_dir, authorizer, environ
+        self.oauth: Any = None  # an OAuthSession once started, if the server is configured for OAuth
+        self._bearer: str | None = None  # the Authorization header every request carries
+
+    def _open_client(self) -> httpx.AsyncClient:
+        """The guarded HTTP client, and the OAuth session on it if configured."""
+        self._client = make_client(self.policy, timeout=self.timeout_secs)
+        if self._oauth_config is not None:
+            from runtime.mcp.client.oauth.shell import OAuthSession
+            from runtime.mcp.client.oauth.store import TokenStore
+
+            self.oauth = OAuthSession(self.name, self.url, self._oauth_config, self._client,
+                                      TokenStore(self._state_dir), authorizer=self._authorizer,
+                                      environ=self._environ, timeout_secs=self.timeout_secs)
+        return self._client
+
+    async def _authorize(self) -> None:
+        """Bring the Authorization header up to date (a token near expiry is refreshed)."""
+        if self.oauth is not None:
+            self._bearer = await self.oauth.authorization()
+
+    def _auth_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        if self._bearer:
+            headers["Authorization"] = self._bearer
+        return headers
+
+    async def _challenged(self, response: httpx.Response, tries: int) -> bool:
+        """A 401 or 403: True if a new token was obtained and the request should be
+        sent again (at most ``AUTH_TRIES`` times). AuthError if the flow failed."""
+        if self.oauth is None or response.status_code not in (401, 403) or tries >= AUTH_TRIES:
+            return False
+        if not await self.oauth.challenged(response.status_code, response.headers.get_list("www-authenticate"),
+                                           self._bearer):
+            return False
+        self._bearer = await self.oauth.authorization()
+        return True
 
 
 class StreamableHttpTransport(HttpTransportBase):
@@ -115,7 +155,7 @@ class StreamableHttpTransport(HttpTransportBase):
 
     async def start(self, nursery: trio.Nursery) -> None:
         check_url(self.url, self.policy)  # a clear error before any connection
-        self._client = make_client(self.policy, timeout=self.timeout_secs)
+        self._open_client()
         await nursery.start(self._run)
 
     async def _run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -203,17 +243,26 @@ class StreamableHttpTransport(HttpTransportBase):
         """Notifications and responses: the server answers 202 and no body."""
         assert self._client is not None
         try:
-            with trio.fail_after(self.timeout_secs):
-                response = await self._client.post(self.url, content=body, headers=self._request_headers(message))
+            tries = 0
+            while True:
+                await self._authorize()
+                with trio.fail_after(self.timeout_secs):
+                    response = await self._client.post(self.url, content=body,
+                                                       headers=self._request_headers(message))
+                if not await self._challenged(response, tries):
+                    break
+                tries += 1
         except (httpx.HTTPError, trio.TooSlowError) as exc:
             raise TransportClosed(f"POST failed: {exc or type(exc).__name__}") from None
+        except AuthError as exc:
+            raise TransportClosed(str(exc)) from None
         if response.status_code >= 400:
             log.warning("MCP server '%s' refused a %s with HTTP %d", self.name,
                         getattr(message, "method", "response"), response.status_code)
 
     def _request_headers(self, message: jsonrpc.Message | None) -> dict[str, str]:
-        return self.connection.add_headers({**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"},
-                                           message)
+        return self.connection.add_headers(
+            self._auth_headers({**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"}), message)
 
     # --- One request --------------------------------------------------------------------
 
@@ -228,8 +277,10 @@ class StreamableHttpTransport(HttpTransportBase):
                     await self._fail(request, f"cannot reach {self.url}: {exc or type(exc).__name__}")
                     if isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)):
                         self._break(f"cannot reach {self.url}: {exc}")
-                except ProtocolError as exc:  # e.g. an oversized SSE event
+                except (ProtocolError, AuthError) as exc:  # e.g. an oversized SSE event, a failed login
                     await self._fail(request, str(exc))
+                    if isinstance(exc, AuthRequired):
+                        self._break(str(exc))  # only a person can fix it: the supervisor shows needs_auth
         finally:
             self._inflight.pop(request.id, None)
             self._modern_ids.discard(request.id)
@@ -239,13 +290,21 @@ class StreamableHttpTransport(HttpTransportBase):
     async def _fail(self, request: jsonrpc.Request, text: str) -> None:
         await self._deliver(jsonrpc.encode(jsonrpc.error_response(request.id, -32603, text)))
 
-    async def _exchange(self, request: jsonrpc.Request, body: bytes, *, retried: bool = False) -> None:
+    async def _exchange(self, request: jsonrpc.Request, body: bytes, *, retried: bool = False,
+                        auth_tries: int = 0) -> None:
         assert self._client is not None
         generation = self.connection.generation
+        await self._authorize()
         headers = self._request_headers(request)
         # A listen stream is quiet for as long as nothing changes: no read timeout.
         timeout = httpx.Timeout(self.timeout_secs, read=None) if request.method == LISTEN else httpx.USE_CLIENT_DEFAULT
         async with self._client.stream("POST", self.url, content=body, headers=headers, timeout=timeout) as response:
+            if await self._challenged(response, auth_tries):
+                await response.aclose()
+                await self._exchange(request, body, retried=retried, auth_tries=auth_tries + 1)
+                return
+            if self.oauth is not None and response.status_code < 400:
+                self.oauth.succeeded()
             self.connection.note_session(request.method, response.headers.get("mcp-session-id"))
             if request.method == "initialize" and self._handshake is not None:
                 self._handshake.set()

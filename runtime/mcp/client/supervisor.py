@@ -47,7 +47,8 @@ __all__ = ["McpSupervisor", "McpToolSource", "ServerStatus", "State", "McpToolEn
 
 log = get_logger("mcp")
 
-State = Literal["connecting", "ready", "restarting", "failed", "stopped", "disabled"]
+State = Literal["connecting", "ready", "restarting", "failed", "stopped", "disabled", "needs_auth"]
+LOGIN_POLL_SECS = 2.0  # how often a server in needs_auth looks for the token `tern auth login` saves
 STABLE_SECS = 60.0
 REFRESH_DEBOUNCE_SECS = 0.1
 
@@ -118,9 +119,10 @@ class McpSupervisor:
 
     def __init__(self, entries: list[McpServerEntry], *, policy: Any = None, roots: list[str] | None = None,
                  on_event: Callable[[str, dict[str, Any]], None] | None = None,
-                 backoff_base: float = 0.5, backoff_max: float = 30.0) -> None:
+                 backoff_base: float = 0.5, backoff_max: float = 30.0, state_dir: str = "") -> None:
         self._servers = {entry.name: _Server(entry) for entry in entries}
         self.policy = policy
+        self.state_dir = state_dir  # where OAuth tokens live
         self.roots = roots
         self.on_event = on_event  # (kind, data): state changes, for the kernel's event bus
         #: server name -> the session's ``on_input`` (who answers that server's questions);
@@ -346,11 +348,14 @@ class McpSupervisor:
         entry, status = server.entry, server.status
         failures = 0
         while True:
+            await self._await_login(server)
             server.attempt_started = trio.current_time()
             self._set_state(server, "connecting" if failures == 0 and status.restarts == 0 else "restarting")
             error = await self._connection(server)
             status.last_error = error
             server.settled.set()
+            if self._login_needed(entry):
+                continue  # refused and not refreshable: wait for a person, not a restart
             if status.ready_since is not None and time.monotonic() - status.ready_since >= STABLE_SECS:
                 failures = 0
             status.ready_since = None
@@ -365,6 +370,30 @@ class McpSupervisor:
             self._set_state(server, "restarting", force=True)  # now with the error and count
             log.warning("MCP server '%s' is down (%s); restarting in %.1f s", entry.name, error, delay)
             await trio.sleep(delay)
+
+    def _login_needed(self, entry: McpServerEntry) -> bool:
+        """A server that logs in with a person's authorization code and has no token."""
+        oauth = getattr(entry.transport, "oauth", None)
+        if oauth is None or oauth.grant != "authorization_code" or not self.state_dir:
+            return False  # (no state dir: tokens live in the transport's memory only)
+        from runtime.mcp.client.oauth.store import TokenStore
+
+        return TokenStore(self.state_dir).tokens(entry.transport.url) is None
+
+    async def _await_login(self, server: _Server) -> None:
+        """State ``needs_auth`` (with the command to run) until a token appears: the
+        daemon never opens a browser; ``tern auth login`` saves the token it polls for."""
+        if not self._login_needed(server.entry):
+            return
+        from runtime.mcp.client.oauth.shell import login_hint
+
+        server.status.last_error = login_hint(server.entry.name)
+        self._set_state(server, "needs_auth")
+        log.warning("%s", server.status.last_error)
+        server.settled.set()  # a call waiting for it fails at once, with the hint
+        while self._login_needed(server.entry):
+            await trio.sleep(LOGIN_POLL_SECS)
+        log.info("MCP server '%s': a login appeared; connecting", server.entry.name)
 
     async def _connection(self, server: _Server) -> str:
         """One connection's life: connect, list tools, serve until it ends. Returns why it ended."""
@@ -387,7 +416,7 @@ class McpSupervisor:
         try:
             async with trio.open_nursery() as nursery:
                 client = await McpClient.connect(entry, nursery, roots=self.roots, on_notification=notified,
-                                                 policy=self.policy,
+                                                 policy=self.policy, state_dir=self.state_dir,
                                                  on_input=self.on_input(entry.name) if self.on_input else None)
                 try:
                     await self._list(server, client)

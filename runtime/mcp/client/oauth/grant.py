@@ -1,0 +1,275 @@
+"""The OAuth 2.1 exchanges themselves, sans-IO: what to send and what an answer means.
+
+- Client identity, in the spec's order: a pre-registered ``client_id`` (and secret)
+  from config; else a Client ID Metadata Document URL when the authorization server
+  says it reads them; else Dynamic Client Registration (RFC 7591, ``application_type``
+  set, as 2026-07-28 requires).
+- Authorization code with PKCE S256 and ``resource`` (RFC 8707); the redirect is
+  refused if its ``state`` differs, or (RFC 9207) its ``iss`` is not the issuer, or
+  ``iss`` is missing while the server advertised it.
+- Scope: the challenge's, else the resource's ``scopes_supported``, else none;
+  ``offline_access`` only when the authorization server lists it.
+- Token requests authenticate with ``none``, ``client_secret_basic`` or
+  ``client_secret_post``; tokens are refreshed a minute (at most half their life) before they expire (a token
+  without ``expires_in`` is used until the server refuses it).
+
+Randomness comes from ``secrets``; the clock is the caller's (``now``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+import msgspec
+
+from runtime.mcp.client.oauth.model import AsMetadata, AuthError, Client, ResourceMetadata, Tokens
+
+__all__ = ["Pkce", "AuthorizationRequest", "choose_scope", "client_for", "registration_body", "parse_registration",
+           "authorization_request", "code_from_redirect", "token_request", "parse_token_response",
+           "needs_refresh", "step_up_scope", "MAX_STEP_UPS", "REFRESH_MARGIN_SECS"]
+
+MAX_TOKEN_RESPONSE_BYTES = 64 * 1024
+MAX_STEP_UPS = 2  # re-authorizations for wider scope before the request fails (the spec wants a limit)
+REFRESH_MARGIN_SECS = 60.0
+CLIENT_NAME = "tern"
+
+
+class Pkce(msgspec.Struct, frozen=True):
+    verifier: str
+    challenge: str
+
+    @classmethod
+    def make(cls) -> Pkce:
+        verifier = secrets.token_urlsafe(48)  # 64 characters of the unreserved set (RFC 7636 §4.1)
+        digest = hashlib.sha256(verifier.encode("ascii")).digest()
+        return cls(verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii"))
+
+
+class AuthorizationRequest(msgspec.Struct, frozen=True):
+    """One login in progress: the URL to open and what the redirect must match."""
+
+    url: str
+    state: str
+    pkce: Pkce
+    redirect_uri: str
+    resource: str
+    scope: str
+    issuer: str
+    iss_required: bool
+
+
+def choose_scope(challenge_scope: str, resource: ResourceMetadata | None, server: AsMetadata,
+                 configured: tuple[str, ...] = (), *, want_refresh: bool = True) -> str:
+    """The ``scope`` to ask for: configured scopes win, then the challenge's, then the
+    resource's ``scopes_supported``, else none (empty: the parameter is omitted).
+    ``offline_access`` is added only when the authorization server lists it."""
+    if configured:
+        scopes = list(configured)
+    elif challenge_scope:
+        scopes = challenge_scope.split()
+    elif resource is not None and resource.scopes_supported:
+        scopes = list(resource.scopes_supported)
+    else:
+        scopes = []
+    if "offline_access" in scopes and "offline_access" not in server.scopes_supported:
+        scopes.remove("offline_access")
+    if want_refresh and scopes and "offline_access" in server.scopes_supported and "offline_access" not in scopes:
+        scopes.append("offline_access")
+    return " ".join(dict.fromkeys(scopes))
+
+
+def step_up_scope(current: str, challenge_scope: str) -> str:
+    """The scope to ask for after ``insufficient_scope``: what we had plus what the
+    server now asks for (so a step-up never drops an earlier permission)."""
+    return " ".join(dict.fromkeys(current.split() + challenge_scope.split()))
+
+
+def _auth_method(server: AsMetadata, has_secret: bool) -> str:
+    supported = server.token_endpoint_auth_methods_supported or ["client_secret_basic"]  # RFC 8414 default
+    if not has_secret:
+        return "none"
+    for method in ("client_secret_basic", "client_secret_post"):
+        if method in supported:
+            return method
+    return "client_secret_basic"
+
+
+def client_for(server: AsMetadata, issuer: str, *, client_id: str = "", client_secret: str = "",
+               metadata_url: str = "", redirect_uri: str = "") -> Client | None:
+    """The client identity to use without registering, or None when Dynamic Client
+    Registration is next (AuthError if the server offers no way at all)."""
+    if client_id:
+        return Client(issuer=issuer, client_id=client_id, client_secret=client_secret,
+                      auth_method=_auth_method(server, bool(client_secret)), redirect_uri=redirect_uri, how="config")
+    if metadata_url and server.client_id_metadata_document_supported:
+        return Client(issuer=issuer, client_id=metadata_url, auth_method="none", redirect_uri=redirect_uri,
+                      how="cimd")
+    if not server.registration_endpoint:
+        raise AuthError(f"the authorization server {issuer or 'of the server'} has no registration endpoint "
+                        "and no client_id is configured: set [mcp_servers.transport.oauth] client_id")
+    return None
+
+
+def registration_body(server: AsMetadata, redirect_uri: str, scope: str, grant: str = "authorization_code") -> bytes:
+    """An RFC 7591 registration request for a native (loopback redirect) client."""
+    supported = server.token_endpoint_auth_methods_supported
+    method = "none" if not supported or "none" in supported else _auth_method(server, True)
+    grants = ["authorization_code", "refresh_token"] if grant == "authorization_code" else [grant]
+    body: dict[str, Any] = {
+        "client_name": CLIENT_NAME,
+        "redirect_uris": [redirect_uri] if grant == "authorization_code" else [],
+        "grant_types": grants,
+        "response_types": ["code"] if grant == "authorization_code" else [],
+        "token_endpoint_auth_method": method,
+        "application_type": "native",
+    }
+    if scope:
+        body["scope"] = scope
+    return msgspec.json.encode(body)
+
+
+def parse_registration(status: int, body: bytes, server: AsMetadata, issuer: str, redirect_uri: str) -> Client:
+    """A registration answer as a ``Client``; AuthError for a refusal or a malformed one."""
+    doc = _json_object(body, "the client registration answer")
+    if status not in (200, 201):
+        raise AuthError(f"client registration refused (HTTP {status}): {_oauth_error(doc)}")
+    client_id = doc.get("client_id")
+    if not isinstance(client_id, str) or not client_id:
+        raise AuthError("the client registration answer has no client_id")
+    secret = doc.get("client_secret") if isinstance(doc.get("client_secret"), str) else ""
+    method = doc.get("token_endpoint_auth_method")
+    if not isinstance(method, str) or method not in ("none", "client_secret_basic", "client_secret_post"):
+        method = _auth_method(server, bool(secret))
+    return Client(issuer=issuer, client_id=client_id, client_secret=secret or "", auth_method=method,
+                  redirect_uri=redirect_uri, how="dcr")
+
+
+def authorization_request(server: AsMetadata, client: Client, resource: str, scope: str,
+                          redirect_uri: str) -> AuthorizationRequest:
+    """The authorization URL (PKCE S256, ``state``, ``resource``) and what its redirect must match."""
+    if not server.authorization_endpoint:
+        raise AuthError("the authorization server has no authorization endpoint (it only serves "
+                        "client credentials: set grant = \"client_credentials\")")
+    pkce = Pkce.make()
+    state = secrets.token_urlsafe(32)
+    params = {"response_type": "code", "client_id": client.client_id, "redirect_uri": redirect_uri,
+              "state": state, "code_challenge": pkce.challenge, "code_challenge_method": "S256",
+              "resource": resource}
+    if scope:
+        params["scope"] = scope
+    sep = "&" if urlsplit(server.authorization_endpoint).query else "?"
+    url = server.authorization_endpoint + sep + urlencode(params, quote_via=quote)
+    return AuthorizationRequest(url=url, state=state, pkce=pkce, redirect_uri=redirect_uri, resource=resource,
+                                scope=scope, issuer=server.issuer,
+                                iss_required=server.authorization_response_iss_parameter_supported)
+
+
+def code_from_redirect(pending: AuthorizationRequest, redirect: str) -> str:
+    """The code in a redirect (a full URL, or just its ``?code=...&state=...``);
+    AuthError if the state differs, the issuer is wrong or missing, or it carries an
+    error. The state is checked first, so a forged redirect learns nothing."""
+    text = redirect.strip()
+    if len(text) > 8192:
+        raise AuthError("the redirect is longer than 8192 characters")
+    query = urlsplit(text).query if "://" in text else text.lstrip("?")
+    params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items() if v}
+    if not secrets.compare_digest(params.get("state", "").encode(), pending.state.encode()):
+        raise AuthError("the redirect's state does not match this login: refused (a forged or stale redirect)")
+    iss = params.get("iss")
+    if iss is not None and pending.issuer and iss != pending.issuer:
+        raise AuthError(f"the redirect came from the issuer {iss[:200]!r}, not {pending.issuer}: refused "
+                        "(RFC 9207, a mix-up attack)")
+    if iss is None and pending.iss_required:
+        raise AuthError(f"the redirect has no iss although {pending.issuer} promised one: refused (RFC 9207)")
+    if "error" in params:
+        detail = params.get("error_description", "")
+        raise AuthError(f"the authorization server refused the login: {params['error'][:100]}"
+                        + (f" ({detail[:200]})" if detail else ""))
+    code = params.get("code", "")
+    if not code:
+        raise AuthError("the redirect carries no code")
+    return code
+
+
+def _client_auth(client: Client, form: dict[str, str], headers: dict[str, str]) -> None:
+    """``client_id`` always goes in the form too: it identifies, the secret authenticates,
+    and some servers (the official Python SDK's) want it there even with Basic."""
+    form["client_id"] = client.client_id
+    if client.auth_method == "client_secret_basic" and client.client_secret:
+        pair = f"{quote(client.client_id, safe='')}:{quote(client.client_secret, safe='')}"  # RFC 6749 §2.3.1
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+        return
+    if client.auth_method == "client_secret_post" and client.client_secret:
+        form["client_secret"] = client.client_secret
+
+
+def token_request(client: Client, grant: str, fields: dict[str, str]) -> tuple[bytes, dict[str, str]]:
+    """A token endpoint request body and headers: ``grant`` (authorization_code,
+    refresh_token, client_credentials) with its ``fields``, the client authenticated
+    its way."""
+    form = {"grant_type": grant, **{k: v for k, v in fields.items() if v}}
+    headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
+    _client_auth(client, form, headers)
+    return urlencode(form).encode("ascii"), headers
+
+
+def _json_object(body: bytes, what: str) -> dict[str, Any]:
+    if len(body) > MAX_TOKEN_RESPONSE_BYTES:
+        raise AuthError(f"{what} is larger than {MAX_TOKEN_RESPONSE_BYTES} bytes")
+    try:
+        doc = msgspec.json.decode(body) if body.strip() else {}
+    except msgspec.DecodeError:
+        raise AuthError(f"{what} is not JSON") from None
+    if not isinstance(doc, dict):
+        raise AuthError(f"{what} is not a JSON object")
+    return doc
+
+
+def _oauth_error(doc: dict[str, Any]) -> str:
+    error = doc.get("error")
+    text = str(error)[:100] if error else "no error code"
+    if isinstance(doc.get("error_description"), str):
+        text += f" ({doc['error_description'][:200]})"
+    return text
+
+
+def parse_token_response(status: int, body: bytes, now: float, *, issuer: str, resource: str,
+                         previous: Tokens | None = None) -> Tokens:
+    """A token endpoint answer as ``Tokens`` (absolute expiry; a refresh answer without
+    a new refresh token keeps the old one); AuthError for an error or a bad shape."""
+    doc = _json_object(body, "the token response")
+    if status != 200:
+        raise AuthError(f"the token endpoint refused (HTTP {status}): {_oauth_error(doc)}")
+    token = doc.get("access_token")
+    if not isinstance(token, str) or not token or len(token) > 16384:
+        raise AuthError("the token response has no usable access_token")
+    token_type = doc.get("token_type", "Bearer")
+    if not isinstance(token_type, str) or token_type.lower() != "bearer":
+        raise AuthError(f"the token response has token_type {str(token_type)[:40]!r}; tern sends Bearer tokens only")
+    expires_in = doc.get("expires_in")
+    if isinstance(expires_in, str) and expires_in.isdigit():
+        expires_in = int(expires_in)
+    expires_at = now + expires_in if isinstance(expires_in, (int, float)) and not isinstance(expires_in, bool) \
+        and expires_in > 0 else 0.0
+    refresh = doc.get("refresh_token") if isinstance(doc.get("refresh_token"), str) else ""
+    if not refresh and previous is not None:
+        refresh = previous.refresh_token
+    scope = doc.get("scope") if isinstance(doc.get("scope"), str) else (previous.scope if previous else "")
+    return Tokens(access_token=token, token_type="Bearer", refresh_token=refresh or "", scope=scope or "",
+                  expires_at=float(expires_at), obtained_at=now, issuer=issuer, resource=resource)
+
+
+def needs_refresh(tokens: Tokens, now: float) -> bool:
+    """Whether to refresh before the next request: it expires within a minute (or
+    within half its lifetime, for a short-lived one, so it is not refreshed on every
+    request)."""
+    if not tokens.expires_at:
+        return False
+    margin = REFRESH_MARGIN_SECS
+    if tokens.obtained_at:
+        margin = min(margin, (tokens.expires_at - tokens.obtained_at) / 2)
+    return now >= tokens.expires_at - margin

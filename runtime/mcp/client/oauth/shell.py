@@ -1,0 +1,332 @@
+"""The trio shell of tern's OAuth client: it moves the bytes the sans-IO core asks
+for, through the transport's guarded HTTP client (the SSRF guard checks every
+address, no redirect is followed, every answer is size-bounded and every exchange
+has a deadline).
+
+A transport asks ``authorization()`` for the header of each request (refreshing the
+token a minute before it expires) and calls ``challenged()`` when a server answers
+401 or 403; it retries the request when that returns True. Only one flow runs at a
+time per server; a request that was refused with a token someone has replaced since
+just retries.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+import httpx
+import trio
+
+from runtime.config import OAuthConfig
+from runtime.log import get_logger, register_secret
+from runtime.mcp.client.oauth import discovery, grant
+from runtime.mcp.client.oauth.challenge import Challenge, parse_www_authenticate
+from runtime.mcp.client.oauth.model import AsMetadata, AuthError, AuthRequired, Client, ResourceMetadata, Tokens
+from runtime.mcp.client.oauth.store import TokenStore
+
+__all__ = ["OAuthSession", "Authorizer", "MAX_RESPONSE_BYTES"]
+
+log = get_logger("mcp.oauth")
+MAX_RESPONSE_BYTES = 64 * 1024
+DEFAULT_REDIRECT = "http://127.0.0.1/callback"
+LOGIN_SECS = 15 * 60  # a person has this long to log in
+
+
+class Authorizer(Protocol):
+    """Whoever completes a login: shows ``url`` to a person (or a test's headless
+    agent), gets the redirect it led to (a URL, or its query) and returns what
+    ``accept`` makes of it: the code. ``accept`` raises AuthError for a redirect that
+    is not this login's (wrong state or issuer); the authorizer may wait for another."""
+
+    redirect_uri: str
+
+    async def __call__(self, url: str, accept: Callable[[str], str]) -> str: ...
+
+
+class OAuthSession:
+    """OAuth for one MCP server (``server_url``), as configured in ``config``."""
+
+    def __init__(self, name: str, server_url: str, config: OAuthConfig, http: httpx.AsyncClient, store: TokenStore,
+                 *, authorizer: Authorizer | None = None, environ: Mapping[str, str] | None = None,
+                 timeout_secs: float = 30.0, now: Callable[[], float] = time.time) -> None:
+        self.name = name
+        self.server_url = server_url
+        self.config = config
+        self.http = http
+        self.store = store
+        self.authorizer = authorizer
+        self.timeout_secs = timeout_secs
+        self.now = now
+        env = os.environ if environ is None else environ
+        self._secret = env.get(config.client_secret_env, "") if config.client_secret_env else ""
+        if self._secret:
+            register_secret(self._secret)  # masked in every log line, should one ever quote it
+        if config.client_secret_env and not self._secret:
+            log.warning("MCP server '%s': %s is not set; using no client secret", name, config.client_secret_env)
+        self._lock = trio.Lock()
+        self._step_ups = 0
+        self.requested_scope = ""
+        self._cached: tuple[tuple[int, int], Tokens | None] | None = None
+        self._refreshed_on_401 = ""  # the header of a token refreshed because of a 401
+
+    # --- what the transport calls ---------------------------------------------------
+
+    def current(self) -> Tokens | None:
+        """The saved tokens; read again only when the file changed (a login by the CLI)."""
+        stamp = self.store.tokens_stamp(self.server_url)
+        if self._cached is None or self._cached[0] != stamp:
+            self._cached = (stamp, self.store.tokens(self.server_url))
+        return self._cached[1]
+
+    async def authorization(self) -> str | None:
+        """The ``Authorization`` header value for the next request (None: no token yet).
+        A token about to expire is refreshed first; if that fails the old one is sent
+        and the server's 401 starts a new flow."""
+        tokens = self.current()
+        if tokens is None:
+            return None
+        if grant.needs_refresh(tokens, self.now()):
+            async with self._lock:
+                tokens = self.current()
+                if tokens is not None and grant.needs_refresh(tokens, self.now()):
+                    tokens = await self._refresh_or_none(tokens) or tokens
+        return f"Bearer {tokens.access_token}" if tokens else None
+
+    def succeeded(self) -> None:
+        """A request went through: the step-up budget starts again."""
+        self._step_ups = 0
+
+    async def challenged(self, status: int, www_authenticate: list[str], sent: str | None) -> bool:
+        """The server refused a request sent with the header ``sent`` (401 or 403):
+        get a new token if that can help. True: send the request again; False: give
+        up (the refusal stands). AuthRequired when only a person can log in."""
+        challenge = parse_www_authenticate(www_authenticate)
+        if status == 403 and not challenge.insufficient_scope:
+            return False
+        async with self._lock:
+            tokens = self.current()
+            if tokens is not None and sent != f"Bearer {tokens.access_token}":
+                return True  # another request already got a new token
+            if challenge.insufficient_scope:
+                self._step_ups += 1
+                if self._step_ups > grant.MAX_STEP_UPS:
+                    log.warning("MCP server '%s' still wants more scope after %d re-authorizations: giving up",
+                                self.name, grant.MAX_STEP_UPS)
+                    return False
+                current = tokens.scope if tokens and tokens.scope else self.requested_scope
+                await self.login(challenge, scope=grant.step_up_scope(current, challenge.scope))
+                return True
+            found = await self.discover(challenge)
+            issuer = found[1].issuer or discovery.origin_of(self.server_url)
+            if (tokens is not None and tokens.refresh_token and sent is not None and issuer == tokens.issuer
+                    and sent != self._refreshed_on_401):
+                # Refresh once at the issuer that gave the token; a token refreshed because of
+                # a 401 and refused again, or a server now naming another authorization server
+                # (a migration), needs a new login instead.
+                fresh = await self._refresh_or_none(tokens)
+                if fresh is not None:
+                    self._refreshed_on_401 = f"Bearer {fresh.access_token}"
+                    return True
+            await self.login(challenge, found=found)
+            return True
+
+    # --- the flows ------------------------------------------------------------------
+
+    async def probe(self, *, sse: bool = False) -> Challenge:
+        """Ask the server without a token and read its challenge (where its metadata
+        is, what scope it wants); an empty one if it did not refuse."""
+        headers = {"Accept": "text/event-stream" if sse else "application/json, text/event-stream",
+                   "Content-Type": "application/json"}
+        body = None if sse else b'{"jsonrpc":"2.0","id":0,"method":"ping"}'
+        try:
+            with trio.fail_after(self.timeout_secs):
+                async with self.http.stream("GET" if sse else "POST", self.server_url, content=body,
+                                            headers=headers) as response:
+                    status, values = response.status_code, response.headers.get_list("www-authenticate")
+        except (trio.TooSlowError, httpx.HTTPError) as exc:
+            raise AuthError(f"MCP server '{self.name}': cannot reach {_short(self.server_url)}: "
+                            f"{exc or type(exc).__name__}") from None
+        return parse_www_authenticate(values) if status in (401, 403) else Challenge()
+
+    async def discover(self, challenge: Challenge = Challenge()) -> tuple[ResourceMetadata | None, AsMetadata, str]:
+        """The server's resource metadata (None for a 2025-03-26 server), its
+        authorization server's metadata and the ``resource`` to ask tokens for."""
+        resource_meta = await self._resource_metadata(challenge.resource_metadata)
+        if resource_meta is None:
+            issuer = discovery.origin_of(self.server_url)
+            server = await self._as_metadata(issuer) or discovery.legacy_as_metadata(self.server_url)
+            return None, server, discovery.canonical_resource(self.server_url)
+        issuer = resource_meta.authorization_servers[0]
+        server = await self._as_metadata(issuer)
+        if server is None:
+            raise AuthError(f"MCP server '{self.name}': no authorization server metadata found for {issuer}")
+        return resource_meta, server, resource_meta.resource
+
+    async def login(self, challenge: Challenge = Challenge(), *, scope: str | None = None,
+                    found: tuple[ResourceMetadata | None, AsMetadata, str] | None = None) -> Tokens:
+        """The whole flow: discover (unless ``found`` already), identify the client,
+        get tokens, save them."""
+        resource_meta, server, resource = found if found is not None else await self.discover(challenge)
+        issuer = server.issuer or discovery.origin_of(self.server_url)
+        if scope is None:
+            scope = grant.choose_scope(challenge.scope, resource_meta, server, tuple(self.config.scopes),
+                                       want_refresh=self.config.grant == "authorization_code")
+        self.requested_scope = scope
+        if self.config.grant == "client_credentials":
+            client = self._configured_client(server, issuer)
+            tokens = await self._token(server, client, "client_credentials", {"scope": scope, "resource": resource},
+                                       issuer, resource)
+        else:
+            if self.authorizer is None:
+                self.store.forget_tokens(self.server_url)  # refused and not refreshable: useless now
+                raise AuthRequired(login_hint(self.name))
+            redirect_uri = self.config.redirect_uri or self.authorizer.redirect_uri or DEFAULT_REDIRECT
+            client = await self._client(server, issuer, redirect_uri, scope)
+            pending = grant.authorization_request(server, client, resource, scope, redirect_uri)
+            try:
+                with trio.fail_after(LOGIN_SECS):
+                    code = await self.authorizer(pending.url, lambda redirect: grant.code_from_redirect(pending,
+                                                                                                       redirect))
+            except trio.TooSlowError:
+                raise AuthError(f"MCP server '{self.name}': no login within {LOGIN_SECS // 60} minutes") from None
+            tokens = await self._token(server, client, "authorization_code",
+                                       {"code": code, "code_verifier": pending.pkce.verifier,
+                                        "redirect_uri": redirect_uri, "resource": resource}, issuer, resource)
+        self.store.save_tokens(self.server_url, tokens)
+        log.info("MCP server '%s': signed in at %s (scope %s)", self.name, issuer, tokens.scope or scope or "none")
+        return tokens
+
+    def _configured_client(self, server: AsMetadata, issuer: str) -> Client:
+        client = grant.client_for(server, issuer, client_id=self.config.client_id, client_secret=self._secret)
+        if client is None or client.how != "config":
+            raise AuthError(f"MCP server '{self.name}': grant = \"client_credentials\" needs a client_id")
+        if self.config.private_key_file:
+            client.auth_method = "private_key_jwt"
+        return client
+
+    def _assertion(self, client: Client, audience: str) -> dict[str, str]:
+        """RFC 7523 client authentication: a JWT signed with the configured key."""
+        from runtime.mcp.client.oauth import jwt
+
+        try:
+            with open(self.config.private_key_file, encoding="ascii") as f:
+                pem = f.read(16384)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AuthError(f"MCP server '{self.name}': cannot read the OAuth private key "
+                            f"{self.config.private_key_file}: {getattr(exc, 'strerror', None) or exc}") from None
+        key = jwt.load_private_key(pem)
+        return {"client_assertion_type": jwt.ASSERTION_TYPE,
+                "client_assertion": jwt.client_assertion(key, client.client_id, audience, self.now())}
+
+    async def _client(self, server: AsMetadata, issuer: str, redirect_uri: str, scope: str) -> Client:
+        client = grant.client_for(server, issuer, client_id=self.config.client_id, client_secret=self._secret,
+                                  metadata_url=self.config.client_metadata_url, redirect_uri=redirect_uri)
+        if client is not None:
+            return client
+        saved = self.store.client(issuer)
+        if saved is not None and saved.issuer == issuer and saved.redirect_uri == redirect_uri:
+            return saved
+        status, body, _ = await self._fetch("POST", server.registration_endpoint,
+                                            grant.registration_body(server, redirect_uri, scope),
+                                            {"Content-Type": "application/json", "Accept": "application/json"})
+        client = grant.parse_registration(status, body, server, issuer, redirect_uri)
+        self.store.save_client(issuer, client)
+        return client
+
+    async def _token(self, server: AsMetadata, client: Client, kind: str, fields: dict[str, str], issuer: str,
+                     resource: str, previous: Tokens | None = None) -> Tokens:
+        if client.auth_method == "private_key_jwt":
+            fields = {**fields, **self._assertion(client, server.issuer or server.token_endpoint)}
+        body, headers = grant.token_request(client, kind, fields)
+        status, answer, _ = await self._fetch("POST", server.token_endpoint, body, headers)
+        return grant.parse_token_response(status, answer, self.now(), issuer=issuer, resource=resource,
+                                          previous=previous)
+
+    async def _refresh_or_none(self, tokens: Tokens) -> Tokens | None:
+        """Refresh ``tokens`` at the issuer that gave them (never another one); None
+        if that cannot be done, with the reason logged (then a new flow runs)."""
+        if not tokens.refresh_token:
+            return None
+        try:
+            server = await self._as_metadata(tokens.issuer) if tokens.issuer else None
+            if server is None:
+                server = discovery.legacy_as_metadata(self.server_url)
+            client = await self._saved_client(server, tokens.issuer)
+            if client is None:
+                return None
+            fresh = await self._token(server, client, "refresh_token",
+                                      {"refresh_token": tokens.refresh_token, "resource": tokens.resource},
+                                      tokens.issuer, tokens.resource, previous=tokens)
+        except AuthError as exc:
+            log.warning("MCP server '%s': refreshing the token failed: %s", self.name, exc)
+            return None
+        self.store.save_tokens(self.server_url, fresh)
+        return fresh
+
+    async def _saved_client(self, server: AsMetadata, issuer: str) -> Client | None:
+        client = grant.client_for(server, issuer, client_id=self.config.client_id, client_secret=self._secret,
+                                  metadata_url=self.config.client_metadata_url)
+        return client if client is not None else self.store.client(issuer)
+
+    # --- discovery --------------------------------------------------------------------
+
+    async def _resource_metadata(self, header_url: str) -> ResourceMetadata | None:
+        if header_url and discovery.origin_of(header_url) != discovery.origin_of(self.server_url):
+            log.warning("MCP server '%s' named resource metadata on another origin (%s): ignored",
+                        self.name, discovery.origin_of(header_url)[:200])
+            header_url = ""
+        for url in discovery.resource_metadata_urls(self.server_url, header_url):
+            status, body = await self._get_document(url)
+            if status == 200:
+                return discovery.parse_resource_metadata(body, self.server_url)
+        return None
+
+    async def _as_metadata(self, issuer: str) -> AsMetadata | None:
+        for url in discovery.as_metadata_urls(issuer):
+            status, body = await self._get_document(url)
+            if status == 200:
+                return discovery.parse_as_metadata(body, issuer)
+        return None
+
+    async def _get_document(self, url: str) -> tuple[int, bytes]:
+        """GET one metadata document: (status, body); (0, b"") if it could not be
+        fetched at all (refused by the guard, too slow, too large), with a warning."""
+        try:
+            status, body, _ = await self._fetch("GET", url, None, {"Accept": "application/json"})
+        except AuthError as exc:
+            log.warning("MCP server '%s': %s", self.name, exc)
+            return 0, b""
+        return status, body
+
+    async def _fetch(self, method: str, url: str, content: bytes | None,
+                     headers: dict[str, str]) -> tuple[int, bytes, httpx.Headers]:
+        """One exchange with a bounded answer and a deadline; AuthError for anything
+        that goes wrong on the way (the text names the URL, never a secret)."""
+        data = bytearray()
+        try:
+            with trio.fail_after(self.timeout_secs):
+                async with self.http.stream(method, url, content=content, headers=headers) as response:
+                    async for chunk in response.aiter_raw():
+                        data += chunk
+                        if len(data) > MAX_RESPONSE_BYTES:
+                            raise AuthError(f"{method} {_short(url)}: the answer is larger than "
+                                            f"{MAX_RESPONSE_BYTES} bytes")
+        except trio.TooSlowError:
+            raise AuthError(f"{method} {_short(url)} took longer than {self.timeout_secs:g} s") from None
+        except httpx.HTTPError as exc:
+            raise AuthError(f"{method} {_short(url)} failed: {exc or type(exc).__name__}") from None
+        return response.status_code, bytes(data), response.headers
+
+
+def login_hint(name: str) -> str:
+    return f"MCP server '{name}' needs a login: run `tern auth login {name}`"
+
+
+def _short(url: str) -> str:
+    """A URL for a message: no query (it may carry a code)."""
+    return url.split("?", 1)[0][:200]
+
+
