@@ -19,9 +19,9 @@ from runtime.config.load import (
     user_config_dir, user_state_dir,
 )
 from runtime.config.schema import (
-    A2aConfig, AccessTier, AgentConfig, ApprovalRule, Config, ExternalAgent, GovernanceConfig, HttpTransport, McpPreset,
-    McpServerEntry, McpServerExposure, ModelConfig, ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill,
-    SseTransport, StateConfig, StdioTransport, ToolsConfig,
+    A2aConfig, AccessTier, AgentConfig, ApprovalRule, Config, ExternalAgent, GovernanceConfig, HttpTransport, McpAsk,
+    McpAskQuestion, McpPreset, McpServerEntry, McpServerExposure, ModelConfig, ScriptsConfig, SecurityConfig,
+    ServerConfig, ShellRule, Skill, SseTransport, StateConfig, StdioTransport, ToolsConfig,
 )
 
 __all__ = [
@@ -32,6 +32,8 @@ __all__ = [
     "HttpTransport",
     "SseTransport",
     "McpServerExposure",
+    "McpAsk",
+    "McpAskQuestion",
     "McpPreset",
     "A2aConfig",
     "ExternalAgent",

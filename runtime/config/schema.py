@@ -121,6 +121,37 @@ class McpPreset(_Section):
     description: str = ""
 
 
+class McpAskQuestion(_Section):
+    """One question an ask puts to its MCP caller: a ``form`` (elicitation: ``message``
+    and a flat ``schema``), a ``sampling`` request (``message`` is the user prompt, with
+    ``system`` and ``max_tokens``) or ``roots`` (the client's roots). ``{name}`` in a
+    message is a tool argument or an earlier round's answer. ``optional``: skipped when
+    the client cannot answer it; otherwise such a client gets -32021."""
+
+    key: str
+    kind: Literal["form", "sampling", "roots"]
+    round: int = 1
+    message: str = ""
+    schema: dict[str, Any] = {}
+    system: str = ""
+    max_tokens: int = 1000
+    optional: bool = False
+
+
+class McpAsk(_Section):
+    """A tool that asks its MCP caller (elicitation, sampling, roots; both eras) and
+    returns ``reply`` with the answers filled in, or sends it as the ``message`` to the
+    exposed tool ``send_to`` (an agent) and returns that tool's result."""
+
+    name: str
+    description: str = ""
+    arguments: list[str] = []  # string arguments the tool takes, all required
+    questions: list[McpAskQuestion] = []
+    reply: str = ""
+    send_to: str = ""
+    timeout_secs: float = 300.0  # handshake era: how long one question waits for the client
+
+
 class McpServerExposure(_Section):
     """What tern itself exposes as an MCP server (``tern mcp``, ``POST /mcp``).
 
@@ -133,6 +164,7 @@ class McpServerExposure(_Section):
     expose_agents: bool = True
     tools: list[str] = []
     presets: list[McpPreset] = []
+    asks: list[McpAsk] = []
     instructions: str = ""
     page_size: int = 100
     max_sessions: int = 256  # POST /mcp, handshake era: the least recently used idle one goes first

@@ -44,6 +44,8 @@ from runtime.wire.limits import check_name
 from runtime.log import get_logger
 from runtime.ports import ApprovalPort, EventPort, ToolPort
 from runtime.mcp.server.asking import Asker, decide, elicitation, wants_form
+from runtime.mcp.server.ask_call import AskStates, ask_handshake, ask_modern, conclude, error_result
+from runtime.mcp.server.asks import Ask
 from runtime.mcp.server.exposure import Exposure
 from runtime.mcp.server.mrtr import Mrtr, Parked
 from runtime.mcp.server.outbound import ClientRequests
@@ -102,6 +104,18 @@ class Peer:
             run.cancel()
 
 
+class _Waiting:
+    """An ask's questions in ``Peer.inflight``, where the client's cancel finds them."""
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.scope.cancel()
+
+
 class _Cancelled(Exception):
     """The client cancelled this request: it gets no reply."""
 
@@ -118,6 +132,7 @@ class McpServer:
         self.tools = tools
         self.approvals = approvals
         self.mrtr = Mrtr(keep_secs=config.governance.approval_timeout_secs + 60.0)
+        self.ask_states = AskStates(self.mrtr)
         self.exposure = Exposure(config, tools, events)
         settings = config.mcp_server
         self.page_size = max(1, settings.page_size)
@@ -239,6 +254,22 @@ class McpServer:
         result["_meta"] = {META_SERVER_INFO: self.server_info}
         return result
 
+    def refusal(self, message: Any) -> RpcError | None:
+        """The error a 2026-07-28 ``tools/call`` of an ask gets before it starts (a
+        capability the client lacks), so HTTP can answer it with its status, not on an
+        event stream that already said 200."""
+        params = message.params if isinstance(message, jsonrpc.Request) and message.method == "tools/call" else None
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        name = params.get("name") if isinstance(meta, dict) and META_VERSION in meta else None  # type: ignore[union-attr]
+        ask = self.exposure.ask(name) if isinstance(name, str) else None
+        if ask is None or not isinstance(meta, dict):
+            return None
+        try:
+            ask.check_capabilities(meta.get(META_CAPABILITIES))
+        except RpcError as error:
+            return error
+        return None
+
     # --- Tools --------------------------------------------------------------------------
 
     def _tools_page(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -266,6 +297,14 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise RpcError(jsonrpc.INVALID_PARAMS, "params.arguments must be an object")
+        forwarded = False  # an ask's reply sent on to its send_to tool
+        ask = self.exposure.ask(name)
+        if ask is not None:
+            step = await self._ask(request_id, ask, arguments, params, peer, notify, modern)
+            if isinstance(step, dict):
+                return step
+            (name, arguments), forwarded = step, True
+            params = {key: value for key, value in params.items() if key not in ("requestState", "inputResponses")}
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         token = token if isinstance(token, (str, int)) and not isinstance(token, bool) else None
@@ -275,8 +314,8 @@ class McpServer:
         if modern is not None:
             peer.client_name = _client_name(modern.get(META_CLIENT_INFO))
             state = params.get("requestState")
-            if state is not None or (self.approvals is not None and self.mrtr.available()
-                                     and wants_form(modern.get(META_CAPABILITIES))):
+            if not forwarded and (state is not None or (self.approvals is not None and self.mrtr.available()
+                                                        and wants_form(modern.get(META_CAPABILITIES)))):
                 return await self._call_parked(request_id, name, arguments, params, state, peer, reporter)
             elicit, log_ok = False, _at_most_warning(log_level)  # 2026-07-28: no requests to the client
         else:
@@ -310,6 +349,31 @@ class McpServer:
         if run.cancelled:
             raise _Cancelled
         return result
+
+    async def _ask(self, request_id: Any, ask: Ask, arguments: dict[str, Any], params: dict[str, Any], peer: Peer,
+                   notify: Notify | None, modern: dict[str, Any] | None) -> dict[str, Any] | tuple[str, dict]:
+        """An ask tool's questions (``ask_call.py``): a result, or the call to make next."""
+        problem = ask.check_arguments(arguments)
+        if problem:
+            return error_result(f"invalid arguments: {problem}")
+        if modern is not None:
+            ask.check_capabilities(modern.get(META_CAPABILITIES))
+            step = ask_modern(ask, self.ask_states, arguments, params, modern.get(META_CAPABILITIES), peer.label)
+        else:
+            ask.check_capabilities(peer.capabilities)
+            waiting = _Waiting()
+            peer.inflight[request_id] = waiting  # notifications/cancelled ends the wait
+            try:
+                with waiting.scope:
+                    step = await ask_handshake(ask, arguments, peer, notify, mode=peer.version >= FORM_MODE_SINCE)
+            finally:
+                if peer.inflight.get(request_id) is waiting:
+                    del peer.inflight[request_id]
+            if waiting.cancelled:
+                raise _Cancelled
+        if "answers" not in step:
+            return step.get("result") or step["error"]
+        return conclude(ask, arguments, step["answers"])
 
     async def _call_parked(self, request_id: Any, name: str, arguments: dict[str, Any], params: dict[str, Any],
                            state: Any, peer: Peer, reporter: _Reporter | None) -> dict[str, Any]:

@@ -9,6 +9,8 @@
   anyone with the key; tern does not).
 - ``[[mcp_server.presets]]``: a fixed call (an exposed tool plus fixed arguments)
   published as a tool with no arguments.
+- ``[[mcp_server.asks]]``: tools that ask their caller for input (``asks.py``); the
+  dispatcher runs them, since only it can talk to the client.
 
 Every call goes through the kernel's tool pipeline (validation, timeout, truncation,
 redaction, audit): an agent tool is ``agent_send`` to that agent.
@@ -23,6 +25,7 @@ from runtime.config import AgentConfig, Config
 from runtime.errors import RpcError
 from runtime.ports import EventPort, Tool, ToolPort
 from runtime.mcp.names import agent_tool_name, tool_globs
+from runtime.mcp.server.asks import Ask
 from runtime.wire.jsonrpc import INVALID_PARAMS
 from runtime.wire.limits import MAX_ID_CHARS, check_id
 
@@ -64,12 +67,17 @@ class Exposure:
             for agent in self.config.agents:
                 self._agents.setdefault(agent_tool_name(agent.name), agent)
         self._presets = {preset.name: preset for preset in settings.presets}
+        self._asks = {ask.name: Ask(ask) for ask in settings.asks}
+
+    def ask(self, name: str) -> Ask | None:
+        """The ask tool ``name``, unless an agent or preset of that name comes first."""
+        return self._asks.get(name) if name not in self._agents and name not in self._presets else None
 
     # --- Listing ------------------------------------------------------------------------
 
     def tools(self) -> list[dict[str, Any]]:
         """Every exposed tool as MCP describes one, in a stable order: agents, kernel
-        tools, presets."""
+        tools, presets, asks."""
         listed = [self._agent_tool(name, agent) for name, agent in self._agents.items()]
         taken = set(self._agents)
         for tool in self._kernel_tools():
@@ -85,6 +93,7 @@ class Exposure:
                 taken.add(name)
                 listed.append({"name": name, "description": preset.description or f"Calls {preset.tool}.",
                                "inputSchema": NO_ARGUMENTS})
+        listed.extend(ask.tool() for name, ask in self._asks.items() if name not in taken)
         return listed
 
     def names(self) -> frozenset[str]:

@@ -183,6 +183,10 @@ class McpHttpEndpoint:
         *,
         headers: list[tuple[bytes, bytes]],
     ) -> Response | StreamResponse:
+        refusal = self.server.refusal(message) if _is_modern(message) else None
+        if refusal is not None:
+            return Response(_STATUS_OF_CODE.get(refusal.code, 400),
+                            jsonrpc.encode(jsonrpc.error_answer(message.id, refusal)), headers=headers)
         if wants_sse and (message.method == "tools/call" or not wants_json):
 
             async def produce(send: trio.MemorySendChannel[bytes]) -> None:
