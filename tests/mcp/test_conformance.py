@@ -119,8 +119,8 @@ def test_conformance_2026_07_28(conformance, tern_url, tmp_path):
     for scenario in ("tools-list", "tools-call-simple-text", "tools-call-error", "tools-call-with-progress",
                      "tools-call-image", "http-header-validation", "dns-rebinding-protection",
                      "sep-2164-resource-not-found", "input-required-result-unsupported-methods",
-                     "input-required-result-validate-input", "server-stateless", "tools-call-sampling",
-                     "tools-call-elicitation", "input-required-result-basic-elicitation",
+                     "input-required-result-validate-input", "server-stateless",
+                     "input-required-result-basic-elicitation", "input-required-result-basic-sampling",
                      "input-required-result-tampered-state", "input-required-result-multi-round",
                      "input-required-result-multiple-input-requests", "input-required-result-capability-check"):
         assert results[scenario][0] > 0 and results[scenario][1] == 0, scenario
