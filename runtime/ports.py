@@ -24,7 +24,7 @@ import msgspec
 __all__ = [
     "Tool", "ToolResult", "ToolContext", "AgentReply", "Handler", "TextSink",
     "Run", "ToolPort", "AgentPort", "EventPort", "Subscription", "ToolSource",
-    "Approval", "Ask", "ApprovalPort",
+    "Approval", "Ask", "ApprovalPort", "Sample",
 ]
 
 Source = Literal["builtin", "mcp", "a2a"]
@@ -60,8 +60,9 @@ class ToolContext(msgspec.Struct, frozen=True):
     name, its workspace directory (file tools stay inside it), tern's state directory.
     A caller that can show a long call's life (the MCP server) sets ``progress(text)``
     (output as it comes) and ``log(level, text)``: plain callbacks that never block.
-    A caller that can put a question to a person sets ``ask`` (see ``Ask``); it is passed
-    on to the runs of agents this call sends messages to."""
+    A caller that can put a question to a person sets ``ask`` (see ``Ask``), one whose
+    client can run model turns sets ``sample`` (see ``Sample``); both are passed on to
+    the runs of agents this call sends messages to."""
 
     agent: str = ""
     workspace: str = ""
@@ -69,6 +70,7 @@ class ToolContext(msgspec.Struct, frozen=True):
     progress: Any = None
     log: Any = None
     ask: Any = None
+    sample: Any = None
 
 
 class AgentReply(msgspec.Struct, frozen=True):
@@ -110,6 +112,13 @@ class Approval(msgspec.Struct, frozen=True):
 #: without deciding leaves the request to the other channels until it expires.
 Ask = Callable[[Approval], Awaitable[None]]
 
+#: Runs one model turn on the caller's own model: an MCP client's sampling. Takes
+#: ``sampling/createMessage`` params and returns the client's result; raises a
+#: TernError when the client cannot, will not, or does not answer in time. Set by a
+#: caller that has such a client (the MCP server); an llm agent with ``provider =
+#: "mcp-sampling"`` runs its turns through it.
+Sample = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
 
 class ApprovalPort(Protocol):
     """Pending tool-call approvals, and the one way to decide them."""
@@ -146,7 +155,8 @@ class ToolPort(Protocol):
         ...
 
     def run(self, agent: Any = None, *, progress: TextSink | None = None,
-            log: Callable[[str, str], None] | None = None, ask: Ask | None = None) -> Run: ...
+            log: Callable[[str, str], None] | None = None, ask: Ask | None = None,
+            sample: Sample | None = None) -> Run: ...
 
     async def call(self, name: str, arguments: Any = None, *, run: Any = None,
                    timeout_secs: float | None = None, caller: str = "") -> ToolResult: ...
@@ -159,7 +169,8 @@ class AgentPort(Protocol):
 
     async def send(self, name: str, message: str, *, context_id: str | None = None,
                    on_text: TextSink | None = None, on_log: Callable[[str, str], None] | None = None,
-                   env: dict[str, str] | None = None, ask: Ask | None = None) -> AgentReply: ...
+                   env: dict[str, str] | None = None, ask: Ask | None = None,
+                   sample: Sample | None = None) -> AgentReply: ...
 
     def admit(self, name: str) -> None:
         """Whether ``name`` may take a message now under its ``requests_per_minute``

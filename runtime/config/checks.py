@@ -41,7 +41,8 @@ def missing_key_warnings(config: Config) -> list[str]:
     needs no key, and the variable may be set for the daemon but not for ``config check``."""
     return [f'agents[{i}].model.api_key_env: "{agent.model.api_key_env}" is not set, so no key is sent '
             f"to {agent.model.base_url}" for i, agent in enumerate(config.agents)
-            if agent.model is not None and agent.model.api_key_env and not os.environ.get(agent.model.api_key_env)]
+            if agent.model is not None and agent.model.provider == "openai" and agent.model.api_key_env
+            and not os.environ.get(agent.model.api_key_env)]
 
 
 def _runnable(command: str, cwd: str = "") -> bool:

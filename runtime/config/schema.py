@@ -214,8 +214,11 @@ class A2aConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """An OpenAI-compatible chat completions endpoint (Ollama, llama-server, vLLM...)."""
+    """An OpenAI-compatible chat completions endpoint (Ollama, llama-server, vLLM...), or
+    with ``provider = "mcp-sampling"`` the model of the MCP client that called the agent
+    (its sampling; ``model`` is then only a hint, and no endpoint or key is used)."""
 
+    provider: Literal["openai", "mcp-sampling"] = "openai"
     base_url: str = "http://127.0.0.1:11434/v1"
     model: str = ""
     api_key_env: str = ""

@@ -66,7 +66,8 @@ class GuardedTools:
     async def wait_for(self, name: str) -> Tool | None:
         return self.get(name)
 
-    def run(self, agent: Any = None, *, progress: Any = None, log: Any = None, ask: Any = None) -> GuardedRun:
+    def run(self, agent: Any = None, *, progress: Any = None, log: Any = None, ask: Any = None,
+            sample: Any = None) -> GuardedRun:
         self.runs.append(GuardedRun(progress, log, ask))
         return self.runs[-1]
 

@@ -49,6 +49,7 @@ from runtime.mcp.server.asks import Ask
 from runtime.mcp.server.exposure import Exposure
 from runtime.mcp.server.mrtr import Mrtr, Parked
 from runtime.mcp.server.outbound import ClientRequests
+from runtime.mcp.server.sampling import HandshakeSampler, can_sample, fit
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, META_CAPABILITIES, META_PREFIX, META_VERSION, MODERN_VERSION,
                                   UNSUPPORTED_VERSION)
 from runtime.wire import jsonrpc
@@ -314,9 +315,12 @@ class McpServer:
         if modern is not None:
             peer.client_name = _client_name(modern.get(META_CLIENT_INFO))
             state = params.get("requestState")
-            if not forwarded and (state is not None or (self.approvals is not None and self.mrtr.available()
-                                                        and wants_form(modern.get(META_CAPABILITIES)))):
-                return await self._call_parked(request_id, name, arguments, params, state, peer, reporter)
+            capabilities = modern.get(META_CAPABILITIES)
+            forms = self.approvals is not None and wants_form(capabilities)
+            if not forwarded and (state is not None or (self.mrtr.available()
+                                                        and (forms or can_sample(capabilities)))):
+                return await self._call_parked(request_id, name, arguments, params, state, peer, reporter,
+                                               capabilities)
             elicit, log_ok = False, _at_most_warning(log_level)  # 2026-07-28: no requests to the client
         else:
             elicit = peer.version >= ELICITATION_SINCE and wants_form(peer.capabilities)
@@ -325,8 +329,11 @@ class McpServer:
         if notify is not None:
             ask = Asker(self.approvals, peer, notify, reporter, elicit=elicit, mode=peer.version >= FORM_MODE_SINCE,
                         log_ok=log_ok, by=peer.by())
+        sample = None
+        if modern is None and notify is not None and can_sample(peer.capabilities):
+            sample = HandshakeSampler(peer, notify)
         run = self.tools.run(None, progress=reporter.progress if reporter and reporter.token is not None else None,
-                             log=reporter.log if reporter and log_level else None, ask=ask)
+                             log=reporter.log if reporter and log_level else None, ask=ask, sample=sample)
         peer.inflight[request_id] = run
         try:
             if reporter is None:
@@ -376,7 +383,7 @@ class McpServer:
         return conclude(ask, arguments, step["answers"])
 
     async def _call_parked(self, request_id: Any, name: str, arguments: dict[str, Any], params: dict[str, Any],
-                           state: Any, peer: Peer, reporter: _Reporter | None) -> dict[str, Any]:
+                           state: Any, peer: Peer, reporter: _Reporter | None, capabilities: Any) -> dict[str, Any]:
         """A 2026-07-28 call from a client that answers forms: a new call is parked in
         the server's nursery; a retry (``requestState``) decides what its
         ``inputResponses`` answer and waits for the same call (``mrtr.py``)."""
@@ -388,12 +395,23 @@ class McpServer:
             responses = responses if isinstance(responses, dict) else {}
             for approval_id in answerable:
                 answer = responses.get(approval_id)
-                if answer is not None and approval_id not in parked.answered and self.approvals is not None:
+                if answer is None or approval_id in parked.answered:
+                    continue
+                if approval_id in parked.samples:
+                    parked.answered.add(approval_id)
+                    parked.answer_sample(approval_id, answer)
+                elif self.approvals is not None:
                     parked.answered.add(approval_id)
                     decide(self.approvals, approval_id, answer, by=peer.by())
         else:
             parked = self.mrtr.park(name, arguments, peer.label)
-            parked.run = self.tools.run(None, progress=parked.progress, log=parked.log, ask=parked.ask)
+            parked.forms = self.approvals is not None and wants_form(capabilities)
+
+            async def sample(request: dict[str, Any]) -> dict[str, Any]:
+                return await parked.sample(fit(request, capabilities))
+
+            parked.run = self.tools.run(None, progress=parked.progress, log=parked.log, ask=parked.ask,
+                                        sample=sample if can_sample(capabilities) else None)
 
             async def call() -> dict[str, Any]:
                 return await self.exposure.call(name, arguments, caller=peer.label, run=parked.run)
