@@ -134,18 +134,28 @@ def daemon(tmp_path_factory):
     while "serving on " not in (tmp / "serve.log").read_text():
         assert process.poll() is None and time.monotonic() < deadline, (tmp / "serve.log").read_text()
         time.sleep(0.05)
-    yield (tmp / "serve.log").read_text().split("serving on ", 1)[1].split()[0] + "/mcp"
+    yield (tmp / "serve.log").read_text().split("serving on ", 1)[1].split()[0] + "/mcp", config, tmp
     process.terminate()
     process.wait(10)
 
 
 @pytest.mark.parametrize("mode,version", ERAS)
 def test_http_ask_goes_through_every_round(sdk_python, daemon, mode, version):
-    check_good(run_client(sdk_python, mode, "good", daemon, env=tern_env(Path("/nonexistent"))), version)
+    check_good(run_client(sdk_python, mode, "good", daemon[0], env=tern_env(Path("/nonexistent"))), version)
+
+
+@pytest.mark.parametrize("mode,version", ERAS)
+def test_tern_mcp_relaying_to_the_daemon_passes_the_questions_through(sdk_python, daemon, mode, version):
+    url, config, tmp = daemon
+    seen = run_client(sdk_python, mode, "good", "--", sys.executable, "-m", "runtime", "--config", str(config), "mcp",
+                      env=tern_env(tmp))
+    check_good(seen, version)
+    audit = (tmp / "state" / "audit.jsonl").read_text()
+    assert '"caller":"mcp:http:127.0.0.1"' in audit and "mcp:stdio" not in audit  # the daemon asked and answered
 
 
 @pytest.mark.parametrize("mode", [mode for mode, _ in ERAS])
 def test_http_huge_model_answer_is_refused(sdk_python, daemon, mode):
-    seen = run_client(sdk_python, mode, "huge", daemon, env=tern_env(Path("/nonexistent")))
+    seen = run_client(sdk_python, mode, "huge", daemon[0], env=tern_env(Path("/nonexistent")))
     assert seen["is_error"] and "is 1000000 characters" in seen["text"], seen
     assert seen["after"] == "still there"

@@ -49,6 +49,7 @@ import trio
 
 from runtime.errors import RpcError
 from runtime.log import get_logger
+from runtime.mcp.server.asking import notice
 from runtime.ports import Approval
 from runtime.wire import jsonrpc
 
@@ -118,7 +119,11 @@ class Parked:
     async def ask(self, approval: Approval) -> None:
         """The run's ``Ask``: note the approval for the next leg, and wait; the kernel
         cancels this when the approval is decided, by any channel."""
-        if not approval.id or not self.forms:
+        if not approval.id:
+            return
+        if not self.forms:  # parked for the client's model, but it answers no forms: name the approval
+            self.progress(notice(approval))
+            self.log("warning", notice(approval))
             return
         self.asks[approval.id] = approval
         self.poke()
