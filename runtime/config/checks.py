@@ -256,7 +256,11 @@ def _ask_problems(where: str, ask: McpAsk, agent_tools: list[str], presets: list
                             f"and not an argument's")
         if question.round < 1:
             problems.append(f"{at}.round: expected 1 or more, got {question.round}")
-        if question.kind in ("form", "sampling") and not question.message.strip():
+        if question.kind == "url" and not re.fullmatch(r"https://[^\s{}]+|http://(localhost|127\.0\.0\.1)[:/][^\s{}]*",
+                                                       question.url):
+            problems.append(f'{at}.url: a url question needs an https:// URL (or http:// on localhost), '
+                            f'got "{shorten(question.url)}"')
+        if question.kind in ("form", "url", "sampling") and not question.message.strip():
             problems.append(f"{at}.message: a {question.kind} question needs a message")
         if question.kind == "form" and not (question.schema.get("type") == "object"
                                             and isinstance(question.schema.get("properties"), dict)):

@@ -123,16 +123,19 @@ class McpPreset(_Section):
 
 class McpAskQuestion(_Section):
     """One question an ask puts to its MCP caller: a ``form`` (elicitation: ``message``
-    and a flat ``schema``), a ``sampling`` request (``message`` is the user prompt, with
-    ``system`` and ``max_tokens``) or ``roots`` (the client's roots). ``{name}`` in a
+    and a flat ``schema``), a ``url`` (URL-mode elicitation: the client offers to open
+    ``url``, and answers only accept, decline or cancel), a ``sampling`` request
+    (``message`` is the user prompt, with ``system`` and ``max_tokens``) or ``roots``
+    (the client's roots). ``{name}`` in a
     message is a tool argument or an earlier round's answer. ``optional``: skipped when
     the client cannot answer it; otherwise such a client gets -32021."""
 
     key: str
-    kind: Literal["form", "sampling", "roots"]
+    kind: Literal["form", "url", "sampling", "roots"]
     round: int = 1
     message: str = ""
     schema: dict[str, Any] = {}
+    url: str = ""
     system: str = ""
     max_tokens: int = 1000
     optional: bool = False

@@ -198,6 +198,21 @@ def test_capabilities_decide_what_is_asked():
     assert caught.value.data == {"requiredCapabilities": {"elicitation": {}}}
 
 
+def test_a_url_question_sends_the_configured_url_and_takes_only_an_action():
+    ask = Ask(McpAsk(name="u", arguments=["who"], reply="{page}/{page.action}", questions=[
+        McpAskQuestion(key="page", kind="url", message="Read this, {who}", url="https://example.org/{who}")]))
+    with pytest.raises(RpcError):
+        ask.check_capabilities({"elicitation": {"form": {}}})  # a form-only client cannot open URLs
+    (asked,) = ask.requests(0, {"elicitation": {"url": {}}}, ARGS, {}, mode=True).values()
+    params = asked["params"]
+    assert params["mode"] == "url" and params["url"] == "https://example.org/{who}"  # never filled in
+    assert params["message"] == "Read this, Ana" and params["elicitationId"].startswith("page-")
+    assert ask.take("page", {"action": "accept", "content": {"x": 1}}) == {"action": "accept"}
+    with pytest.raises(AskError):
+        ask.take("page", {"action": "opened"})
+    assert ask.reply(ARGS, {"page": {"action": "accept"}}) == "(accepted)/accept"
+
+
 def test_a_url_only_client_cannot_answer_forms():
     with pytest.raises(RpcError):
         ASK.check_capabilities({"elicitation": {"url": {}}})
@@ -242,6 +257,10 @@ name = "a"
     ('reply = "{nope}"\n[[mcp_server.asks.questions]]\nkey = "q"\nkind = "roots"', "{nope} is neither"),
     ('[[mcp_server.asks.questions]]\nkey = "q"\nkind = "form"\nmessage = "m"', "a form needs an object schema"),
     ('[[mcp_server.asks.questions]]\nkey = "q q"\nkind = "roots"', 'must be a name'),
+    ('[[mcp_server.asks.questions]]\nkey = "q"\nkind = "url"\nmessage = "m"\nurl = "http://169.254.169.254/"',
+     "a url question needs an https:// URL"),
+    ('[[mcp_server.asks.questions]]\nkey = "q"\nkind = "url"\nmessage = "m"\nurl = "https://x.org/{q}"',
+     "a url question needs an https:// URL"),
 ])
 def test_config_checks_catch_broken_asks(body, problem):
     with pytest.raises(ConfigError, match=problem.replace("{", "\\{").replace("}", "\\}")):

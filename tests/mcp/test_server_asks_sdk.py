@@ -53,13 +53,23 @@ round = 2
 kind = "sampling"
 message = "Suggest one sight in {{trip.city}}."
 max_tokens = 60
+
+[[mcp_server.asks]]
+name = "read_rules"
+arguments = ["traveller"]
+reply = "{{traveller}} on the rules: {{page.action}}"
+[[mcp_server.asks.questions]]
+key = "page"
+kind = "url"
+message = "Please read the travel rules, {{traveller}}."
+url = "https://example.org/rules?lang=en"
 """
 ERAS = [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")]
 PLAN = "Plan for Ana: 3 nights in Lyon; see the Basilica of Fourviere; files in file:///home/me/trips"
 
 
-def run_client(sdk_python: str, mode: str, behaviour: str, *target: str, env: dict) -> dict:
-    done = subprocess.run([sdk_python, CLIENT, mode, behaviour, "plan_trip", *target], capture_output=True,
+def run_client(sdk_python: str, mode: str, behaviour: str, *target: str, env: dict, tool: str = "plan_trip") -> dict:
+    done = subprocess.run([sdk_python, CLIENT, mode, behaviour, tool, *target], capture_output=True,
                           text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -113,6 +123,17 @@ def test_stdio_client_without_sampling_is_told_what_is_missing(sdk_python, tmp_p
     assert "this tool needs the client capability 'sampling'" in seen["error"], seen
     assert seen["asked"] == []  # checked before anything is asked
     assert seen["after"] == "still there"
+
+
+@pytest.mark.parametrize("mode", [mode for mode, _ in ERAS])
+@pytest.mark.parametrize("behaviour,action", [("good", "accept"), ("decline", "decline")])
+def test_stdio_url_mode_elicitation(sdk_python, tmp_path, mode, behaviour, action):
+    seen = run_client(sdk_python, mode, behaviour, *stdio(tmp_path), env=tern_env(tmp_path), tool="read_rules")
+    assert not seen["is_error"] and seen["text"] == f"Ana on the rules: {action}", seen
+    (asked,) = seen["asked"]
+    assert asked["url"] == "https://example.org/rules?lang=en"
+    assert asked["message"] == "Please read the travel rules, Ana."
+    assert asked["id"].startswith("page-") and len(asked["id"]) > 12
 
 
 def test_stdio_client_that_never_answers_times_out(sdk_python, tmp_path):

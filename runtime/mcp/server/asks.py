@@ -1,7 +1,7 @@
 """Ask tools (``[[mcp_server.asks]]``): tools that ask their MCP caller for input.
 
-An ask is a published tool whose questions go to the client that called it: forms
-(``elicitation/create``), model turns (``sampling/createMessage``) and ``roots/list``,
+An ask is a published tool whose questions go to the client that called it: forms and
+URLs to open (``elicitation/create``, form and URL mode), model turns (``sampling/createMessage``) and ``roots/list``,
 in rounds (a later round's messages may quote earlier answers). When every round is
 answered, its ``reply`` (answers filled in) is the result, or is sent as the message to
 the exposed tool ``send_to`` (an agent), whose result is the call's.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import secrets
 from typing import Any
 
 import msgspec
@@ -36,8 +37,9 @@ MAX_ANSWER_CHARS = 16_384  # one answer, as text (a form's content as JSON, a mo
 MAX_ARGUMENT_CHARS = 16_384
 MAX_ROOTS = 64
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))?\}")
-METHODS = {"form": "elicitation/create", "sampling": "sampling/createMessage", "roots": "roots/list"}
-CAPABILITY = {"form": "elicitation", "sampling": "sampling", "roots": "roots"}
+METHODS = {"form": "elicitation/create", "url": "elicitation/create", "sampling": "sampling/createMessage",
+           "roots": "roots/list"}
+CAPABILITY = {"form": "elicitation", "url": "elicitation", "sampling": "sampling", "roots": "roots"}
 _encode = msgspec.json.Encoder(order="sorted").encode
 
 
@@ -117,6 +119,9 @@ class Ask:
         if question.kind == "form":
             params: dict[str, Any] = {"message": message, "requestedSchema": question.schema}
             return {"mode": "form", **params} if mode else params
+        if question.kind == "url":  # the URL is the config's, never filled from a client's text
+            return {"mode": "url", "message": message, "url": question.url,
+                    "elicitationId": f"{question.key}-{secrets.token_urlsafe(12)}"}
         if question.kind == "sampling":
             sampling: dict[str, Any] = {"messages": [{"role": "user", "content": {"type": "text", "text": message}}],
                                         "maxTokens": question.max_tokens}
@@ -134,6 +139,10 @@ class Ask:
             raise AskError(f"the answer to {key} is not an object")
         if question.kind == "form":
             return _form_answer(key, question.schema, answer)
+        if question.kind == "url":
+            if answer.get("action") not in ("accept", "decline", "cancel"):
+                raise AskError(f"the answer to {key} has no valid action (accept, decline or cancel)")
+            return {"action": answer["action"]}
         if question.kind == "sampling":
             return _sampling_answer(key, answer)
         return _roots_answer(key, answer)
@@ -159,6 +168,8 @@ def _can(capabilities: dict[str, Any], kind: str) -> bool:
     declared = capabilities.get(CAPABILITY[kind])
     if kind == "form":
         return isinstance(declared, dict) and (not declared or "form" in declared)
+    if kind == "url":
+        return isinstance(declared, dict) and isinstance(declared.get("url"), dict)
     return isinstance(declared, dict)
 
 
@@ -198,7 +209,9 @@ def render(answer: Any) -> str:
         return "(declined)"
     if answer.get("action") != "accept":
         return "(cancelled)"
-    return _encode(answer.get("content", {})).decode()
+    if "content" not in answer:  # a URL the person agreed to open
+        return "(accepted)"
+    return _encode(answer["content"]).decode()
 
 
 # --- Checking answers ---------------------------------------------------------------------
