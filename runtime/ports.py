@@ -24,7 +24,7 @@ import msgspec
 __all__ = [
     "Tool", "ToolResult", "ToolContext", "AgentReply", "Handler", "TextSink",
     "Run", "ToolPort", "AgentPort", "EventPort", "Subscription", "ToolSource",
-    "Approval", "Ask", "ApprovalPort", "Sample",
+    "Approval", "Ask", "ApprovalPort", "Sample", "TaskView", "TaskPort",
 ]
 
 Source = Literal["builtin", "mcp", "a2a"]
@@ -216,3 +216,35 @@ class ToolSource(Protocol):
         first connection is waited for, within its own timeout); None if it is not there."""
         ...
 
+
+class TaskView(msgspec.Struct, frozen=True):
+    """One agent task as another protocol sees it: its id, its A2A ``state``
+    (submitted, working, input-required, completed, failed, rejected, canceled), the
+    agent's text (its answer, or why it failed), and when it was created and last changed."""
+
+    id: str
+    state: str
+    text: str = ""
+    created: float = 0.0
+    updated: float = 0.0
+    context_id: str = ""  # the conversation: tern's context_id for the agent
+
+
+class TaskPort(Protocol):
+    """The A2A task engine, for a server that starts agent work as tasks of its own
+    (MCP's tasks extension): the same task the A2A methods show and cancel."""
+
+    def start(self, agent: str, message: str, *, caller: str, context_id: str | None = None,
+              ask: Ask | None = None, sample: Sample | None = None) -> TaskView:
+        """A new task: ``message`` to ``agent`` (in conversation ``context_id``), run
+        with the caller's ``ask`` and ``sample``. Raises a TernError when the store has
+        no room or the agent's budget says no."""
+        ...
+
+    def view(self, task_id: str) -> TaskView:
+        """Raises a TernError for a task the engine does not know (never, or evicted)."""
+        ...
+
+    def cancel(self, task_id: str) -> None:
+        """Stop the task's work; a task already finished stays as it is."""
+        ...

@@ -42,7 +42,7 @@ from runtime.config import Config
 from runtime.errors import RpcError
 from runtime.wire.limits import check_name
 from runtime.log import get_logger
-from runtime.ports import ApprovalPort, EventPort, ToolPort
+from runtime.ports import ApprovalPort, EventPort, TaskPort, ToolPort
 from runtime.mcp.server.asking import Asker, decide, elicitation, wants_form
 from runtime.mcp.server.ask_call import AskStates, ask_handshake, ask_modern, conclude, error_result
 from runtime.mcp.server.asks import Ask
@@ -50,11 +50,12 @@ from runtime.mcp.server.exposure import Exposure
 from runtime.mcp.server.mrtr import Mrtr, Parked
 from runtime.mcp.server.outbound import ClientRequests
 from runtime.mcp.server.sampling import HandshakeSampler, can_sample, fit
+from runtime.mcp.server.tasks import EXTENSION, TASK_METHODS, McpTasks, declared
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, META_CAPABILITIES, META_PREFIX, META_VERSION, MODERN_VERSION,
                                   UNSUPPORTED_VERSION)
 from runtime.wire import jsonrpc
 
-__all__ = ["McpServer", "Peer", "Notify", "LOG_LEVELS", "MODERN_METHODS"]
+__all__ = ["McpServer", "Peer", "Notify", "LOG_LEVELS", "MODERN_METHODS", "TASK_METHODS"]
 
 log = get_logger("mcp.server")
 
@@ -129,7 +130,7 @@ class McpServer:
     their requests; without it those calls are announced, not asked."""
 
     def __init__(self, config: Config, tools: ToolPort, events: EventPort,
-                 approvals: ApprovalPort | None = None) -> None:
+                 approvals: ApprovalPort | None = None, tasks: TaskPort | None = None) -> None:
         self.tools = tools
         self.approvals = approvals
         self.mrtr = Mrtr(keep_secs=config.governance.approval_timeout_secs + 60.0)
@@ -143,7 +144,10 @@ class McpServer:
         self.server_info = {"name": "tern", "title": "tern agent runtime", "version": __version__}
         self.capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "logging": {}}
         # 2026-07-28 sends list changes only on subscriptions/listen, which tern does not serve.
-        self.modern_capabilities = {"tools": {}, "logging": {}}
+        self.modern_capabilities: dict[str, Any] = {"tools": {}, "logging": {}}
+        self.tasks = McpTasks(tasks, approvals) if tasks is not None else None  # the A2A engine's, over a port
+        if self.tasks is not None:
+            self.modern_capabilities["extensions"] = {EXTENSION: {}}
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Until cancelled: the nursery of 2026-07-28 calls between their legs (``mrtr.py``)."""
@@ -245,6 +249,11 @@ class McpServer:
                       "instructions": self.instructions, "cacheScope": "private", "ttlMs": LIST_TTL_MS}
         elif method == "tools/list":
             result = {**self._tools_page(params), "cacheScope": "private", "ttlMs": LIST_TTL_MS}
+            if self.tasks is not None:  # agent calls may become tasks
+                result["tools"] = [{**tool, "execution": {"taskSupport": "optional"}}
+                                   if self.exposure.agent(tool["name"]) else tool for tool in result["tools"]]
+        elif method in TASK_METHODS and self.tasks is not None:
+            result = self.tasks.request(method, params, meta.get(META_CAPABILITIES), peer.by())
         elif method == "tools/call":
             level = meta.get(META_LOG_LEVEL)
             result = await self._call(request.id, params, peer, notify, level if level in LOG_LEVELS else None,
@@ -317,6 +326,10 @@ class McpServer:
             state = params.get("requestState")
             capabilities = modern.get(META_CAPABILITIES)
             forms = self.approvals is not None and wants_form(capabilities)
+            if not forwarded and state is None and self.tasks is not None and declared(capabilities):
+                task = self._task(name, arguments, peer, capabilities, forms)
+                if task is not None:
+                    return task
             if not forwarded and (state is not None or (self.mrtr.available()
                                                         and (forms or can_sample(capabilities)))):
                 return await self._call_parked(request_id, name, arguments, params, state, peer, reporter,
@@ -356,6 +369,25 @@ class McpServer:
         if run.cancelled:
             raise _Cancelled
         return result
+
+    def _task(self, name: str, arguments: dict[str, Any], peer: Peer, capabilities: Any,
+              forms: bool) -> dict[str, Any] | None:
+        """An agent call as a task of the A2A engine (``tasks.py``); None: call it now
+        (not an agent, arguments the call itself should refuse, or no room)."""
+        agent = self.exposure.agent(name)
+        message, context_id = arguments.get("message"), arguments.get("context_id")
+        if (agent is None or not isinstance(message, str) or set(arguments) - {"message", "context_id"}
+                or not (context_id is None or isinstance(context_id, str) and 0 < len(context_id) <= 200)
+                or self.tasks is None or not self.tasks.available()):
+            return None
+        lender = Parked(name, "", peer.label)
+        lender.forms = forms
+
+        async def sample(request: dict[str, Any]) -> dict[str, Any]:
+            return await lender.sample(fit(request, capabilities))
+
+        return self.tasks.start(agent.name, message, context_id, peer.label, lender,
+                                sample if can_sample(capabilities) else None)
 
     async def _ask(self, request_id: Any, ask: Ask, arguments: dict[str, Any], params: dict[str, Any], peer: Peer,
                    notify: Notify | None, modern: dict[str, Any] | None) -> dict[str, Any] | tuple[str, dict]:

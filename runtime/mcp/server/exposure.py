@@ -69,6 +69,10 @@ class Exposure:
         self._presets = {preset.name: preset for preset in settings.presets}
         self._asks = {ask.name: Ask(ask) for ask in settings.asks}
 
+    def agent(self, name: str) -> AgentConfig | None:
+        """The agent exposed as ``name`` (``tern_agent_…``), if one is."""
+        return self._agents.get(name)
+
     def ask(self, name: str) -> Ask | None:
         """The ask tool ``name``, unless an agent or preset of that name comes first."""
         return self._asks.get(name) if name not in self._agents and name not in self._presets else None

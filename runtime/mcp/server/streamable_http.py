@@ -34,7 +34,7 @@ from runtime.config import McpServerExposure
 from runtime.httpd.messages import Request, Response, StreamResponse
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, HEADER_MISMATCH, META_VERSION, MISSING_CAPABILITY,
                                   MODERN_VERSION, NAMED_PARAMS, UNSUPPORTED_VERSION, header_text)
-from runtime.mcp.server.dispatch import MODERN_METHODS, McpServer, Peer
+from runtime.mcp.server.dispatch import MODERN_METHODS, TASK_METHODS, McpServer, Peer
 from runtime.wire import jsonrpc
 from runtime.wire.sse import encode_event
 
@@ -124,7 +124,7 @@ class McpHttpEndpoint:
                 msg_id,
                 {"supported": [MODERN_VERSION], "requested": meta.get(META_VERSION)},
             )
-        if message.method not in MODERN_METHODS:
+        if message.method not in MODERN_METHODS and not (message.method in TASK_METHODS and self.server.tasks):
             return _rpc_error(404, jsonrpc.METHOD_NOT_FOUND, f"method not found: {message.method}", msg_id)
         peer = Peer(f"mcp:http:{request.client[0]}")
         return await self._answer(message, peer, wants_sse, wants_json, headers=[])
@@ -138,7 +138,7 @@ class McpHttpEndpoint:
         method = request.header(b"mcp-method")
         if method is None or header_text(method) != message.method:
             return f"header mismatch: Mcp-Method is {method!r} but the body's method is {message.method!r}"
-        named = NAMED_PARAMS.get(message.method)
+        named = NAMED_PARAMS.get(message.method) or ("taskId" if message.method in TASK_METHODS else None)
         if named:
             name = request.header(b"mcp-name")
             expected = params.get(named) if isinstance(params, dict) else None
