@@ -212,6 +212,10 @@ def _mcp_server_problems(config: Config) -> list[str]:
             problems.append(f'mcp_server.presets[{i}].name: expected 1-128 of A-Z a-z 0-9 _ . -, '
                             f'got "{preset.name}"')
         names.append(preset.name)
+        for key, value in preset.arguments.items():
+            for name in _PLACEHOLDER.findall(value) if isinstance(value, str) else []:
+                if name not in preset.parameters:
+                    problems.append(f"mcp_server.presets[{i}].arguments.{key}: {{{name}}} is not one of its parameters")
         if preset.tool.startswith("tern_agent_") and preset.tool not in agent_tools:
             problems.append(f'mcp_server.presets[{i}].tool: no agent is exposed as "{preset.tool}" '
                             f'(agents: {", ".join(sorted(agent_tools)) or "none"})')

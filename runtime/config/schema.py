@@ -112,13 +112,19 @@ class McpServerEntry(_Section):
 
 
 class McpPreset(_Section):
-    """A fixed call published as a tool of its own, with no arguments: ``tool`` (an
-    exposed name such as ``tern_agent_echo``, or a kernel tool) with ``arguments``."""
+    """A call published as a tool of its own: ``tool`` (an exposed name such as
+    ``tern_agent_echo``, or a kernel tool) with ``arguments``. ``parameters`` (name ->
+    string, number, integer or boolean; all required) are the tool's own arguments,
+    filled into ``{name}`` in the string values of ``arguments``. ``task``: whether a
+    call of an agent through it may (optional), must (required) or may not (forbidden)
+    run as a task of the MCP tasks extension."""
 
     name: str
     tool: str
     arguments: dict[str, Any] = {}
     description: str = ""
+    parameters: dict[str, Literal["string", "number", "integer", "boolean"]] = {}
+    task: Literal["optional", "required", "forbidden"] = "optional"
 
 
 class McpAskQuestion(_Section):

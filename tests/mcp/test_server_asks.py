@@ -271,3 +271,10 @@ def test_the_conformance_fixture_config_is_valid():
     from tests.mcp.conftest import FIXTURES
     config = parse_config((FIXTURES / "conformance.toml").read_text(), "conformance.toml", None)
     assert not find_problems(config)
+
+
+def test_a_preset_placeholder_must_name_one_of_its_parameters():
+    text = ('[[agents]]\nname = "echo"\nkind = "echo"\n[[mcp_server.presets]]\nname = "p"\n'
+            'tool = "tern_agent_echo"\nparameters = { word = "string" }\narguments = { message = "{word} {other}" }\n')
+    with pytest.raises(ConfigError, match="arguments.message: \\{other\\} is not one of its parameters"):
+        parse_config(text, "test.toml", None)

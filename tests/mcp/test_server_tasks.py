@@ -36,6 +36,13 @@ name = "desk"
 kind = "llm"
 [agents.model]
 provider = "mcp-sampling"
+
+[[mcp_server.presets]]
+name = "shout"
+tool = "tern_agent_echo"
+parameters = { word = "string", times = "integer" }
+arguments = { message = "{word} x{times}" }
+task = "required"
 """
 
 
@@ -189,3 +196,31 @@ async def test_sync_tools_and_context_ids_stay_calls(served):
     again = (await served.call("tern_agent_echo", {"message": "two", "context_id": context_id}))["result"]
     second = await served.until(again["taskId"], "completed")
     assert second["result"]["structuredContent"]["context_id"] == context_id
+
+
+async def test_a_preset_with_parameters_that_requires_a_task(served):
+    tools = {t["name"]: t for t in (await served.post("tools/list", {}))["result"]["tools"]}
+    assert tools["shout"]["inputSchema"] == {"type": "object", "additionalProperties": False,
+                                             "properties": {"word": {"type": "string"}, "times": {"type": "integer"}},
+                                             "required": ["word", "times"]}
+    assert tools["shout"]["execution"] == {"taskSupport": "required"}
+    created = (await served.call("shout", {"word": "hey", "times": 3}))["result"]
+    assert (await served.until(created["taskId"], "completed"))["result"]["content"][0]["text"] == "hey x3"
+    headers = {"Accept": BOTH, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "shout"}
+    response = await served.client.post(served.base + "/mcp", headers=headers, json=request(
+        1, "tools/call", {"name": "shout", "arguments": {"word": "hey", "times": 3}, "_meta": meta({})}))
+    assert response.status_code == 400 and response.json()["error"]["code"] == -32021
+    wrong = (await served.call("shout", {"word": "hey", "times": "3"}))["result"]
+    assert wrong["isError"] and wrong["content"][0]["text"] == "invalid arguments: times (an integer) is required"
+
+
+async def test_a_model_turn_nobody_answers_ends_the_task(served, monkeypatch):
+    from runtime.mcp.server import dispatch
+
+    monkeypatch.setattr(dispatch, "SAMPLE_TIMEOUT_SECS", 0.5)
+    capabilities = {"sampling": {}, "extensions": {EXT: {}}}
+    created = (await served.call("tern_agent_desk", {"message": "hi"}, capabilities))["result"]
+    assert (await served.until(created["taskId"], "input_required"))["inputRequests"]
+    done = await served.until(created["taskId"], "completed")
+    text = done["result"]["content"][0]["text"]
+    assert done["result"]["isError"] and "did not answer a model turn within 0.5 s" in text

@@ -39,7 +39,7 @@ from msgspec import UNSET
 
 from runtime import __version__
 from runtime.config import Config
-from runtime.errors import RpcError
+from runtime.errors import RpcError, TernTimeout
 from runtime.wire.limits import check_name
 from runtime.log import get_logger
 from runtime.ports import ApprovalPort, EventPort, TaskPort, ToolPort
@@ -49,8 +49,8 @@ from runtime.mcp.server.asks import Ask
 from runtime.mcp.server.exposure import Exposure
 from runtime.mcp.server.mrtr import Mrtr, Parked
 from runtime.mcp.server.outbound import ClientRequests
-from runtime.mcp.server.sampling import HandshakeSampler, can_sample, fit
-from runtime.mcp.server.tasks import EXTENSION, TASK_METHODS, McpTasks, declared
+from runtime.mcp.server.sampling import SAMPLE_TIMEOUT_SECS, HandshakeSampler, can_sample, fit
+from runtime.mcp.server.tasks import EXTENSION, TASK_METHODS, McpTasks, declared, missing_tasks
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, META_CAPABILITIES, META_PREFIX, META_VERSION, MODERN_VERSION,
                                   UNSUPPORTED_VERSION)
 from runtime.wire import jsonrpc
@@ -250,10 +250,13 @@ class McpServer:
         elif method == "tools/list":
             result = {**self._tools_page(params), "cacheScope": "private", "ttlMs": LIST_TTL_MS}
             if self.tasks is not None:  # agent calls may become tasks
-                result["tools"] = [{**tool, "execution": {"taskSupport": "optional"}}
-                                   if self.exposure.agent(tool["name"]) else tool for tool in result["tools"]]
+                result["tools"] = [{**tool, "execution": {"taskSupport": support}}
+                                   if (support := self.exposure.task_support(tool["name"])) != "forbidden" else tool
+                                   for tool in result["tools"]]
         elif method in TASK_METHODS and self.tasks is not None:
             result = self.tasks.request(method, params, meta.get(META_CAPABILITIES), peer.by())
+            if isinstance(result.get("result"), dict):  # the inlined result, as tools/call would have answered
+                result["result"].update(resultType="complete", _meta={META_SERVER_INFO: self.server_info})
         elif method == "tools/call":
             level = meta.get(META_LOG_LEVEL)
             result = await self._call(request.id, params, peer, notify, level if level in LOG_LEVELS else None,
@@ -272,6 +275,9 @@ class McpServer:
         meta = params.get("_meta") if isinstance(params, dict) else None
         name = params.get("name") if isinstance(meta, dict) and META_VERSION in meta else None  # type: ignore[union-attr]
         ask = self.exposure.ask(name) if isinstance(name, str) else None
+        if isinstance(name, str) and self.tasks is not None and isinstance(meta, dict) and \
+                not declared(meta.get(META_CAPABILITIES)) and self.exposure.task_support(name) == "required":
+            return missing_tasks()
         if ask is None or not isinstance(meta, dict):
             return None
         try:
@@ -326,10 +332,12 @@ class McpServer:
             state = params.get("requestState")
             capabilities = modern.get(META_CAPABILITIES)
             forms = self.approvals is not None and wants_form(capabilities)
-            if not forwarded and state is None and self.tasks is not None and declared(capabilities):
+            if state is None and self.tasks is not None and declared(capabilities):
                 task = self._task(name, arguments, peer, capabilities, forms)
                 if task is not None:
                     return task
+            elif self.tasks is not None and self.exposure.task_support(name) == "required":
+                raise missing_tasks()
             if not forwarded and (state is not None or (self.mrtr.available()
                                                         and (forms or can_sample(capabilities)))):
                 return await self._call_parked(request_id, name, arguments, params, state, peer, reporter,
@@ -374,7 +382,13 @@ class McpServer:
               forms: bool) -> dict[str, Any] | None:
         """An agent call as a task of the A2A engine (``tasks.py``); None: call it now
         (not an agent, arguments the call itself should refuse, or no room)."""
-        agent = self.exposure.agent(name)
+        if self.exposure.task_support(name) == "forbidden":
+            return None
+        resolved = self.exposure.resolve(name, arguments)
+        if isinstance(resolved, str):
+            return None  # the call itself says what is wrong
+        agent = self.exposure.agent(resolved[0])
+        arguments = resolved[1]
         message, context_id = arguments.get("message"), arguments.get("context_id")
         if (agent is None or not isinstance(message, str) or set(arguments) - {"message", "context_id"}
                 or not (context_id is None or isinstance(context_id, str) and 0 < len(context_id) <= 200)
@@ -384,7 +398,9 @@ class McpServer:
         lender.forms = forms
 
         async def sample(request: dict[str, Any]) -> dict[str, Any]:
-            return await lender.sample(fit(request, capabilities))
+            with trio.move_on_after(SAMPLE_TIMEOUT_SECS):  # nobody sweeps a task: a client that never answers
+                return await lender.sample(fit(request, capabilities))
+            raise TernTimeout(f"the client did not answer a model turn within {SAMPLE_TIMEOUT_SECS:g} s")
 
         return self.tasks.start(agent.name, message, context_id, peer.label, lender,
                                 sample if can_sample(capabilities) else None)

@@ -7,8 +7,9 @@
   and ``_`` the same, as every tool glob): nothing is exposed
   by default beyond the agents (OpenFang's ``/mcp`` hands shell and file writes to
   anyone with the key; tern does not).
-- ``[[mcp_server.presets]]``: a fixed call (an exposed tool plus fixed arguments)
-  published as a tool with no arguments.
+- ``[[mcp_server.presets]]``: a call (an exposed tool plus arguments) published as a
+  tool of its own, taking the preset's ``parameters`` (none: a fixed call), which fill
+  ``{name}`` in its arguments' string values.
 - ``[[mcp_server.asks]]``: tools that ask their caller for input (``asks.py``); the
   dispatcher runs them, since only it can talk to the client.
 
@@ -18,6 +19,7 @@ redaction, audit): an agent tool is ``agent_send`` to that agent.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from collections.abc import AsyncIterator
 
@@ -25,7 +27,7 @@ from runtime.config import AgentConfig, Config
 from runtime.errors import RpcError
 from runtime.ports import EventPort, Tool, ToolPort
 from runtime.mcp.names import agent_tool_name, tool_globs
-from runtime.mcp.server.asks import Ask
+from runtime.mcp.server.asks import PLACEHOLDER, Ask
 from runtime.wire.jsonrpc import INVALID_PARAMS
 from runtime.wire.limits import MAX_ID_CHARS, check_id
 
@@ -73,6 +75,39 @@ class Exposure:
         """The agent exposed as ``name`` (``tern_agent_…``), if one is."""
         return self._agents.get(name)
 
+    def preset(self, name: str) -> Any:
+        """The preset published as ``name`` (an agent of that name comes first)."""
+        return self._presets.get(name) if name not in self._agents else None
+
+    def task_support(self, name: str) -> str:
+        """``taskSupport`` of an exposed tool: agents may run as tasks, presets of
+        agents as they say; everything else is forbidden (it runs within the call)."""
+        preset = self.preset(name)
+        target = preset.tool if preset is not None else name
+        if target not in self._agents:
+            return "forbidden"
+        return preset.task if preset is not None else "optional"
+
+    def resolve(self, name: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]] | str:
+        """The call a tool name and its arguments stand for: a preset's target with its
+        parameters filled in (or what is wrong with them); anything else as it is."""
+        preset = self.preset(name)
+        if preset is None:
+            return name, arguments
+        if not preset.parameters:  # a fixed call: what a caller sends is not asked for
+            return preset.tool, dict(preset.arguments)
+        extra = sorted(set(arguments) - set(preset.parameters))
+        if extra:
+            return f"invalid arguments: unexpected {', '.join(extra)[:200]}"
+        for key, kind in preset.parameters.items():
+            if not _is(arguments.get(key), kind):
+                return f"invalid arguments: {key} ({'an' if kind == 'integer' else 'a'} {kind}) is required"
+        values = {key: arguments[key] if isinstance(arguments[key], str) else json.dumps(arguments[key])
+                  for key in preset.parameters}
+        filled = {key: PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+                  if isinstance(value, str) else value for key, value in preset.arguments.items()}
+        return preset.tool, filled
+
     def ask(self, name: str) -> Ask | None:
         """The ask tool ``name``, unless an agent or preset of that name comes first."""
         return self._asks.get(name) if name not in self._agents and name not in self._presets else None
@@ -95,8 +130,11 @@ class Exposure:
         for name, preset in self._presets.items():
             if name not in taken:
                 taken.add(name)
+                schema = NO_ARGUMENTS if not preset.parameters else {
+                    "type": "object", "properties": {key: {"type": kind} for key, kind in preset.parameters.items()},
+                    "required": list(preset.parameters), "additionalProperties": False}
                 listed.append({"name": name, "description": preset.description or f"Calls {preset.tool}.",
-                               "inputSchema": NO_ARGUMENTS})
+                               "inputSchema": schema})
         listed.extend(ask.tool() for name, ask in self._asks.items() if name not in taken)
         return listed
 
@@ -144,9 +182,12 @@ class Exposure:
         its progress and log callbacks, and ``run.cancel()`` for the caller to give up);
         returns an MCP ``CallToolResult``. A name this server does not expose is a
         protocol error (RpcError -32602), as the spec says."""
-        preset = self._presets.get(name) if name not in self._agents else None
+        preset = self.preset(name)
         if preset is not None:  # named explicitly in the config: allowed without a glob
-            name, arguments = preset.tool, dict(preset.arguments)
+            resolved = self.resolve(name, arguments)
+            if isinstance(resolved, str):
+                return _error_result(resolved)
+            name, arguments = resolved
         agent = self._agents.get(name)
         pipeline = self.kernel_tools
         run = run or pipeline.run(None)
@@ -167,6 +208,16 @@ class Exposure:
         else:
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
         return _call_result(result)
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return kind == "number" or float(value).is_integer()
 
 
 def _sentence(text: str) -> str:

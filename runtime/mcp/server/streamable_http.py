@@ -138,7 +138,7 @@ class McpHttpEndpoint:
         method = request.header(b"mcp-method")
         if method is None or header_text(method) != message.method:
             return f"header mismatch: Mcp-Method is {method!r} but the body's method is {message.method!r}"
-        named = NAMED_PARAMS.get(message.method) or ("taskId" if message.method in TASK_METHODS else None)
+        named = NAMED_PARAMS.get(message.method)
         if named:
             name = request.header(b"mcp-name")
             expected = params.get(named) if isinstance(params, dict) else None

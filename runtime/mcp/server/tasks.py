@@ -30,7 +30,7 @@ from runtime.mcp.server.mrtr import Parked
 from runtime.ports import ApprovalPort, TaskPort, TaskView
 from runtime.wire import jsonrpc
 
-__all__ = ["McpTasks", "EXTENSION", "TASK_METHODS", "declared"]
+__all__ = ["McpTasks", "EXTENSION", "TASK_METHODS", "declared", "missing_tasks"]
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 TASK_METHODS = ("tasks/get", "tasks/update", "tasks/cancel")
@@ -46,7 +46,7 @@ def declared(capabilities: Any) -> bool:
     return isinstance(extensions, dict) and isinstance(extensions.get(EXTENSION), dict)
 
 
-def _missing() -> RpcError:
+def missing_tasks() -> RpcError:
     return RpcError(MISSING_CAPABILITY, f"this needs the client extension {EXTENSION}",
                     {"requiredCapabilities": {"extensions": {EXTENSION: {}}}})
 
@@ -83,7 +83,7 @@ class McpTasks:
 
     def request(self, method: str, params: dict[str, Any], capabilities: Any, by: str) -> dict[str, Any]:
         if not declared(capabilities):
-            raise _missing()
+            raise missing_tasks()
         task_id = params.get("taskId")
         if not isinstance(task_id, str) or not task_id:
             raise RpcError(jsonrpc.INVALID_PARAMS, "taskId (a string) is required")
