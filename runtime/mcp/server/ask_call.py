@@ -81,8 +81,8 @@ class AskStates:
         return claims["r"], claims["ans"]
 
     def _spend(self, nonce: str, expires: float, now: float) -> None:
-        for old in [n for n, exp in self.spent.items() if exp <= now]:
-            del self.spent[old]
+        while self.spent and next(iter(self.spent.values())) <= now:  # oldest first: no sweep of them all
+            self.spent.popitem(last=False)
         while len(self.spent) >= MAX_SPENT:  # still full of live states: forget the oldest
             self.spent.popitem(last=False)
         self.spent[nonce] = expires
