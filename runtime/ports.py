@@ -25,7 +25,7 @@ import msgspec
 __all__ = [
     "Tool", "ToolResult", "ToolContext", "AgentReply", "Handler", "TextSink",
     "Run", "ToolPort", "AgentPort", "EventPort", "Subscription", "ToolSource",
-    "Approval", "Ask", "ApprovalPort", "ContentPort",
+    "Approval", "Ask", "ApprovalPort", "ContentPort", "Sample", "TaskView", "TaskPort",
 ]
 
 Source = Literal["builtin", "mcp", "a2a"]
@@ -61,8 +61,9 @@ class ToolContext(msgspec.Struct, frozen=True):
     name, its workspace directory (file tools stay inside it), tern's state directory.
     A caller that can show a long call's life (the MCP server) sets ``progress(text)``
     (output as it comes) and ``log(level, text)``: plain callbacks that never block.
-    A caller that can put a question to a person sets ``ask`` (see ``Ask``); it is passed
-    on to the runs of agents this call sends messages to."""
+    A caller that can put a question to a person sets ``ask`` (see ``Ask``), one whose
+    client can run model turns sets ``sample`` (see ``Sample``); both are passed on to
+    the runs of agents this call sends messages to."""
 
     agent: str = ""
     workspace: str = ""
@@ -70,6 +71,7 @@ class ToolContext(msgspec.Struct, frozen=True):
     progress: Any = None
     log: Any = None
     ask: Any = None
+    sample: Any = None
 
 
 class AgentReply(msgspec.Struct, frozen=True):
@@ -111,6 +113,13 @@ class Approval(msgspec.Struct, frozen=True):
 #: without deciding leaves the request to the other channels until it expires.
 Ask = Callable[[Approval], Awaitable[None]]
 
+#: Runs one model turn on the caller's own model: an MCP client's sampling. Takes
+#: ``sampling/createMessage`` params and returns the client's result; raises a
+#: TernError when the client cannot, will not, or does not answer in time. Set by a
+#: caller that has such a client (the MCP server); an llm agent with ``provider =
+#: "mcp-sampling"`` runs its turns through it.
+Sample = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
 
 class ApprovalPort(Protocol):
     """Pending tool-call approvals, and the one way to decide them."""
@@ -147,7 +156,8 @@ class ToolPort(Protocol):
         ...
 
     def run(self, agent: Any = None, *, progress: TextSink | None = None,
-            log: Callable[[str, str], None] | None = None, ask: Ask | None = None) -> Run: ...
+            log: Callable[[str, str], None] | None = None, ask: Ask | None = None,
+            sample: Sample | None = None) -> Run: ...
 
     async def call(self, name: str, arguments: Any = None, *, run: Any = None,
                    timeout_secs: float | None = None, caller: str = "") -> ToolResult: ...
@@ -160,7 +170,8 @@ class AgentPort(Protocol):
 
     async def send(self, name: str, message: str, *, context_id: str | None = None,
                    on_text: TextSink | None = None, on_log: Callable[[str, str], None] | None = None,
-                   env: dict[str, str] | None = None, ask: Ask | None = None) -> AgentReply: ...
+                   env: dict[str, str] | None = None, ask: Ask | None = None,
+                   sample: Sample | None = None) -> AgentReply: ...
 
     def admit(self, name: str) -> None:
         """Whether ``name`` may take a message now under its ``requests_per_minute``
@@ -233,4 +244,37 @@ class ContentPort(Protocol):
 
     async def upstream_request(self, server: str, method: str, params: dict[str, Any] | None = None) -> Any:
         """Raises RpcError (its answer), TernTimeout or ConnectionLost."""
+        ...
+
+
+class TaskView(msgspec.Struct, frozen=True):
+    """One agent task as another protocol sees it: its id, its A2A ``state``
+    (submitted, working, input-required, completed, failed, rejected, canceled), the
+    agent's text (its answer, or why it failed), and when it was created and last changed."""
+
+    id: str
+    state: str
+    text: str = ""
+    created: float = 0.0
+    updated: float = 0.0
+    context_id: str = ""  # the conversation: tern's context_id for the agent
+
+
+class TaskPort(Protocol):
+    """The A2A task engine, for a server that starts agent work as tasks of its own
+    (MCP's tasks extension): the same task the A2A methods show and cancel."""
+
+    def start(self, agent: str, message: str, *, caller: str, context_id: str | None = None,
+              ask: Ask | None = None, sample: Sample | None = None) -> TaskView:
+        """A new task: ``message`` to ``agent`` (in conversation ``context_id``), run
+        with the caller's ``ask`` and ``sample``. Raises a TernError when the store has
+        no room or the agent's budget says no."""
+        ...
+
+    def view(self, task_id: str) -> TaskView:
+        """Raises a TernError for a task the engine does not know (never, or evicted)."""
+        ...
+
+    def cancel(self, task_id: str) -> None:
+        """Stop the task's work; a task already finished stays as it is."""
         ...

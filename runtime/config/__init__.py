@@ -20,8 +20,9 @@ from runtime.config.load import (
 )
 from runtime.config.schema import (
     A2aConfig, AccessTier, AgentConfig, AgentPrompt, ApprovalRule, Config, ExternalAgent, GovernanceConfig,
-    HttpTransport, McpPreset, McpServerEntry, McpServerExposure, ModelConfig, OAuthConfig, ScriptsConfig,
-    SecurityConfig, ServerConfig, ShellRule, Skill, SseTransport, StateConfig, StdioTransport, ToolsConfig,
+    HttpTransport, McpAsk, McpAskQuestion, McpPreset, McpServerEntry, McpServerExposure, ModelConfig, OAuthConfig,
+    ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill, SseTransport, StateConfig, StdioTransport,
+    ToolsConfig,
 )
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "SseTransport",
     "OAuthConfig",
     "McpServerExposure",
+    "McpAsk",
+    "McpAskQuestion",
     "McpPreset",
     "A2aConfig",
     "ExternalAgent",

@@ -13,7 +13,7 @@ import shutil
 
 import msgspec
 
-from runtime.config.schema import Config, McpPreset, StdioTransport
+from runtime.config.schema import Config, McpAsk, McpPreset, StdioTransport
 from runtime.config.sentences import shorten
 from runtime.config.shell_policy import rule_problems
 
@@ -41,7 +41,8 @@ def missing_key_warnings(config: Config) -> list[str]:
     needs no key, and the variable may be set for the daemon but not for ``config check``."""
     return [f'agents[{i}].model.api_key_env: "{agent.model.api_key_env}" is not set, so no key is sent '
             f"to {agent.model.base_url}" for i, agent in enumerate(config.agents)
-            if agent.model is not None and agent.model.api_key_env and not os.environ.get(agent.model.api_key_env)]
+            if agent.model is not None and agent.model.provider == "openai" and agent.model.api_key_env
+            and not os.environ.get(agent.model.api_key_env)]
 
 
 def _runnable(command: str, cwd: str = "") -> bool:
@@ -240,11 +241,21 @@ def _mcp_server_problems(config: Config) -> list[str]:
             problems.append(f'mcp_server.presets[{i}].name: expected 1-128 of A-Z a-z 0-9 _ . -, '
                             f'got "{preset.name}"')
         names.append(preset.name)
+        properties = preset.input_schema.get("properties")
+        for key, value in preset.arguments.items():
+            for name in _PLACEHOLDER.findall(value) if isinstance(value, str) else []:
+                if not isinstance(properties, dict) or name not in properties:
+                    problems.append(f"mcp_server.presets[{i}].arguments.{key}: {{{name}}} is not a property of its "
+                                    "input_schema")
         if preset.tool.startswith("tern_agent_") and preset.tool not in agent_tools:
             problems.append(f'mcp_server.presets[{i}].tool: no agent is exposed as "{preset.tool}" '
                             f'(agents: {", ".join(sorted(agent_tools)) or "none"})')
         if preset.input_schema:
             problems += _preset_schema_problems(f"mcp_server.presets[{i}]", preset)
+    for i, ask in enumerate(exposure.asks):
+        problems += _ask_problems(f"mcp_server.asks[{i}]", ask, agent_tools if exposure.expose_agents else [],
+                                  [preset.name for preset in exposure.presets])
+        names.append(ask.name)
     seen: set[str] = set()
     for name in names:
         if name in seen:
@@ -271,6 +282,56 @@ def _prompt_problems(prompts: list, where: str) -> list[str]:
         for k, message in enumerate(prompt.messages):
             if not (message.text or message.resource or message.image):
                 problems.append(f"{where}[{j}].messages[{k}]: expected text, resource or image")
+    return problems
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z_][A-Za-z0-9_]*)?\}")
+
+
+def _ask_problems(where: str, ask: McpAsk, agent_tools: list[str], presets: list[str]) -> list[str]:
+    """An ``[[mcp_server.asks]]`` entry: names, questions, and every ``{placeholder}``
+    naming an argument or an answer given before it is used."""
+    problems = []
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,128}", ask.name):
+        problems.append(f'{where}.name: expected 1-128 of A-Z a-z 0-9 _ . -, got "{ask.name}"')
+    if not ask.questions:
+        problems.append(f"{where}.questions: an ask needs at least one question")
+    if ask.timeout_secs <= 0:
+        problems.append(f"{where}.timeout_secs: expected a number above 0, got {ask.timeout_secs}")
+    if ask.send_to and ask.send_to not in agent_tools and ask.send_to not in presets:
+        problems.append(f'{where}.send_to: no exposed agent or preset is named "{ask.send_to}"')
+    arguments = set(ask.arguments)
+    for name in ask.arguments:
+        if not _IDENTIFIER.fullmatch(name):
+            problems.append(f'{where}.arguments: "{name}" is not a name (letters, digits, _)')
+    keys = [question.key for question in ask.questions]
+    for j, question in enumerate(ask.questions):
+        at = f"{where}.questions[{j}]"
+        if not _IDENTIFIER.fullmatch(question.key) or question.key in arguments or keys.count(question.key) > 1:
+            problems.append(f'{at}.key: "{question.key}" must be a name (letters, digits, _) used once, '
+                            f"and not an argument's")
+        if question.round < 1:
+            problems.append(f"{at}.round: expected 1 or more, got {question.round}")
+        if question.kind == "url" and not re.fullmatch(r"https://[^\s{}]+|http://(localhost|127\.0\.0\.1)[:/][^\s{}]*",
+                                                       question.url):
+            problems.append(f'{at}.url: a url question needs an https:// URL (or http:// on localhost), '
+                            f'got "{shorten(question.url)}"')
+        if question.kind in ("form", "url", "sampling") and not question.message.strip():
+            problems.append(f"{at}.message: a {question.kind} question needs a message")
+        if question.kind == "form" and not (question.schema.get("type") == "object"
+                                            and isinstance(question.schema.get("properties"), dict)):
+            problems.append(f'{at}.schema: a form needs an object schema with properties '
+                            f'(type = "object", properties = {{ ... }})')
+        if question.kind == "sampling" and not 0 < question.max_tokens <= 1_000_000:
+            problems.append(f"{at}.max_tokens: expected 1 to 1000000, got {question.max_tokens}")
+        earlier = {q.key for q in ask.questions if q.round < question.round}
+        for name in _PLACEHOLDER.findall(question.message + question.system):
+            if name not in arguments and name not in earlier:
+                problems.append(f"{at}.message: {{{name}}} is neither an argument nor an answer of an earlier round")
+    for name in _PLACEHOLDER.findall(ask.reply):
+        if name not in arguments and name not in keys:
+            problems.append(f"{where}.reply: {{{name}}} is neither an argument nor a question's key")
     return problems
 
 

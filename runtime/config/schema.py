@@ -137,17 +137,55 @@ class McpServerEntry(_Section):
 
 
 class McpPreset(_Section):
-    """A fixed call published as a tool of its own, with no arguments: ``tool`` (an
-    exposed name such as ``tern_agent_echo``, or a kernel tool) with ``arguments``.
-    With ``input_schema`` (a JSON Schema, published as is) it takes the caller's arguments
-    instead: an agent gets them as its message (JSON), a kernel tool with ``arguments``
-    laid over them."""
+    """A call published as a tool of its own: ``tool`` (an exposed name such as
+    ``tern_agent_echo``, or a kernel tool) with ``arguments``; with no ``input_schema`` a
+    fixed call taking no arguments. ``input_schema`` (a JSON Schema, published as is) makes
+    it take the caller's arguments: they fill ``{name}`` in the string values of
+    ``arguments`` when those name any; otherwise an agent gets them as its message (JSON)
+    and a kernel tool gets them with ``arguments`` laid over them. ``task``: whether a call
+    of an agent through it may (optional), must (required) or may not (forbidden) run as a
+    task of the MCP tasks extension."""
 
     name: str
     tool: str
     arguments: dict[str, Any] = {}
     description: str = ""
     input_schema: dict[str, Any] = {}
+    task: Literal["optional", "required", "forbidden"] = "optional"
+
+
+class McpAskQuestion(_Section):
+    """One question an ask puts to its MCP caller: a ``form`` (elicitation: ``message``
+    and a flat ``schema``), a ``url`` (URL-mode elicitation: the client offers to open
+    ``url``, and answers only accept, decline or cancel), a ``sampling`` request
+    (``message`` is the user prompt, with ``system`` and ``max_tokens``) or ``roots``
+    (the client's roots). ``{name}`` in a
+    message is a tool argument or an earlier round's answer. ``optional``: skipped when
+    the client cannot answer it; otherwise such a client gets -32021."""
+
+    key: str
+    kind: Literal["form", "url", "sampling", "roots"]
+    round: int = 1
+    message: str = ""
+    schema: dict[str, Any] = {}
+    url: str = ""
+    system: str = ""
+    max_tokens: int = 1000
+    optional: bool = False
+
+
+class McpAsk(_Section):
+    """A tool that asks its MCP caller (elicitation, sampling, roots; both eras) and
+    returns ``reply`` with the answers filled in, or sends it as the ``message`` to the
+    exposed tool ``send_to`` (an agent) and returns that tool's result."""
+
+    name: str
+    description: str = ""
+    arguments: list[str] = []  # string arguments the tool takes, all required
+    questions: list[McpAskQuestion] = []
+    reply: str = ""
+    send_to: str = ""
+    timeout_secs: float = 300.0  # handshake era: how long one question waits for the client
 
 
 class McpServerExposure(_Section):
@@ -162,6 +200,7 @@ class McpServerExposure(_Section):
     expose_agents: bool = True
     tools: list[str] = []
     presets: list[McpPreset] = []
+    asks: list[McpAsk] = []
     instructions: str = ""
     page_size: int = 100
     max_sessions: int = 256  # POST /mcp, handshake era: the least recently used idle one goes first
@@ -215,8 +254,11 @@ class A2aConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """An OpenAI-compatible chat completions endpoint (Ollama, llama-server, vLLM...)."""
+    """An OpenAI-compatible chat completions endpoint (Ollama, llama-server, vLLM...), or
+    with ``provider = "mcp-sampling"`` the model of the MCP client that called the agent
+    (its sampling; ``model`` is then only a hint, and no endpoint or key is used)."""
 
+    provider: Literal["openai", "mcp-sampling"] = "openai"
     base_url: str = "http://127.0.0.1:11434/v1"
     model: str = ""
     api_key_env: str = ""

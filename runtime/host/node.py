@@ -31,8 +31,13 @@ class Node:
             from runtime.mcp.server.dispatch import McpServer
 
             kernel = self.kernel
+            tasks = None
+            if self.a2a is not None:  # MCP's tasks extension starts A2A tasks: one task engine
+                from runtime.a2a.server.mcp_tasks import McpTaskBridge
+
+                tasks = McpTaskBridge(self.a2a)
             self.mcp_server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals,
-                                        content=kernel.content)
+                                        content=kernel.content, tasks=tasks)
         self.http_bound: tuple[str, int] | None = None  # once the daemon listens: the cards' fallback URL
         self.a2a_endpoint: Any = None  # the A2A routes, once mounted (host/api.py)
 

@@ -94,13 +94,15 @@ class Agents:
                    on_text: Callable[[str], None] | None = None,
                    on_log: Callable[[str, str], None] | None = None,
                    env: dict[str, str] | None = None, ask: Any = None,
-                   on_tool: Callable[[dict[str, Any]], None] | None = None) -> AgentReply:
+                   on_tool: Callable[[dict[str, Any]], None] | None = None, sample: Any = None) -> AgentReply:
         """Answer one message; for an agent that remembers, the exchange is committed to
         its conversation before the reply is returned. ``on_text`` gets output as it comes (model text, a
         command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
         added to a command agent's cleared environment; ``ask`` puts a tool call that needs
         approval to the person behind the caller (``runtime.ports.Ask``); ``on_tool`` hears
-        each tool call of the run start and end (``pipeline.Run.on_tool``)."""
+        each tool call of the run start and end (``pipeline.Run.on_tool``); ``sample`` runs a
+        model turn on the caller's MCP client (``runtime.ports.Sample``), for an llm agent
+        whose model is ``provider = "mcp-sampling"``."""
         check_name(name, "the agent name")
         check_id(context_id, "context_id")
         agent = self.get(name)
@@ -109,7 +111,7 @@ class Agents:
         outcome = "error"
         try:
             self.budgets.take(name)
-            text = await self._answer(agent, message, context_id, on_text, on_log, env, ask, on_tool)
+            text = await self._answer(agent, message, context_id, on_text, on_log, env, ask, on_tool, sample)
             outcome = "ok"
         except BudgetExceeded:
             outcome = "budget_exceeded"
@@ -132,9 +134,10 @@ class Agents:
     async def _answer(self, agent: AgentConfig, message: str, context_id: str,
                       on_text: Callable[[str], None] | None,
                       on_log: Callable[[str, str], None] | None,
-                      env: dict[str, str] | None = None, ask: Any = None, on_tool: Any = None) -> str:
+                      env: dict[str, str] | None = None, ask: Any = None, on_tool: Any = None,
+                      sample: Any = None) -> str:
         if agent.kind == "llm":
-            return await self._llm(agent, message, context_id, on_text, ask, on_tool)
+            return await self._llm(agent, message, context_id, on_text, ask, on_tool, sample)
         if agent.kind == "echo":
             return message
         if agent.kind == "command":
@@ -206,7 +209,8 @@ class Agents:
         return text + (f"\n[output cut at {cap} bytes]" if len(out) >= cap else "")
 
     async def _llm(self, agent: AgentConfig, message: str, context_id: str,
-                   on_text: Callable[[str], None] | None, ask: Any = None, on_tool: Any = None) -> str:
+                   on_text: Callable[[str], None] | None, ask: Any = None, on_tool: Any = None,
+                   sample: Any = None) -> str:
         from runtime.kernel.llm import ChatClient, LlmError
         from runtime.kernel.pipeline import allowed
 
@@ -227,9 +231,18 @@ class Agents:
             for t in self.pipeline.registry.tools()
             if agent.tools and allowed(agent, t.name)
         ]
-        run = self.pipeline.run(agent, ask=ask, context_id=context_id, on_tool=on_tool)
+        run = self.pipeline.run(agent, ask=ask, context_id=context_id, on_tool=on_tool, sample=sample)
         self.budgets.watch_run(agent.name, run.loop_guard)
-        client = ChatClient(agent.model, usage=agent.tokens_per_hour > 0)
+        if agent.model.provider == "mcp-sampling":
+            from runtime.kernel.llm_sampling import SamplingClient
+
+            if sample is None:
+                raise AgentError(f"agent {agent.name!r} runs on the model of the MCP client that calls it "
+                                 '(provider = "mcp-sampling"), and was not called by an MCP client that offers '
+                                 "sampling")
+            client: Any = SamplingClient(agent.model, sample)
+        else:
+            client = ChatClient(agent.model, usage=agent.tokens_per_hour > 0)
         try:
             for _ in range(max(agent.max_iterations, 1)):
                 self.budgets.check_tokens(agent.name)

@@ -148,10 +148,10 @@ class ToolPipeline:
         return await self.registry.wait_for(name)
 
     def run(self, agent: AgentConfig | None = None, *, progress: Any = None, log: Any = None, ask: Any = None,
-            context_id: str = "", on_tool: Any = None) -> Run:
+            context_id: str = "", on_tool: Any = None, sample: Any = None) -> Run:
         """A new run for ``agent`` (None: an operator), with its tool context: the agent's
         workspace (default ``<state dir>/workspaces/<agent>``), and the caller's
-        ``progress``/``log``/``ask`` callbacks (see ToolContext)."""
+        ``progress``/``log``/``ask``/``sample`` callbacks (see ToolContext)."""
         state = self.config.state.dir
         workspace = ""
         if agent is not None:
@@ -167,7 +167,7 @@ class ToolPipeline:
             def log(level: str, text: str) -> None:
                 shown_log(level, self.redact(text))
         context = ToolContext(agent=agent.name if agent else "", workspace=workspace, state_dir=state,
-                              progress=progress, log=log, ask=ask)
+                              progress=progress, log=log, ask=ask, sample=sample)
         return Run(agent, max_calls=(agent and agent.max_tool_calls_per_run) or self.config.tools.max_calls_per_run,
                    context=context, context_id=context_id, on_tool=on_tool)
 

@@ -51,7 +51,8 @@ def register_agent_tools(registry: ToolRegistry, agents: Callable[[], Any]) -> N
         token = _depth.set(depth + 1)
         try:
             reply = await agents().send(name, arguments["message"], context_id=arguments.get("context_id"),
-                                        on_text=context.progress, on_log=context.log, ask=context.ask)
+                                        on_text=context.progress, on_log=context.log, ask=context.ask,
+                                        sample=context.sample)
         except (UnknownAgent, AgentError, BudgetExceeded) as exc:  # the sentence, for the model or MCP client
             return ToolResult(str(exc), is_error=True)
         finally:

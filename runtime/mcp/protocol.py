@@ -63,7 +63,8 @@ HEADER_MISMATCH = -32020
 MISSING_CAPABILITY = -32021
 UNSUPPORTED_VERSION = -32022
 #: Which parameter names a request in the ``Mcp-Name`` header (2026-07-28).
-NAMED_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAMED_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
+                "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}  # SEP-2663
 _SAFE_HEADER = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?\Z")
 
 Era = Literal["handshake", "modern"]

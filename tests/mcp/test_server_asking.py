@@ -66,7 +66,8 @@ class GuardedTools:
     async def wait_for(self, name: str) -> Tool | None:
         return self.get(name)
 
-    def run(self, agent: Any = None, *, progress: Any = None, log: Any = None, ask: Any = None) -> GuardedRun:
+    def run(self, agent: Any = None, *, progress: Any = None, log: Any = None, ask: Any = None,
+            sample: Any = None) -> GuardedRun:
         self.runs.append(GuardedRun(progress, log, ask))
         return self.runs[-1]
 
@@ -527,3 +528,21 @@ async def test_modern_calls_beyond_max_parked_are_announced_instead(served, auto
     started, waiting = await client.receive(), await client.receive()
     assert started["params"]["message"] == "started" and waiting["params"]["message"].startswith("waiting for approval")
     assert len(served.server.mrtr.parked) == 1
+
+
+async def test_modern_client_with_sampling_but_no_forms_sees_the_approval_named(served, autojump_clock):
+    """Parked for the client's model, but it answers no forms: the approval is named
+    in the leg's progress and decided elsewhere; no form is put to the client."""
+    client = served.client
+    meta = {**MODERN, "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}, "progressToken": "p1"}
+    await client.send(request(1, "tools/call", {"name": "guarded", "arguments": {"path": "c.txt"}, "_meta": meta}))
+    started = await client.receive()
+    assert started["params"]["message"] == "started"
+    named = await client.receive()
+    approval_id = served.pending()[0].id
+    wanted = f"waiting for approval {approval_id}: run tern approve {approval_id}, or deny it"
+    assert named["params"]["message"] == wanted
+    served.approvals.decide(approval_id, True, channel="test")
+    reply = await client.receive()
+    assert reply["id"] == 1 and reply["result"]["resultType"] == "complete"
+    assert served.tools.ran == [{"path": "c.txt"}]

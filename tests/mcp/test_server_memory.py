@@ -57,7 +57,8 @@ class FakeTools:
     async def wait_for(self, name: str) -> Tool | None:
         return self.get(name)
 
-    def run(self, agent: Any = None, *, progress: Any = None, log: Any = None, ask: Any = None) -> FakeRun:
+    def run(self, agent: Any = None, *, progress: Any = None, log: Any = None, ask: Any = None,
+            sample: Any = None) -> FakeRun:
         self.runs.append(FakeRun(progress))
         return self.runs[-1]
 

@@ -25,12 +25,15 @@ FINAL_STATES = {"completed", "input-required", "auth-required", "failed", "rejec
 __all__ = ["agent_runner", "A2aService"]
 
 
-def agent_runner(agents: AgentPort, approvals: ApprovalPort | None = None, *, caller_may_approve: bool = False) -> Any:
+def agent_runner(agents: AgentPort, approvals: ApprovalPort | None = None, *, caller_may_approve: bool = False,
+                 lent: dict[str, tuple[Any, Any]] | None = None) -> Any:
     """The engine's runner: a task's message goes to the tern agent as text, in the
     conversation named by the task's contextId. A command agent with ``a2a_events``
     drives the task itself (``events_agent``). A tool call that waits for approval is
     shown on the task, and with ``caller_may_approve`` put to the caller, who decides
-    through ``approvals`` (``asking.approval_asker``)."""
+    through ``approvals`` (``asking.approval_asker``). A task another protocol started
+    (``mcp_tasks.py``) runs with the ``ask`` and ``sample`` that caller lent it
+    (``lent``, by task id) instead."""
     from runtime.a2a.server.asking import approval_asker
     from runtime.errors import AgentError, BudgetExceeded, UnknownAgent
 
@@ -39,9 +42,13 @@ def agent_runner(agents: AgentPort, approvals: ApprovalPort | None = None, *, ca
         if agent.kind == "command" and agent.a2a_events:
             return await _events_agent(agents, task, message, report)
         report.working()
-        ask = approval_asker(task, report, approvals, caller_may_approve=caller_may_approve)
+        ask, sample = (lent or {}).get(task.id, (None, None))
+        if ask is None:
+            ask = approval_asker(task, report, approvals, caller_may_approve=caller_may_approve)
         try:
-            reply = await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, ask=ask)
+            lent_model = {"sample": sample} if sample is not None else {}
+            reply = await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, ask=ask,
+                                      **lent_model)
         except BudgetExceeded as exc:
             return Outcome(state="rejected", text=str(exc))
         except (AgentError, UnknownAgent) as exc:
@@ -148,14 +155,15 @@ class A2aService:
             self.store = TaskStore(Path(config.state.dir) / "a2a_tasks.sqlite3")
         store = self.store
         a2a = config.a2a
+        self.lent: dict[str, tuple[Any, Any]] = {}  # task id -> (ask, sample) of tasks MCP started
         self.engine = TaskEngine(
-            agent_runner(agents, approvals, caller_may_approve=a2a.caller_may_approve),
+            agent_runner(agents, approvals, caller_may_approve=a2a.caller_may_approve, lent=self.lent),
             max_tasks=a2a.max_tasks,
             max_task_bytes=a2a.max_task_bytes,
             max_store_bytes=a2a.max_store_bytes,
             max_subscribers=a2a.max_subscribers_per_task,
             on_change=store.changed if store else None,
-            on_evict=store.evicted if store else None,
+            on_evict=self._evicted,
         )
         if store is not None:
             self.engine.refusal = store.fault
@@ -164,6 +172,11 @@ class A2aService:
         self.push = PushNotifier(self.engine, AddressPolicy.from_security(config.security))
         if events is not None:  # every task's state changes on the kernel's bus ("a2a.task"; `tern events`)
             self.engine.listeners.append(_publisher(events))
+
+    def _evicted(self, task_id: str) -> None:
+        self.lent.pop(task_id, None)
+        if self.store is not None:
+            self.store.evicted(task_id)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; ``task_status.started()`` once the parts are up."""

@@ -37,22 +37,26 @@ from msgspec import UNSET
 
 from runtime import __version__
 from runtime.config import Config
-from runtime.errors import RpcError
+from runtime.errors import RpcError, TernTimeout
 from runtime.wire.limits import check_name
 from runtime.log import get_logger
-from runtime.ports import ApprovalPort, ContentPort, EventPort, ToolPort
+from runtime.ports import ApprovalPort, ContentPort, EventPort, TaskPort, ToolPort
 from runtime.mcp.server.catalog import HANDSHAKE_ONLY, METHODS as CATALOG_METHODS, Catalog
 from runtime.mcp.server.asking import Asker, decide, elicitation, wants_form
+from runtime.mcp.server.ask_call import AskStates, ask_handshake, ask_modern, conclude, error_result
+from runtime.mcp.server.asks import Ask
 from runtime.mcp.server.exposure import Exposure
 from runtime.mcp.server.listen import listen
 from runtime.mcp.server.mrtr import Mrtr, Parked
 from runtime.mcp.server.outbound import ClientRequests
 from runtime.mcp.server.paging import page
+from runtime.mcp.server.sampling import SAMPLE_TIMEOUT_SECS, HandshakeSampler, can_sample, fit
+from runtime.mcp.server.tasks import EXTENSION, TASK_METHODS, McpTasks, declared, missing_tasks
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, META_CAPABILITIES, META_PREFIX, META_VERSION, MODERN_VERSION,
                                   UNSUPPORTED_VERSION)
 from runtime.wire import jsonrpc
 
-__all__ = ["McpServer", "Peer", "Notify", "LOG_LEVELS", "MODERN_METHODS"]
+__all__ = ["McpServer", "Peer", "Notify", "LOG_LEVELS", "MODERN_METHODS", "TASK_METHODS"]
 
 log = get_logger("mcp.server")
 
@@ -105,6 +109,18 @@ class Peer:
             run.cancel()
 
 
+class _Waiting:
+    """An ask's questions in ``Peer.inflight``, where the client's cancel finds them."""
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.scope.cancel()
+
+
 class _Cancelled(Exception):
     """The client cancelled this request: it gets no reply."""
 
@@ -117,10 +133,12 @@ class McpServer:
     their requests; without it those calls are announced, not asked."""
 
     def __init__(self, config: Config, tools: ToolPort, events: EventPort,
-                 approvals: ApprovalPort | None = None, content: ContentPort | None = None) -> None:
+                 approvals: ApprovalPort | None = None, content: ContentPort | None = None,
+                 tasks: TaskPort | None = None) -> None:
         self.tools = tools
         self.approvals = approvals
         self.mrtr = Mrtr(keep_secs=config.governance.approval_timeout_secs + 60.0)
+        self.ask_states = AskStates(self.mrtr)
         self.exposure = Exposure(config, tools, events)
         self.catalog = Catalog(config, content, events)  # resources, prompts, completion (content None: none)
         settings = config.mcp_server
@@ -133,9 +151,12 @@ class McpServer:
                                              "resources": {"subscribe": True, "listChanged": True},
                                              "prompts": {"listChanged": True}}
         # 2026-07-28 sends changes only on subscriptions/listen (listen.py).
-        self.modern_capabilities = {"tools": {"listChanged": True}, "logging": {}, "completions": {},
-                                    "resources": {"subscribe": True, "listChanged": True},
-                                    "prompts": {"listChanged": True}}
+        self.modern_capabilities: dict[str, Any] = {
+            "tools": {"listChanged": True}, "logging": {}, "completions": {},
+            "resources": {"subscribe": True, "listChanged": True}, "prompts": {"listChanged": True}}
+        self.tasks = McpTasks(tasks, approvals) if tasks is not None else None  # the A2A engine's, over a port
+        if self.tasks is not None:
+            self.modern_capabilities["extensions"] = {EXTENSION: {}}
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Until cancelled: the nursery of 2026-07-28 calls between their legs (``mrtr.py``)."""
@@ -239,6 +260,14 @@ class McpServer:
                       "instructions": self.instructions, "cacheScope": "private", "ttlMs": LIST_TTL_MS}
         elif method == "tools/list":
             result = {**self._tools_page(params), "cacheScope": "private", "ttlMs": LIST_TTL_MS}
+            if self.tasks is not None:  # agent calls may become tasks
+                result["tools"] = [{**tool, "execution": {"taskSupport": support}}
+                                   if (support := self.exposure.task_support(tool["name"])) != "forbidden" else tool
+                                   for tool in result["tools"]]
+        elif method in TASK_METHODS and self.tasks is not None:
+            result = self.tasks.request(method, params, meta.get(META_CAPABILITIES), peer.by())
+            if isinstance(result.get("result"), dict):  # the inlined result, as tools/call would have answered
+                result["result"].update(resultType="complete", _meta={META_SERVER_INFO: self.server_info})
         elif method == "tools/call":
             level = meta.get(META_LOG_LEVEL)
             result = await self._call(request.id, params, peer, notify, level if level in LOG_LEVELS else None,
@@ -252,6 +281,25 @@ class McpServer:
         result.setdefault("resultType", "complete")
         result["_meta"] = {META_SERVER_INFO: self.server_info}
         return result
+
+    def refusal(self, message: Any) -> RpcError | None:
+        """The error a 2026-07-28 ``tools/call`` of an ask gets before it starts (a
+        capability the client lacks), so HTTP can answer it with its status, not on an
+        event stream that already said 200."""
+        params = message.params if isinstance(message, jsonrpc.Request) and message.method == "tools/call" else None
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        name = params.get("name") if isinstance(meta, dict) and META_VERSION in meta else None  # type: ignore[union-attr]
+        ask = self.exposure.ask(name) if isinstance(name, str) else None
+        if isinstance(name, str) and self.tasks is not None and isinstance(meta, dict) and \
+                not declared(meta.get(META_CAPABILITIES)) and self.exposure.task_support(name) == "required":
+            return missing_tasks()
+        if ask is None or not isinstance(meta, dict):
+            return None
+        try:
+            ask.check_capabilities(meta.get(META_CAPABILITIES))
+        except RpcError as error:
+            return error
+        return None
 
     # --- Tools --------------------------------------------------------------------------
 
@@ -272,6 +320,14 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise RpcError(jsonrpc.INVALID_PARAMS, "params.arguments must be an object")
+        forwarded = False  # an ask's reply sent on to its send_to tool
+        ask = self.exposure.ask(name)
+        if ask is not None:
+            step = await self._ask(request_id, ask, arguments, params, peer, notify, modern)
+            if isinstance(step, dict):
+                return step
+            (name, arguments), forwarded = step, True
+            params = {key: value for key, value in params.items() if key not in ("requestState", "inputResponses")}
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         token = token if isinstance(token, (str, int)) and not isinstance(token, bool) else None
@@ -281,9 +337,18 @@ class McpServer:
         if modern is not None:
             peer.client_name = _client_name(modern.get(META_CLIENT_INFO))
             state = params.get("requestState")
-            if state is not None or (self.approvals is not None and self.mrtr.available()
-                                     and wants_form(modern.get(META_CAPABILITIES))):
-                return await self._call_parked(request_id, name, arguments, params, state, peer, reporter)
+            capabilities = modern.get(META_CAPABILITIES)
+            forms = self.approvals is not None and wants_form(capabilities)
+            if state is None and self.tasks is not None and declared(capabilities):
+                task = self._task(name, arguments, peer, capabilities, forms)
+                if task is not None:
+                    return task
+            elif self.tasks is not None and self.exposure.task_support(name) == "required":
+                raise missing_tasks()
+            if not forwarded and (state is not None or (self.mrtr.available()
+                                                        and (forms or can_sample(capabilities)))):
+                return await self._call_parked(request_id, name, arguments, params, state, peer, reporter,
+                                               capabilities)
             elicit, log_ok = False, _at_most_warning(log_level)  # 2026-07-28: no requests to the client
         else:
             elicit = peer.version >= ELICITATION_SINCE and wants_form(peer.capabilities)
@@ -292,8 +357,11 @@ class McpServer:
         if notify is not None:
             ask = Asker(self.approvals, peer, notify, reporter, elicit=elicit, mode=peer.version >= FORM_MODE_SINCE,
                         log_ok=log_ok, by=peer.by())
+        sample = None
+        if modern is None and notify is not None and can_sample(peer.capabilities):
+            sample = HandshakeSampler(peer, notify)
         run = self.tools.run(None, progress=reporter.progress if reporter and reporter.token is not None else None,
-                             log=reporter.log if reporter and log_level else None, ask=ask)
+                             log=reporter.log if reporter and log_level else None, ask=ask, sample=sample)
         peer.inflight[request_id] = run
         try:
             if reporter is None:
@@ -328,8 +396,60 @@ class McpServer:
                     del peer.inflight[request_id]
         raise _Cancelled
 
+    def _task(self, name: str, arguments: dict[str, Any], peer: Peer, capabilities: Any,
+              forms: bool) -> dict[str, Any] | None:
+        """An agent call as a task of the A2A engine (``tasks.py``); None: call it now
+        (not an agent, arguments the call itself should refuse, or no room)."""
+        if self.exposure.task_support(name) == "forbidden":
+            return None
+        resolved = self.exposure.resolve(name, arguments)
+        if isinstance(resolved, str):
+            return None  # the call itself says what is wrong
+        agent = self.exposure.agent(resolved[0])
+        arguments = resolved[1]
+        message, context_id = arguments.get("message"), arguments.get("context_id")
+        if (agent is None or not isinstance(message, str) or set(arguments) - {"message", "context_id"}
+                or not (context_id is None or isinstance(context_id, str) and 0 < len(context_id) <= 200)
+                or self.tasks is None or not self.tasks.available()):
+            return None
+        lender = Parked(name, "", peer.label)
+        lender.forms = forms
+
+        async def sample(request: dict[str, Any]) -> dict[str, Any]:
+            with trio.move_on_after(SAMPLE_TIMEOUT_SECS):  # nobody sweeps a task: a client that never answers
+                return await lender.sample(fit(request, capabilities))
+            raise TernTimeout(f"the client did not answer a model turn within {SAMPLE_TIMEOUT_SECS:g} s")
+
+        return self.tasks.start(agent.name, message, context_id, peer.label, lender,
+                                sample if can_sample(capabilities) else None)
+
+    async def _ask(self, request_id: Any, ask: Ask, arguments: dict[str, Any], params: dict[str, Any], peer: Peer,
+                   notify: Notify | None, modern: dict[str, Any] | None) -> dict[str, Any] | tuple[str, dict]:
+        """An ask tool's questions (``ask_call.py``): a result, or the call to make next."""
+        problem = ask.check_arguments(arguments)
+        if problem:
+            return error_result(f"invalid arguments: {problem}")
+        if modern is not None:
+            ask.check_capabilities(modern.get(META_CAPABILITIES))
+            step = ask_modern(ask, self.ask_states, arguments, params, modern.get(META_CAPABILITIES), peer.label)
+        else:
+            ask.check_capabilities(peer.capabilities)
+            waiting = _Waiting()
+            peer.inflight[request_id] = waiting  # notifications/cancelled ends the wait
+            try:
+                with waiting.scope:
+                    step = await ask_handshake(ask, arguments, peer, notify, mode=peer.version >= FORM_MODE_SINCE)
+            finally:
+                if peer.inflight.get(request_id) is waiting:
+                    del peer.inflight[request_id]
+            if waiting.cancelled:
+                raise _Cancelled
+        if "answers" not in step:
+            return step.get("result") or step["error"]
+        return conclude(ask, arguments, step["answers"])
+
     async def _call_parked(self, request_id: Any, name: str, arguments: dict[str, Any], params: dict[str, Any],
-                           state: Any, peer: Peer, reporter: _Reporter | None) -> dict[str, Any]:
+                           state: Any, peer: Peer, reporter: _Reporter | None, capabilities: Any) -> dict[str, Any]:
         """A 2026-07-28 call from a client that answers forms: a new call is parked in
         the server's nursery; a retry (``requestState``) decides what its
         ``inputResponses`` answer and waits for the same call (``mrtr.py``)."""
@@ -341,12 +461,23 @@ class McpServer:
             responses = responses if isinstance(responses, dict) else {}
             for approval_id in answerable:
                 answer = responses.get(approval_id)
-                if answer is not None and approval_id not in parked.answered and self.approvals is not None:
+                if answer is None or approval_id in parked.answered:
+                    continue
+                if approval_id in parked.samples:
+                    parked.answered.add(approval_id)
+                    parked.answer_sample(approval_id, answer)
+                elif self.approvals is not None:
                     parked.answered.add(approval_id)
                     decide(self.approvals, approval_id, answer, by=peer.by())
         else:
             parked = self.mrtr.park(name, arguments, peer.label)
-            parked.run = self.tools.run(None, progress=parked.progress, log=parked.log, ask=parked.ask)
+            parked.forms = self.approvals is not None and wants_form(capabilities)
+
+            async def sample(request: dict[str, Any]) -> dict[str, Any]:
+                return await parked.sample(fit(request, capabilities))
+
+            parked.run = self.tools.run(None, progress=parked.progress, log=parked.log, ask=parked.ask,
+                                        sample=sample if can_sample(capabilities) else None)
 
             async def call() -> dict[str, Any]:
                 return await self.exposure.call(name, arguments, caller=peer.label, run=parked.run)

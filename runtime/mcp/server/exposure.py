@@ -10,11 +10,15 @@
 - ``[[mcp_server.presets]]``: a fixed call (an exposed tool plus fixed arguments)
   published as a tool with no arguments; with ``input_schema``, a tool taking the
   caller's arguments as that schema describes (published verbatim, so JSON Schema
-  2020-12 keywords and ``x-mcp-header`` marks reach clients): an agent gets them as its
-  message, compact JSON with sorted keys; a kernel tool gets them with the fixed
-  ``arguments`` laid over them. Before the call tern checks only that they are an object
-  with the ``required`` names (and no others under ``additionalProperties: false``); the
-  agent or tool does the rest, as a kernel tool's own schema is checked by the pipeline.
+  2020-12 keywords and ``x-mcp-header`` marks reach clients): they fill ``{name}`` in
+  the string values of ``arguments`` when those name a property; otherwise an agent gets
+  them as its message, compact JSON with sorted keys, and a kernel tool gets them with the
+  fixed ``arguments`` laid over them. Before the call tern checks only that they are an
+  object with the ``required`` names (and no others under ``additionalProperties:
+  false``) and top-level primitive ``type``s; the agent or tool does the rest, as a kernel
+  tool's own schema is checked by the pipeline.
+- ``[[mcp_server.asks]]``: tools that ask their caller for input (``asks.py``); the
+  dispatcher runs them, since only it can talk to the client.
 
 Every call goes through the kernel's tool pipeline (validation, timeout, truncation,
 redaction, audit): an agent tool is ``agent_send`` to that agent.
@@ -30,6 +34,7 @@ from runtime.config import AgentConfig, Config, McpPreset
 from runtime.errors import RpcError
 from runtime.ports import EventPort, Tool, ToolPort
 from runtime.mcp.names import agent_tool_name, tool_globs
+from runtime.mcp.server.asks import PLACEHOLDER, Ask
 from runtime.wire.jsonrpc import INVALID_PARAMS
 from runtime.wire.limits import MAX_ID_CHARS, check_id
 
@@ -71,12 +76,43 @@ class Exposure:
             for agent in self.config.agents:
                 self._agents.setdefault(agent_tool_name(agent.name), agent)
         self._presets = {preset.name: preset for preset in settings.presets}
+        self._asks = {ask.name: Ask(ask) for ask in settings.asks}
+
+    def agent(self, name: str) -> AgentConfig | None:
+        """The agent exposed as ``name`` (``tern_agent_…``), if one is."""
+        return self._agents.get(name)
+
+    def preset(self, name: str) -> Any:
+        """The preset published as ``name`` (an agent of that name comes first)."""
+        return self._presets.get(name) if name not in self._agents else None
+
+    def task_support(self, name: str) -> str:
+        """``taskSupport`` of an exposed tool: agents may run as tasks, presets of
+        agents as they say; everything else is forbidden (it runs within the call)."""
+        preset = self.preset(name)
+        target = preset.tool if preset is not None else name
+        if target not in self._agents:
+            return "forbidden"
+        return preset.task if preset is not None else "optional"
+
+    def resolve(self, name: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]] | str:
+        """The call a tool name and its arguments stand for: a preset's target with the
+        arguments it sends (or what is wrong with the caller's); anything else as it is."""
+        preset = self.preset(name)
+        if preset is None:
+            return name, arguments
+        arguments = _preset_arguments(preset, arguments)
+        return arguments if isinstance(arguments, str) else (preset.tool, arguments)
+
+    def ask(self, name: str) -> Ask | None:
+        """The ask tool ``name``, unless an agent or preset of that name comes first."""
+        return self._asks.get(name) if name not in self._agents and name not in self._presets else None
 
     # --- Listing ------------------------------------------------------------------------
 
     def tools(self) -> list[dict[str, Any]]:
         """Every exposed tool as MCP describes one, in a stable order: agents, kernel
-        tools, presets."""
+        tools, presets, asks."""
         listed = [self._agent_tool(name, agent) for name, agent in self._agents.items()]
         taken = set(self._agents)
         for tool in self._kernel_tools():
@@ -92,6 +128,7 @@ class Exposure:
                 taken.add(name)
                 listed.append({"name": name, "description": preset.description or f"Calls {preset.tool}.",
                                "inputSchema": preset.input_schema or NO_ARGUMENTS})
+        listed.extend(ask.tool() for name, ask in self._asks.items() if name not in taken)
         return listed
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
@@ -151,11 +188,12 @@ class Exposure:
         its progress and log callbacks, and ``run.cancel()`` for the caller to give up);
         returns an MCP ``CallToolResult``. A name this server does not expose is a
         protocol error (RpcError -32602), as the spec says."""
-        preset = self._presets.get(name) if name not in self._agents else None
+        preset = self.preset(name)
         if preset is not None:  # named explicitly in the config: allowed without a glob
-            name, arguments = preset.tool, _preset_arguments(preset, arguments)
-            if isinstance(arguments, str):
-                return _error_result(arguments)
+            resolved = self.resolve(name, arguments)
+            if isinstance(resolved, str):
+                return _error_result(resolved)
+            name, arguments = resolved
         agent = self._agents.get(name)
         pipeline = self.kernel_tools
         run = run or pipeline.run(None)
@@ -194,9 +232,39 @@ def _preset_arguments(preset: McpPreset, given: Any) -> dict[str, Any] | str:
         extra = sorted(set(given) - set(properties))
         if extra:
             return f"invalid arguments: unexpected {', '.join(extra)}"
+    problem = _argument_types(preset.input_schema, given)
+    if problem:
+        return problem
+    properties = properties if isinstance(properties, dict) else {}
+    if any(name in properties for value in preset.arguments.values() if isinstance(value, str)
+           for name in PLACEHOLDER.findall(value)):  # the arguments are a template
+        values = {key: value if isinstance(value, str) else json.dumps(value) for key, value in given.items()}
+        return {key: PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), value) if isinstance(value, str)
+                else value for key, value in preset.arguments.items()}
     if preset.tool.startswith("tern_agent_"):
         return {"message": json.dumps(given, sort_keys=True, separators=(",", ":"), ensure_ascii=False)}
     return {**given, **preset.arguments}
+
+
+def _argument_types(schema: dict[str, Any], given: dict[str, Any]) -> str:
+    """Why a top-level argument is not of its property's primitive ``type`` ("" if all are)."""
+    properties = schema.get("properties")
+    for key, value in given.items():
+        kind = properties.get(key, {}).get("type") if isinstance(properties, dict) and \
+            isinstance(properties.get(key), dict) else None
+        if kind in ("string", "number", "integer", "boolean") and not _is(value, kind):
+            return f"invalid arguments: {key} ({'an' if kind == 'integer' else 'a'} {kind}) expected"
+    return ""
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return kind == "number" or float(value).is_integer()
 
 
 def _sentence(text: str) -> str:

@@ -1,4 +1,7 @@
-"""2026-07-28's multi-round-trip requests (MRTR), for tool calls that wait for approval.
+"""2026-07-28's multi-round-trip requests (MRTR), for tool calls that wait for approval
+or for a model turn on the client (``sample``: an llm agent with ``provider =
+"mcp-sampling"``; each turn is a ``sampling/createMessage`` input request, keyed
+``sampling-…``, whose answer a retry brings to the waiting agent).
 
 In 2026-07-28 a server sends no requests of its own: a ``tools/call`` that needs a
 person's answer returns ``resultType: "input_required"`` with ``inputRequests`` (here:
@@ -46,6 +49,7 @@ import trio
 
 from runtime.errors import RpcError
 from runtime.log import get_logger
+from runtime.mcp.server.asking import notice
 from runtime.ports import Approval
 from runtime.wire import jsonrpc
 
@@ -79,10 +83,21 @@ def _unb64(text: str) -> bytes:
     return data
 
 
+class _Sampling:
+    """A model turn a parked call waits for: put to the client in the next leg."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self.params = params
+        self.answer: Any = None
+        self.event = trio.Event()
+
+
 class Parked:
     """One 2026-07-28 tool call running in the server's nursery between its legs."""
 
     def __init__(self, tool: str, digest: str, caller: str) -> None:
+        self.forms = True  # the client answers forms: approvals are asked (else decided elsewhere)
+        self.samples: dict[str, _Sampling] = {}  # model turns (``sample``) the call waits on now
         self.id = secrets.token_urlsafe(16)
         self.tool, self.digest, self.caller = tool, digest, caller
         self.run: Any = None  # the pipeline Run, set by whoever starts the call
@@ -106,6 +121,10 @@ class Parked:
         cancels this when the approval is decided, by any channel."""
         if not approval.id:
             return
+        if not self.forms:  # parked for the client's model, but it answers no forms: name the approval
+            self.progress(notice(approval))
+            self.log("warning", notice(approval))
+            return
         self.asks[approval.id] = approval
         self.poke()
         try:
@@ -113,6 +132,27 @@ class Parked:
         finally:
             self.asks.pop(approval.id, None)
             self.answered.discard(approval.id)
+
+    async def sample(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The run's ``Sample``: put a model turn to the client in the next leg and wait
+        for a retry to bring its answer (at most until the call is dropped)."""
+        request_id = f"sampling-{secrets.token_urlsafe(9)}"
+        pending = self.samples[request_id] = _Sampling(params)
+        self.poke()
+        try:
+            await pending.event.wait()  # the sweeper cancels the call if no leg comes back
+        finally:
+            self.samples.pop(request_id, None)
+            self.answered.discard(request_id)
+        if not isinstance(pending.answer, dict):
+            raise RpcError(jsonrpc.INVALID_PARAMS, "the client's sampling answer is not an object")
+        return pending.answer
+
+    def answer_sample(self, request_id: str, answer: Any) -> None:
+        pending = self.samples.get(request_id)
+        if pending is not None and not pending.event.is_set():
+            pending.answer = answer
+            pending.event.set()
 
     def progress(self, text: str) -> None:
         if self.sink is not None and self.sink.token is not None:
@@ -126,9 +166,13 @@ class Parked:
         """Approvals waiting that no leg's answers have decided yet."""
         return [approval for approval_id, approval in self.asks.items() if approval_id not in self.answered]
 
+    def new_samples(self) -> dict[str, _Sampling]:
+        """Model turns waiting that no leg's answers have brought yet."""
+        return {i: s for i, s in self.samples.items() if i not in self.answered and not s.event.is_set()}
+
     async def wait(self) -> None:
-        """Until the call is done or has an approval to put to the client."""
-        while not self.done.is_set() and not self.news():
+        """Until the call is done or has a question (an approval, a model turn) for the client."""
+        while not self.done.is_set() and not self.news() and not self.new_samples():
             await self._changed.wait()
 
     def finish(self, outcome: dict[str, Any] | RpcError | None) -> None:
@@ -206,23 +250,25 @@ class Mrtr:
         """The ``input_required`` result for the approvals ``parked`` waits on, with a
         fresh signed state (which makes every earlier state of this call stale)."""
         asks = parked.news()[:MAX_ASKS_PER_LEG]
+        samples = list(parked.new_samples().items())[:MAX_ASKS_PER_LEG]
         parked.leg += 1
-        parked.asked.update(approval.id for approval in asks)
-        claims = {"c": parked.id, "n": parked.leg, "ap": [approval.id for approval in asks], "t": parked.tool,
+        ids = [approval.id for approval in asks] + [request_id for request_id, _ in samples]
+        parked.asked.update(ids)
+        claims = {"c": parked.id, "n": parked.leg, "ap": ids, "t": parked.tool,
                   "a": parked.digest, "p": parked.caller, "exp": time.time() + self.keep_secs}
-        return {"resultType": "input_required",
-                "inputRequests": {approval.id: {"method": "elicitation/create", "params": form(approval)}
-                                  for approval in asks},
-                "requestState": self.seal(claims)}
+        requests = {approval.id: {"method": "elicitation/create", "params": form(approval)} for approval in asks}
+        requests.update({request_id: {"method": "sampling/createMessage", "params": sampling.params}
+                         for request_id, sampling in samples})
+        return {"resultType": "input_required", "inputRequests": requests, "requestState": self.seal(claims)}
 
     def seal(self, claims: dict[str, Any]) -> str:
         payload = _encode(claims)
         mac = hmac.new(self._key, _LABEL + payload, hashlib.sha256).digest()
         return f"{_PREFIX}{_b64(payload)}.{_b64(mac)}"
 
-    def unseal(self, state: Any) -> dict[str, Any] | None:
+    def unseal(self, state: Any, limit: int = MAX_STATE_CHARS) -> dict[str, Any] | None:
         """The claims of a state this process signed, unaltered; else None."""
-        if not isinstance(state, str) or len(state) > MAX_STATE_CHARS or not state.startswith(_PREFIX):
+        if not isinstance(state, str) or len(state) > limit or not state.startswith(_PREFIX):
             return None
         body, _, mac = state[len(_PREFIX):].partition(".")
         try:

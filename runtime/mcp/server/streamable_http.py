@@ -36,7 +36,7 @@ from runtime.httpd.messages import Request, Response, StreamResponse
 from runtime.mcp import param_headers
 from runtime.mcp.protocol import (HANDSHAKE_VERSIONS, HEADER_MISMATCH, META_VERSION, MISSING_CAPABILITY,
                                   MODERN_VERSION, NAMED_PARAMS, UNSUPPORTED_VERSION, header_text)
-from runtime.mcp.server.dispatch import MODERN_METHODS, McpServer, Peer
+from runtime.mcp.server.dispatch import MODERN_METHODS, TASK_METHODS, McpServer, Peer
 from runtime.wire import jsonrpc
 from runtime.wire.sse import encode_event
 
@@ -127,7 +127,7 @@ class McpHttpEndpoint:
                 msg_id,
                 {"supported": [MODERN_VERSION], "requested": meta.get(META_VERSION)},
             )
-        if message.method not in MODERN_METHODS:
+        if message.method not in MODERN_METHODS and not (message.method in TASK_METHODS and self.server.tasks):
             return _rpc_error(404, jsonrpc.METHOD_NOT_FOUND, f"method not found: {message.method}", msg_id)
         peer = Peer(f"mcp:http:{request.client[0]}")
         return await self._answer(message, peer, wants_sse, wants_json, headers=[])
@@ -194,6 +194,10 @@ class McpHttpEndpoint:
         *,
         headers: list[tuple[bytes, bytes]],
     ) -> Response | StreamResponse:
+        refusal = self.server.refusal(message) if _is_modern(message) else None
+        if refusal is not None:
+            return Response(_STATUS_OF_CODE.get(refusal.code, 400),
+                            jsonrpc.encode(jsonrpc.error_answer(message.id, refusal)), headers=headers)
         if wants_sse and (message.method in ("tools/call", "subscriptions/listen") or not wants_json):
 
             async def produce(send: trio.MemorySendChannel[bytes]) -> None:

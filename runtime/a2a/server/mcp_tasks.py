@@ -1,0 +1,58 @@
+"""The A2A task engine as a ``TaskPort`` (``runtime.ports``): MCP's tasks extension
+starts agent work here, so a long agent call started over MCP is the same task the A2A
+methods (``tasks/get``, ``tasks/cancel``, subscriptions, push) show and cancel.
+
+The work runs under the engine like any A2A task, with the MCP caller's ``ask`` and
+``sample`` lent to it (``A2aService.lent``, dropped when the task finishes or is
+evicted), so its approvals and model turns go to the MCP client that started it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runtime.a2a.model import Message, Task, text_of
+from runtime.a2a.server.engine import TaskNotCancelable
+from runtime.ports import Ask, Sample, TaskView
+
+__all__ = ["McpTaskBridge"]
+
+
+class McpTaskBridge:
+    """``TaskPort`` over an ``A2aService``."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+        self.engine = service.engine
+
+    def start(self, agent: str, message: str, *, caller: str, context_id: str | None = None,
+              ask: Ask | None = None, sample: Sample | None = None) -> TaskView:
+        self.service.agents.admit(agent)  # budgets, before any work exists (BudgetExceeded)
+        task = self.engine.send(agent, Message(role="user", parts=[{"text": message}], context_id=context_id),
+                                caller=caller)
+        if ask is not None or sample is not None:  # before the work starts: it runs once this task yields
+            self.service.lent[task.id] = (ask, sample)
+        return view(task)
+
+    def view(self, task_id: str) -> TaskView:
+        task = self.engine.get(task_id)  # TaskNotFound
+        if task.terminal:
+            self.service.lent.pop(task.id, None)
+        return view(task)
+
+    def cancel(self, task_id: str) -> None:
+        try:
+            self.engine.cancel(task_id)  # TaskNotFound for an unknown id
+        except TaskNotCancelable:
+            pass  # finished already: cancelling it again changes nothing
+        self.service.lent.pop(task_id, None)
+
+
+def view(task: Task) -> TaskView:
+    """What the agent said: its answer's artifacts, else its reply or status message."""
+    texts = [text_of(artifact.parts) for artifact in task.artifacts]
+    if not texts:
+        message = task.reply or task.status_message
+        texts = [text_of(message.parts)] if message is not None else []
+    return TaskView(id=task.id, state=task.state, text="\n".join(texts), created=task.created,
+                    updated=task.timestamp, context_id=task.context_id)

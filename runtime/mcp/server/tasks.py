@@ -1,0 +1,144 @@
+"""MCP's tasks extension (``io.modelcontextprotocol/tasks``, 2026-07-28) over the A2A
+task engine (``runtime.ports.TaskPort``): a ``tools/call`` of an agent from a client
+that declared the extension (for its session, or in this request's ``_meta``) returns
+a ``CreateTaskResult`` at once, and the agent works as an A2A task: the same one the
+A2A methods show, cancellable from either side.
+
+- ``tasks/get``: the task's status (working, input_required, completed, cancelled);
+  a finished task inlines the tool result (an agent that failed is a tool error:
+  ``completed`` with ``isError``; ``failed`` with an ``error`` is reserved for tern's
+  own faults). While the work waits on the client (a tool call's approval, a model
+  turn for an ``mcp-sampling`` agent), it is ``input_required`` with those questions
+  in ``inputRequests`` (a ``Parked`` holds them, as for MRTR);
+- ``tasks/update``: ``inputResponses`` answer them (any subset; the rest stay asked);
+- ``tasks/cancel``: an empty ack, also for a finished task; unknown ids are -32602;
+- without the extension, these methods are -32021 naming it.
+
+At most MAX_LENT tasks keep a client's questions at once; past that a call runs
+without a task (a plain result), which the extension allows.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from runtime.errors import RpcError, TernError
+from runtime.mcp.protocol import MISSING_CAPABILITY
+from runtime.mcp.server.asking import decide, elicitation
+from runtime.mcp.server.mrtr import Parked
+from runtime.ports import ApprovalPort, TaskPort, TaskView
+from runtime.wire import jsonrpc
+
+__all__ = ["McpTasks", "EXTENSION", "TASK_METHODS", "declared", "missing_tasks"]
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+TASK_METHODS = ("tasks/get", "tasks/update", "tasks/cancel")
+MAX_LENT = 256
+POLL_MS = 500
+STATUS = {"submitted": "working", "working": "working", "input-required": "input_required",
+          "auth-required": "input_required", "completed": "completed", "failed": "completed",
+          "rejected": "completed", "canceled": "cancelled"}
+
+
+def declared(capabilities: Any) -> bool:
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    return isinstance(extensions, dict) and isinstance(extensions.get(EXTENSION), dict)
+
+
+def missing_tasks() -> RpcError:
+    return RpcError(MISSING_CAPABILITY, f"this needs the client extension {EXTENSION}",
+                    {"requiredCapabilities": {"extensions": {EXTENSION: {}}}})
+
+
+def _iso(timestamp: float) -> str:
+    moment = datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class McpTasks:
+    """The tasks this MCP server started, and the questions each has for its client."""
+
+    def __init__(self, port: TaskPort, approvals: ApprovalPort | None) -> None:
+        self.port = port
+        self.approvals = approvals
+        self.lenders: dict[str, Parked] = {}  # task id -> its pending questions (approvals, model turns)
+
+    def available(self) -> bool:
+        self._forget_finished()
+        return len(self.lenders) < MAX_LENT
+
+    def start(self, agent: str, message: str, context_id: str | None, caller: str, lender: Parked,
+              sample: Any) -> dict[str, Any]:
+        """The ``CreateTaskResult`` of a new task (``lender.ask``/``sample`` lent to it)."""
+        try:
+            view = self.port.start(agent, message, caller=caller, context_id=context_id, ask=lender.ask,
+                                   sample=sample)
+        except RpcError:
+            raise
+        except TernError as exc:  # a budget, a full store: said as the tool's error, as a sync call would
+            return {"content": [{"type": "text", "text": str(exc)}], "isError": True}
+        self.lenders[view.id] = lender
+        return {"resultType": "task", **self._envelope(view, lender)}
+
+    def request(self, method: str, params: dict[str, Any], capabilities: Any, by: str) -> dict[str, Any]:
+        if not declared(capabilities):
+            raise missing_tasks()
+        task_id = params.get("taskId")
+        if not isinstance(task_id, str) or not task_id:
+            raise RpcError(jsonrpc.INVALID_PARAMS, "taskId (a string) is required")
+        try:
+            view = self.port.view(task_id)
+        except TernError:
+            raise RpcError(jsonrpc.INVALID_PARAMS, f"unknown task {task_id[:100]!r}") from None
+        lender = self.lenders.get(task_id)
+        if method == "tasks/cancel":
+            self.port.cancel(task_id)
+            return {}
+        if method == "tasks/update":
+            responses = params.get("inputResponses")
+            if not isinstance(responses, dict):
+                raise RpcError(jsonrpc.INVALID_PARAMS, "inputResponses must be an object")
+            if lender is not None:
+                self._answer(lender, responses, by)
+            return {}
+        detailed = self._envelope(view, lender)
+        if view.state == "completed":  # as the agent tool's own result
+            detailed["result"] = {"content": [{"type": "text", "text": view.text}], "isError": False,
+                                  "structuredContent": {"reply": view.text, "context_id": view.context_id}}
+        elif view.state in ("failed", "rejected"):  # the agent ran and failed: a tool error
+            detailed["result"] = {"content": [{"type": "text", "text": view.text}], "isError": True}
+        return detailed
+
+    def _envelope(self, view: TaskView, lender: Parked | None) -> dict[str, Any]:
+        status = STATUS.get(view.state, "working")
+        out: dict[str, Any] = {"taskId": view.id, "status": status, "createdAt": _iso(view.created),
+                               "lastUpdatedAt": _iso(view.updated), "ttlMs": None, "pollIntervalMs": POLL_MS}
+        if status == "working" and lender is not None:
+            asks = {approval.id: {"method": "elicitation/create", "params": elicitation(approval)}
+                    for approval in lender.news()}
+            asks.update({i: {"method": "sampling/createMessage", "params": s.params}
+                         for i, s in lender.new_samples().items()})
+            if asks:
+                out.update(status="input_required", inputRequests=asks)
+        return out
+
+    def _answer(self, lender: Parked, responses: dict[str, Any], by: str) -> None:
+        for request_id, answer in responses.items():
+            if not isinstance(answer, dict) or request_id in lender.answered:
+                continue  # ids it never asked, or asked and answered already, are ignored
+            if request_id in lender.new_samples():
+                lender.answered.add(request_id)
+                lender.answer_sample(request_id, answer)
+            elif request_id in lender.asks and self.approvals is not None:
+                lender.answered.add(request_id)
+                decide(self.approvals, request_id, answer, by=by)
+
+    def _forget_finished(self) -> None:
+        for task_id in list(self.lenders):
+            try:
+                finished = self.port.view(task_id).state in ("completed", "failed", "rejected", "canceled")
+            except TernError:
+                finished = True
+            if finished:
+                del self.lenders[task_id]
