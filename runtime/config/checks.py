@@ -207,7 +207,8 @@ MAX_PRESET_SCHEMA_BYTES = 65536
 
 def _preset_schema_problems(where: str, preset: McpPreset) -> list[str]:
     """A preset's ``input_schema``: an object schema of bounded size, sound ``x-mcp-header``
-    marks, and no fixed arguments for an agent (its message is the caller's arguments)."""
+    marks, and for an agent either a template (``{name}`` in its arguments) or no fixed
+    arguments at all (its message is then the caller's arguments, in JSON)."""
     from runtime.mcp.param_headers import annotation_problems
 
     schema = preset.input_schema
@@ -217,9 +218,10 @@ def _preset_schema_problems(where: str, preset: McpPreset) -> list[str]:
     if len(json.dumps(schema)) > MAX_PRESET_SCHEMA_BYTES:
         problems.append(f"{where}.input_schema: over {MAX_PRESET_SCHEMA_BYTES} bytes")
     problems += [f"{where}.input_schema.{p}" for p in annotation_problems(schema)]
-    if preset.tool.startswith("tern_agent_") and preset.arguments:
+    templated = any(_PLACEHOLDER.search(value) for value in preset.arguments.values() if isinstance(value, str))
+    if preset.tool.startswith("tern_agent_") and preset.arguments and not templated:
         problems.append(f"{where}.arguments: a preset with input_schema sends an agent the caller's arguments as "
-                        f"its message, so it takes no fixed arguments")
+                        f"its message unless its arguments name them ({{name}}), so fixed ones would be lost")
     return problems
 
 

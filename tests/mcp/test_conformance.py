@@ -34,6 +34,8 @@ NOT_OFFERED: dict[str, str] = {}  # scenario -> why it cannot pass against tern 
 NOT_OFFERED_2026 = {
     "tasks-lifecycle": "1 check: its protocol_error_job panics; a failing tern agent is a tool error",
     "tasks-mrtr-input": "1 check: its multi_input asks two forms at once from inside a task",
+    "input-required-result-non-tool-request": "its fixture is a prompt that asks the client for input (MRTR on "
+                                              "prompts/get): tern's prompts ask nothing",
 }
 #: Served through tern's gateway: the fake MCP server's fixtures re-exported ([mcp_server] upstream).
 RESOURCES_AND_PROMPTS = (
@@ -114,7 +116,6 @@ def test_conformance_2026_07_28(conformance, tern_url, tmp_path):
                      "input-required-result-basic-elicitation", "input-required-result-basic-sampling",
                      "input-required-result-tampered-state", "input-required-result-multi-round",
                      "input-required-result-multiple-input-requests", "input-required-result-capability-check",
-                     "input-required-result-non-tool-request",
                      "tasks-capability-negotiation", "tasks-wire-fields", "tasks-request-state-removal",
                      "tasks-request-headers", "tasks-dispatch-and-envelope", "tasks-required-task-error",
                      "tasks-mrtr-composition", *(name for name in RESOURCES_AND_PROMPTS if name in results)):

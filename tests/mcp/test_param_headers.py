@@ -114,7 +114,7 @@ def test_duplicate_marks_and_agent_arguments_are_config_errors(tmp_path):
     assert any("also on a" in p for p in param_headers.annotation_problems(schema))
     extra = ('\n[[mcp_server.presets]]\nname = "p"\ntool = "tern_agent_echo"\narguments = { message = "x" }\n'
              'input_schema = { type = "object" }\n')
-    with pytest.raises(ConfigError, match="takes no fixed arguments"):
+    with pytest.raises(ConfigError, match="so fixed ones would be lost"):
         load_config(str(write_config(tmp_path, extra)))
     with pytest.raises(ConfigError, match='expected type = "object"'):
         load_config(str(write_config(tmp_path, '\n[[mcp_server.presets]]\nname = "p"\ntool = "tern_agent_echo"\n'

@@ -268,8 +268,10 @@ def test_config_checks_catch_broken_asks(body, problem):
 
 
 def test_the_conformance_fixture_config_is_valid():
-    from tests.mcp.conftest import FIXTURES
-    config = parse_config((FIXTURES / "conformance.toml").read_text(), "conformance.toml", None)
+    from tests.mcp.conftest import FAKE, FIXTURES
+    fixture_server = ('\n[[mcp_servers]]\nname = "fx"\n'
+                      f'transport = {{ type = "stdio", command = "python3", args = ["{FAKE}"] }}\n')
+    config = parse_config((FIXTURES / "conformance.toml").read_text() + fixture_server, "conformance.toml", None)
     assert not find_problems(config)
 
 

@@ -201,7 +201,7 @@ async def test_sync_tools_and_context_ids_stay_calls(served):
     assert second["result"]["structuredContent"]["context_id"] == context_id
 
 
-async def test_a_preset_with_parameters_that_requires_a_task(served):
+async def test_a_preset_taking_arguments_that_requires_a_task(served):
     tools = {t["name"]: t for t in (await served.post("tools/list", {}))["result"]["tools"]}
     assert tools["shout"]["inputSchema"] == {"type": "object", "additionalProperties": False,
                                              "properties": {"word": {"type": "string"}, "times": {"type": "integer"}},
@@ -214,7 +214,7 @@ async def test_a_preset_with_parameters_that_requires_a_task(served):
         1, "tools/call", {"name": "shout", "arguments": {"word": "hey", "times": 3}, "_meta": meta({})}))
     assert response.status_code == 400 and response.json()["error"]["code"] == -32021
     wrong = (await served.call("shout", {"word": "hey", "times": "3"}))["result"]
-    assert wrong["isError"] and wrong["content"][0]["text"] == "invalid arguments: times (an integer) is required"
+    assert wrong["isError"] and wrong["content"][0]["text"] == "invalid arguments: times (an integer) expected"
 
 
 async def test_a_model_turn_nobody_answers_ends_the_task(served, monkeypatch):

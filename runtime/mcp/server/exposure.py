@@ -236,8 +236,8 @@ def _preset_arguments(preset: McpPreset, given: Any) -> dict[str, Any] | str:
     if problem:
         return problem
     properties = properties if isinstance(properties, dict) else {}
-    if any(name in properties for value in preset.arguments.values() if isinstance(value, str)
-           for name in PLACEHOLDER.findall(value)):  # the arguments are a template
+    if any(match.group(1) in properties for value in preset.arguments.values() if isinstance(value, str)
+           for match in PLACEHOLDER.finditer(value)):  # the arguments are a template
         values = {key: value if isinstance(value, str) else json.dumps(value) for key, value in given.items()}
         return {key: PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), value) if isinstance(value, str)
                 else value for key, value in preset.arguments.items()}
