@@ -32,7 +32,9 @@ def add_commands(commands: Commands) -> None:
 
 
 def _oauth_entries(config: Any) -> list[Any]:
-    return [e for e in config.mcp_servers if getattr(e.transport, "oauth", None) is not None]
+    from runtime.config import oauth_of
+
+    return [e for e in config.mcp_servers if oauth_of(e.transport) is not None]
 
 
 def _entry(config: Any, name: str) -> Any:
@@ -40,9 +42,9 @@ def _entry(config: Any, name: str) -> Any:
 
     for entry in config.mcp_servers:
         if entry.name == name:
-            if getattr(entry.transport, "oauth", None) is None:
-                raise UsageError(f"MCP server '{name}' has no [mcp_servers.transport.oauth] table; add one "
-                                 "(it may be empty) to log in to it")
+            if entry not in _oauth_entries(config):
+                raise UsageError(f"MCP server '{name}' logs in another way: a stdio server takes its credentials "
+                                 "from its environment, and one with a static Authorization header uses that")
             return entry
     names = ", ".join(e.name for e in _oauth_entries(config)) or "none"
     raise UsageError(f"no MCP server named '{name}' (servers with OAuth: {names})")
@@ -53,7 +55,7 @@ def cmd_auth_login(args: argparse.Namespace) -> int:
 
     import trio
 
-    from runtime.config import load_config
+    from runtime.config import load_config, oauth_of
     from runtime.mcp.client.oauth.login import LoginAuthorizer
     from runtime.mcp.client.oauth.shell import OAuthSession
     from runtime.mcp.client.oauth.store import TokenStore
@@ -62,7 +64,7 @@ def cmd_auth_login(args: argparse.Namespace) -> int:
 
     config = load_config(getattr(args, "config", None)).config
     entry = _entry(config, args.name)
-    oauth = entry.transport.oauth
+    oauth = oauth_of(entry.transport)
     if oauth.grant == "client_credentials":
         from runtime.errors import UsageError
 
@@ -89,8 +91,10 @@ def cmd_auth_login(args: argparse.Namespace) -> int:
 
 
 def _describe(entry: Any, store: Any, now: float) -> dict[str, Any]:
+    from runtime.config import oauth_of
+
     tokens = store.tokens(entry.transport.url)
-    oauth = entry.transport.oauth
+    oauth = oauth_of(entry.transport)
     row: dict[str, Any] = {"name": entry.name, "url": entry.transport.url, "grant": oauth.grant,
                            "logged_in": tokens is not None}
     if tokens is not None:

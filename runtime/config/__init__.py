@@ -22,7 +22,7 @@ from runtime.config.schema import (
     A2aConfig, AccessTier, AgentConfig, AgentPrompt, ApprovalRule, Config, ExternalAgent, GovernanceConfig,
     HttpTransport, McpAsk, McpAskQuestion, McpPreset, McpServerEntry, McpServerExposure, ModelConfig, OAuthConfig,
     ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill, SseTransport, StateConfig, StdioTransport,
-    ToolsConfig,
+    ToolsConfig, oauth_of,
 )
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "HttpTransport",
     "SseTransport",
     "OAuthConfig",
+    "oauth_of",
     "McpServerExposure",
     "McpAsk",
     "McpAskQuestion",

@@ -109,6 +109,20 @@ class SseTransport(_Section, tag="sse", tag_field="type"):
 
 McpTransport = StdioTransport | HttpTransport | SseTransport
 
+
+def oauth_of(transport: Any) -> OAuthConfig | None:
+    """The OAuth settings an MCP server is reached with: its ``oauth`` table, else the
+    defaults (log in when the server asks, registering by CIMD or DCR) for an HTTP or SSE
+    server that is given no ``Authorization`` header; None for stdio and for a server
+    with a static ``Authorization`` header (its owner chose that instead)."""
+    if not isinstance(transport, (HttpTransport, SseTransport)):
+        return None
+    if transport.oauth is not None:
+        return transport.oauth
+    if any(name.lower() == "authorization" for name in transport.headers):
+        return None
+    return OAuthConfig()
+
 McpProtocol = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
 
 

@@ -41,6 +41,7 @@ async def serve(handler: Handler, nursery: trio.Nursery, broken: trio.Event | No
                     continue
                 if isinstance(event, h11.Request):
                     headers = {k.decode().lower(): v.decode() for k, v in event.headers}
+                    headers[":path"] = event.target.decode()  # for handlers that route
                     body = b""
                     while True:
                         part = conn.next_event()
@@ -114,6 +115,39 @@ async def test_401_says_credentials(nursery):
     client = await McpClient.connect(entry(await serve(handshake_then(call), nursery)), nursery)
     with pytest.raises(RpcError, match="wants credentials"):
         await client.call_tool("x")
+    await client.aclose()
+
+
+async def test_a_bearer_401_without_oauth_metadata_is_a_refusal_not_a_login(nursery, tmp_path):
+    """With a state directory every HTTP server may ask for a login (OAuth by default),
+    but a 401 from a server that publishes no RFC 9728 metadata (a keyed tern, a static
+    key missing) is only a refusal: the old sentence, no login asked for, and it is
+    looked up once."""
+    from runtime.mcp.client.client import make_transport
+
+    asked: list[str] = []
+
+    async def refused(message):
+        return 401, {"WWW-Authenticate": 'Bearer realm="tern"'}, body()
+
+    mcp = handshake_then(refused)
+
+    async def handler(method: str, headers: dict, message: Any):
+        if method == "GET" and ".well-known" in headers[":path"]:
+            asked.append(headers[":path"])
+            return 404, {}, body()
+        return await mcp(method, headers, message)
+
+    e = entry(await serve(handler, nursery))
+    client = await McpClient.connect(e, nursery, transport=make_transport(e, state_dir=str(tmp_path)))
+    for _ in range(2):
+        with pytest.raises(RpcError, match="wants credentials"):
+            await client.call_tool("x")
+    assert asked and all(".well-known/oauth-protected-resource" in target for target in asked)
+    looked = len(asked)
+    with pytest.raises(RpcError, match="wants credentials"):
+        await client.call_tool("x")
+    assert len(asked) == looked  # not looked up again
     await client.aclose()
 
 

@@ -30,9 +30,9 @@ import msgspec
 import trio
 from msgspec import UNSET
 
-from runtime.config import HttpTransport as HttpConfig
+from runtime.config import HttpTransport as HttpConfig, oauth_of
 from runtime.errors import ProtocolError
-from runtime.mcp.client.oauth.model import AuthError, AuthRequired
+from runtime.mcp.client.oauth.model import AuthError, AuthRequired, NotOAuth
 from runtime.log import get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
 from runtime.mcp.client.session import TransportClosed
@@ -96,7 +96,12 @@ class HttpTransportBase:
         self._headers = expand_headers(config.headers, f"mcp_servers '{name}'", environ)
         self._client: httpx.AsyncClient | None = None
         self._inbox_send, self._inbox = trio.open_memory_channel[bytes](INBOX_MESSAGES)
-        self._oauth_config = getattr(config, "oauth", None)
+        # Every HTTP server without a static Authorization header may ask for a login;
+        # one with no [oauth] table only when its 401 carries a Bearer challenge.
+        self._oauth_config = oauth_of(config) if state_dir else getattr(config, "oauth", None)
+        self._oauth_asked_only = getattr(config, "oauth", None) is None
+        self._not_oauth = False
+        self.login_required = False  # the server wants a person's login (the supervisor shows needs_auth)
         self._state_dir, self._authorizer, self._environ = state_dir, authorizer, environ
         self.oauth: Any = None  # an OAuthSession once started, if the server is configured for OAuth
         self._bearer: str | None = None  # the Authorization header every request carries
@@ -110,7 +115,8 @@ class HttpTransportBase:
 
             self.oauth = OAuthSession(self.name, self.url, self._oauth_config, self._client,
                                       TokenStore(self._state_dir), authorizer=self._authorizer,
-                                      environ=self._environ, timeout_secs=self.timeout_secs)
+                                      environ=self._environ, timeout_secs=self.timeout_secs,
+                                      metadata_required=self._oauth_asked_only)
         return self._client
 
     async def _authorize(self) -> None:
@@ -128,8 +134,19 @@ class HttpTransportBase:
         sent again (at most ``AUTH_TRIES`` times). AuthError if the flow failed."""
         if self.oauth is None or response.status_code not in (401, 403) or tries >= AUTH_TRIES:
             return False
-        if not await self.oauth.challenged(response.status_code, response.headers.get_list("www-authenticate"),
-                                           self._bearer):
+        challenges = response.headers.get_list("www-authenticate")
+        if self._oauth_asked_only and (self._not_oauth or
+                                       not any(c.strip().lower().startswith("bearer") for c in challenges)):
+            return False  # a server nobody configured for OAuth, refusing without asking for a login
+        try:
+            if not await self.oauth.challenged(response.status_code, challenges, self._bearer):
+                return False
+        except AuthRequired:
+            self.login_required = True
+            raise
+        except NotOAuth as exc:
+            log.info("%s: the refusal stands", exc)
+            self._not_oauth = True  # asked once; its next refusals are just refusals
             return False
         self._bearer = await self.oauth.authorization()
         return True

@@ -34,11 +34,11 @@ from collections.abc import Callable
 import msgspec
 import trio
 
-from runtime.config import Config, McpServerEntry, masked
+from runtime.config import Config, McpServerEntry, masked, oauth_of
 from runtime.errors import ConnectionLost, TernError, UnknownTool, single_leaf
 from runtime.log import get_logger
 from runtime.mcp import names as mcp_names
-from runtime.mcp.client.client import McpClient
+from runtime.mcp.client.client import McpClient, make_transport
 from runtime.mcp.protocol import CallResult, McpTool
 from runtime.ports import Tool, ToolResult
 
@@ -100,6 +100,7 @@ class _Server:
         self.refresh = trio.Event()
         self.scope = trio.CancelScope()  # its supervising task: cancelled to stop or restart this server
         self.attempt_started = 0.0  # trio time the current connection attempt began
+        self.asked_login = False  # a connection ended in AuthRequired (what needs_auth waits on without [oauth])
         if not entry.enabled:
             self.settled.set()
 
@@ -354,7 +355,7 @@ class McpSupervisor:
             error = await self._connection(server)
             status.last_error = error
             server.settled.set()
-            if self._login_needed(entry):
+            if self._login_needed(server):
                 continue  # refused and not refreshable: wait for a person, not a restart
             if status.ready_since is not None and time.monotonic() - status.ready_since >= STABLE_SECS:
                 failures = 0
@@ -371,11 +372,15 @@ class McpSupervisor:
             log.warning("MCP server '%s' is down (%s); restarting in %.1f s", entry.name, error, delay)
             await trio.sleep(delay)
 
-    def _login_needed(self, entry: McpServerEntry) -> bool:
-        """A server that logs in with a person's authorization code and has no token."""
-        oauth = getattr(entry.transport, "oauth", None)
+    def _login_needed(self, server: _Server) -> bool:
+        """A server that logs in with a person's authorization code and has no token: one
+        with an ``[oauth]`` table from the start, any other HTTP server once it has asked."""
+        entry = server.entry
+        oauth = oauth_of(entry.transport)
         if oauth is None or oauth.grant != "authorization_code" or not self.state_dir:
             return False  # (no state dir: tokens live in the transport's memory only)
+        if getattr(entry.transport, "oauth", None) is None and not server.asked_login:
+            return False
         from runtime.mcp.client.oauth.store import TokenStore
 
         return TokenStore(self.state_dir).tokens(entry.transport.url) is None
@@ -383,7 +388,7 @@ class McpSupervisor:
     async def _await_login(self, server: _Server) -> None:
         """State ``needs_auth`` (with the command to run) until a token appears: the
         daemon never opens a browser; ``tern auth login`` saves the token it polls for."""
-        if not self._login_needed(server.entry):
+        if not self._login_needed(server):
             return
         from runtime.mcp.client.oauth.shell import login_hint
 
@@ -391,7 +396,7 @@ class McpSupervisor:
         self._set_state(server, "needs_auth")
         log.warning("%s", server.status.last_error)
         server.settled.set()  # a call waiting for it fails at once, with the hint
-        while self._login_needed(server.entry):
+        while self._login_needed(server):
             await trio.sleep(LOGIN_POLL_SECS)
         log.info("MCP server '%s': a login appeared; connecting", server.entry.name)
 
@@ -413,10 +418,11 @@ class McpSupervisor:
                 self.on_event("mcp.catalog", {"server": entry.name, "list": method.split("/")[1]})
 
         client: McpClient | None = None
+        transport = make_transport(entry, self.policy, state_dir=self.state_dir)
         try:
             async with trio.open_nursery() as nursery:
                 client = await McpClient.connect(entry, nursery, roots=self.roots, on_notification=notified,
-                                                 policy=self.policy, state_dir=self.state_dir,
+                                                 policy=self.policy, transport=transport,
                                                  on_input=self.on_input(entry.name) if self.on_input else None)
                 try:
                     await self._list(server, client)
@@ -441,7 +447,11 @@ class McpSupervisor:
                     nursery.cancel_scope.cancel()
         except Exception as exc:  # one server's failure must never take down the others
             leaf = single_leaf(exc)
+            if getattr(transport, "login_required", False):
+                server.asked_login = True
             return str(leaf) or type(leaf).__name__
+        if getattr(transport, "login_required", False):
+            server.asked_login = True  # a login revoked while connected
         closed = client.session.close_reason if client is not None else None
         return str(closed) if closed is not None else "the connection ended"
 

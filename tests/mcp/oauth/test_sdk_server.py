@@ -245,13 +245,18 @@ def test_legacy_sse_server_behind_oauth(oauth_server, tmp_path):
     assert trio.run(main) == 42 and browser.logins == 1
 
 
-def test_the_daemon_waits_in_needs_auth_until_a_login_appears(oauth_server, tmp_path):
+@pytest.mark.parametrize("table", ["oauth table", "no oauth table"])
+def test_the_daemon_waits_in_needs_auth_until_a_login_appears(oauth_server, tmp_path, table):
+    """A server with an empty [oauth] table, and one configured with its URL alone (the
+    default: log in when the server asks with RFC 9728 metadata)."""
     base = oauth_server()
     url = f"{base}/mcp"
     events = []
+    server = entry(url) if table == "oauth table" else McpServerEntry(
+        name="sdk", transport=HttpTransport(url=url), timeout_secs=10)
 
     async def main():
-        supervisor = McpSupervisor([entry(url)], state_dir=str(tmp_path), on_event=lambda k, d: events.append((k, d)))
+        supervisor = McpSupervisor([server], state_dir=str(tmp_path), on_event=lambda k, d: events.append((k, d)))
         async with trio.open_nursery() as nursery:
             await nursery.start(supervisor.run)
             with trio.fail_after(10):

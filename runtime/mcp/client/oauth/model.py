@@ -10,7 +10,7 @@ import msgspec
 
 from runtime.errors import TernError
 
-__all__ = ["AuthError", "AuthRequired", "AsMetadata", "ResourceMetadata", "Client", "Tokens", "Grant"]
+__all__ = ["AuthError", "AuthRequired", "NotOAuth", "AsMetadata", "ResourceMetadata", "Client", "Tokens", "Grant"]
 
 
 class AuthError(TernError):
@@ -25,6 +25,11 @@ class AuthRequired(AuthError):
     opens a browser): run ``tern auth login SERVER``."""
 
     http_status = 401
+
+
+class NotOAuth(AuthError):
+    """A server nobody configured for OAuth refused us without publishing protected
+    resource metadata (RFC 9728): its refusal is not a login to run (e.g. a keyed tern)."""
 
 
 class ResourceMetadata(msgspec.Struct, frozen=True):

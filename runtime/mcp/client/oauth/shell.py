@@ -24,7 +24,9 @@ from runtime.config import OAuthConfig
 from runtime.log import get_logger, register_secret
 from runtime.mcp.client.oauth import discovery, grant
 from runtime.mcp.client.oauth.challenge import Challenge, parse_www_authenticate
-from runtime.mcp.client.oauth.model import AsMetadata, AuthError, AuthRequired, Client, ResourceMetadata, Tokens
+from runtime.mcp.client.oauth.model import (
+    AsMetadata, AuthError, AuthRequired, Client, NotOAuth, ResourceMetadata, Tokens,
+)
 from runtime.mcp.client.oauth.store import TokenStore
 
 __all__ = ["OAuthSession", "Authorizer", "MAX_RESPONSE_BYTES"]
@@ -51,8 +53,11 @@ class OAuthSession:
 
     def __init__(self, name: str, server_url: str, config: OAuthConfig, http: httpx.AsyncClient, store: TokenStore,
                  *, authorizer: Authorizer | None = None, environ: Mapping[str, str] | None = None,
-                 timeout_secs: float = 30.0, now: Callable[[], float] = time.time) -> None:
+                 timeout_secs: float = 30.0, now: Callable[[], float] = time.time,
+                 metadata_required: bool = False) -> None:
         self.name = name
+        # True for a server with no [oauth] table: only RFC 9728 metadata makes a 401 a login.
+        self.metadata_required = metadata_required
         self.server_url = server_url
         self.config = config
         self.http = http
@@ -155,6 +160,8 @@ class OAuthSession:
         """The server's resource metadata (None for a 2025-03-26 server), its
         authorization server's metadata and the ``resource`` to ask tokens for."""
         resource_meta = await self._resource_metadata(challenge.resource_metadata)
+        if resource_meta is None and self.metadata_required:
+            raise NotOAuth(f"MCP server '{self.name}' refused the request and publishes no OAuth metadata")
         if resource_meta is None:
             issuer = discovery.origin_of(self.server_url)
             server = await self._as_metadata(issuer) or discovery.legacy_as_metadata(self.server_url)
