@@ -136,24 +136,26 @@ class _Chat:
               f"tern: resume later with: tern chat {self.agent} --context {self.context_id}\n"
               "tern: /help for commands; Ctrl-D, /exit or Ctrl-C at the prompt to leave", file=sys.stderr, flush=True)
 
-    def command(self, line: str) -> bool | None:
-        """A slash command: True to go on, False to leave; None: not a command (send it)."""
+    def take(self, line: str | None) -> str:
+        """What a line from the prompt asks for: "leave" (end of input, ``/exit``),
+        "next" (a slash command done here, or an empty line) or "send" (a message)."""
+        if line is None:
+            return "leave"
         word = line.strip()
         if word in ("/exit", "/quit"):
-            return False
+            return "leave"
         if word == "/help":
             print(CHAT_HELP, file=sys.stderr, flush=True)
-            return True
-        if word == "/new":
+        elif word == "/new":
             import os
 
             self.context_id, self.resumed = os.urandom(16).hex(), False
             print(f"tern: new conversation, context {self.context_id}", file=sys.stderr, flush=True)
-            return True
-        if word.startswith("/") and " " not in word:
+        elif word.startswith("/") and " " not in word:
             print(f"tern: no command {word}; /help lists them", file=sys.stderr, flush=True)
-            return True
-        return None
+        elif word:
+            return "send"
+        return "next"
 
 
 def _prompt() -> str | None:
@@ -189,12 +191,10 @@ def _chat_through(daemon: Any, args: argparse.Namespace) -> int:
         chat.banner()
     while True:
         line = _prompt()
-        if line is None:
+        action = chat.take(line)
+        if action == "leave":
             return 0
-        verdict = chat.command(line)
-        if verdict is False:
-            return 0
-        if verdict is True or not line.strip():
+        if action == "next":
             continue
         out = TextOut()
         try:
@@ -230,12 +230,10 @@ def _chat_here(args: argparse.Namespace) -> int:
         chat.banner(history)
         while True:
             line = await trio.to_thread.run_sync(_prompt, abandon_on_cancel=True)  # Ctrl-C here: exit 130
-            if line is None:
+            action = chat.take(line)
+            if action == "leave":
                 return 0
-            verdict = chat.command(line)
-            if verdict is False:
-                return 0
-            if verdict is True or not line.strip():
+            if action == "next":
                 continue
             out, reply = TextOut(), None
             with trio.open_signal_receiver(signal.SIGINT) as interrupts:  # Ctrl-C now: cancel this reply only

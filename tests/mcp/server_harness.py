@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,35 @@ def write_config(tmp_path: Path, extra: str = "", *, mcp_server: str = 'tools = 
                     '[[mcp_server.presets]]\nname = "say_hi"\ntool = "tern_agent_echo"\n'
                     'arguments = { message = "hi there" }\n' + AGENTS + extra)
     return path
+
+
+@contextmanager
+def tern_serve(tmp: Path, config: Path | str, env: dict[str, str], *, servers_connected: bool = False,
+               within: float = 30.0) -> Iterator[str]:
+    """A real ``tern serve`` on ``config`` (its log in ``tmp/serve.log``): its base URL,
+    once it serves (and, with ``servers_connected``, once its first MCP server is
+    connected); terminated afterwards."""
+    import time
+
+    import httpx
+
+    log = tmp / "serve.log"
+    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
+                               stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
+                               cwd=ROOT)
+    try:
+        deadline = time.monotonic() + within
+        while "serving on " not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        url = log.read_text().split("serving on ", 1)[1].split()[0]
+        while servers_connected and not httpx.get(url + "/api/mcp/servers").json()["connected"][0]["connected"]:
+            assert time.monotonic() < deadline, "the MCP server behind tern did not connect"
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def tern_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -19,16 +19,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests import peers
 from tests.mcp.conftest import FAKE, FIXTURES
-from tests.mcp.server_harness import tern_env
-from tests.test_cli import ROOT
+from tests.mcp.server_harness import tern_env, tern_serve
 
 NOT_OFFERED: dict[str, str] = {}  # scenario -> why it cannot pass against tern (2025-11-25: none)
 NOT_OFFERED_2026 = {
@@ -59,23 +56,8 @@ def tern_url(tmp_path_factory):
     config.write_text((FIXTURES / "conformance.toml").read_text() + f'\n[state]\ndir = "{tmp / "state"}"\n'
                       f'\n[[mcp_servers]]\nname = "fx"\ntransport = {{ type = "stdio", command = "{sys.executable}", '
                       f'args = ["{FAKE}"] }}\n' + fixture_tools)
-    log = tmp / "serve.log"
-    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
-                               stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                               env=tern_env(tmp), cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 30
-        while "serving on " not in log.read_text():
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        url = log.read_text().split("serving on ", 1)[1].split()[0]
-        while not httpx.get(url + "/api/mcp/servers").json()["connected"][0]["connected"]:
-            assert time.monotonic() < deadline, "the fixture MCP server did not connect"
-            time.sleep(0.1)
+    with tern_serve(tmp, config, tern_env(tmp), servers_connected=True) as url:
         yield url + "/mcp"
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def run_suite(conformance: list, url: str, requirements: str, out: Path) -> dict[str, tuple[int, int]]:

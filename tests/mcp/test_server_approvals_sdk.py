@@ -20,8 +20,7 @@ import pytest
 
 from runtime.kernel.approvals import Approvals
 from tests.mcp.conftest import FIXTURES
-from tests.mcp.server_harness import tern_env, write_config
-from tests.test_cli import ROOT
+from tests.mcp.server_harness import tern_env, write_config, tern_serve
 
 CLIENT = str(FIXTURES / "sdk_mcp_approval_client.py")
 KEY = "sdk-approval-key-5678"
@@ -145,17 +144,8 @@ def daemon(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("daemon")
     config = config_in(tmp)
     env = tern_env(tmp, TERN_API_KEY=KEY)
-    log = open(tmp / "serve.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
-                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    deadline = time.monotonic() + 20
-    while "serving on " not in (tmp / "serve.log").read_text():
-        assert process.poll() is None and time.monotonic() < deadline, (tmp / "serve.log").read_text()
-        time.sleep(0.05)
-    url = (tmp / "serve.log").read_text().split("serving on ", 1)[1].split()[0]
-    yield config, env, url, tmp
-    process.terminate()
-    process.wait(10)
+    with tern_serve(tmp, config, env) as url:
+        yield config, env, url, tmp
 
 
 def fresh(tmp: Path) -> None:

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.mcp.conftest import FIXTURES
-from tests.mcp.server_harness import tern_env, write_config
-from tests.test_cli import ROOT
+from tests.mcp.server_harness import tern_env, write_config, tern_serve
 
 CLIENT = str(FIXTURES / "sdk_mcp_ask_client.py")
 ASK_TIMEOUT = 3
@@ -147,17 +146,8 @@ def test_stdio_client_that_never_answers_times_out(sdk_python, tmp_path):
 def daemon(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("daemon")
     config = write_config(tmp, EXTRA)
-    log = open(tmp / "serve.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
-                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=tern_env(tmp),
-                               cwd=ROOT)
-    deadline = time.monotonic() + 20
-    while "serving on " not in (tmp / "serve.log").read_text():
-        assert process.poll() is None and time.monotonic() < deadline, (tmp / "serve.log").read_text()
-        time.sleep(0.05)
-    yield (tmp / "serve.log").read_text().split("serving on ", 1)[1].split()[0] + "/mcp", config, tmp
-    process.terminate()
-    process.wait(10)
+    with tern_serve(tmp, config, tern_env(tmp)) as url:
+        yield url + "/mcp", config, tmp
 
 
 @pytest.mark.parametrize("mode,version", ERAS)

@@ -16,8 +16,7 @@ import httpx
 import pytest
 
 from tests.mcp.conftest import FAKE, FIXTURES
-from tests.mcp.server_harness import tern_env
-from tests.test_cli import ROOT
+from tests.mcp.server_harness import tern_env, tern_serve
 
 CLIENT = str(FIXTURES / "sdk_mcp_catalog_client.py")
 MODES = [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")]
@@ -93,23 +92,8 @@ def test_sdk_reads_resources_and_prompts_over_tern_mcp(sdk_python, tmp_path, mod
 def served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve")
     config = write_config(tmp)
-    log = tmp / "serve.log"
-    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", config, "serve"],
-                               stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                               env=tern_env(tmp), cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 30
-        while "serving on " not in log.read_text():
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        url = log.read_text().split("serving on ", 1)[1].split()[0]
-        while not httpx.get(url + "/api/mcp/servers").json()["connected"][0]["connected"]:
-            assert time.monotonic() < deadline, "the fake MCP server did not connect"
-            time.sleep(0.1)
+    with tern_serve(tmp, config, tern_env(tmp), servers_connected=True) as url:
         yield url + "/mcp", tmp, config
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 @pytest.mark.parametrize("mode,version", MODES)

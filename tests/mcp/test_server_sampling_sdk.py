@@ -16,14 +16,12 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.mcp.conftest import FIXTURES
-from tests.mcp.server_harness import tern_env, write_config
-from tests.test_cli import ROOT
+from tests.mcp.server_harness import tern_env, write_config, tern_serve
 
 CLIENT = str(FIXTURES / "sdk_mcp_sampling_client.py")
 EXTRA = """
@@ -92,17 +90,8 @@ def test_stdio_unusable_model_answers_are_errors(sdk_python, tmp_path, mode, beh
 def daemon(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("daemon")
     config = write_config(tmp, EXTRA)
-    log = open(tmp / "serve.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
-                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=tern_env(tmp),
-                               cwd=ROOT)
-    deadline = time.monotonic() + 20
-    while "serving on " not in (tmp / "serve.log").read_text():
-        assert process.poll() is None and time.monotonic() < deadline, (tmp / "serve.log").read_text()
-        time.sleep(0.05)
-    yield (tmp / "serve.log").read_text().split("serving on ", 1)[1].split()[0] + "/mcp"
-    process.terminate()
-    process.wait(10)
+    with tern_serve(tmp, config, tern_env(tmp)) as url:
+        yield url + "/mcp"
 
 
 @pytest.mark.parametrize("mode,version", ERAS)

@@ -8,12 +8,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.mcp.conftest import FIXTURES
-from tests.mcp.server_harness import tern_env, write_config
+from tests.mcp.server_harness import tern_env, write_config, tern_serve
 from tests.test_cli import ROOT
 
 CLIENT = str(FIXTURES / "sdk_mcp_client.py")
@@ -60,17 +59,8 @@ def daemon(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("daemon")
     config = write_config(tmp)
     env = tern_env(tmp, TERN_API_KEY=KEY)
-    log = open(tmp / "serve.log", "w")
-    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
-                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    deadline = time.monotonic() + 20
-    while "serving on " not in (tmp / "serve.log").read_text():
-        assert process.poll() is None and time.monotonic() < deadline, (tmp / "serve.log").read_text()
-        time.sleep(0.05)
-    url = (tmp / "serve.log").read_text().split("serving on ", 1)[1].split()[0]
-    yield config, env, url, tmp
-    process.terminate()
-    process.wait(10)
+    with tern_serve(tmp, config, env) as url:
+        yield config, env, url, tmp
 
 
 @pytest.mark.parametrize("mode,version", MODES)
