@@ -31,7 +31,7 @@ from tests.mcp.conftest import FIXTURES
 from tests.mcp.oauth.test_sdk_server import authorization_url, follow, start
 from tests.mcp.server_harness import tern_serve, write_config
 from tests.mcp.test_real_peers_http import free_port
-from tests.test_build_pyz import RUN_TIMEOUT_SECS, base_python, clean_env
+from tests.test_build_pyz import CACHE_PYTHONS, RUN_TIMEOUT_SECS, base_python, clean_env, need_python
 
 pytestmark = pytest.mark.pyz
 
@@ -72,17 +72,22 @@ required = ["city"]
 properties.city = {{ type = "string", minLength = 1 }}
 properties.nights = {{ type = "integer", minimum = 1, maximum = 30 }}
 {upstream}"""
-OAUTH_UPSTREAM = """
+UPSTREAMS = """
 [[mcp_servers]]
 name = "sdk"
 [mcp_servers.transport]
 type = "http"
 url = "{url}"
 [mcp_servers.transport.oauth]
+
+[[mcp_servers]]
+name = "everything"
+transport = {{ type = "stdio", command = "{node}", args = ["{everything}", "stdio"] }}
 """
+DOCUMENT = "demo://resource/static/document/architecture.md"
 
 
-def node(tmp: Path, upstream: str = "", cache: Path | None = None) -> tuple[Path, dict[str, str], Path]:
+def prepared(tmp: Path, upstream: str = "", cache: Path | None = None) -> tuple[Path, dict[str, str], Path]:
     """A config for a pyz run in ``tmp`` (the writer's workspace holds notes.md), the
     isolated environment (its pyz cache ``cache``, by default a new one), and the empty
     directory to run in."""
@@ -118,11 +123,13 @@ def check(seen: dict, version: str) -> None:
     assert seen["sampling"] == [False, "Sampled: what time is it?"]
 
 
-def test_tern_mcp_from_the_pyz_serves_every_feature_in_both_eras(pyz, sdk_python, tmp_path):
+@pytest.mark.parametrize("version", CACHE_PYTHONS)
+def test_tern_mcp_from_the_pyz_serves_every_feature_in_both_eras(pyz, sdk_python, tmp_path, version):
+    python = need_python(version)
     clients = []
     for mode, _ in ERAS:  # both unpack the pyz into one empty cache at once
-        config, env, cwd = node(tmp_path / mode, cache=tmp_path / "cache")
-        clients.append(sdk_client(sdk_python, mode, "--", base_python(), "-I", str(pyz), "--config", str(config),
+        config, env, cwd = prepared(tmp_path / mode, cache=tmp_path / "cache")
+        clients.append(sdk_client(sdk_python, mode, "--", python, "-I", str(pyz), "--config", str(config),
                                   "mcp", env=env, cwd=cwd))
     try:
         for client, (mode, version) in zip(clients, ERAS):
@@ -132,11 +139,13 @@ def test_tern_mcp_from_the_pyz_serves_every_feature_in_both_eras(pyz, sdk_python
             client.kill()
 
 
-def test_tern_serve_from_the_pyz_logs_in_to_an_upstream_and_serves_post_mcp(pyz, sdk_python, tmp_path):
+def test_tern_serve_from_the_pyz_logs_in_to_an_upstream_and_serves_post_mcp(pyz, sdk_python, npm, node,
+                                                                            tmp_path):
     port = free_port()
     oauth = start(sdk_python, port)
     base = f"http://127.0.0.1:{port}"
-    config, env, cwd = node(tmp_path, OAUTH_UPSTREAM.format(url=f"{base}/mcp"))
+    config, env, cwd = prepared(tmp_path, UPSTREAMS.format(url=f"{base}/mcp", node=node,
+                                                       everything=npm["server-everything"]))
     tern = (base_python(), "-I", str(pyz))
 
     def cli(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.Popen:
@@ -149,11 +158,11 @@ def test_tern_serve_from_the_pyz_logs_in_to_an_upstream_and_serves_post_mcp(pyz,
         assert process.returncode == 0, (args, out, err)
         return out
 
-    def upstream(url: str, state: str) -> dict:
+    def upstream(url: str, state: str, name: str = "sdk") -> dict:
         deadline = time.monotonic() + RUN_TIMEOUT_SECS
         while True:
             report = httpx.get(f"{url}/api/mcp/servers", timeout=5).json()
-            server = next(s for s in report["connected"] if s["name"] == "sdk")
+            server = next(s for s in report["connected"] if s["name"] == name)
             if server["state"] == state:
                 return server
             assert time.monotonic() < deadline, report
@@ -185,6 +194,10 @@ def test_tern_serve_from_the_pyz_logs_in_to_an_upstream_and_serves_post_mcp(pyz,
                 assert garbage.json()["error"]["code"] == -32700, garbage.text  # and it keeps serving:
                 called = done("call", "mcp_sdk_add", "--args", '{"a": 2, "b": 3}')
                 assert called.strip().endswith("5"), called
+                upstream(url, "ready", "everything")  # and an upstream's resources through a pipeline tool
+                document = json.dumps({"server": "everything", "uri": DOCUMENT})
+                read = done("call", "mcp_resource_read", "--args", document)
+                assert "Architecture" in read, read
                 seen = [seen_by(client) for client in clients]
             finally:
                 for client in clients:
