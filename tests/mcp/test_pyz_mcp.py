@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -175,6 +176,8 @@ def test_tern_serve_from_the_pyz_logs_in_to_an_upstream_and_serves_post_mcp(pyz,
                 waiting = upstream(url, "needs_auth")
                 assert "tern auth login sdk" in json.dumps(waiting), waiting
                 login = cli("auth", "login", "sdk", "--no-browser", stdin=subprocess.PIPE)
+                watchdog = threading.Timer(RUN_TIMEOUT_SECS, login.kill)  # its stderr is read without a timeout
+                watchdog.start()
                 try:
                     redirect = follow(authorization_url(login))
                     forged = redirect.replace("state=", "state=forged")
@@ -182,6 +185,7 @@ def test_tern_serve_from_the_pyz_logs_in_to_an_upstream_and_serves_post_mcp(pyz,
                     login.stdin.flush()
                     assert login.wait(RUN_TIMEOUT_SECS) == 0, login.stderr.read()
                 finally:
+                    watchdog.cancel()
                     login.kill()
                 said = login.stderr.read()
                 assert "does not match this login" in said and "Logged in to MCP server 'sdk'" in said, said
