@@ -133,8 +133,8 @@ def test_tern_mcp_from_the_pyz_serves_every_feature_in_both_eras(pyz, sdk_python
         clients.append(sdk_client(sdk_python, mode, "--", python, "-I", str(pyz), "--config", str(config),
                                   "mcp", env=env, cwd=cwd))
     try:
-        for client, (mode, version) in zip(clients, ERAS):
-            check(seen_by(client), version)
+        for client, (_, era) in zip(clients, ERAS):
+            check(seen_by(client), era)
     finally:
         for client in clients:
             client.kill()
@@ -216,10 +216,12 @@ def test_tern_serve_from_the_pyz_logs_in_to_an_upstream_and_serves_post_mcp(pyz,
             a2a = httpx.post(f"{url}/a2a", headers={"A2A-Version": "1.0"}, timeout=5, json={
                 "jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}).json()
             assert a2a["result"]["status"]["state"] == "TASK_STATE_COMPLETED", a2a
-            tokens = TokenStore(tmp_path / "state").tokens(f"{base}/mcp")
-            assert tokens is not None
-            for secret in (tokens.access_token, tokens.refresh_token):
-                assert secret not in status and secret not in called
+            store = TokenStore(tmp_path / "state")
+            tokens, client = store.tokens(f"{base}/mcp"), store.client(base)
+            assert tokens is not None and client is not None and client.client_secret
+            said += status + called + (tmp_path / "serve.log").read_text()
+            for secret in (tokens.access_token, tokens.refresh_token, client.client_secret):
+                assert secret not in said
             assert "tokens forgotten" in done("auth", "logout", "sdk")
             (row,) = json.loads(done("auth", "status", "--json"))
             assert not row["logged_in"]
