@@ -37,6 +37,12 @@ kind = "llm"
 [agents.model]
 provider = "mcp-sampling"
 
+[[agents]]
+name = "picky"
+kind = "command"
+a2a_events = true
+command = ["sh", "-c", "echo '{\\"state\\": \\"rejected\\", \\"text\\": \\"not a job for me\\"}'"]
+
 [[mcp_server.presets]]
 name = "shout"
 tool = "tern_agent_echo"
@@ -167,6 +173,15 @@ async def test_an_agent_that_fails_is_a_completed_task_with_a_tool_error(served)
     created = (await served.call("tern_agent_desk", {"message": "hi"}))["result"]  # no sampling: it cannot run
     done = await served.until(created["taskId"], "completed")
     assert done["result"]["isError"] is True and "mcp-sampling" in done["result"]["content"][0]["text"]
+
+
+async def test_an_agent_that_rejects_the_task_is_a_failed_task_with_an_error(served):
+    created = (await served.call("tern_agent_picky", {"message": "do it"}))["result"]
+    done = await served.until(created["taskId"], "failed")
+    assert "result" not in done and done["error"]["code"] == -32000
+    assert done["error"]["message"] == "the agent rejected the task: not a job for me"
+    seen = (await served.a2a("GetTask", {"id": created["taskId"]}))["result"]
+    assert seen["status"]["state"] == "TASK_STATE_REJECTED"
 
 
 async def test_without_the_extension_calls_are_plain_and_task_methods_refused(served):

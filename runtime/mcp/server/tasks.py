@@ -4,10 +4,13 @@ that declared the extension (for its session, or in this request's ``_meta``) re
 a ``CreateTaskResult`` at once, and the agent works as an A2A task: the same one the
 A2A methods show, cancellable from either side.
 
-- ``tasks/get``: the task's status (working, input_required, completed, cancelled);
-  a finished task inlines the tool result (an agent that failed is a tool error:
-  ``completed`` with ``isError``; ``failed`` with an ``error`` is reserved for tern's
-  own faults). While the work waits on the client (a tool call's approval, a model
+- ``tasks/get``: the task's status (working, input_required, completed, failed,
+  cancelled); a finished task inlines the tool result (an agent that ran and failed is
+  a tool error: ``completed`` with ``isError``). ``failed``, with an inlined JSON-RPC
+  ``error`` and no result, is for a task refused rather than run: an agent that
+  rejected it (A2A ``rejected``: a budget spent by the time its turn came, an events
+  agent that declines the job), which a call without a task would have had as a
+  request error. While the work waits on the client (a tool call's approval, a model
   turn for an ``mcp-sampling`` agent), it is ``input_required`` with those questions
   in ``inputRequests`` (a ``Parked`` holds them, as for MRTR);
 - ``tasks/update``: ``inputResponses`` answer them (any subset; the rest stay asked);
@@ -38,7 +41,8 @@ MAX_LENT = 256
 POLL_MS = 500
 STATUS = {"submitted": "working", "working": "working", "input-required": "input_required",
           "auth-required": "input_required", "completed": "completed", "failed": "completed",
-          "rejected": "completed", "canceled": "cancelled"}
+          "rejected": "failed", "canceled": "cancelled"}
+REJECTED = -32000  # JSON-RPC's implementation-defined server error: the agent refused the task
 
 
 def declared(capabilities: Any) -> bool:
@@ -106,8 +110,11 @@ class McpTasks:
         if view.state == "completed":  # as the agent tool's own result
             detailed["result"] = {"content": [{"type": "text", "text": view.text}], "isError": False,
                                   "structuredContent": {"reply": view.text, "context_id": view.context_id}}
-        elif view.state in ("failed", "rejected"):  # the agent ran and failed: a tool error
+        elif view.state == "failed":  # the agent ran and failed: a tool error
             detailed["result"] = {"content": [{"type": "text", "text": view.text}], "isError": True}
+        elif view.state == "rejected":  # refused, never run: a protocol-level error
+            detailed["error"] = {"code": REJECTED, "message": f"the agent rejected the task: {view.text}"[:2000],
+                                 "data": {"a2aState": "rejected"}}
         return detailed
 
     def _envelope(self, view: TaskView, lender: Parked | None) -> dict[str, Any]:
