@@ -322,6 +322,10 @@ class McpServer:
             raise RpcError(jsonrpc.INVALID_PARAMS, "params.arguments must be an object")
         forwarded = False  # an ask's reply sent on to its send_to tool
         ask = self.exposure.ask(name)
+        if ask is not None and modern is not None and self.tasks is not None and ask.config.task != "forbidden":
+            task = self._ask_task(ask, arguments, params, modern.get(META_CAPABILITIES))
+            if task is not None:
+                return task
         if ask is not None:
             step = await self._ask(request_id, ask, arguments, params, peer, notify, modern)
             if isinstance(step, dict):
@@ -422,6 +426,24 @@ class McpServer:
 
         return self.tasks.start(agent.name, message, context_id, peer.label, lender,
                                 sample if can_sample(capabilities) else None)
+
+    def _ask_task(self, ask: Ask, arguments: dict[str, Any], params: dict[str, Any],
+                  capabilities: Any) -> dict[str, Any] | None:
+        """A 2026-07-28 call of an ask with ``task`` set: a task whose questions are its
+        ``inputRequests`` (``ask_task.py``) when the client declared the extension; None:
+        asked by MRTR (a retry, or no room for another task)."""
+        assert self.tasks is not None
+        if not declared(capabilities):
+            if ask.config.task == "required":
+                raise missing_tasks()
+            return None
+        if params.get("requestState") is not None or not self.tasks.available():
+            return None
+        problem = ask.check_arguments(arguments)
+        if problem:
+            return error_result(f"invalid arguments: {problem}")
+        ask.check_capabilities(capabilities)
+        return self.tasks.start_ask(ask, arguments, capabilities)
 
     async def _ask(self, request_id: Any, ask: Ask, arguments: dict[str, Any], params: dict[str, Any], peer: Peer,
                    notify: Notify | None, modern: dict[str, Any] | None) -> dict[str, Any] | tuple[str, dict]:
