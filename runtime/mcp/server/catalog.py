@@ -183,6 +183,10 @@ class Catalog:
                                            f"(the value at most {MAX_COMPLETION_INPUT} characters)")
         kind = ref.get("type")
         if kind == "ref/prompt" and isinstance(ref.get("name"), str):
+            if (ask := self.prompts.ask(ref["name"])) is not None:  # free text: nothing to offer
+                if name not in ask.config.arguments:
+                    raise RpcError(INVALID_PARAMS, f"the prompt has no argument {name[:100]!r}")
+                return _values([])
             prompt = self.prompts.configured(ref["name"])
             if prompt is not None:
                 choices = next((a.values for a in prompt.arguments if a.name == name), None)
