@@ -94,7 +94,8 @@ class Catalog:
     def _shape(self) -> dict[str, Any]:
         """What a reload can change in each list tern makes itself."""
         agents = self.resources.agents.values()
-        return {"prompts": [(name, prompt) for name, (_, prompt) in self.prompts.own.items()],
+        return {"prompts": [(name, prompt) for name, (_, prompt) in self.prompts.own.items()]
+                + [(name, ask.config) for name, ask in self.prompts.asking.items()],
                 "resources": [(a.name, a.workspace, a.resources) for a in agents] + [self.resources.upstream]}
 
     async def list_changes(self) -> AsyncIterator[str]:
