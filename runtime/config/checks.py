@@ -303,6 +303,10 @@ def _ask_problems(where: str, ask: McpAsk, agent_tools: list[str], presets: list
         problems.append(f"{where}.timeout_secs: expected a number above 0, got {ask.timeout_secs}")
     if ask.send_to and ask.send_to not in agent_tools and ask.send_to not in presets:
         problems.append(f'{where}.send_to: no exposed agent or preset is named "{ask.send_to}"')
+    if ask.prompt and (ask.send_to or ask.task != "forbidden"):
+        problems.append(f"{where}.prompt: a prompt's reply is its message: it has no send_to and is no task")
+    if ask.send_to and ask.task != "forbidden":
+        problems.append(f"{where}.task: an ask with send_to asks first, then its send_to call may be the task")
     arguments = set(ask.arguments)
     for name in ask.arguments:
         if not _IDENTIFIER.fullmatch(name):

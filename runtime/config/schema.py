@@ -191,7 +191,10 @@ class McpAskQuestion(_Section):
 class McpAsk(_Section):
     """A tool that asks its MCP caller (elicitation, sampling, roots; both eras) and
     returns ``reply`` with the answers filled in, or sends it as the ``message`` to the
-    exposed tool ``send_to`` (an agent) and returns that tool's result."""
+    exposed tool ``send_to`` (an agent) and returns that tool's result. ``prompt``:
+    published as a prompt instead (``prompts/get`` asks, and ``reply`` is the prompt's
+    user message). ``task``: whether a client with the MCP tasks extension gets a task
+    at once, whose questions it answers with ``tasks/update`` (not with ``send_to``)."""
 
     name: str
     description: str = ""
@@ -199,7 +202,9 @@ class McpAsk(_Section):
     questions: list[McpAskQuestion] = []
     reply: str = ""
     send_to: str = ""
-    timeout_secs: float = 300.0  # handshake era: how long one question waits for the client
+    timeout_secs: float = 300.0  # handshake era and tasks: how long one question (a task: a round) waits
+    prompt: bool = False
+    task: Literal["optional", "required", "forbidden"] = "forbidden"
 
 
 class McpServerExposure(_Section):
