@@ -14,6 +14,7 @@ just retries.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -276,8 +277,11 @@ class OAuthSession:
                 raise AuthError(f"MCP server '{self.name}': {self.config.assertion_env} (holding {what}) is not set")
             return grant.check_assertion(text, f"{what} in {self.config.assertion_env}")
         path = self.config.assertion_file
-        try:
-            with open(path, "rb") as f:
+        try:  # non-blocking: a FIFO with no writer must not hang the process
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise OSError(0, "not a regular file")
                 data = f.read(grant.MAX_ASSERTION_CHARS + 1)
         except OSError as exc:
             raise AuthError(f"MCP server '{self.name}': cannot read {what} from {path}: "
