@@ -134,8 +134,12 @@ class HttpTransportBase:
         return headers
 
     async def _challenged(self, response: httpx.Response, tries: int) -> bool:
-        """A 401 or 403: True if a new token was obtained and the request should be
-        sent again (at most ``AUTH_TRIES`` times). AuthError if the flow failed."""
+        """Every answer passes here: one that went through resets the step-up budget (and
+        may name the next DPoP nonce). A 401 or 403: True if a new token was obtained and
+        the request should be sent again (at most ``AUTH_TRIES`` times). AuthError if the
+        flow failed."""
+        if self.oauth is not None and response.status_code < 400:
+            self.oauth.succeeded(response.request.headers.get("dpop", ""), response.headers.get("dpop-nonce", ""))
         if self.oauth is None or response.status_code not in (401, 403) or tries >= AUTH_TRIES:
             return False
         challenges = response.headers.get_list("www-authenticate")
@@ -327,8 +331,6 @@ class StreamableHttpTransport(HttpTransportBase):
                 await response.aclose()
                 await self._exchange(request, body, retried=retried, auth_tries=auth_tries + 1)
                 return
-            if self.oauth is not None and response.status_code < 400:
-                self.oauth.succeeded(headers.get("DPoP", ""), response.headers.get("dpop-nonce", ""))
             self.connection.note_session(request.method, response.headers.get("mcp-session-id"))
             if request.method == "initialize" and self._handshake is not None:
                 self._handshake.set()
