@@ -127,6 +127,13 @@ def test_a_rotated_nonce_after_one_that_worked_is_followed():
     assert nonces.retry(url, "n1", "n3")  # a request still carrying the old one: try the newest
 
 
+def test_an_authorization_server_and_mcp_server_on_one_origin_keep_their_own_nonces():
+    nonces = dpop.Nonces()
+    assert nonces.retry("https://s.example/token", "", "as-1")
+    assert nonces.retry("https://s.example/mcp", "", "rs-1")
+    assert (nonces.get("https://S.EXAMPLE/token?x"), nonces.get("https://s.example/mcp")) == ("as-1", "rs-1")
+
+
 def test_hostile_nonces_are_not_kept():
     nonces = dpop.Nonces()
     nonces.offered("https://s.example/", "x" * (dpop.MAX_NONCE_CHARS + 1))

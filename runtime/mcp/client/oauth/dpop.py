@@ -8,8 +8,8 @@ without query or fragment), its time, a fresh ``jti``, the server's nonce when i
 demanded one and, at the resource server, the token's hash (``ath``).
 
 Nonces (RFC 9449 sections 8 and 9) are per server (the authorization server's and the
-MCP server's are different): ``Nonces`` keeps the latest one each handed out and says
-whether a ``use_dpop_nonce`` refusal is worth one more try.
+MCP server's are different, even on one origin): ``Nonces`` keeps the latest one each
+URL handed out and says whether a ``use_dpop_nonce`` refusal is worth one more try.
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ def encoded_header(key: DpopKey) -> bytes:
 
 
 def claims_of(token: str) -> dict[str, object]:
-    """The claims of a JWT, unverified (a proof of ours, read back to see its nonce);
-    empty for anything that is not one."""
+    """The claims of a JWT, unverified (a proof of ours, read back to see which URL and
+    nonce it named); empty for anything that is not one."""
     parts = token.split(".")
     if len(parts) != 3 or len(token) > 8192:
         return {}
@@ -129,8 +129,8 @@ def claims_of(token: str) -> dict[str, object]:
 
 
 class Nonces:
-    """The latest DPoP nonce each server (keyed by origin) demanded, and whether a
-    request carrying it has been accepted since. A ``use_dpop_nonce`` refusal is retried
+    """The latest DPoP nonce each server (keyed by the ``htu`` it was demanded for)
+    demanded, and whether a request carrying it has been accepted since. A ``use_dpop_nonce`` refusal is retried
     once per request: when the refused proof carried the server's latest nonce and that
     nonce never worked, the server is asking for a new nonce forever, and the refusal
     stands."""
@@ -141,7 +141,7 @@ class Nonces:
     @staticmethod
     def _key(url: str) -> str:
         parts = urlsplit(url)
-        return f"{parts.scheme}://{parts.netloc}".lower()
+        return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path, "", ""))
 
     def get(self, url: str) -> str:
         entry = self._latest.get(self._key(url))

@@ -131,8 +131,9 @@ class OAuthSession:
         sent a next ``nonce``): the step-up budget starts again."""
         self._step_ups = 0
         if sent_proof:
-            self.nonces.worked(self.server_url, str(dpop.claims_of(sent_proof).get("nonce", "")))
-        self.nonces.offered(self.server_url, nonce)
+            url, sent_nonce = _proof_target(sent_proof, self.server_url)
+            self.nonces.worked(url, sent_nonce)
+            self.nonces.offered(url, nonce)
 
     async def challenged(self, status: int, www_authenticate: list[str], sent: str | None, *,
                          sent_proof: str = "", nonce: str = "") -> bool:
@@ -142,7 +143,7 @@ class OAuthSession:
         refusal stands). AuthRequired when only a person can log in."""
         challenge = parse_www_authenticate(www_authenticate)
         if challenge.use_dpop_nonce:  # once per request: a server wanting a new nonce forever is refused
-            return self.nonces.retry(self.server_url, str(dpop.claims_of(sent_proof).get("nonce", "")), nonce)
+            return bool(sent_proof) and self.nonces.retry(*_proof_target(sent_proof, self.server_url), nonce)
         if status == 403 and not challenge.insufficient_scope:
             return False
         async with self._lock:
@@ -351,7 +352,7 @@ class OAuthSession:
             status, answer, answer_headers = await self._fetch("POST", endpoint, body, headers)
             if found is None:
                 break
-            sent = str(dpop.claims_of(headers["DPoP"]).get("nonce", ""))
+            sent = _proof_target(headers["DPoP"], endpoint)[1]
             demanded = answer_headers.get("dpop-nonce", "")
             if status == 400 and grant.oauth_error(status, answer) == "use_dpop_nonce":
                 if not self.nonces.retry(endpoint, sent, demanded):
@@ -437,6 +438,14 @@ class OAuthSession:
         except httpx.HTTPError as exc:
             raise AuthError(f"{method} {_short(url)} failed: {exc or type(exc).__name__}") from None
         return response.status_code, bytes(data), response.headers
+
+
+def _proof_target(proof: str, default_url: str) -> tuple[str, str]:
+    """The URL and nonce a proof of ours named: the nonce a server answers about is
+    that URL's."""
+    claims = dpop.claims_of(proof)
+    url, nonce = claims.get("htu"), claims.get("nonce")
+    return (url if isinstance(url, str) and url else default_url), (nonce if isinstance(nonce, str) else "")
 
 
 def login_hint(name: str) -> str:
