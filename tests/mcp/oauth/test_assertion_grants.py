@@ -8,6 +8,8 @@ real OAuth session; the happy paths run against the conformance suite."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from urllib.parse import parse_qs
 
 import msgspec
@@ -22,6 +24,8 @@ from runtime.mcp.client.oauth.store import TokenStore
 from runtime.net.guard import AddressPolicy
 from runtime.net.outbound import make_client
 from tests.mcp.oauth.scripted import Scripted, json_answer
+from tests.mcp.server_harness import tern_env
+from tests.test_cli import ROOT
 
 JWT = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ3b3JrbG9hZCJ9.c2lnbmF0dXJl"
 SECRET_PART = "eyJzdWIiOiJ3b3JrbG9hZCJ9"
@@ -143,3 +147,24 @@ async def test_a_bad_identity_provider_answer_stops_the_flow(tmp_path, answer, w
     error, server = await login(tmp_path, enterprise(), OK, answer, environ={"IDT": JWT})
     assert error is not None and why in str(error), error
     assert server.to("/token") == []  # nothing presented to the authorization server
+
+
+def test_the_cli_needs_no_login_and_never_shows_the_jwt(tmp_path):
+    """``tern auth login`` has nothing to do for these grants, ``auth status`` says who
+    gets the token, and neither they nor ``config show`` print the JWT the variable holds."""
+    config = tmp_path / "config.toml"
+    config.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n\n[[mcp_servers]]\nname = "wl"\n\n'
+                      '[mcp_servers.transport]\ntype = "http"\nurl = "https://mcp.example/mcp"\n\n'
+                      '[mcp_servers.transport.oauth]\ngrant = "jwt_bearer"\nassertion_env = "WL_JWT"\n')
+    env = tern_env(tmp_path, WL_JWT=JWT)
+
+    def tern(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "runtime", "--config", str(config), *args], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    login, status, shown = tern("auth", "login", "wl"), tern("auth", "status"), tern("config", "show")
+    assert login.returncode != 0 and "uses the jwt_bearer grant: it needs no login" in login.stderr
+    assert "wl: gets its own token (jwt_bearer)" in status.stdout
+    assert 'assertion_env = "WL_JWT"' in shown.stdout
+    for done in (login, status, shown):
+        assert SECRET_PART not in done.stdout + done.stderr
