@@ -206,6 +206,10 @@ async def test_a_dpop_token_whose_key_is_gone_is_dropped_not_sent_as_bearer(tmp_
         assert jwk["jwk"]["x"] == key.x and claims["htm"] == "GET" and claims["htu"] == url
         assert claims["ath"] == dpop.ath("bound")
         assert session.proof("POST", url, "Bearer plain") == ""  # a Bearer token gets no proof
+        other = dpop.new_key()
+        store.save_dpop_key(url, dpop.DpopKey(d=other.d, x=key.x, y=key.y))  # tampered: halves of two keys
+        store.save_tokens(url, Tokens(access_token="bound", token_type="DPoP", issuer="https://as.example"))
+        assert await session.authorization() is None and store.tokens(url) is None  # reread, refused, dropped
 
 
 async def test_the_mcp_server_asking_for_a_new_nonce_forever_gets_one_retry(tmp_path):

@@ -88,10 +88,12 @@ class OAuthSession:
     # --- what the transport calls ---------------------------------------------------
 
     def current(self) -> Tokens | None:
-        """The saved tokens; read again only when the file changed (a login by the CLI)."""
+        """The saved tokens; read again only when the file changed (a login by the CLI,
+        whose tokens may be bound to a DPoP key it made: that is read again too)."""
         stamp = self.store.tokens_stamp(self.server_url)
         if self._cached is None or self._cached[0] != stamp:
             self._cached = (stamp, self.store.tokens(self.server_url))
+            self._dpop = None
         return self._cached[1]
 
     async def authorization(self) -> str | None:
@@ -299,14 +301,20 @@ class OAuthSession:
         return self.config.dpop == "always"
 
     def _dpop_key(self, *, create: bool) -> tuple[dpop.DpopKey, bytes] | None:
-        """This server's DPoP key (made and saved on first use when ``create``)."""
+        """This server's DPoP key (made and saved on first use when ``create``; a saved one
+        that fails its check counts as none)."""
         if self._dpop is None:
             key = self.store.dpop_key(self.server_url)
+            try:
+                key = dpop.check_key(key) if key is not None else None
+            except AuthError as exc:
+                log.warning("MCP server '%s': %s: not used", self.name, exc)
+                key = None
             if key is None and create:
                 key = dpop.new_key()
                 self.store.save_dpop_key(self.server_url, key)
             if key is not None:
-                self._dpop = (dpop.check_key(key), dpop.encoded_header(key))
+                self._dpop = (key, dpop.encoded_header(key))
         return self._dpop
 
     def _assertion(self, client: Client, audience: str) -> dict[str, str]:
