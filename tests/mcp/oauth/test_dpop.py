@@ -76,17 +76,17 @@ def test_a_key_whose_halves_do_not_match_is_refused():
 
 
 def test_proof_rate(capsys):
-    """What a proof costs: every MCP request with a DPoP-bound token signs one."""
+    """What a proof costs in CPU (not wall time: the machine may be shared): every MCP
+    request with a DPoP-bound token signs one."""
     key = dpop.new_key()
     header = dpop.encoded_header(key)
-    count, started = 0, time.perf_counter()
-    while time.perf_counter() - started < 1.0:
+    started = time.process_time()
+    for _ in range(300):
         dpop.proof(key, "POST", "https://s.example/mcp", time.time(), access_token="t" * 800, header=header)
-        count += 1
-    rate = count / (time.perf_counter() - started)
+    each = (time.process_time() - started) / 300
     with capsys.disabled():
-        print(f"\nDPoP proofs: {rate:.0f}/s ({1000 / rate:.2f} ms each)")
-    assert rate > 100
+        print(f"\nDPoP proofs: {1 / each:.0f} per CPU-second ({each * 1000:.2f} ms each)")
+    assert each < 0.0012  # untabulated, it was 1.7 ms here: a lost table shows
 
 
 # --- challenges and token responses ------------------------------------------------------
