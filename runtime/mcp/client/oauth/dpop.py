@@ -24,7 +24,8 @@ import msgspec
 from runtime.mcp.client.oauth.jwt import EcKey, N, public_point, sign_es256
 from runtime.mcp.client.oauth.model import AuthError
 
-__all__ = ["DpopKey", "new_key", "proof", "htu", "ath", "Nonces", "ALG", "MAX_NONCE_CHARS"]
+__all__ = ["DpopKey", "new_key", "check_key", "proof", "encoded_header", "claims_of", "htu", "ath", "Nonces", "ALG",
+           "MAX_NONCE_CHARS"]
 
 ALG = "ES256"
 MAX_NONCE_CHARS = 512  # a nonce is opaque but short; a longer one is refused, not stored
