@@ -236,3 +236,28 @@ async def test_the_mcp_server_asking_for_a_new_nonce_forever_gets_one_retry(tmp_
     sent = [verified(r.headers["dpop"])[1] for r in server.to("/mcp")]
     assert len(sent) == 2 and "nonce" not in sent[0] and sent[1]["nonce"] == "rs0"
     assert all(r.headers["authorization"] == "DPoP bound" for r in server.to("/mcp"))
+
+
+async def test_a_dpop_token_is_refreshed_with_a_proof_of_the_same_key(tmp_path):
+    """A public client's refresh token is bound to its DPoP key too (RFC 9449 section 5)."""
+    routes = {"/token": lambda r: json_answer(200, {"access_token": "fresh", "token_type": "DPoP",
+                                                     "expires_in": 3600})}
+    server = Scripted(routes)
+    async with trio.open_nursery() as nursery:
+        base = await server.serve(nursery)
+        routes["/.well-known/oauth-authorization-server"] = lambda r: json_answer(200, {
+            "issuer": base, "token_endpoint": f"{base}/token", "dpop_signing_alg_values_supported": ["ES256"]})
+        store = TokenStore(tmp_path)
+        key = dpop.new_key()
+        store.save_dpop_key(f"{base}/mcp", key)
+        store.save_tokens(f"{base}/mcp", Tokens(access_token="old", token_type="DPoP", refresh_token="r",
+                                                expires_at=time.time() + 5, obtained_at=time.time() - 3600,
+                                                issuer=base, resource=f"{base}/mcp"))
+        async with make_client(AddressPolicy(), timeout=5) as http:
+            session = OAuthSession("s", f"{base}/mcp", OAuthConfig(client_id="c"), http, store)
+            assert await session.authorization() == "DPoP fresh"
+        nursery.cancel_scope.cancel()
+    (request,) = server.to("/token")
+    header, claims = verified(request.headers["dpop"])
+    assert b"grant_type=refresh_token" in request.body and header["jwk"]["x"] == key.x
+    assert claims["htu"] == f"{base}/token" and "ath" not in claims
