@@ -124,22 +124,32 @@ class HttpTransportBase:
         if self.oauth is not None:
             self._bearer = await self.oauth.authorization()
 
-    def _auth_headers(self, headers: dict[str, str]) -> dict[str, str]:
+    def _auth_headers(self, headers: dict[str, str], method: str = "POST", url: str = "") -> dict[str, str]:
+        """The token, and for a DPoP-bound one a fresh proof naming this request."""
         if self._bearer:
             headers["Authorization"] = self._bearer
+            proof = self.oauth.proof(method, url or self.url, self._bearer) if self.oauth is not None else ""
+            if proof:
+                headers["DPoP"] = proof
         return headers
 
     async def _challenged(self, response: httpx.Response, tries: int) -> bool:
-        """A 401 or 403: True if a new token was obtained and the request should be
-        sent again (at most ``AUTH_TRIES`` times). AuthError if the flow failed."""
+        """Every answer passes here: one that went through resets the step-up budget (and
+        may name the next DPoP nonce). A 401 or 403: True if a new token was obtained and
+        the request should be sent again (at most ``AUTH_TRIES`` times). AuthError if the
+        flow failed."""
+        if self.oauth is not None and response.status_code < 400:
+            self.oauth.succeeded(response.request.headers.get("dpop", ""), response.headers.get("dpop-nonce", ""))
         if self.oauth is None or response.status_code not in (401, 403) or tries >= AUTH_TRIES:
             return False
         challenges = response.headers.get_list("www-authenticate")
-        if self._oauth_asked_only and (self._not_oauth or
-                                       not any(c.strip().lower().startswith("bearer") for c in challenges)):
+        if self._oauth_asked_only and (self._not_oauth or not any(
+                c.strip().lower().startswith(("bearer", "dpop")) for c in challenges)):
             return False  # a server nobody configured for OAuth, refusing without asking for a login
         try:
-            if not await self.oauth.challenged(response.status_code, challenges, self._bearer):
+            if not await self.oauth.challenged(response.status_code, challenges, self._bearer,
+                                               sent_proof=response.request.headers.get("dpop", ""),
+                                               nonce=response.headers.get("dpop-nonce", "")):
                 return False
         except AuthRequired:
             self.login_required = True
@@ -189,7 +199,7 @@ class StreamableHttpTransport(HttpTransportBase):
             if self.connection.session_id and self._client is not None:
                 with trio.move_on_after(2.0):
                     try:
-                        await self._client.delete(self.url, headers=self._request_headers(None))
+                        await self._client.delete(self.url, headers=self._request_headers(None, "DELETE"))
                     except httpx.HTTPError as exc:
                         log.debug("MCP server '%s': DELETE of the session failed: %s", self.name, exc)
             self._stopped.set()
@@ -277,9 +287,10 @@ class StreamableHttpTransport(HttpTransportBase):
             log.warning("MCP server '%s' refused a %s with HTTP %d", self.name,
                         getattr(message, "method", "response"), response.status_code)
 
-    def _request_headers(self, message: jsonrpc.Message | None) -> dict[str, str]:
+    def _request_headers(self, message: jsonrpc.Message | None, method: str = "POST") -> dict[str, str]:
         return self.connection.add_headers(
-            self._auth_headers({**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"}), message)
+            self._auth_headers({**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"}, method),
+            message)
 
     # --- One request --------------------------------------------------------------------
 
@@ -320,8 +331,6 @@ class StreamableHttpTransport(HttpTransportBase):
                 await response.aclose()
                 await self._exchange(request, body, retried=retried, auth_tries=auth_tries + 1)
                 return
-            if self.oauth is not None and response.status_code < 400:
-                self.oauth.succeeded()
             self.connection.note_session(request.method, response.headers.get("mcp-session-id"))
             if request.method == "initialize" and self._handshake is not None:
                 self._handshake.set()
@@ -398,7 +407,7 @@ class StreamableHttpTransport(HttpTransportBase):
         assert self._client is not None
         for _ in range(RESUME_ATTEMPTS):
             await trio.sleep(min((retry_ms or 1000) / 1000, 5.0))
-            headers = {**self._request_headers(None), "Last-Event-ID": last_event_id}
+            headers = {**self._request_headers(None, "GET"), "Last-Event-ID": last_event_id}
             headers.pop("Content-Type", None)
             async with self._client.stream("GET", self.url, headers=headers) as response:
                 if response.status_code != 200:
@@ -458,7 +467,7 @@ class StreamableHttpTransport(HttpTransportBase):
         backoff, last_event_id = 1.0, ""
         stand_in = jsonrpc.Request(0, "(GET stream)", UNSET)
         while not self._stopped.is_set() and self.connection.era == "handshake":
-            headers = self._request_headers(None)
+            headers = self._request_headers(None, "GET")
             headers.pop("Content-Type", None)
             headers["Accept"] = "text/event-stream"
             if last_event_id:
