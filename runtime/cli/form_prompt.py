@@ -41,7 +41,7 @@ def field_lines(form: dict[str, Any]) -> list[str]:
         options = choices(field)
         listed = f" one{' or more' if kind == 'choices' else ''} of: " + ", ".join(
             label if label == str(value) else f"{value} ({label})" for value, label in options) if options else ""
-        default = f" [default {field['default']}]" if "default" in field and not sensitive(name, field) else ""
+        default = f" [default {_shown(field['default'])}]" if "default" in field and not sensitive(name, field) else ""
         about = field.get("title") or field.get("description") or ""
         lines.append(f"  {name} ({', '.join(what)}){': ' + str(about)[:120] if about else ''}{listed}{default}")
     return lines

@@ -181,7 +181,7 @@ class Approvals:
             self._db.execute("INSERT INTO requests (id, agent, tool, arguments, digest, caller, context_id, created, "
                              "expires, state, owner, form) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
                              (approval_id, agent, tool, shown, digest, caller, context_id, now, expires, self.owner,
-                              _encode(form).decode() if form is not None else ""))
+                              msgspec.json.encode(form).decode() if form is not None else ""))  # fields in order
         except sqlite3.Error as exc:  # a full disk: no request, so no yes: the call is refused
             from runtime.storage import failed
 

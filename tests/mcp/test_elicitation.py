@@ -26,7 +26,7 @@ import httpx
 import pytest
 import trio
 
-from runtime.config import Config, GovernanceConfig, HttpTransport, McpServerEntry, StateConfig
+from runtime.config import Config, GovernanceConfig, HttpTransport, McpServerEntry, StateConfig, StdioTransport
 from runtime.errors import UsageError
 from runtime.kernel.approvals import Approvals
 from tests.mcp.conftest import FIXTURES, SDK_SERVER, stdio_entry
@@ -111,6 +111,24 @@ async def test_a_question_nobody_answers_is_cancelled(sdk_python, nursery, tmp_p
                                                           timeout_secs=20), timeout_secs=2)
     result = await kernel.call_tool("mcp_sdk_ask_name", {})
     assert result.text == "cancel" and kernel.approvals.list(state=None)[0].state == "expired"
+
+
+async def test_hostile_questions_are_declined_without_asking(nursery, tmp_path):
+    entry = McpServerEntry(name="h", timeout_secs=20, transport=StdioTransport(
+        command=sys.executable, args=[str(FIXTURES / "hostile_mcp_server.py"), "--tools", "ask_form"]))
+    kernel = await booted(nursery, tmp_path, entry)
+    for arguments in ({"fields": 10_000}, {"fields": 65}, {"message_chars": 1_000_000}):
+        result = await kernel.call_tool("mcp_h_ask_form", arguments)
+        assert json.loads(result.text) == {"action": "decline"}, arguments
+    assert kernel.approvals.list(state=None) == []
+    async with trio.open_nursery() as inner:  # a small form from the same server is put to a person
+        async def answer() -> None:
+            question = await next_question(kernel.approvals)
+            kernel.approvals.decide(question.id, True, answer={"f0": "ok", "f2": "fine"}, by="tester")
+
+        inner.start_soon(answer)
+        result = await kernel.call_tool("mcp_h_ask_form", {"fields": 3})
+    assert json.loads(result.text) == {"action": "accept", "content": {"f0": "ok", "f2": "fine"}}
 
 
 # --- server-everything -------------------------------------------------------------------------
@@ -256,9 +274,7 @@ name = "sdk"
 protocol = "2025-11-25"
 timeout_secs = 20
 [mcp_servers.transport]
-type = "stdio"
-command = "{python}"
-args = ["{server}"]
+{transport}
 
 [[agents]]
 name = "profiler"
@@ -270,12 +286,14 @@ approval_timeout_secs = {timeout}
 """
 
 
-def relay_config(tmp: Path, sdk_python: str, timeout: int = 60) -> Path:
-    return write_config(tmp, RELAY_CONFIG.format(python=sdk_python, server=SDK_SERVER, timeout=timeout))
+def relay_config(tmp: Path, sdk_python: str, timeout: int = 60, url: str = "") -> Path:
+    transport = f'type = "http"\nurl = "{url}"' if url else f'type = "stdio"\ncommand = "{sdk_python}"\n' \
+                                                             f'args = ["{SDK_SERVER}"]'
+    return write_config(tmp, RELAY_CONFIG.format(transport=transport, timeout=timeout))
 
 
-def run_client(sdk_python: str, mode: str, answer: str, config: Path, env: dict) -> dict:
-    target = ["--", sys.executable, "-m", "runtime", "--config", str(config), "mcp"]
+def run_client(sdk_python: str, mode: str, answer: str, config: Path, env: dict, url: str = "") -> dict:
+    target = [url] if url else ["--", sys.executable, "-m", "runtime", "--config", str(config), "mcp"]
     done = subprocess.run([sdk_python, CLIENT, mode, answer, "tern_agent_profiler", *target], capture_output=True,
                           text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -298,6 +316,35 @@ def test_the_desktop_client_answers_the_upstream_question(sdk_python, tmp_path, 
         approvals.close()
     audit = (tmp_path / "state" / "audit.jsonl").read_text()
     assert "Ada" not in audit and '"answer":"sha256:' in audit
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_the_upstream_question_on_the_calls_own_http_stream(sdk_python, tmp_path, mode):
+    """The upstream server speaks Streamable HTTP: its question comes on the POST stream
+    of the call that caused it, and goes to that call's client."""
+    from tests.mcp.test_real_peers_http import free_port, start_sdk_http
+
+    port = free_port()
+    upstream = start_sdk_http(sdk_python, port)
+    try:
+        config = relay_config(tmp_path, sdk_python, url=f"http://127.0.0.1:{port}/mcp")
+        seen = run_client(sdk_python, mode, "typed", config, tern_env(tmp_path))
+    finally:
+        upstream.kill()
+        upstream.wait()
+    assert [asked["message"] for asked in seen["asked"]] == ["Who are you?"]
+    assert seen["text"] == 'accept: {"name":"Ada","age":36,"color":"blue","score":0.5,"subscribe":true}'
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_a_client_of_the_daemons_post_mcp_answers_the_upstream_question(sdk_python, tmp_path, mode):
+    config = relay_config(tmp_path, sdk_python)
+    with tern_serve(tmp_path, config, tern_env(tmp_path), servers_connected=True) as url:
+        seen = run_client(sdk_python, mode, "typed", config, tern_env(tmp_path), url=f"{url}/mcp")
+        relayed = run_client(sdk_python, mode, "typed", config, tern_env(tmp_path))  # tern mcp relays to it
+    for each in (seen, relayed):
+        assert [asked["message"] for asked in each["asked"]] == ["Who are you?"]
+        assert each["text"] == 'accept: {"name":"Ada","age":36,"color":"blue","score":0.5,"subscribe":true}'
 
 
 def test_a_desktop_client_that_declines(sdk_python, tmp_path):
@@ -331,3 +378,42 @@ def test_a_client_that_cannot_elicit_leaves_it_to_a_person(sdk_python, tmp_path)
     assert process.returncode == 0, err[-3000:]
     seen = json.loads(out.strip().splitlines()[-1])
     assert seen["asked"] == [] and seen["text"].startswith('accept: {"name":"Bob","age":7,')
+
+
+def test_a_run_on_a_terminal_asks_each_field(sdk_python, tmp_path):
+    """``tern run`` under a real pseudo-terminal: the question, its fields, and a prompt
+    per field (a wrong value is asked again, Enter takes the default)."""
+    import os
+    import pty
+    import select
+    import time
+
+    config = relay_config(tmp_path, sdk_python)
+    script = [("answer? [y]es", b"y\n"), ("  name: ", b"Ada\n"), ("  age: ", b"abc\n"), ("not a whole number", b""),
+              ("  age: ", b"36\n"), ("  color [green]: ", b"\n"), ("  score [0.5]: ", b"\n"),
+              ("  subscribe [false]: ", b"yes\n")]
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "run", "profiler", "{}"],
+                               stdin=follower, stdout=subprocess.PIPE, stderr=follower, env=tern_env(tmp_path),
+                               cwd=ROOT, text=True)
+    os.close(follower)
+    screen, seen_up_to = "", 0
+    try:
+        deadline = time.monotonic() + 60
+        for expected, reply in script:
+            while expected not in screen[seen_up_to:]:
+                assert time.monotonic() < deadline and process.poll() is None, screen
+                if select.select([leader], [], [], 0.1)[0]:
+                    try:
+                        screen += os.read(leader, 4096).decode(errors="replace")
+                    except OSError:  # EIO: the process ended
+                        raise AssertionError(screen) from None
+            seen_up_to = screen.index(expected, seen_up_to) + len(expected)
+            os.write(leader, reply)
+        out, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        os.close(leader)
+    assert "mcp:sdk asks: Who are you?" in screen and "color (string, optional): Color one of: red, green, blue" \
+        in screen.replace("\r", "")
+    assert out.strip() == 'accept: {"name":"Ada","age":36,"color":"green","score":0.5,"subscribe":true}', out
