@@ -380,22 +380,22 @@ def test_a_client_that_cannot_elicit_leaves_it_to_a_person(sdk_python, tmp_path)
     assert seen["asked"] == [] and seen["text"].startswith('accept: {"name":"Bob","age":7,')
 
 
-def test_a_run_on_a_terminal_asks_each_field(sdk_python, tmp_path):
-    """``tern run`` under a real pseudo-terminal: the question, its fields, and a prompt
-    per field (a wrong value is asked again, Enter takes the default)."""
+TERMINAL_SCRIPT = [("answer? [y]es", b"y\n"), ("  name: ", b"Ada\n"), ("  age: ", b"abc\n"),
+                   ("not a whole number", b""), ("  age: ", b"36\n"), ("  color [green]: ", b"\n"),
+                   ("  score [0.5]: ", b"\n"), ("  subscribe [false]: ", b"yes\n")]
+
+
+def run_on_terminal(config: Path, env: dict, script: list) -> tuple[str, str]:
+    """``tern run profiler`` under a real pseudo-terminal, answering each expected text
+    with its reply in turn: what the terminal showed, and stdout."""
     import os
     import pty
     import select
     import time
 
-    config = relay_config(tmp_path, sdk_python)
-    script = [("answer? [y]es", b"y\n"), ("  name: ", b"Ada\n"), ("  age: ", b"abc\n"), ("not a whole number", b""),
-              ("  age: ", b"36\n"), ("  color [green]: ", b"\n"), ("  score [0.5]: ", b"\n"),
-              ("  subscribe [false]: ", b"yes\n")]
     leader, follower = pty.openpty()
     process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "run", "profiler", "{}"],
-                               stdin=follower, stdout=subprocess.PIPE, stderr=follower, env=tern_env(tmp_path),
-                               cwd=ROOT, text=True)
+                               stdin=follower, stdout=subprocess.PIPE, stderr=follower, env=env, cwd=ROOT, text=True)
     os.close(follower)
     screen, seen_up_to = "", 0
     try:
@@ -414,6 +414,48 @@ def test_a_run_on_a_terminal_asks_each_field(sdk_python, tmp_path):
     finally:
         process.kill()
         os.close(leader)
-    assert "mcp:sdk asks: Who are you?" in screen and "color (string, optional): Color one of: red, green, blue" \
-        in screen.replace("\r", "")
+    return screen.replace("\r", ""), out
+
+
+def check_terminal_answer(screen: str, out: str) -> None:
+    assert "mcp:sdk asks: Who are you?" in screen
+    assert "color (string, optional): Color one of: red, green, blue [default green]" in screen
     assert out.strip() == 'accept: {"name":"Ada","age":36,"color":"green","score":0.5,"subscribe":true}', out
+
+
+def test_a_run_on_a_terminal_asks_each_field(sdk_python, tmp_path):
+    """``tern run`` in-process: the question, its fields, and a prompt per field (a wrong
+    value is asked again, Enter takes the default)."""
+    check_terminal_answer(*run_on_terminal(relay_config(tmp_path, sdk_python), tern_env(tmp_path), TERMINAL_SCRIPT))
+
+
+def test_a_run_through_the_daemon_asks_each_field(sdk_python, tmp_path):
+    """``tern run`` with a daemon running: the streamed run's question is asked inline and
+    the answer goes to the daemon's API."""
+    config = relay_config(tmp_path, sdk_python)
+    with tern_serve(tmp_path, config, tern_env(tmp_path), servers_connected=True):
+        check_terminal_answer(*run_on_terminal(config, tern_env(tmp_path), TERMINAL_SCRIPT))
+    approvals = Approvals(tmp_path / "state" / "approvals.sqlite3")
+    try:
+        (question,) = approvals.list(None)
+        assert (question.state, question.channel) == ("approved", "terminal")
+        assert question.decided_by.startswith("terminal:api:127.0.0.1")  # answered through the daemon
+    finally:
+        approvals.close()
+
+
+async def test_a_url_question_shows_its_url_and_is_answered(npm, node, nursery, tmp_path):
+    kernel = await booted(nursery, tmp_path, stdio_entry(node, npm["server-everything"], "stdio", name="everything"))
+    for decide, expected in ((True, "User completed the URL elicitation flow"), (False, "User declined to open")):
+        async with trio.open_nursery() as inner:
+            async def answer() -> None:
+                question = await next_question(kernel.approvals)
+                assert question.form["mode"] == "url" and question.form["url"] == "https://example.com/login"
+                with pytest.raises(UsageError, match="takes no answer"):
+                    kernel.approvals.decide(question.id, True, answer={"x": 1}, by="tester")
+                kernel.approvals.decide(question.id, decide, by="tester")
+
+            inner.start_soon(answer)
+            result = await kernel.call_tool("mcp_everything_trigger_url_elicitation",
+                                            {"url": "https://example.com/login", "message": "Log in, please"})
+        assert expected in result.text, result.text
