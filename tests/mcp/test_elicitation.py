@@ -155,6 +155,7 @@ async def test_server_everything_over_http_answered_with_tern_approve_set(npm, n
         kernel = await booted(nursery, tmp_path, entry)
         config = tmp_path / "config.toml"
         config.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n')
+        winner: list = []
         async with trio.open_nursery() as inner:
             async def answer() -> None:
                 question = await next_question(kernel.approvals)
@@ -166,14 +167,26 @@ async def test_server_everything_over_http_answered_with_tern_approve_set(npm, n
                 bad = await trio.run_process([*tern, "approve", question.id, "--set", "name=Ada", "--set",
                                               "integer=500"], check=False, capture_stderr=True, env=env, cwd=ROOT)
                 assert bad.returncode == 2 and b"field 'integer': must be between 1 and 100" in bad.stderr
-                sets = [arg for item in EVERYTHING_SETS for arg in ("--set", item)]
-                done = await trio.run_process([*tern, "approve", question.id, *sets], capture_stdout=True, env=env,
-                                              cwd=ROOT)
-                assert done.stdout.startswith(f"answered {question.id}".encode())
+                done: list = []
+
+                async def person(name: str) -> None:  # two people answer at once: one wins
+                    sets = [arg for item in [*EVERYTHING_SETS, f"name={name}"] for arg in ("--set", item)]
+                    done.append(await trio.run_process([*tern, "approve", question.id, *sets], check=False,
+                                                       capture_stdout=True, capture_stderr=True, env=env, cwd=ROOT))
+
+                async with trio.open_nursery() as both:
+                    both.start_soon(person, "Ada Lovelace")
+                    both.start_soon(person, "Grace Hopper")
+                (won,) = [p for p in done if p.returncode == 0]
+                (lost,) = [p for p in done if p.returncode != 0]
+                assert won.stdout.startswith(f"answered {question.id}".encode())
+                assert b"is already approved" in lost.stderr
+                winner.append(next(arg[5:] for arg in reversed(won.args) if arg.startswith("name=")))
 
             inner.start_soon(answer)
             result = await kernel.call_tool(EVERYTHING_TOOL, {})
-        check_everything_answered(result.text)
+        assert f"- Name: {winner[0]}" in result.text  # the winner's answer, whole
+        check_everything_answered(result.text.replace(f"- Name: {winner[0]}", "- Name: Ada Lovelace"))
         await kernel.mcp.aclose()
 
 
