@@ -279,6 +279,34 @@ async def test_server_everything_answered_on_the_websocket(everything_daemon):
     check_everything_answered(seen[-1][1]["text"])
 
 
+async def test_the_websocket_refuses_bad_decisions_and_keeps_serving(everything_daemon):
+    from trio_websocket import ConnectionClosed, open_websocket_url
+
+    url = everything_daemon.replace("http://", "ws://") + "/api/events"
+    async with open_websocket_url(url) as socket:
+        assert json.loads(await socket.get_message())["type"] == "hello"
+        for message, text in (("[1]", "a message must be"), ('{"type": "ping"}', "a message must be"),
+                              ('{"type": "decide", "id": 5, "decision": "approve"}', "names its approval"),
+                              ('{"type": "decide", "id": "ap_nothere", "decision": "approve"}',
+                               "no approval request has the id 'ap_nothere'"),
+                              ('{"type": "decide", "id": "ap_x", "decision": "maybe"}', "decision"),
+                              (json.dumps({"type": "decide", "id": "a" * 5000, "decision": "deny"}),
+                               "ids are at most")):
+            await socket.send_message(message)
+            while True:
+                with trio.fail_after(10):
+                    reply = json.loads(await socket.get_message())
+                if reply["type"] == "error":
+                    break
+            assert text in reply["error"], (message, reply)
+        await socket.send_message("x" * 70_000)  # over the bound: the socket is closed, the daemon serves on
+        with pytest.raises(ConnectionClosed), trio.fail_after(10):
+            while True:
+                await socket.get_message()
+        assert socket.closed.code == 1009
+    assert httpx.get(everything_daemon.replace("ws://", "http://") + "/health").status_code == 200
+
+
 # --- the relay: tern mcp asks its own client ------------------------------------------------
 
 RELAY_CONFIG = """
