@@ -16,6 +16,7 @@ the answer's digest only).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -141,8 +142,8 @@ def _problem(field: dict[str, Any], value: Any) -> str:
     if kind == "boolean":
         return "" if isinstance(value, bool) else "must be true or false"
     if kind in ("number", "integer"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind == "integer" and
-                                                                              not isinstance(value, int)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or (
+                kind == "integer" and not isinstance(value, int)):
             return f"must be {'a whole number' if kind == 'integer' else 'a number'}"
         low, high = field.get("minimum"), field.get("maximum")
         if isinstance(low, (int, float)) and value < low or isinstance(high, (int, float)) and value > high:

@@ -48,6 +48,7 @@ def test_a_good_answer_passes():
     ({"name": "Ada", "age": True}, "field 'age': must be a whole number"),
     ({"name": "Ada", "age": 151}, "field 'age': must be between 0 and 150"),
     ({"name": "Ada", "age": 3, "score": -1}, "field 'score': must be between 0 and 1"),
+    ({"name": "Ada", "age": 3, "score": float("nan")}, "field 'score': must be a number"),
     ({"name": "Ada", "age": 3, "ok": "yes"}, "field 'ok': must be true or false"),
     ({"name": "Ada", "age": 3, "color": "blue"}, "field 'color': must be one of red, green"),
     ({"name": "Ada", "age": 3, "hero": "Superman"}, "field 'hero': must be one of h1, h2"),
