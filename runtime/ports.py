@@ -123,7 +123,7 @@ Sample = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class ApprovalPort(Protocol):
-    """Pending tool-call approvals, and the one way to decide them."""
+    """Pending tool-call approvals and MCP servers' questions, and the one way to decide them."""
 
     def list(self, state: str | None = "pending") -> list[Approval]: ...
 
