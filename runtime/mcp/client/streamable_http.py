@@ -35,6 +35,7 @@ from runtime.errors import ProtocolError
 from runtime.mcp.client.oauth.model import AuthError, AuthRequired, NotOAuth
 from runtime.log import get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
+from runtime.mcp.client.inputs import MRTR_METHODS
 from runtime.mcp.client.session import TransportClosed
 from runtime.mcp.protocol import META_VERSION
 from runtime.net.guard import AddressPolicy, check_url
@@ -49,6 +50,7 @@ __all__ = ["StreamableHttpTransport", "HttpTransportBase"]
 log = get_logger("mcp.http")
 
 INBOX_MESSAGES = 256
+MAX_RELATED = 64  # server requests whose call is remembered until the session reads them
 RESUME_ATTEMPTS = 3
 LISTEN = "subscriptions/listen"
 LISTEN_OPEN_SECS = 5.0  # how long the handshake waits for the standing GET stream to open
@@ -96,6 +98,7 @@ class HttpTransportBase:
         self._headers = expand_headers(config.headers, f"mcp_servers '{name}'", environ)
         self._client: httpx.AsyncClient | None = None
         self._inbox_send, self._inbox = trio.open_memory_channel[bytes](INBOX_MESSAGES)
+        self._related: dict[Any, Any] = {}  # a server request's id -> the call whose stream it came on
         # Every HTTP server without a static Authorization header may ask for a login;
         # one with no [oauth] table only when its 401 carries a Bearer challenge.
         self._oauth_config = oauth_of(config) if state_dir else getattr(config, "oauth", None)
@@ -228,6 +231,25 @@ class StreamableHttpTransport(HttpTransportBase):
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # closing: nobody is listening any more
 
+    def _note_related(self, body: bytes, request: jsonrpc.Request) -> None:
+        """A server request on a call's own stream belongs to that call (the session
+        asks ``related``); at most MAX_RELATED are remembered."""
+        if request.method not in MRTR_METHODS or b'"method"' not in body:
+            return
+        try:
+            message = jsonrpc.parse(body)
+        except jsonrpc.InvalidMessage:
+            return
+        if isinstance(message, jsonrpc.Request):
+            if len(self._related) >= MAX_RELATED:
+                del self._related[next(iter(self._related))]
+            self._related[message.id] = request.id
+
+    def related(self, request_id: Any) -> Any:
+        """The id of the call whose response stream carried server request ``request_id``
+        (None: another stream), once."""
+        return self._related.pop(request_id, None)
+
     async def send(self, message: jsonrpc.Message) -> None:
         if self._tasks is None or self._stopped.is_set() or self._broken:
             raise TransportClosed(self._broken or "transport closed")
@@ -346,6 +368,7 @@ class StreamableHttpTransport(HttpTransportBase):
                     if isinstance(message, tuple):  # the stream ended: how to resume it
                         last_event_id, retry_ms = message
                         break
+                    self._note_related(message, request)
                     await self._deliver(message)
                     if _response_id(message) == request.id:
                         answered = True
@@ -417,6 +440,7 @@ class StreamableHttpTransport(HttpTransportBase):
                         if isinstance(message, tuple):
                             last_event_id, retry_ms = message[0] or last_event_id, message[1]
                             break
+                        self._note_related(message, request)
                         await self._deliver(message)
                         if _response_id(message) == request.id:
                             return True
