@@ -21,8 +21,8 @@ from runtime.config.load import (
 from runtime.config.schema import (
     A2aConfig, AccessTier, AgentConfig, AgentPrompt, ApprovalRule, Config, ExternalAgent, GovernanceConfig,
     HttpTransport, McpAsk, McpAskQuestion, McpPreset, McpServerEntry, McpServerExposure, ModelConfig, OAuthConfig,
-    ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill, SseTransport, StateConfig, StdioTransport,
-    ToolsConfig, oauth_of,
+    SamplingConfig, ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill, SseTransport, StateConfig,
+    StdioTransport, ToolsConfig, oauth_of,
 )
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "HttpTransport",
     "SseTransport",
     "OAuthConfig",
+    "SamplingConfig",
     "oauth_of",
     "McpServerExposure",
     "McpAsk",

@@ -13,7 +13,7 @@ import shutil
 
 import msgspec
 
-from runtime.config.schema import Config, McpAsk, McpPreset, StdioTransport
+from runtime.config.schema import AgentConfig, Config, McpAsk, McpPreset, SamplingConfig, StdioTransport
 from runtime.config.sentences import shorten
 from runtime.config.shell_policy import rule_problems
 
@@ -124,6 +124,8 @@ def find_problems(config: Config) -> list[str]:
             problems += _url_problem(transport.url, f"{where}.transport.url")
             if transport.oauth is not None:
                 problems += _oauth_problems(transport.oauth, f"{where}.transport.oauth")
+        if server.sampling is not None:
+            problems += _sampling_problems(server.sampling, f"{where}.sampling", config.agents)
     for i, agent in enumerate(config.a2a.external_agents):
         problems += _url_problem(agent.url, f"a2a.external_agents[{i}].url")
     problems += _duplicates([a.name for a in config.a2a.external_agents], "a2a.external_agents", "name")
@@ -338,6 +340,20 @@ def _ask_problems(where: str, ask: McpAsk, agent_tools: list[str], presets: list
     for name in _PLACEHOLDER.findall(ask.reply):
         if name not in arguments and name not in keys:
             problems.append(f"{where}.reply: {{{name}}} is neither an argument nor a question's key")
+    return problems
+
+
+def _sampling_problems(sampling: SamplingConfig, where: str, agents: list[AgentConfig]) -> list[str]:
+    """The model that answers a server's sampling: an llm agent's own endpoint (not the
+    MCP client's sampling, which would send the server's prompt back out)."""
+    problems = _positive(sampling, where, ("max_tokens", "requests_per_minute"))
+    agent = next((a for a in agents if a.name == sampling.agent), None)
+    if agent is None or agent.kind != "llm" or agent.model is None:
+        problems.append(f'{where}.agent: expected the name of an llm agent (its [agents.model] answers), '
+                        f'got "{sampling.agent}"')
+    elif agent.model.provider != "openai":
+        problems.append(f'{where}.agent: agent "{agent.name}" runs on the MCP client\'s sampling; '
+                        "name an agent with an endpoint of its own")
     return problems
 
 

@@ -136,6 +136,20 @@ def oauth_of(transport: Any) -> OAuthConfig | None:
         return None
     return OAuthConfig()
 
+class SamplingConfig(_Section):
+    """``[mcp_servers.sampling]``: the server's ``sampling/createMessage`` requests are
+    answered by the model of ``agent`` (an llm agent: its ``[agents.model]`` endpoint,
+    model and key; not its prompt or tools), each one decided by the governance policy as
+    the pseudo-tool ``mcp_{server}_sampling`` (asked of a person unless a rule says
+    otherwise). A request's ``maxTokens`` is cut to ``max_tokens``; at most
+    ``requests_per_minute`` are answered (more are refused). Without this table the
+    server is not offered sampling at all."""
+
+    agent: str
+    max_tokens: int = 1024
+    requests_per_minute: int = 10
+
+
 McpProtocol = Literal["auto", "2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"]
 
 
@@ -158,6 +172,7 @@ class McpServerEntry(_Section):
     tools_include: list[str] = []
     tools_exclude: list[str] = []
     protocol: McpProtocol = "auto"
+    sampling: SamplingConfig | None = None
 
 
 # --- [mcp_server] ------------------------------------------------------------------------

@@ -67,14 +67,18 @@ async def ask_form(approvals: Any, redact: Callable[[Any], Any], server: str,
 ANSWERERS: dict[str, Answerer] = {"elicitation/create": ask_form}
 
 
-def person_answers(approvals: Any, redact: Callable[[Any], Any]) -> Callable[[str], Callable[..., Awaitable[Any]]]:
+def person_answers(approvals: Any, redact: Callable[[Any], Any], sampling: Callable[..., Awaitable[Any]] | None = None,
+                   ) -> Callable[[str], Callable[..., Awaitable[Any]]]:
     """For each server name, the session's ``on_input`` handler: a method in
-    ``ANSWERERS`` goes to its answerer; anything else is refused."""
+    ``ANSWERERS`` goes to its answerer, sampling to ``sampling(server, params)``
+    (kernel.sampling_answer: a model answers, not a person); anything else is refused."""
 
     def for_server(server: str) -> Callable[..., Awaitable[Any]]:
         async def answer(method: str, params: dict[str, Any]) -> dict[str, Any]:
             from runtime.errors import ToolRefused
 
+            if method == "sampling/createMessage" and sampling is not None:
+                return await sampling(server, params)
             answerer = ANSWERERS.get(method)
             if answerer is None:
                 raise ToolRefused(f"tern answers no {method} yet")

@@ -76,8 +76,10 @@ class Kernel:
                                    publish=self.events.publish, redact=self.pipeline.redact_obj)
         self.pipeline.approvals = self.approvals
         from runtime.kernel.elicitation import person_answers
+        from runtime.kernel.sampling_answer import SamplingAnswers
 
-        self.mcp.on_input = person_answers(self.approvals, self.pipeline.redact_obj)  # servers' form questions
+        sampling = SamplingAnswers(lambda: self.config, self.pipeline, self.approvals)  # [mcp_servers.sampling]
+        self.mcp.on_input = person_answers(self.approvals, self.pipeline.redact_obj, sampling)  # servers' questions
         self.conversations = Conversations(state / "conversations.sqlite3") if state else None
         self.agents = Agents(config, self.pipeline, self.conversations)
         self.agents.publish = self.events.publish  # "agent.message" and "model.call"

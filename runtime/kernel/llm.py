@@ -52,12 +52,13 @@ class ToolCall(msgspec.Struct):
 class Turn(msgspec.Struct):
     """One assistant turn: its text, the tool calls it asked for, and what it cost:
     ``usage`` as the server reported it (None: not reported), ``tokens`` that or the
-    estimate."""
+    estimate; ``finish`` the server's ``finish_reason`` ("stop", "length", ...; "" if none)."""
 
     text: str = ""
     tool_calls: list[ToolCall] = []
     usage: int | None = None
     tokens: int = 0
+    finish: str = ""
 
 
 def _usage(obj: Any) -> int | None:
@@ -128,6 +129,12 @@ class _Assembler:
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.usage: int | None = None
+        self.finish = ""
+
+    def choice(self, choice: dict[str, Any]) -> None:
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str):
+            self.finish = reason[:40]
 
     def message(self, message: dict[str, Any], streamed: bool) -> None:
         content = message.get("content")
@@ -158,7 +165,7 @@ class _Assembler:
                 continue
             raw = slot["object"] if slot["object"] is not None else "".join(slot["arguments"])
             calls.append(ToolCall(slot["id"] or f"call_{uuid.uuid4().hex[:12]}", slot["name"], _arguments(raw)))
-        return Turn("".join(self.text), calls, usage=self.usage)
+        return Turn("".join(self.text), calls, usage=self.usage, finish=self.finish)
 
 
 class ChatClient:
@@ -199,9 +206,12 @@ class ChatClient:
             await self._client.aclose()
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *,
-                       on_text: Callable[[str], None] | None = None) -> Turn:
-        """One assistant turn, streamed; ``on_text`` gets each text fragment as it comes."""
+                       on_text: Callable[[str], None] | None = None, stop: list[str] | None = None) -> Turn:
+        """One assistant turn, streamed; ``on_text`` gets each text fragment as it comes;
+        ``stop``: sequences that end it."""
         body: dict[str, Any] = {"model": self.model.model, "messages": messages, "stream": True}
+        if stop:
+            body["stop"] = stop
         if self.usage:
             body["stream_options"] = {"include_usage": True}
         if tools:
@@ -266,6 +276,7 @@ class ChatClient:
                 return Turn(text)  # a server that answers in plain text
         choice = (data.get("choices") or [{}])[0] if isinstance(data, dict) else {}
         message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        assembler.choice(choice if isinstance(choice, dict) else {})
         assembler.message(message, streamed=False)
         assembler.usage = _usage(data.get("usage")) if isinstance(data, dict) else None
         turn = assembler.turn()
@@ -284,6 +295,9 @@ class ChatClient:
             if usage is not None:
                 assembler.usage = usage
         for choice in chunk.get("choices") or [] if isinstance(chunk, dict) else []:
+            if not isinstance(choice, dict):
+                continue
+            assembler.choice(choice)
             delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else choice.get("message")
             if isinstance(delta, dict):
                 if on_text and isinstance(delta.get("content"), str) and delta["content"]:

@@ -123,6 +123,7 @@ class _Waiter:
 NotificationHandler = Callable[[str, Any], None]  # called on the reader task: must not block
 #: Answers a server's ``elicitation/create`` or ``sampling/createMessage`` (method,
 #: params) with its result; raises TernError to refuse. ``methods`` names those it answers.
+#: An RpcError it raises is the server's answer as it stands (sampling rejected: -1).
 InputHandler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -281,6 +282,8 @@ class McpSession:
                 answer = await self.on_input(method, params)
         except trio.TooSlowError:
             raise RpcError(-32603, f"{method} was not answered within {INPUT_TIMEOUT_SECS:g} s") from None
+        except RpcError:  # the handler's own answer (a person rejected sampling: -1)
+            raise
         except TernError as exc:
             raise RpcError(-32603, f"{method} refused: {exc}") from None
         if method == "elicitation/create":

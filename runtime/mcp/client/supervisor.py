@@ -423,7 +423,8 @@ class McpSupervisor:
             async with trio.open_nursery() as nursery:
                 client = await McpClient.connect(entry, nursery, roots=self.roots, on_notification=notified,
                                                  policy=self.policy, transport=transport,
-                                                 on_input=self.on_input(entry.name) if self.on_input else None)
+                                                 on_input=self.on_input(entry.name) if self.on_input else None,
+                                                 input_methods=_input_methods(entry))
                 try:
                     await self._list(server, client)
                     info = client.info
@@ -539,3 +540,9 @@ def _as_tool(entry: McpToolEntry) -> Tool:
     return Tool(entry.name, f"[MCP:{entry.server}] {entry.tool.description}".rstrip(), entry.tool.input_schema,
                 source="mcp", server=entry.server, original_name=entry.tool.name,
                 annotations=entry.tool.annotations if isinstance(entry.tool.annotations, dict) else None)
+
+
+def _input_methods(entry: McpServerEntry) -> tuple[str, ...]:
+    """What tern answers for this server: forms always (put to a person), sampling only
+    when ``[mcp_servers.sampling]`` names the model (else it is not even declared)."""
+    return ("elicitation/create", "sampling/createMessage") if entry.sampling is not None else ("elicitation/create",)
