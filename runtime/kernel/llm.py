@@ -274,9 +274,10 @@ class ChatClient:
                 if on_text:
                     on_text(text)
                 return Turn(text)  # a server that answers in plain text
-        choice = (data.get("choices") or [{}])[0] if isinstance(data, dict) else {}
+        choices = data.get("choices") if isinstance(data, dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
-        assembler.choice(choice if isinstance(choice, dict) else {})
+        assembler.choice(choice)
         assembler.message(message, streamed=False)
         assembler.usage = _usage(data.get("usage")) if isinstance(data, dict) else None
         turn = assembler.turn()

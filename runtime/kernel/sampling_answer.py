@@ -209,6 +209,10 @@ class SamplingAnswers:
             record.setdefault("outcome", "error")
             record["error"] = exc.message[:300]
             raise
+        except Exception:  # a bug of ours: the server gets an error, the session lives on
+            log.error("answering sampling for MCP server '%s' failed", server, exc_info=True)
+            record["outcome"] = "error"
+            raise RpcError(INTERNAL_ERROR, "internal error while answering sampling") from None
         else:
             record["outcome"] = "ok"
             return answer

@@ -38,3 +38,13 @@ def node():
 @pytest.fixture(scope="session")
 def sdk_python():
     return str(peers.require(peers.mcp_sdk_python))
+
+
+@pytest.fixture
+async def llm(nursery):
+    """tern's scripted OpenAI-compatible model server, serving (append to ``script``)."""
+    from tests.scripted_llm import ScriptedLLM
+
+    model = ScriptedLLM()
+    await nursery.start(model.serve)
+    return model

@@ -67,13 +67,6 @@ def audit_records(tmp_path: Path, kind: str = "mcp_sampling") -> list[dict]:
     return [record for record in map(json.loads, lines) if record["kind"] == kind]
 
 
-@pytest.fixture
-async def llm(nursery):
-    model = ScriptedLLM()
-    await nursery.start(model.serve)
-    return model
-
-
 def everything(npm, node) -> McpServerEntry:
     return stdio_entry(node, npm["server-everything"], "stdio", name="everything", timeout_secs=30)
 
@@ -96,8 +89,9 @@ async def test_everything_sampling_allowed_by_a_rule(npm, node, llm, nursery, tm
                       "model": "scripted-1", "stopReason": "maxTokens"}
     sent = llm.requests[0]
     assert sent["max_tokens"] == 40 and sent["temperature"] == 0.7 and sent["model"] == "scripted-1"
-    assert sent["messages"] == [{"role": "system", "content": "You are a helpful test server."},
-                                {"role": "user", "content": f"Resource trigger-sampling-request context: {SECRET_PROMPT}"}]
+    assert sent["messages"] == [
+        {"role": "system", "content": "You are a helpful test server."},
+        {"role": "user", "content": f"Resource trigger-sampling-request context: {SECRET_PROMPT}"}]
     assert "tools" not in sent
     assert event["outcome"] == "ok" and event["server"] == "everything" and event["max_tokens"] == 40
     assert event["tokens"] > 0 and event["decision"] == "allow" and event["arguments"].startswith("sha256:")
