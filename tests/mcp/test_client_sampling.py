@@ -182,3 +182,16 @@ async def test_sdk_server_denied_in_both_eras(sdk_python, llm, nursery, tmp_path
     assert (await kernel.call_tool("mcp_sdk_still_there", {})).text == "still there"
     assert llm.requests == []
     await kernel.mcp.aclose()
+
+
+@pytest.mark.parametrize("protocol", ["2025-11-25", "2026-07-28"])
+async def test_sdk_server_without_sampling_config_sees_no_capability(sdk_python, llm, nursery, tmp_path, protocol):
+    """Not declared in either era (2026-07-28: in every request's client capabilities),
+    so the SDK refuses to sample before asking, and nothing reaches the model."""
+    entry = stdio_entry(sdk_python, SAMPLING_SERVER, name="sdk", protocol=protocol, timeout_secs=30)
+    kernel = await booted(nursery, tmp_path, llm, entry, decision="allow")
+    refused = await kernel.call_tool("mcp_sdk_summarize", {"text": "x"})
+    assert refused.is_error and "sampling" in refused.text.lower(), refused.text
+    assert llm.requests == [] and audit_records(tmp_path) == []
+    assert (await kernel.call_tool("mcp_sdk_still_there", {})).text == "still there"
+    await kernel.mcp.aclose()
