@@ -6,9 +6,11 @@ declared for it alone); its ``agent`` names the llm agent whose ``[agents.model]
 answers. Each request is a call of the pseudo-tool ``mcp_{server}_sampling`` by the
 operator (agent ``""``, caller ``mcp:{server}``), decided by the governance policy like
 any tool: a ``[[governance.rules]]`` entry may allow or deny it; with none it is asked
-of a person through the approval channels (the pseudo-tool counts as destructive: it
-spends the model's tokens and sends its text to the server). The person sees the
-server, the conversation shortened, the token cap and the model, never more.
+of a person through the approval channels, and through the caller of the tool call that
+caused the request when it can ask (``elicitation.CALL_ASK``: a desktop assistant behind
+``tern mcp``, the terminal of ``tern run``). The pseudo-tool counts as destructive: it
+spends the model's tokens and sends its text to the server. The person sees the server,
+the conversation shortened, the token cap and the model, never more.
 
 The request is untrusted. Refused with -32602 before anyone is asked: more than
 ``MAX_MESSAGES`` messages, more than ``MAX_TEXT_CHARS`` of text or ``MAX_MEDIA_BYTES``
@@ -42,6 +44,7 @@ import trio
 from runtime.config import Config
 from runtime.errors import RpcError, TernError
 from runtime.kernel.audit import digest
+from runtime.kernel.elicitation import CALL_ASK
 from runtime.log import get_logger, shorten
 from runtime.mcp.names import format_mcp_tool_name
 from runtime.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
@@ -269,11 +272,11 @@ class SamplingAnswers:
         if remembered is not None:
             return "" if remembered == "allow" else "a person denied it from now on"
         what = shown(server, request, model)
+        reason = f"MCP server '{server}' asks the model of tern ({model or 'unnamed'}) for up to " \
+                 f"{request.max_tokens} tokens"
         try:
             approval = await self.approvals.request("", tool, what, record["arguments"], caller=f"mcp:{server}",
-                                                    reason=f"MCP server '{server}' asks the model of tern "
-                                                           f"({model or 'unnamed'}) for up to {request.max_tokens} "
-                                                           "tokens")
+                                                    ask=CALL_ASK.get(), reason=reason)
         except TernError as exc:
             return str(exc)
         record["approval"] = approval.id

@@ -195,3 +195,22 @@ async def test_sdk_server_without_sampling_config_sees_no_capability(sdk_python,
     assert llm.requests == [] and audit_records(tmp_path) == []
     assert (await kernel.call_tool("mcp_sdk_still_there", {})).text == "still there"
     await kernel.mcp.aclose()
+
+
+async def test_the_caller_of_the_tool_call_is_asked_too(npm, node, llm, nursery, tmp_path):
+    """A request caused by a call whose caller can ask its own person (a desktop assistant
+    behind ``tern mcp``, the terminal of ``tern run``: the run's ``ask``) is put to that
+    caller, who answers it here."""
+    llm.script.append(whole("relayed"))
+    kernel = await booted(nursery, tmp_path, llm, with_sampling(everything(npm, node)))
+    asked = []
+
+    async def ask(approval) -> None:
+        asked.append(approval)
+        kernel.approvals.decide(approval.id, True, by="assistant", channel="mcp")
+
+    result = await kernel.call_tool("mcp_everything_trigger_sampling_request", {"prompt": "p"},
+                                    run=kernel.pipeline.run(ask=ask))
+    assert '"text": "relayed"' in result.text, result.text
+    assert [a.tool for a in asked] == ["mcp_everything_sampling"]
+    await kernel.mcp.aclose()
