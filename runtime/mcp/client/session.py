@@ -51,7 +51,7 @@ from msgspec import UNSET
 from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernError, TernTimeout
 from runtime.log import LogBudget, get_logger, log_wire, shorten
 from runtime.mcp import protocol
-from runtime.mcp.client import inputs
+from runtime.mcp.client import inputs, tasks
 from runtime.mcp.client.connection import DISCOVER, INITIALIZE, NO_ANSWER, PING, Legacy, McpConnection
 from runtime.wire import jsonrpc
 
@@ -142,6 +142,8 @@ class McpSession:
         self._ids = itertools.count(1)
         self._pending: dict[int | str, _Waiter] = {}
         self._progress: dict[int | str, Callable[[dict[str, Any]], None]] = {}
+        #: task id -> what wakes its poller when the server says the task moved
+        self.task_watchers: dict[str, Callable[[], None]] = {}
         self._closed: BaseException | None = None
         self._nursery: trio.Nursery | None = None
         self._meta: dict[str, Any] | None = None
@@ -300,6 +302,10 @@ class McpSession:
             callback = self._progress.get(params.get("progressToken"))  # type: ignore[arg-type]
             if callback is not None:
                 callback(params)
+        elif method in tasks.NOTIFICATIONS:
+            wake = self.task_watchers.get(params.get("taskId"))  # type: ignore[arg-type]
+            if wake is not None:
+                wake()
         elif method == "notifications/message":
             self._server_log(params)
         if self._on_notification is not None:
@@ -413,6 +419,7 @@ class McpSession:
         else:
             info = await self._initialize()
         self.info = info
+        self.connection.capabilities = tasks.declare(self.connection.capabilities, info)
         self.connection.negotiated(info.version, info.era)
         self._meta = self.connection.meta
         if info.era == "handshake":
