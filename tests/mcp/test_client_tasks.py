@@ -235,6 +235,69 @@ async def test_the_supervisor_shows_the_task_and_the_result_names_it(upstream, n
     assert moves[-1]["status"] == "completed"
 
 
+async def downstream(upstream: Upstream, tmp_path, nursery):
+    """A second tern whose kernel has the upstream as an MCP server."""
+    from runtime.config import ApprovalRule, Config, GovernanceConfig, StateConfig
+    from runtime.kernel.kernel import Kernel
+
+    state = tmp_path / "down"
+    allowed = GovernanceConfig(rules=[ApprovalRule(tool="mcp_up_*", decision="allow")])  # agents are destructive
+    kernel = Kernel(Config(mcp_servers=[upstream.entry()], state=StateConfig(dir=str(state)), governance=allowed))
+    await nursery.start(kernel.run)
+    await kernel.mcp.wait_settled(20)
+    return kernel, state / "audit.jsonl"
+
+
+async def test_through_the_pipeline_the_task_is_an_event_and_in_the_audit_record(upstream, nursery, tmp_path):
+    kernel, audit = await downstream(upstream, tmp_path, nursery)
+    with kernel.events.subscribe(kinds=["mcp.task", "tool.call"]) as events:
+        with trio.fail_after(20):
+            result = await kernel.call_tool("mcp_up_tern_agent_counter", {"message": "go"}, timeout_secs=15)
+        assert not result.is_error and result.task
+        *seen, event = drained(events)
+    assert seen[0]["status"] == "working" and seen[-1]["status"] == "completed"
+    assert {e["task"] for e in seen} == {result.task} and event["type"] == "tool.call" and event["task"] == result.task
+    record = json.loads(audit.read_text().splitlines()[-1])
+    assert record["tool"] == "mcp_up_tern_agent_counter" and record["task"] == result.task
+
+
+def drained(events) -> list[dict]:
+    moves = []
+    while True:
+        try:
+            moves.append(events.receive.receive_nowait())
+        except trio.WouldBlock:
+            return moves
+
+
+async def test_a_cancelled_agent_turn_cancels_the_task_upstream(upstream, nursery, tmp_path):
+    kernel, _ = await downstream(upstream, tmp_path, nursery)
+    run = kernel.pipeline.run()
+    outcome: list = []
+    with kernel.events.subscribe(kinds=["mcp.task"]) as events, trio.fail_after(20):
+        async with trio.open_nursery() as inner:
+            async def call() -> None:
+                outcome.append(await kernel.call_tool("mcp_up_tern_agent_slow_poke", {"message": "go"}, run=run,
+                                                      timeout_secs=60))
+            inner.start_soon(call)
+            first = await events.next()  # the task runs upstream: now the person presses Ctrl-C
+            run.cancel()
+        moves = [first, *drained(events)]
+    assert moves[-1] == {**moves[-1], "task": first["task"], "status": "cancelled", "by": "tern"}
+    assert outcome[0].is_error and "cancelled by its caller" in outcome[0].text
+    assert await upstream.a2a_state(first["task"]) == "TASK_STATE_CANCELED"
+
+
+async def test_the_pipeline_timeout_cancels_the_task_upstream(upstream, nursery, tmp_path):
+    kernel, _ = await downstream(upstream, tmp_path, nursery)
+    with kernel.events.subscribe(kinds=["mcp.task"]) as events:
+        with trio.fail_after(20):
+            result = await kernel.call_tool("mcp_up_tern_agent_slow_poke", {"message": "go"}, timeout_secs=1.5)
+        moves = drained(events)
+    assert result.is_error and "did not finish within 1.5 s" in result.text
+    assert moves[-1]["by"] == "tern" and await upstream.a2a_state(moves[0]["task"]) == "TASK_STATE_CANCELED"
+
+
 # --- server-everything: 2025-11-25's experimental tasks ---------------------------------
 
 @pytest.fixture
