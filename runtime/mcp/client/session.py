@@ -27,7 +27,9 @@ What a server asks (elicitation, sampling, roots) goes to the session's ``on_inp
 callback, whether it comes as a handshake-era request or as a modern ``input_required``
 result, which ``call`` answers and retries with a new id (MRTR, ``inputs.py``), at most
 ``MAX_ROUNDS`` times. Without a callback, elicitation and sampling are refused and not
-declared as capabilities.
+declared as capabilities. A server that offers the 2026-07-28 tasks extension gets it
+declared (``tasks.declare``); its task status notifications wake the task's poller
+(``task_watchers``, see ``client.py``), nothing more.
 
 A hostile server cannot make the session grow or flood the log: at most
 ``MAX_SERVER_REQUESTS`` of its requests are answered at once (one task each); beyond
