@@ -482,3 +482,34 @@ async def test_a_task_answer_to_a_client_that_declared_none(nursery, loopback_cl
     client = await hostile_client(server, nursery)
     with pytest.raises(ProtocolError, match="answered job with a task, but it offers no tasks"):
         await client.call_tool("job", timeout_secs=60)
+
+
+async def test_status_notifications_poll_sooner_but_a_flood_is_not_a_flood_of_polls(nursery, loopback_clock):
+    """The server asks for a poll every 10 s but says on its listen stream, 100 times a
+    second, that the task moved: tern polls at once, and never more often than
+    MIN_POLL_SECS."""
+    server = Hostile(lambda n: DONE if n >= 4 else {"status": "working", "pollIntervalMs": 10_000},
+                     create=created(pollIntervalMs=10_000),
+                     discover={**DISCOVER, "capabilities": {"tools": {"listChanged": True}, "extensions": {EXT: {}}}})
+
+    async def flood():
+        for _ in range(5000):
+            note = {"jsonrpc": "2.0", "method": "notifications/tasks", "params": {"taskId": "t1", "status": "working"}}
+            yield b"data: " + json.dumps(note).encode() + b"\n\n"
+            await trio.sleep(0.01)
+
+    async def with_listen(method: str, headers: dict, message: Any):
+        if method == "POST" and isinstance(message, dict) and message.get("method") == "subscriptions/listen":
+            return 200, {"Content-Type": "text/event-stream"}, flood()
+        return await server(method, headers, message)
+
+    url = await serve(with_listen, nursery)
+    entry = McpServerEntry(name="h", transport=HttpTransport(url=url), timeout_secs=5)
+    client = await connect(entry, nursery)
+    nursery.start_soon(client.listen)
+    await trio.sleep(0.1)
+    started = trio.current_time()
+    assert (await client.call_tool("job", timeout_secs=60)).text() == "done"
+    gets = [at - started for at in server.methods("tasks/get")]
+    assert len(gets) == 4 and gets[-1] < 2  # woken, not 4 x 10 s
+    assert all(b - a >= tasks.MIN_POLL_SECS - 1e-9 for a, b in zip(gets, gets[1:]))

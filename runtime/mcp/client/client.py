@@ -227,8 +227,9 @@ class McpClient:
                     tell()
             result = task.result()
             if result is None:  # the experimental dialect: its result (and its questions) through tasks/result
+                remaining()  # past the deadline already: said as such
                 result = await session.request("tasks/result", {"taskId": task.id},
-                                               timeout_secs=max(deadline - trio.current_time(), 0.0))
+                                               timeout_secs=deadline - trio.current_time())
                 task.status = "completed"
             return result
         finally:
