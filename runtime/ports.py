@@ -106,6 +106,7 @@ class Approval(msgspec.Struct, frozen=True):
     channel: str = ""
     reason: str = ""
     decided_at: float = 0.0
+    form: dict[str, Any] | None = None  # a question's form (see kernel.forms): it is answered, not just approved
 
 
 #: A caller's way to put a pending approval to a person (an MCP client's elicitation, an
@@ -124,7 +125,7 @@ Sample = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class ApprovalPort(Protocol):
-    """Pending tool-call approvals, and the one way to decide them."""
+    """Pending tool-call approvals and MCP servers' questions, and the one way to decide them."""
 
     def list(self, state: str | None = "pending") -> list[Approval]: ...
 
@@ -133,8 +134,11 @@ class ApprovalPort(Protocol):
         ...
 
     def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
-               by: str = "", channel: str = "") -> Approval:
-        """Approve or deny a pending request. Raises ``UnknownApproval`` and ``ApprovalClosed``."""
+               by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
+               cancel: bool = False) -> Approval:
+        """Approve or deny a pending request (a form's approval carries its ``answer``,
+        its denial may ``cancel``). Raises ``UnknownApproval``, ``ApprovalClosed`` and,
+        for an answer that does not fit the form, ``UsageError``."""
         ...
 
 

@@ -8,6 +8,8 @@ its own at the end of the run.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from trio.testing import MockClock
 
@@ -26,6 +28,22 @@ def loopback_clock() -> MockClock:
     machine, loopback traffic can be deferred) arrive first, instead of a timer firing
     early. Not for real subprocesses or other processes' sockets: they live in real time."""
     return MockClock(autojump_threshold=0.01)
+
+
+@pytest.fixture(scope="session")
+def pyz_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``tern.pyz`` from one ``build_pyz.py --out`` run per session (``tern.mcpb`` and
+    ``server.json`` beside it) and what the build printed: every test of the built
+    files shares it, as a build takes ~20 s."""
+    from tests.test_build_pyz import build
+
+    out = tmp_path_factory.mktemp("pyz") / "tern.pyz"
+    return out, build(out).stdout
+
+
+@pytest.fixture(scope="session")
+def pyz(pyz_built: tuple[Path, str]) -> Path:
+    return pyz_built[0]
 
 
 @pytest.hookimpl(wrapper=True)

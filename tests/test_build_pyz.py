@@ -172,17 +172,6 @@ def bundle_state(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_bundle, "_in_use", list(_bundle._in_use))
 
 
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("pyz") / "tern.pyz"
-    return out, build(out).stdout
-
-
-@pytest.fixture(scope="session")
-def pyz(built: tuple[Path, str]) -> Path:
-    return built[0]
-
-
 @pytest.fixture
 def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(cache, tmp, cwd): a fresh cache, a fresh TMPDIR, an unrelated working directory."""
@@ -473,11 +462,11 @@ def test_extracted_bundle_is_complete_and_precompiled(pyz: Path, monkeypatch: py
 
 
 @pytest.mark.pyz
-def test_layout_and_determinism_rules(pyz: Path, built: tuple[Path, str]) -> None:
+def test_layout_and_determinism_rules(pyz: Path, pyz_built: tuple[Path, str]) -> None:
     data = pyz.read_bytes()
     assert data.startswith(b"#!/usr/bin/env python3\n")
     assert os.stat(pyz).st_mode & 0o777 == 0o755
-    assert f"sha256 {hashlib.sha256(data).hexdigest()}" in built[1]
+    assert f"sha256 {hashlib.sha256(data).hexdigest()}" in pyz_built[1]
     with zipfile.ZipFile(pyz) as archive:
         infos = archive.infolist()
         names = [i.filename for i in infos]

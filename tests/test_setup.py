@@ -155,11 +155,7 @@ def test_the_entry_it_writes_starts_a_working_tern_mcp(tmp_path):
     assert replies[1]["result"]["tools"][0]["name"] == "tern_agent_echo"
 
 
-def test_from_the_pyz_the_entry_runs_the_pyz(tmp_path):
-    from tests.test_build_pyz import build
-
-    pyz = tmp_path / "tern.pyz"
-    build(pyz)
+def test_from_the_pyz_the_entry_runs_the_pyz(pyz, tmp_path):
     config = write_config(tmp_path)
     path = tmp_path / "mcp.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_") and k != "PYTHONPATH"}

@@ -1,10 +1,12 @@
 """``tern approvals``, ``tern approve ID``, ``tern deny ID``: answer the tool calls that
-wait for a person. With a daemon running on the state directory they go through its
-API (the decision wakes its call at once and shows in ``tern events``); otherwise they
-work on the state directory's approvals file directly, which answers a ``tern run`` on
-another terminal alike (the waiting process sees the decision within a fraction of a
-second). No kernel is booted either way. Persisted decisions (``--rules``,
-``--forget-rules``) are always read and changed in the file."""
+wait for a person, and the questions MCP servers ask (``approve --set name=value`` or
+``--answer JSON`` fills in the form; ``deny`` declines, ``deny --cancel`` cancels).
+With a daemon running on the state directory they go through its API (the decision
+wakes its call at once and shows in ``tern events``); otherwise they work on the state
+directory's approvals file directly, which answers a ``tern run`` on another terminal
+alike (the waiting process sees the decision within a fraction of a second). No kernel
+is booted either way. Persisted decisions (``--rules``, ``--forget-rules``) are always
+read and changed in the file."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import argparse
 from typing import Any
 
 from runtime.cli.common import Commands, print_json
-from runtime.errors import TernError
+from runtime.errors import TernError, UsageError
 from runtime.cli.remote import add_standalone
 
 
@@ -35,11 +37,17 @@ def add_commands(commands: Commands) -> None:
     scope.add_argument("--always-args", action="store_true",
                        help="and every later call of this tool by this agent with these exact arguments")
     approve.add_argument("--reason", default="", help="a note kept with the decision")
+    approve.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
+                         help="a question's answer: one field's value (repeat for each field; a form's defaults "
+                              "fill the rest)")
+    approve.add_argument("--answer", default=None, metavar="JSON",
+                         help="a question's answer as a JSON object of field values (--set adds to it)")
     add_standalone(approve)
     deny = commands.add("deny", cmd_deny, "deny a tool call that waits (the model gets a tool error)")
     deny.add_argument("id", help="the approval id (ap_...)")
     deny.add_argument("--always", action="store_true", help="and every later call of this tool by this agent")
     deny.add_argument("--reason", default="", help="why (the model reads it)")
+    deny.add_argument("--cancel", action="store_true", help="a question: cancel it (dismissed) rather than decline")
     add_standalone(deny)
 
 
@@ -111,25 +119,45 @@ def _print_approvals(args: argparse.Namespace, listed: list[Any]) -> int:
             by = f" by {approval.decided_by}" if approval.decided_by else ""
             status = f"{approval.state}{by}{': ' + approval.reason if approval.reason else ''}"
         print(f"{approval.id}  {describe(approval, width=120)}  [{status}]")
+        if approval.form is not None and approval.state == "pending":
+            from runtime.cli.form_prompt import field_lines
+
+            print("\n".join(field_lines(approval.form)))
     if args.state == "pending":
         print("answer with: tern approve ID [--always | --always-args]   or   tern deny ID [--reason TEXT]")
+        if any(approval.form is not None for approval in listed):
+            print("a question: tern approve ID --set FIELD=VALUE ... [--answer JSON]   or   tern deny ID [--cancel]")
     return 0
 
 
 def _decide(args: argparse.Namespace, approve: bool) -> int:
     from runtime.kernel.approvals import describe
 
+    from runtime.cli.form_prompt import from_args
+
     scope = "always" if args.always else "args" if getattr(args, "always_args", False) else "once"
+    cancel = getattr(args, "cancel", False)
+    sets, answer_json = getattr(args, "sets", []), getattr(args, "answer", None)
     daemon = _through_daemon(args)
     if daemon is not None:
         from runtime.cli.remote import quote_path
         from runtime.ports import Approval
 
-        decided = Approval(**daemon.call("POST", f"/api/approvals/{quote_path(args.id)}", {
-            "decision": "approve" if approve else "deny", "scope": scope, "reason": args.reason}))
+        path = f"/api/approvals/{quote_path(args.id)}"
+        answer = from_args(Approval(**daemon.call("GET", path)).form, answer_json, sets) if sets or answer_json \
+            else None
+        body: dict[str, Any] = {"decision": "approve" if approve else "cancel" if cancel else "deny", "scope": scope,
+                                "reason": args.reason}
+        decided = Approval(**daemon.call("POST", path, {**body, **({"answer": answer} if answer is not None else {})}))
     else:
-        decided = open_approvals(args).decide(args.id, approve, scope=scope, reason=args.reason,
-                                              by=f"cli:{_user()}", channel="cli")
+        approvals = open_approvals(args)
+        answer = from_args(approvals.get(args.id).form, answer_json, sets) if sets or answer_json else None
+        decided = approvals.decide(args.id, approve, scope=scope, reason=args.reason, by=f"cli:{_user()}",
+                                   channel="cli", answer=answer, cancel=cancel)
+    if decided.form is not None:
+        verb = "answered" if approve else "cancelled" if cancel else "declined"
+        print(f"{verb} {decided.id}: {describe(decided, width=120)}")
+        return 0
     verb = "approved" if approve else "denied"
     extra = {"always": ", and from now on for this agent and tool",
              "args": ", and from now on for these exact arguments"}.get(scope, "")
@@ -147,6 +175,8 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 _ANSWERS = {"y": (True, "once"), "yes": (True, "once"), "a": (True, "always"), "A": (True, "args"),
             "n": (False, "once"), "no": (False, "once"), "": (False, "once")}
+_PROMPT = "approve? [y]es / [n]o / [a]lways for this tool / [A]lways with these arguments: "
+_HELP = "tern: answer y (yes), n (no), a (always for this tool), A (always with these arguments)"
 
 
 def terminal_ask(approvals: Any, before: Any = None) -> Any:
@@ -173,8 +203,21 @@ def terminal_ask(approvals: Any, before: Any = None) -> Any:
                   file=sys.stderr, flush=True)
             return
         discard_typed_ahead()
+        if approval.form is not None:
+            while True:
+                decision = await trio.to_thread.run_sync(_run_dialogue, approval.form, _read_line,
+                                                         abandon_on_cancel=True)
+                if decision is None:  # end of input: leave it to the other channels
+                    return
+                approve, answer, cancel = decision
+                try:
+                    approvals.decide(approval.id, approve, answer=answer, cancel=cancel, by=f"terminal:{_user()}",
+                                     channel="terminal")
+                    return
+                except UsageError as exc:  # the answer does not fit the form: ask again
+                    print(f"tern: {exc}", file=sys.stderr, flush=True)
         while True:
-            line = await trio.to_thread.run_sync(_read_answer, abandon_on_cancel=True)
+            line = await trio.to_thread.run_sync(_read_line, _PROMPT, abandon_on_cancel=True)
             if line is None:  # end of input: leave it to the other channels
                 return
             answer = line.strip()
@@ -183,8 +226,7 @@ def terminal_ask(approvals: Any, before: Any = None) -> Any:
                 approvals.decide(approval.id, approve, scope=scope, by=f"terminal:{_user()}", channel="terminal",
                                  reason="" if approve else "denied at the terminal")
                 return
-            print("tern: answer y (yes), n (no), a (always for this tool), A (always with these arguments)",
-                  file=sys.stderr, flush=True)
+            print(_HELP, file=sys.stderr, flush=True)
 
     return ask
 
@@ -205,15 +247,6 @@ def discard_typed_ahead() -> None:
         pass
 
 
-def _read_answer() -> str | None:
-    import sys
-
-    sys.stderr.write("approve? [y]es / [n]o / [a]lways for this tool / [A]lways with these arguments: ")
-    sys.stderr.flush()
-    line = sys.stdin.readline()
-    return line if line else None
-
-
 def _user() -> str:
     import getpass
 
@@ -229,8 +262,6 @@ def ask_through_daemon(daemon: Any, stream: Any, data: dict[str, Any], backlog: 
     inline and the answer goes to ``POST /api/approvals/{id}`` (channel "terminal");
     the prompt gives up as soon as the stream says another channel decided
     (``approval_done``). Other events that arrive meanwhile go to ``backlog``, in order."""
-    import queue
-    import select
     import sys
 
     from runtime.cli.remote import isatty, quote_path
@@ -244,40 +275,107 @@ def ask_through_daemon(daemon: Any, stream: Any, data: dict[str, Any], backlog: 
         print(f"tern: waiting for a person: tern approve {approval.id}  (or: tern deny {approval.id})",
               file=sys.stderr, flush=True)
         return
-    prompt = "approve? [y]es / [n]o / [a]lways for this tool / [A]lways with these arguments: "
     discard_typed_ahead()
-    sys.stderr.write(prompt)
-    sys.stderr.flush()
+    read = _daemon_reader(stream, approval.id, backlog)
+
+    def post(body: dict[str, Any]) -> bool:
+        """False when the answer did not fit the form (asked again)."""
+        try:
+            daemon.call("POST", f"/api/approvals/{quote_path(approval.id)}", {**body, "channel": "terminal"})
+        except UsageError as exc:
+            print(f"tern: {exc}", file=sys.stderr, flush=True)
+            return False
+        except TernError as exc:  # decided elsewhere a moment before: the stream says how it ended
+            print(f"tern: {exc}", file=sys.stderr, flush=True)
+        return True
+
+    if approval.form is not None:
+        while True:
+            decision = _run_dialogue(approval.form, read)
+            if decision is None:
+                return
+            approve, answer, cancel = decision
+            if post({"decision": "approve" if approve else "cancel" if cancel else "deny",
+                     **({"answer": answer} if approve else {})}):
+                return
     while True:
-        ready = select.select([sys.stdin], [], [], 0.1)[0]
-        while True:  # did the run move on (decided elsewhere, or the stream ended)?
-            try:
-                item = stream.events.get_nowait()
-            except queue.Empty:
-                break
-            if item[0] == "approval_done" and item[1].get("id") == approval.id:
-                print(f"\ntern: approval {approval.id} was answered elsewhere", file=sys.stderr, flush=True)
-                return
-            backlog.append(item)
-            if item[0] in ("end", "lost", "error"):
-                print(file=sys.stderr)
-                return
-        if not ready:
-            continue
-        line = sys.stdin.readline()
-        if not line:  # end of input: leave it to the other channels
+        line = read(_PROMPT, False)
+        if line is None:  # answered elsewhere, or end of input: leave it to the other channels
             return
         answer = line.strip()
         if answer in _ANSWERS:
             approve, scope = _ANSWERS[answer]
-            try:
-                daemon.call("POST", f"/api/approvals/{quote_path(approval.id)}", {
-                    "decision": "approve" if approve else "deny", "scope": scope, "channel": "terminal",
-                    "reason": "" if approve else "denied at the terminal"})
-            except TernError as exc:  # decided elsewhere a moment before: the stream says how it ended
-                print(f"tern: {exc}", file=sys.stderr, flush=True)
+            post({"decision": "approve" if approve else "deny", "scope": scope,
+                  "reason": "" if approve else "denied at the terminal"})
             return
-        print("tern: answer y (yes), n (no), a (always for this tool), A (always with these arguments)",
-              file=sys.stderr, flush=True)
+        print(_HELP, file=sys.stderr, flush=True)
+
+
+def _daemon_reader(stream: Any, approval_id: str, backlog: Any) -> Any:
+    """``read(prompt, secret)``: one line typed, or None once the run moved on (decided
+    elsewhere, or the stream ended) or input ended."""
+    import queue
+    import select
+    import sys
+
+    def read(prompt: str, secret: bool) -> str | None:
+        if secret:  # not echoed; the stream is looked at again after the line
+            return _read_line(prompt, True)
         sys.stderr.write(prompt)
         sys.stderr.flush()
+        while True:
+            ready = select.select([sys.stdin], [], [], 0.1)[0]
+            while True:  # did the run move on (decided elsewhere, or the stream ended)?
+                try:
+                    item = stream.events.get_nowait()
+                except queue.Empty:
+                    break
+                if item[0] == "approval_done" and item[1].get("id") == approval_id:
+                    print(f"\ntern: approval {approval_id} was answered elsewhere", file=sys.stderr, flush=True)
+                    return None
+                backlog.append(item)
+                if item[0] in ("end", "lost", "error"):
+                    print(file=sys.stderr)
+                    return None
+            if ready:
+                line = sys.stdin.readline()
+                return line if line else None
+
+    return read
+
+
+def _run_dialogue(form: dict[str, Any], read: Any) -> Any:
+    """Drive ``form_prompt.dialogue`` with ``read(prompt, secret)``; its decision, or
+    None when reading stopped."""
+    import sys
+
+    from runtime.cli.form_prompt import dialogue, field_lines
+
+    print("\n".join(field_lines(form)), file=sys.stderr, flush=True)
+    steps = dialogue(form)
+    try:
+        prompt, secret = next(steps)
+        while True:
+            line = read(prompt, secret)
+            if line is None:
+                return None
+            prompt, secret = steps.send(line)
+    except StopIteration as done:
+        return done.value
+
+
+def _read_line(prompt: str, secret: bool = False) -> str | None:
+    """One line typed at the terminal (not echoed when ``secret``); None at end of input."""
+    import sys
+
+    if secret:
+        import getpass
+
+        try:
+            return getpass.getpass(prompt, stream=sys.stderr)
+        except EOFError:
+            return None
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    return line if line else None

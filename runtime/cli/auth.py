@@ -65,10 +65,10 @@ def cmd_auth_login(args: argparse.Namespace) -> int:
     config = load_config(getattr(args, "config", None)).config
     entry = _entry(config, args.name)
     oauth = oauth_of(entry.transport)
-    if oauth.grant == "client_credentials":
+    if oauth.grant != "authorization_code":
         from runtime.errors import UsageError
 
-        raise UsageError(f"MCP server '{entry.name}' uses the client credentials grant: it needs no login")
+        raise UsageError(f"MCP server '{entry.name}' uses the {oauth.grant} grant: it needs no login")
 
     async def main() -> Any:
         authorizer = LoginAuthorizer(port=args.port if args.port is not None else oauth.redirect_port,
@@ -118,7 +118,7 @@ def cmd_auth_status(args: argparse.Namespace) -> int:
         print("no MCP server uses OAuth in this config")
     for row in rows:
         if not row["logged_in"]:
-            state = ("gets its own token (client credentials)" if row["grant"] == "client_credentials"
+            state = (f"gets its own token ({row['grant']})" if row["grant"] != "authorization_code"
                      else f"not logged in: run `tern auth login {row['name']}`")
         else:
             expiry = row["expires_in_secs"]

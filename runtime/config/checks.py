@@ -303,6 +303,10 @@ def _ask_problems(where: str, ask: McpAsk, agent_tools: list[str], presets: list
         problems.append(f"{where}.timeout_secs: expected a number above 0, got {ask.timeout_secs}")
     if ask.send_to and ask.send_to not in agent_tools and ask.send_to not in presets:
         problems.append(f'{where}.send_to: no exposed agent or preset is named "{ask.send_to}"')
+    if ask.prompt and (ask.send_to or ask.task != "forbidden"):
+        problems.append(f"{where}.prompt: a prompt's reply is its message: it has no send_to and is no task")
+    if ask.send_to and ask.task != "forbidden":
+        problems.append(f"{where}.task: an ask with send_to asks first, then its send_to call may be the task")
     arguments = set(ask.arguments)
     for name in ask.arguments:
         if not _IDENTIFIER.fullmatch(name):
@@ -361,10 +365,22 @@ def _oauth_problems(oauth: msgspec.Struct, where: str) -> list[str]:
         problems += _url_problem(oauth.redirect_uri, f"{where}.redirect_uri")
     if not 0 <= oauth.redirect_port <= 65535:
         problems.append(f"{where}.redirect_port: expected 0 (any free port) to 65535, got {oauth.redirect_port}")
-    if oauth.grant == "client_credentials" and not oauth.client_id:
-        problems.append(f'{where}.client_id: grant = "client_credentials" needs the client_id it was issued')
-    if oauth.private_key_file and oauth.grant != "client_credentials":
-        problems.append(f'{where}.private_key_file: only used with grant = "client_credentials"')
+    if oauth.grant in ("client_credentials", "enterprise_managed") and not oauth.client_id:
+        problems.append(f'{where}.client_id: grant = "{oauth.grant}" needs the client_id it was issued')
+    if oauth.private_key_file and oauth.grant == "authorization_code":
+        problems.append(f'{where}.private_key_file: not used with grant = "authorization_code"')
+    asserts = oauth.grant in ("jwt_bearer", "enterprise_managed")
+    if asserts and bool(oauth.assertion_file) == bool(oauth.assertion_env):
+        problems.append(f'{where}: grant = "{oauth.grant}" reads its JWT from one of assertion_file or assertion_env')
+    if not asserts and (oauth.assertion_file or oauth.assertion_env):
+        problems.append(f'{where}.assertion_file/assertion_env: only used with grant = "jwt_bearer" or '
+                        '"enterprise_managed"')
+    if oauth.grant == "enterprise_managed":
+        problems += _url_problem(oauth.idp_token_endpoint, f"{where}.idp_token_endpoint")
+        if not oauth.idp_client_id:
+            problems.append(f'{where}.idp_client_id: grant = "enterprise_managed" needs tern\'s client_id at the IdP')
+    elif oauth.idp_token_endpoint or oauth.idp_client_id or oauth.idp_client_secret_env:
+        problems.append(f'{where}.idp_*: only used with grant = "enterprise_managed"')
     return problems
 
 

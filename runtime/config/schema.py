@@ -77,6 +77,12 @@ class OAuthConfig(_Section):
     ``grant = "client_credentials"`` is for unattended daemons (no login, no browser);
     with ``private_key_file`` (a P-256 PEM key) the client authenticates with a signed
     JWT (``private_key_jwt``, ES256) instead of a secret.
+    ``grant = "jwt_bearer"`` presents a JWT the workload's environment issued (workload
+    identity federation) and ``grant = "enterprise_managed"`` exchanges an enterprise
+    IdP's ID token at ``idp_token_endpoint`` for an ID-JAG first (SEP-990); either
+    JWT is read at each token request from ``assertion_file`` or ``assertion_env``.
+    ``dpop``: bind tokens to a key of tern's (RFC 9449) when the authorization server
+    offers it (``"auto"``), always, or never.
     The login's loopback callback listens on ``redirect_port`` (0: any free port) unless
     ``redirect_uri`` names another address (then paste the redirect back).
     """
@@ -85,8 +91,15 @@ class OAuthConfig(_Section):
     client_secret_env: str = ""
     client_metadata_url: str = ""
     scopes: list[str] = []
-    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    grant: Literal["authorization_code", "client_credentials", "jwt_bearer", "enterprise_managed"] = \
+        "authorization_code"
     private_key_file: str = ""
+    assertion_file: str = ""
+    assertion_env: str = ""
+    idp_token_endpoint: str = ""
+    idp_client_id: str = ""
+    idp_client_secret_env: str = ""
+    dpop: Literal["auto", "always", "never"] = "auto"
     redirect_port: int = 0
     redirect_uri: str = ""
 
@@ -192,7 +205,10 @@ class McpAskQuestion(_Section):
 class McpAsk(_Section):
     """A tool that asks its MCP caller (elicitation, sampling, roots; both eras) and
     returns ``reply`` with the answers filled in, or sends it as the ``message`` to the
-    exposed tool ``send_to`` (an agent) and returns that tool's result."""
+    exposed tool ``send_to`` (an agent) and returns that tool's result. ``prompt``:
+    published as a prompt instead (``prompts/get`` asks, and ``reply`` is the prompt's
+    user message). ``task``: whether a client with the MCP tasks extension gets a task
+    at once, whose questions it answers with ``tasks/update`` (not with ``send_to``)."""
 
     name: str
     description: str = ""
@@ -200,7 +216,9 @@ class McpAsk(_Section):
     questions: list[McpAskQuestion] = []
     reply: str = ""
     send_to: str = ""
-    timeout_secs: float = 300.0  # handshake era: how long one question waits for the client
+    timeout_secs: float = 300.0  # handshake era and tasks: how long one question (a task: a round) waits
+    prompt: bool = False
+    task: Literal["optional", "required", "forbidden"] = "forbidden"
 
 
 class McpServerExposure(_Section):

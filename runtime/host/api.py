@@ -31,10 +31,11 @@ class _MessageIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class _DecisionIn(msgspec.Struct, forbid_unknown_fields=True):
-    decision: Literal["approve", "deny"]
+    decision: Literal["approve", "deny", "cancel"]  # cancel: a question's denial that says "dismissed"
     scope: Literal["once", "always", "args"] = "once"
     reason: str = ""
-    channel: Literal["http", "terminal"] = "http"  # "terminal": tern's CLI asked a person inline
+    channel: Literal["http", "terminal", "websocket"] = "http"  # "terminal": tern's CLI asked a person inline
+    answer: dict[str, Any] | None = None  # a question's field values (checked against its form)
 
 
 class _CallIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -313,9 +314,12 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         approval_id = _approval_id(request)
         body = request.json(_DecisionIn)
         who = f"{'terminal:' if body.channel == 'terminal' else ''}api:{request.client[0]}"
-        decided = approvals.decide(approval_id, body.decision == "approve", scope=body.scope, reason=body.reason,
-                                   by=who, channel=body.channel)  # 404 unknown, 409 already decided or expired
-        return json_response(decided)
+        return json_response(_decide(approval_id, body, who))
+
+    def _decide(approval_id: str, body: _DecisionIn, who: str) -> Any:
+        """404 unknown, 409 already decided or expired, 400 an answer that does not fit the form."""
+        return approvals.decide(approval_id, body.decision == "approve", scope=body.scope, reason=body.reason,
+                                by=who, channel=body.channel, answer=body.answer, cancel=body.decision == "cancel")
 
     async def echo(request: Request) -> Response:
         request.json()  # validate: a load test must not be able to echo garbage
@@ -339,9 +343,41 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
         with kernel.events.subscribe() as subscription:
             await socket.send(json.dumps({"type": "hello", "version": __version__}))
-            while True:
-                event = await subscription.next()
-                await socket.send(json.dumps(event, default=str))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(decisions, request, socket)
+                while True:
+                    event = await subscription.next()
+                    await socket.send(json.dumps(event, default=str))
+
+    async def decisions(request: Request, socket: Any) -> None:
+        """A person's answers on the events socket: ``{"type": "decide", "id", "decision",
+        "answer"?, ...}`` (the body of ``POST /api/approvals/{id}``), each answered with
+        ``decided`` (the request) or ``error`` (and the socket stays open)."""
+        import json
+
+        from runtime.errors import TernError
+        from runtime.wire.limits import check_id
+
+        while True:
+            try:
+                text = await socket.receive()
+            except trio.EndOfChannel:
+                return
+            approval_id = None
+            try:
+                message = msgspec.json.decode(text)
+                if not isinstance(message, dict) or message.pop("type", None) != "decide":
+                    raise HttpError(400, 'a message must be {"type": "decide", "id": ..., "decision": ...}')
+                approval_id = check_id(message.pop("id", None), "the approval id")
+                if not isinstance(approval_id, str):
+                    raise HttpError(400, "a decision names its approval: id (ap_...)")
+                body = msgspec.convert({"channel": "websocket", **message}, _DecisionIn)
+                decided = _decide(approval_id, body, f"websocket:{request.client[0]}")
+                reply = {"type": "decided", "id": approval_id, "approval": msgspec.to_builtins(decided)}
+            except (TernError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+                reply = {"type": "error", "id": approval_id if isinstance(approval_id, str) else None,
+                         "error": str(exc)[:500]}
+            await socket.send(json.dumps(reply))
 
     router.add("GET", "/health", health, auth=False, guard_origin=False, summary="liveness")
     router.add("GET", "/api/status", status, summary="version, uptime, agents, MCP server states, A2A peers")

@@ -13,7 +13,9 @@ _ERROR = {"description": "error", "content": {"application/json": {"schema": {"$
 _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 _APPROVAL = {"type": "object", "required": ["id", "agent", "tool", "state", "expires"],
-             "properties": {"state": {"enum": ["pending", "approved", "denied", "expired"]}}}
+             "properties": {"state": {"enum": ["pending", "approved", "denied", "expired"]},
+                            "form": {"type": ["object", "null"],
+                                     "description": "a server's question: mode, message, requestedSchema or url"}}}
 _TOO_MANY = {**_ERROR, "description": "the rate limit, or the agent's budget (requests_per_minute, tokens_per_hour), "
              "is spent", "headers": {"Retry-After": {"description": "whole seconds until it may succeed",
                                                     "schema": {"type": "integer", "minimum": 1}}}}
@@ -237,16 +239,19 @@ def _base() -> dict[str, Any]:
                     "responses": {**_ok("the request", _APPROVAL), "404": _ERROR},
                 },
                 "post": {
-                    "summary": "approve or deny a pending request; the waiting call resumes at once",
+                    "summary": "approve or deny a pending request (answer a server's question: approve with an "
+                               "answer, deny declines, cancel); the waiting call resumes at once",
                     "parameters": [_ID],
                     "requestBody": {
                         "required": True,
                         "content": {"application/json": {"schema": {
                             "type": "object", "required": ["decision"], "additionalProperties": False,
-                            "properties": {"decision": {"enum": ["approve", "deny"]},
+                            "properties": {"decision": {"enum": ["approve", "deny", "cancel"]},
                                            "scope": {"enum": ["once", "always", "args"], "default": "once"},
                                            "reason": {"type": "string"},
-                                           "channel": {"enum": ["http", "terminal"], "default": "http"}}}}},
+                                           "channel": {"enum": ["http", "terminal", "websocket"], "default": "http"},
+                                           "answer": {"type": "object",
+                                                      "description": "a question's field values (its form)"}}}}},
                     },
                     "responses": {**_ok("the decided request", _APPROVAL), "400": _ERROR, "404": _ERROR,
                                   "409": _ERROR},

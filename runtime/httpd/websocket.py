@@ -1,8 +1,10 @@
 """WebSocket endpoints on the HTTP port, through wsproto (h11 parsed the upgrade).
 
-The handler gets a ``ServerWebSocket`` it can ``send`` text to; a reader task next to
-it answers pings, honours the client's close, and refuses client messages larger than
-``MAX_CLIENT_MESSAGE`` (tern's sockets are for pushing events out). The socket is
+The handler gets a ``ServerWebSocket`` it can ``send`` text to and ``receive`` the
+client's text messages from; a reader task next to it answers pings, honours the
+client's close, and refuses client messages larger than ``MAX_CLIENT_MESSAGE``. At most
+``MAX_QUEUED`` client messages wait for the handler; past that the socket is closed
+(1008): a client that floods is not served. The socket is
 closed with 1001 when the server shuts down, and every write has a timeout.
 """
 
@@ -21,6 +23,7 @@ from runtime.httpd.messages import HttpError, Request
 __all__ = ["ServerWebSocket", "serve_websocket"]
 
 MAX_CLIENT_MESSAGE = 64 * 1024
+MAX_QUEUED = 16
 WRITE_TIMEOUT_SECS = 10.0
 
 
@@ -30,6 +33,12 @@ class ServerWebSocket:
         self._ws = ws
         self._lock = trio.Lock()
         self.closed = trio.Event()
+        self._queue_in, self._queue_out = trio.open_memory_channel[str](MAX_QUEUED)
+        self._text: list[str] = []
+
+    async def receive(self) -> str:
+        """The client's next text message; EndOfChannel once it left."""
+        return await self._queue_out.receive()
 
     async def _write(self, data: bytes) -> None:
         async with self._lock:
@@ -58,6 +67,7 @@ class ServerWebSocket:
             data = await self._stream.receive_some(65536)
             if not data:
                 self.closed.set()
+                self._queue_in.close()
                 return
             self._ws.receive_data(data)
             for event in self._ws.events():
@@ -71,10 +81,20 @@ class ServerWebSocket:
                         pass
                     return
                 elif isinstance(event, Message):
-                    size = 0 if event.message_finished else size + len(event.data)
+                    size += len(event.data)
                     if size > MAX_CLIENT_MESSAGE:
                         await self.close(1009, "message too big")
                         return
+                    if isinstance(event.data, str):
+                        self._text.append(event.data)
+                    if event.message_finished:
+                        size, text, self._text = 0, "".join(self._text), []
+                        try:
+                            if text:
+                                self._queue_in.send_nowait(text)
+                        except trio.WouldBlock:
+                            await self.close(1008, "too many messages waiting")
+                            return
 
 
 async def serve_websocket(stream: trio.abc.Stream, conn: h11.Connection, request: Request,

@@ -17,6 +17,12 @@ expired when the next tern opens the file. Arguments are kept redacted and bound
 the ``args`` rule matches their digest, never their text. Every request and decision
 is an audit record (who decided, through which channel) and an event
 (``approval_requested``, ``approval_resolved``).
+
+A request may carry a *form* (an MCP server's question, ``kernel.elicitation``): then
+approving it takes an answer, checked against the form (``kernel.forms``) before the
+request closes, so a wrong answer leaves it pending; denying it declines, or cancels.
+The answer is kept only until the waiting process takes it (``take_answer``): never
+in events or the audit log, which records its digest.
 """
 
 from __future__ import annotations
@@ -51,14 +57,16 @@ CREATE TABLE IF NOT EXISTS requests (
     digest TEXT NOT NULL, caller TEXT NOT NULL, context_id TEXT NOT NULL, created REAL NOT NULL,
     expires REAL NOT NULL, state TEXT NOT NULL, scope TEXT NOT NULL DEFAULT '',
     decided_by TEXT NOT NULL DEFAULT '', channel TEXT NOT NULL DEFAULT '', reason TEXT NOT NULL DEFAULT '',
-    decided_at REAL NOT NULL DEFAULT 0, owner TEXT NOT NULL);
+    decided_at REAL NOT NULL DEFAULT 0, owner TEXT NOT NULL, form TEXT NOT NULL DEFAULT '',
+    answer TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS requests_pending ON requests (state, agent);
 CREATE TABLE IF NOT EXISTS rules (
     agent TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL, decision TEXT NOT NULL,
     created REAL NOT NULL, decided_by TEXT NOT NULL, PRIMARY KEY (agent, tool, digest));
 """
 _COLUMNS = ("id, agent, tool, arguments, caller, context_id, created, expires, state, scope, decided_by, channel, "
-            "reason, decided_at")
+            "reason, decided_at, form")
+_ADDED = ("form", "answer")  # columns a file made by an older tern lacks
 _decode = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder(order="sorted").encode
 
@@ -102,6 +110,10 @@ class Approvals:
         self.observers: list[Callable[[str], None]] = []  # (outcome): metrics
         self.owner = _process_token(os.getpid()) or f"{os.getpid()}:"
         self._db = open_db(self.path, _SCHEMA, timeout=5.0, isolation_level=None) if self.path else self._memory_db()
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(requests)")}
+        for column in _ADDED:
+            if column not in have:
+                self._db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
         self._waiters: dict[str, trio.Event] = {}
         self._decided_here: set[str] = set()
         self.expire_orphans()
@@ -144,10 +156,12 @@ class Approvals:
     # --- asking -----------------------------------------------------------------------
 
     async def request(self, agent: str, tool: str, arguments: Any, digest: str, *, caller: str = "",
-                      context_id: str = "", reason: str = "", ask: Ask | None = None) -> Approval:
+                      context_id: str = "", reason: str = "", ask: Ask | None = None,
+                      form: dict[str, Any] | None = None) -> Approval:
         """Open a request and wait for its end; returns it approved, denied or expired.
         ``ask`` (the caller's way to ask a person) runs meanwhile. If the waiting call
-        is cancelled, the request is expired on the way out."""
+        is cancelled, the request is expired on the way out. ``form`` (checked by
+        ``forms.check_form``) makes it a question: see ``take_answer``."""
         now = self.clock()
         waiting = self._db.execute("SELECT count(*) FROM requests WHERE state = 'pending' AND agent = ?",
                                    (agent,)).fetchone()[0]
@@ -165,8 +179,9 @@ class Approvals:
         expires = now + self.timeout_secs
         try:
             self._db.execute("INSERT INTO requests (id, agent, tool, arguments, digest, caller, context_id, created, "
-                             "expires, state, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
-                             (approval_id, agent, tool, shown, digest, caller, context_id, now, expires, self.owner))
+                             "expires, state, owner, form) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                             (approval_id, agent, tool, shown, digest, caller, context_id, now, expires, self.owner,
+                              msgspec.json.encode(form).decode() if form is not None else ""))  # fields in order
         except sqlite3.Error as exc:  # a full disk: no request, so no yes: the call is refused
             from runtime.storage import failed
 
@@ -237,16 +252,22 @@ class Approvals:
     # --- deciding ---------------------------------------------------------------------
 
     def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
-               by: str = "", channel: str = "") -> Approval:
+               by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
+               cancel: bool = False) -> Approval:
+        """Approve or deny a pending request. A form's approval carries ``answer`` (its
+        field values; UsageError if they do not fit the form, and it stays pending);
+        its denial declines, or with ``cancel`` cancels."""
         if scope not in SCOPES:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
         reason = reason[:1000]
+        result = self._form_result(approval_id, approve, scope, answer, cancel)
         now = self.clock()
         state = "approved" if approve else "denied"
         changed = self._db.execute(
-            "UPDATE requests SET state = ?, scope = ?, decided_by = ?, channel = ?, reason = ?, decided_at = ? "
-            "WHERE id = ? AND state = 'pending' AND expires > ?",
-            (state, scope, by[:200], channel[:64], reason, now, approval_id, now)).rowcount
+            "UPDATE requests SET state = ?, scope = ?, decided_by = ?, channel = ?, reason = ?, decided_at = ?, "
+            "answer = ? WHERE id = ? AND state = 'pending' AND expires > ?",
+            (state, scope, by[:200], channel[:64], reason, now, _encode(result).decode() if result else "",
+             approval_id, now)).rowcount
         if not changed:
             current = self.get(approval_id)  # UnknownApproval for an id that never was
             if current.state == "pending":  # past its time: expire it now, say so
@@ -261,8 +282,9 @@ class Approvals:
             self._db.execute("INSERT OR REPLACE INTO rules (agent, tool, digest, decision, created, decided_by) "
                              "VALUES (?, ?, ?, ?, ?, ?)",
                              (approval.agent, approval.tool, digest, "allow" if approve else "deny", now, by[:200]))
+        extra = {"answer": _digest(result)} if result else {}
         self._audit("approval_resolved", id=approval_id, agent=approval.agent, tool=approval.tool, outcome=state,
-                    scope=scope, decided_by=by, channel=channel, reason=reason)
+                    scope=scope, decided_by=by, channel=channel, reason=reason, **extra)
         for observe in self.observers:
             observe(state)
         waiter = self._waiters.get(approval_id)
@@ -271,6 +293,42 @@ class Approvals:
             waiter.set()
         self._event("approval_resolved", approval)
         return approval
+
+    def _form_result(self, approval_id: str, approve: bool, scope: str, answer: dict[str, Any] | None,
+                     cancel: bool) -> dict[str, Any] | None:
+        """What a form's server gets for this decision (checked now, so a wrong answer
+        leaves the request pending); None for a tool call, which takes no answer."""
+        current = self.get(approval_id)
+        if current.form is None:
+            if answer is not None or cancel:
+                raise UsageError(f"approval {approval_id} is a tool call, not a question: it takes no answer")
+            return None
+        if current.state != "pending":
+            return None  # the update below finds it closed and says so
+        if scope != "once":
+            raise UsageError(f"approval {approval_id} is a question: it is answered once, not remembered")
+        if not approve:
+            return {"action": "cancel" if cancel else "decline"}
+        if cancel:
+            raise UsageError("cancel is a way to deny, not to approve")
+        if current.form.get("mode") == "url":
+            if answer:
+                raise UsageError(f"approval {approval_id} asks you to open a URL: it takes no answer")
+            return {"action": "accept"}
+        from runtime.kernel.forms import validate
+        from runtime.mcp.client.inputs import with_defaults
+
+        schema = current.form.get("requestedSchema")
+        filled = with_defaults(schema, {"action": "accept", "content": answer or {}})["content"]
+        return {"action": "accept", "content": validate(current.form, filled)}
+
+    def take_answer(self, approval_id: str) -> dict[str, Any] | None:
+        """A decided form's answer (``{"action": ...}``), once: it is wiped as it is read."""
+        row = self._db.execute("SELECT answer FROM requests WHERE id = ?", (approval_id,)).fetchone()
+        if not row or not row[0]:
+            return None
+        self._db.execute("UPDATE requests SET answer = '' WHERE id = ?", (approval_id,))
+        return _decode.decode(row[0])
 
     def forget_rules(self, agent: str | None = None, tool: str | None = None) -> int:
         """Remove persisted decisions (all, or one agent's, or one tool's); how many went."""
@@ -292,12 +350,14 @@ class Approvals:
 
     def expire_orphans(self) -> int:
         """Expire pending requests whose process is gone (found at boot: nobody waits for them)."""
-        owners = [row[0] for row in self._db.execute("SELECT DISTINCT owner FROM requests WHERE state = 'pending'")]
+        owners = [row[0] for row in self._db.execute("SELECT DISTINCT owner FROM requests WHERE state = 'pending' "
+                                                      "OR answer != ''")]
         gone = 0
         for owner in owners:
             pid, _, _ = owner.partition(":")
             if owner == self.owner or (pid.isdigit() and _process_token(int(pid)) == owner):
                 continue
+            self._db.execute("UPDATE requests SET answer = '' WHERE owner = ?", (owner,))  # nobody takes it now
             gone += self._db.execute("UPDATE requests SET state = 'expired', reason = ?, decided_at = ? "
                                      "WHERE owner = ? AND state = 'pending'",
                                      ("tern stopped while it waited", self.clock(), owner)).rowcount
@@ -327,15 +387,25 @@ def _bounded(arguments: Any) -> str:
     return _encode({"_preview": preview, "_bytes": len(data)}).decode()
 
 
+def _digest(value: Any) -> str:
+    from runtime.kernel.audit import digest
+
+    return digest(value)
+
+
 def _approval(row: tuple) -> Approval:
     (id_, agent, tool, arguments, caller, context_id, created, expires, state, scope, decided_by, channel, reason,
-     decided_at) = row
+     decided_at, form) = row
     return Approval(id_, agent, tool, _decode.decode(arguments), caller, context_id, created, expires, state, scope,
-                    decided_by, channel, reason, decided_at)
+                    decided_by, channel, reason, decided_at, _decode.decode(form) if form else None)
 
 
 def describe(approval: Approval, *, width: int = 200) -> str:
-    """One line for a person: who wants to call what, with what."""
+    """One line for a person: who wants to call what, with what (or who asks what)."""
+    if approval.form is not None:
+        asked = " ".join(str(approval.form.get("message", "")).split())
+        asked = asked if len(asked) <= width else asked[:width - 3] + "..."
+        return f"{approval.caller or 'an MCP server'} asks: {asked}"
     who = f"agent '{approval.agent}'" if approval.agent else "the operator"
     shown = _encode(approval.arguments).decode() if approval.arguments is not None else "{}"
     if len(shown) > width:

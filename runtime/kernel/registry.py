@@ -15,6 +15,7 @@ import msgspec
 
 from runtime.errors import UnknownTool
 from runtime.kernel.annotations import BUILTIN_ANNOTATIONS
+from runtime.kernel.elicitation import CALL_ASK
 from runtime.ports import Handler, Tool, ToolContext, ToolResult, ToolSource
 
 __all__ = ["ToolRegistry"]
@@ -75,10 +76,13 @@ class ToolRegistry:
             return await self._builtins[name][1](arguments, context or ToolContext())
         for source in self.sources:
             if source.owns(name):
+                token = CALL_ASK.set(context.ask if context is not None else None)  # a server's question asks it
                 try:
                     return await source.call(name, arguments, timeout_secs=timeout_secs)
                 except UnknownTool:
                     break  # the source's set changed under the call: say so with a hint
+                finally:
+                    CALL_ASK.reset(token)
         raise UnknownTool(f"no tool named {name!r}{self._hint(name)}")
 
     def _hint(self, name: str) -> str:

@@ -228,11 +228,16 @@ async def test_cancel_while_asking_ends_the_wait(nursery, autojump_clock):
 
 
 def test_read_decision():
-    assert read_decision([{"text": " APPROVE! "}]) == (True, "once", "")
-    assert read_decision([{"text": "note"}, {"data": {"decision": "deny", "reason": "no"}}]) == (False, "once", "no")
-    assert read_decision([{"data": {"decision": "approve", "scope": "args"}}]) == (True, "args", "")
+    assert read_decision([{"text": " APPROVE! "}]) == (True, "once", "", None, False)
+    assert read_decision([{"text": "note"}, {"data": {"decision": "deny", "reason": "no"}}]) == (
+        False, "once", "no", None, False)
+    assert read_decision([{"data": {"decision": "approve", "scope": "args"}}]) == (True, "args", "", None, False)
+    assert read_decision([{"data": {"decision": "approve", "answer": {"n": 2}}}]).answer == {"n": 2}
+    assert read_decision([{"data": {"decision": "deny", "cancel": True}}]).cancel is True
     for parts in ([], [{"text": "approve, I guess"}], [{"data": {"decision": True}}],
-                  [{"data": {"decision": "deny", "reason": 3}}], [{"url": "http://x"}]):
+                  [{"data": {"decision": "deny", "reason": 3}}], [{"url": "http://x"}],
+                  [{"data": {"decision": "approve", "answer": ["n", 2]}}],
+                  [{"data": {"decision": "deny", "cancel": "yes"}}]):
         with pytest.raises(InvalidTaskRequest):
             read_decision(parts)
 
@@ -258,3 +263,55 @@ async def test_a_restart_fails_a_task_whose_run_was_asking(tmp_path):
     restored = again.get(task.id)
     assert restored.state == "failed" and not restored.asking  # its question died with the run
     assert "restarted" in text_of(restored.status_message.parts)
+
+
+FORM = {"mode": "form", "message": "How many copies?",
+        "requestedSchema": {"type": "object", "required": ["copies"],
+                            "properties": {"copies": {"type": "integer", "minimum": 1, "maximum": 9},
+                                           "colour": {"type": "boolean", "default": False}}}}
+
+
+class FormAgents(AskingAgents):
+    """An agent whose MCP server asks a form question while its tool call runs; it answers
+    with what the server would get."""
+
+    async def send(self, name, message, *, context_id=None, on_text=None, on_log=None, env=None, ask=None):
+        approval = await self.approvals.request("", "mcp_printer_elicitation", FORM, "form-digest",
+                                                caller="mcp:printer", ask=ask, form=FORM)
+        return AgentReply(name, context_id or "", repr(self.approvals.take_answer(approval.id)))
+
+
+async def test_an_a2a_caller_answers_a_server_form_with_typed_values(nursery, autojump_clock):
+    approvals = Approvals(None, timeout_secs=60.0)
+    engine = TaskEngine(agent_runner(FormAgents(approvals), approvals, caller_may_approve=True))
+    await nursery.start(engine.run)
+    task = engine.send("bot", msg("print"))
+    with trio.fail_after(5):
+        await engine.wait(task.id)
+    assert task.state == "input-required"
+    text, data = task.status_message.parts
+    assert "How many copies?" in text["text"] and '"answer"' in text["text"]
+    assert data["data"]["approval"]["form"]["requestedSchema"]["required"] == ["copies"]
+    for wrong in ({"decision": "approve"}, {"decision": "approve", "answer": {"copies": 12}},
+                  {"decision": "approve", "answer": {"copies": "two"}}, {"decision": "approve", "answer": {"x": 1}}):
+        with pytest.raises(InvalidTaskRequest, match="waits for an answer"):
+            engine.send("bot", msg(data=wrong, task_id=task.id))
+        assert task.state == "input-required" and approvals.list()  # still asking
+    engine.send("bot", msg(data={"decision": "approve", "answer": {"copies": 3}}, task_id=task.id),
+                caller="a2a:10.0.0.7")
+    await engine.wait(task.id)
+    assert text_of(task.artifacts[0].parts) == repr({"action": "accept", "content": {"colour": False, "copies": 3}})
+
+
+@pytest.mark.parametrize("decision,action", [({"decision": "deny"}, "decline"),
+                                             ({"decision": "deny", "cancel": True}, "cancel")])
+async def test_an_a2a_caller_declines_or_cancels_a_server_form(nursery, autojump_clock, decision, action):
+    approvals = Approvals(None, timeout_secs=60.0)
+    engine = TaskEngine(agent_runner(FormAgents(approvals), approvals, caller_may_approve=True))
+    await nursery.start(engine.run)
+    task = engine.send("bot", msg("print"))
+    with trio.fail_after(5):
+        await engine.wait(task.id)
+    engine.send("bot", msg(data=decision, task_id=task.id))
+    await engine.wait(task.id)
+    assert text_of(task.artifacts[0].parts) == repr({"action": action})

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -54,18 +54,20 @@ def write_config(tmp_path: Path, extra: str = "", *, mcp_server: str = 'tools = 
 
 @contextmanager
 def tern_serve(tmp: Path, config: Path | str, env: dict[str, str], *, servers_connected: bool = False,
-               within: float = 30.0) -> Iterator[str]:
-    """A real ``tern serve`` on ``config`` (its log in ``tmp/serve.log``): its base URL,
-    once it serves (and, with ``servers_connected``, once its first MCP server is
-    connected); terminated afterwards."""
+               within: float = 30.0, tern: Sequence[str] = (sys.executable, "-m", "runtime"),
+               cwd: Path = ROOT) -> Iterator[str]:
+    """A real ``tern serve`` on ``config`` (its log in ``tmp/serve.log``), run as ``tern``
+    (the source tree, or e.g. a built pyz) in ``cwd``: its base URL, once it serves (and,
+    with ``servers_connected``, once its first MCP server is connected); terminated
+    afterwards."""
     import time
 
     import httpx
 
     log = tmp / "serve.log"
-    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
+    process = subprocess.Popen([*tern, "--config", str(config), "serve"],
                                stdin=subprocess.DEVNULL, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
-                               cwd=ROOT)
+                               cwd=cwd)
     try:
         deadline = time.monotonic() + within
         while "serving on " not in log.read_text():

@@ -77,6 +77,7 @@ def test_defaults_never_turn_a_refusal_into_an_answer(answer):
 def test_capabilities_declare_only_what_can_be_answered():
     assert inputs.capabilities(False, False) == {"roots": {"listChanged": False}}
     assert set(inputs.capabilities(True, True)) == {"roots", "elicitation", "sampling"}
+    assert inputs.capabilities(True, False)["elicitation"] == {"form": {}, "url": {}}  # a person opens URLs
 
 
 # --- x-mcp-header ------------------------------------------------------------------------

@@ -9,9 +9,9 @@ passing through tern's MCP gateway is what those scenarios check.
 
 The resource, prompt and completion fixtures are the fake MCP server's too, re-exported
 by ``[mcp_server] upstream``; the sampling, elicitation and 2026 MRTR fixtures are
-``[[mcp_server.asks]]`` tools; the tasks extension's are presets over agents, run as A2A
-tasks. The checks that fail are pinned with why, so a regression and a newly passing
-check both show. docs/conformance.md has the counts.
+``[[mcp_server.asks]]`` tools (and one ask published as a prompt); the tasks
+extension's are presets over agents, run as A2A tasks, and an ask run as a task. No
+scenario is expected to fail, in either set. docs/conformance.md has the counts.
 """
 
 from __future__ import annotations
@@ -27,13 +27,6 @@ from tests import peers
 from tests.mcp.conftest import FAKE, FIXTURES
 from tests.mcp.server_harness import tern_env, tern_serve
 
-NOT_OFFERED: dict[str, str] = {}  # scenario -> why it cannot pass against tern (2025-11-25: none)
-NOT_OFFERED_2026 = {
-    "tasks-lifecycle": "1 check: its protocol_error_job panics; a failing tern agent is a tool error",
-    "tasks-mrtr-input": "1 check: its multi_input asks two forms at once from inside a task",
-    "input-required-result-non-tool-request": "its fixture is a prompt that asks the client for input (MRTR on "
-                                              "prompts/get): tern's prompts ask nothing",
-}
 #: Served through tern's gateway: the fake MCP server's fixtures re-exported ([mcp_server] upstream).
 RESOURCES_AND_PROMPTS = (
     "resources-list", "resources-read-text", "resources-read-binary", "resources-templates-read",
@@ -76,7 +69,7 @@ def failing(results: dict[str, tuple[int, int]]) -> set[str]:
 
 def test_conformance_2025_11_25(conformance, tern_url, tmp_path):
     results = run_suite(conformance, tern_url, "2025-11-25", tmp_path)
-    assert failing(results) == set(NOT_OFFERED)
+    assert failing(results) == set()  # zero failures: no scenario is expected to fail
     for scenario in ("server-initialize", "server-session-lifecycle", "ping", "logging-set-level", "tools-list",
                      "tools-call-simple-text", "tools-call-error", "tools-call-with-progress",
                      "tools-call-with-logging", "tools-call-image", "tools-call-audio", "tools-call-embedded-resource",
@@ -88,9 +81,7 @@ def test_conformance_2025_11_25(conformance, tern_url, tmp_path):
 
 def test_conformance_2026_07_28(conformance, tern_url, tmp_path):
     results = run_suite(conformance, tern_url, "2026-07-28", tmp_path)
-    expected = {name for name in {**NOT_OFFERED, **NOT_OFFERED_2026} if name in results}
-    assert failing(results) == expected
-    assert results["tasks-lifecycle"][1] <= 1 and results["tasks-mrtr-input"][1] <= 1
+    assert failing(results) == set()
     for scenario in ("tools-list", "tools-call-simple-text", "tools-call-error", "tools-call-with-progress",
                      "tools-call-image", "http-header-validation", "dns-rebinding-protection",
                      "sep-2164-resource-not-found", "input-required-result-unsupported-methods",
@@ -100,6 +91,8 @@ def test_conformance_2026_07_28(conformance, tern_url, tmp_path):
                      "input-required-result-multiple-input-requests", "input-required-result-capability-check",
                      "tasks-capability-negotiation", "tasks-wire-fields", "tasks-request-state-removal",
                      "tasks-request-headers", "tasks-dispatch-and-envelope", "tasks-required-task-error",
-                     "tasks-mrtr-composition", *(name for name in RESOURCES_AND_PROMPTS if name in results)):
+                     "tasks-mrtr-composition", "tasks-lifecycle", "tasks-mrtr-input",
+                     "input-required-result-non-tool-request",
+                     *(name for name in RESOURCES_AND_PROMPTS if name in results)):
         assert results[scenario][0] > 0 and results[scenario][1] == 0, scenario
 

@@ -4,9 +4,10 @@ the real ``McpClient`` and Streamable HTTP transport, configured as a user would
 
 Each scenario runs at every requirement set it belongs to among 2025-03-26 (the
 back-compat ones), 2025-11-25 and 2026-07-28, and the client-credentials extension
-scenarios once. Every check must pass, with no warning: nothing is expected to fail.
-The list of scenarios comes from the suite itself (``conformance list``), so a scenario
-a newer suite adds is run too; ``NOT_RUN`` names the auth extensions outside this work.
+scenarios (client credentials, DPoP with and without nonces, enterprise-managed
+authorization, workload identity federation) once. Every check must pass, with no
+warning: nothing is expected to fail. The list of scenarios comes from the suite itself
+(``conformance list``), so a scenario a newer suite adds is run too.
 """
 
 from __future__ import annotations
@@ -23,17 +24,14 @@ from tests import peers
 
 RUNNER = Path(__file__).resolve().parents[1] / "fixtures" / "conformance_auth_client.py"
 VERSIONS = ("2025-03-26", "2025-11-25", "2026-07-28")
-NOT_RUN = {  # scenario -> why it is not run
-    "auth/enterprise-managed-authorization": "extension (SEP-990 token exchange) outside this work",
-    "auth/dpop": "extension (DPoP proofs) outside this work",
-    "auth/dpop-nonce": "extension (DPoP proofs) outside this work",
-    "auth/wif-jwt-bearer": "extension (workload identity federation) outside this work",
-}
+NOT_RUN: dict[str, str] = {}  # scenario -> why it is not run (none)
 LISTED = re.compile(r"^\s*- (auth/\S+) \[([^\]]+)\]", re.M)
-#: What the suite issues or hands over: access tokens, the registered, pre-registered and
-#: client-credentials secrets, and the private key's PEM armour.
+#: What the suite issues or hands over: access tokens, the registered, pre-registered,
+#: client-credentials and enterprise client secrets, the private key's PEM armour, and
+#: every JWT (DPoP-bound tokens, DPoP proofs, workload JWTs, ID tokens, ID-JAGs: a JSON
+#: header always encodes to "eyJ").
 SECRETS = ("test-token-", "cc-token-", "test-client-secret", "pre-registered-secret", "conformance-test-secret",
-           "PRIVATE KEY")
+           "conformance-test-xaa-secret", "PRIVATE KEY", "eyJ")
 RESULT = re.compile(r"Passed: (\d+)/(\d+), (\d+) failed, (\d+) warnings")
 
 

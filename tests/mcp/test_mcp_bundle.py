@@ -31,13 +31,9 @@ CLI_TIMEOUT_SECS = 120
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    """A directory holding tern.pyz, tern.mcpb and server.json from one build."""
-    from tests.test_build_pyz import build
-
-    out = tmp_path_factory.mktemp("dist") / "tern.pyz"
-    build(out)
-    return out.parent
+def built(pyz: Path) -> Path:
+    """The directory holding tern.pyz, tern.mcpb and server.json from the session's build."""
+    return pyz.parent
 
 
 @pytest.fixture(scope="module")

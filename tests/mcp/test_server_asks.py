@@ -261,6 +261,12 @@ name = "a"
      "a url question needs an https:// URL"),
     ('[[mcp_server.asks.questions]]\nkey = "q"\nkind = "url"\nmessage = "m"\nurl = "https://x.org/{q}"',
      "a url question needs an https:// URL"),
+    ('prompt = true\nsend_to = "tern_agent_echo"\n[[mcp_server.asks.questions]]\nkey = "q"\nkind = "roots"',
+     "a prompt's reply is its message: it has no send_to and is no task"),
+    ('prompt = true\ntask = "optional"\n[[mcp_server.asks.questions]]\nkey = "q"\nkind = "roots"',
+     "a prompt's reply is its message"),
+    ('task = "required"\nsend_to = "tern_agent_echo"\n[[mcp_server.asks.questions]]\nkey = "q"\nkind = "roots"',
+     "an ask with send_to asks first"),
 ])
 def test_config_checks_catch_broken_asks(body, problem):
     with pytest.raises(ConfigError, match=problem.replace("{", "\\{").replace("}", "\\}")):

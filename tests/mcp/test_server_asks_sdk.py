@@ -54,6 +54,23 @@ message = "Suggest one sight in {{trip.city}}."
 max_tokens = 60
 
 [[mcp_server.asks]]
+name = "trip_brief"
+prompt = true
+description = "Asks where you are going, then writes the brief."
+arguments = ["traveller"]
+reply = "Write a packing list for {{traveller}}: {{trip.nights}} nights in {{trip.city}}."
+timeout_secs = {ASK_TIMEOUT}
+[[mcp_server.asks.questions]]
+key = "trip"
+kind = "form"
+message = "Where are you going, {{traveller}}?"
+[mcp_server.asks.questions.schema]
+type = "object"
+required = ["city"]
+properties.city = {{ type = "string", minLength = 1 }}
+properties.nights = {{ type = "integer", minimum = 1, maximum = 30, default = 2 }}
+
+[[mcp_server.asks]]
 name = "read_rules"
 arguments = ["traveller"]
 reply = "{{traveller}} on the rules: {{page.action}}"
@@ -135,6 +152,16 @@ def test_stdio_url_mode_elicitation(sdk_python, tmp_path, mode, behaviour, actio
     assert asked["id"].startswith("page-") and len(asked["id"]) > 12
 
 
+@pytest.mark.parametrize("mode", [mode for mode, _ in ERAS])
+def test_stdio_prompt_that_asks_first(sdk_python, tmp_path, mode):
+    seen = run_client(sdk_python, mode, "good", *stdio(tmp_path), env=tern_env(tmp_path), tool="prompt:trip_brief")
+    assert "trip_brief" in seen["prompts"] and "trip_brief" not in seen["tools"]
+    assert seen["text"] == "Write a packing list for Ana: 3 nights in Lyon." and seen["role"] == "user", seen
+    assert [asked["form"] for asked in seen["asked"]] == ["Where are you going, Ana?"]
+    bad = run_client(sdk_python, mode, "badform", *stdio(tmp_path), env=tern_env(tmp_path), tool="prompt:trip_brief")
+    assert "the answer to trip: nights is not an integer" in bad["error"] and bad["after"] == "still there", bad
+
+
 def test_stdio_client_that_never_answers_times_out(sdk_python, tmp_path):
     started = time.monotonic()
     seen = run_client(sdk_python, "legacy", "hang", *stdio(tmp_path), env=tern_env(tmp_path))
@@ -163,6 +190,12 @@ def test_tern_mcp_relaying_to_the_daemon_passes_the_questions_through(sdk_python
     check_good(seen, version)
     audit = (tmp / "state" / "audit.jsonl").read_text()
     assert '"caller":"mcp:http:127.0.0.1"' in audit and "mcp:stdio" not in audit  # the daemon asked and answered
+
+
+@pytest.mark.parametrize("mode", [mode for mode, _ in ERAS])
+def test_http_prompt_that_asks_first(sdk_python, daemon, mode):
+    seen = run_client(sdk_python, mode, "good", daemon[0], env=tern_env(Path("/nonexistent")), tool="prompt:trip_brief")
+    assert seen["text"] == "Write a packing list for Ana: 3 nights in Lyon.", seen
 
 
 @pytest.mark.parametrize("mode", [mode for mode, _ in ERAS])

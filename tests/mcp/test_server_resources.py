@@ -14,11 +14,12 @@ import re
 import os
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
 
-from runtime.config import AgentConfig, AgentPrompt, Config, McpServerExposure
+from runtime.config import AgentConfig, AgentPrompt, Config, McpAsk, McpAskQuestion, McpServerExposure
 from runtime.config.schema import PromptArgument, PromptMessage
 from runtime.errors import RpcError
 from runtime.kernel.content import KernelContent
@@ -333,6 +334,11 @@ async def test_lists_changed_on_reload_and_when_an_upstream_server_says_so(nurse
     upstream.events.publish("mcp.server", {"name": "up", "state": "ready"})  # no change of state
     upstream.events.publish("config.reloaded", {})  # nothing changed
     assert await changed() == set()
+    asking = McpAsk(name="brief", prompt=True, questions=[McpAskQuestion(key="q", kind="roots")])
+    server.catalog.reconfigure(msgspec.structs.replace(reloaded, mcp_server=msgspec.structs.replace(
+        reloaded.mcp_server, asks=[asking])))  # a prompt that asks is a prompt too
+    upstream.events.publish("config.reloaded", {})
+    assert await changed() == {"notifications/prompts/list_changed"}
 
 
 @pytest.mark.parametrize("toml, problem", [

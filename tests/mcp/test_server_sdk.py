@@ -20,15 +20,6 @@ MODES = [("auto", "2026-07-28"), ("legacy", "2025-11-25"), ("2026-07-28", "2026-
 KEY = "sdk-test-key-0987"
 
 
-@pytest.fixture(scope="module")
-def pyz(tmp_path_factory):
-    from tests.test_build_pyz import build
-
-    out = tmp_path_factory.mktemp("pyz") / "tern.pyz"
-    build(out)
-    return out
-
-
 def sdk_client(sdk_python, mode, *target, env=None):
     done = subprocess.run([sdk_python, CLIENT, mode, *target], capture_output=True, text=True, timeout=120,
                           env=env, stdin=subprocess.DEVNULL)

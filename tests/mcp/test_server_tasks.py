@@ -37,6 +37,34 @@ kind = "llm"
 [agents.model]
 provider = "mcp-sampling"
 
+[[agents]]
+name = "picky"
+kind = "command"
+a2a_events = true
+command = ["sh", "-c", "echo '{\\"state\\": \\"rejected\\", \\"text\\": \\"not a job for me\\"}'"]
+
+[[mcp_server.asks]]
+name = "two_forms"
+task = "required"
+timeout_secs = 600
+reply = "{who.name} is sure: {ok.confirm}; because {why.text}"
+[[mcp_server.asks.questions]]
+key = "who"
+kind = "form"
+message = "Who are you?"
+schema = { type = "object", properties = { name = { type = "string" } }, required = ["name"] }
+[[mcp_server.asks.questions]]
+key = "ok"
+kind = "form"
+message = "Are you sure?"
+schema = { type = "object", properties = { confirm = { type = "boolean" } }, required = ["confirm"] }
+[[mcp_server.asks.questions]]
+key = "why"
+round = 2
+kind = "form"
+message = "Why, {who.name}?"
+schema = { type = "object", properties = { text = { type = "string" } }, required = ["text"] }
+
 [[mcp_server.presets]]
 name = "shout"
 tool = "tern_agent_echo"
@@ -169,6 +197,15 @@ async def test_an_agent_that_fails_is_a_completed_task_with_a_tool_error(served)
     assert done["result"]["isError"] is True and "mcp-sampling" in done["result"]["content"][0]["text"]
 
 
+async def test_an_agent_that_rejects_the_task_is_a_failed_task_with_an_error(served):
+    created = (await served.call("tern_agent_picky", {"message": "do it"}))["result"]
+    done = await served.until(created["taskId"], "failed")
+    assert "result" not in done and done["error"]["code"] == -32000
+    assert done["error"]["message"] == "the agent rejected the task: not a job for me"
+    seen = (await served.a2a("GetTask", {"id": created["taskId"]}))["result"]
+    assert seen["status"]["state"] == "TASK_STATE_REJECTED"
+
+
 async def test_without_the_extension_calls_are_plain_and_task_methods_refused(served):
     plain = (await served.call("tern_agent_echo", {"message": "sync"}, capabilities={}))["result"]
     assert plain["resultType"] == "complete" and plain["content"][0]["text"] == "sync" and "taskId" not in plain
@@ -227,3 +264,90 @@ async def test_a_model_turn_nobody_answers_ends_the_task(served, monkeypatch):
     done = await served.until(created["taskId"], "completed")
     text = done["result"]["content"][0]["text"]
     assert done["result"]["isError"] and "did not answer a model turn within 0.5 s" in text
+
+
+FORMS = {"elicitation": {}, "extensions": {EXT: {}}}
+
+
+async def test_an_ask_task_takes_two_answers_at_once_or_one_by_one(served):
+    tools = {t["name"]: t for t in (await served.post("tools/list", {}))["result"]["tools"]}
+    assert tools["two_forms"]["execution"] == {"taskSupport": "required"}
+    created = (await served.call("two_forms", {}, FORMS))["result"]
+    assert created["resultType"] == "task" and created["status"] == "input_required"
+    assert "inputRequests" not in created
+    task_id = created["taskId"]
+    asked = await served.task("tasks/get", task_id, FORMS)
+    asked = asked["result"]
+    assert set(asked["inputRequests"]) == {"who", "ok"} and asked["status"] == "input_required"
+    assert asked["inputRequests"]["who"]["method"] == "elicitation/create"
+    assert asked["inputRequests"]["who"]["params"]["requestedSchema"]["required"] == ["name"]
+    ack = (await served.task("tasks/update", task_id, FORMS, inputResponses={
+        "who": {"action": "accept", "content": {"name": "Ada"}}, "nobody-asked": {"action": "accept"}}))["result"]
+    assert ack == {"resultType": "complete", "_meta": ack["_meta"]}
+    partial = (await served.task("tasks/get", task_id, FORMS))["result"]
+    assert partial["status"] == "input_required" and set(partial["inputRequests"]) == {"ok"}
+    await served.task("tasks/update", task_id, FORMS, inputResponses={"ok": {"action": "accept",
+                                                                             "content": {"confirm": True}}})
+    second = (await served.task("tasks/get", task_id, FORMS))["result"]
+    assert set(second["inputRequests"]) == {"why"}
+    assert second["inputRequests"]["why"]["params"]["message"] == "Why, Ada?"
+    await served.task("tasks/update", task_id, FORMS, inputResponses={"why": {"action": "accept",
+                                                                              "content": {"text": "tests"}}})
+    done = (await served.task("tasks/get", task_id, FORMS))["result"]
+    assert done["status"] == "completed" and "inputRequests" not in done
+    assert done["result"]["content"][0]["text"] == "Ada is sure: true; because tests" and not done["result"]["isError"]
+    again = (await served.task("tasks/cancel", task_id, FORMS))["result"]
+    assert "taskId" not in again and (await served.task("tasks/get", task_id, FORMS))["result"]["status"] == "completed"
+
+
+async def test_an_ask_task_refuses_bad_answers_and_callers(served):
+    created = (await served.call("two_forms", {}, FORMS))["result"]
+    task_id = created["taskId"]
+    not_object = await served.task("tasks/update", task_id, FORMS, inputResponses={"who": "Ada"})
+    assert not_object["error"]["code"] == -32602
+    assert set((await served.task("tasks/get", task_id, FORMS))["result"]["inputRequests"]) == {"who", "ok"}
+    await served.task("tasks/update", task_id, FORMS, inputResponses={"who": {"action": "accept",
+                                                                              "content": {"name": 7}}})
+    failed = (await served.task("tasks/get", task_id, FORMS))["result"]
+    assert failed["status"] == "completed" and failed["result"]["isError"]
+    assert failed["result"]["content"][0]["text"] == "the answer to who: name is not a string"
+    no_forms = await served.call("two_forms", {}, {"extensions": {EXT: {}}})
+    assert no_forms["error"]["code"] == -32021
+    headers = {"Accept": BOTH, "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "two_forms"}
+    response = await served.client.post(served.base + "/mcp", headers=headers, json=request(
+        1, "tools/call", {"name": "two_forms", "arguments": {}, "_meta": meta({"elicitation": {}})}))
+    assert response.status_code == 400 and response.json()["error"]["code"] == -32021
+    extra = (await served.call("two_forms", {"who": "me"}, FORMS))["result"]
+    assert extra["isError"] and "unexpected arguments: who" in extra["content"][0]["text"]
+    cancelled = (await served.call("two_forms", {}, FORMS))["result"]["taskId"]
+    await served.task("tasks/cancel", cancelled, FORMS)
+    await served.task("tasks/update", cancelled, FORMS, inputResponses={"who": {"action": "accept",
+                                                                                "content": {"name": "late"}}})
+    gone = (await served.task("tasks/get", cancelled, FORMS))["result"]
+    assert gone["status"] == "cancelled" and "inputRequests" not in gone and "result" not in gone
+    assert (await served.task("tasks/get", "ask-forged", FORMS))["error"]["code"] == -32602
+
+
+
+async def test_an_ask_task_nobody_answers_ends_with_an_error(autojump_clock):
+    from runtime.config import McpAsk, McpAskQuestion
+    from runtime.mcp.server.ask_task import AskTask
+    from runtime.mcp.server.asks import Ask
+
+    form = {"type": "object", "properties": {"x": {"type": "string"}}}
+    ask = Ask(McpAsk(name="pair", timeout_secs=300, questions=[
+        McpAskQuestion(key="a", kind="form", message="A?", schema=form),
+        McpAskQuestion(key="b", kind="form", message="B?", schema=form)]))
+    task = AskTask(ask, {}, {"elicitation": {}})
+    await trio.sleep(299)
+    task.update({"a": {"action": "accept", "content": {"x": "1"}}})  # an answer restarts the clock
+    await trio.sleep(299)
+    task.expire()
+    assert task.status == "input_required" and set(task.pending) == {"b"}
+    await trio.sleep(1)
+    task.expire()
+    assert task.status == "completed" and task.pending == {}
+    assert task.result == {"content": [{"type": "text", "text": "the client did not answer b within 300 s"}],
+                           "isError": True}
+    task.update({"b": {"action": "accept", "content": {"x": "late"}}})
+    assert task.result["isError"] and "b" not in task.answers

@@ -11,8 +11,12 @@
   every channel shows them). The caller's next message on the task is the decision: a
   data part ``{"decision": "approve" | "deny", "scope": ..., "reason": ...}`` or the
   text approve/yes or deny/no, decided through the ``ApprovalPort`` in the caller's
-  name on the channel ``a2a``. Anything else is refused with an error saying what
-  would do, and the task stays input-required.
+  name on the channel ``a2a``. A question from an MCP server (an approval with a
+  ``form``) carries the form in its data part, and is answered with typed values:
+  ``{"decision": "approve", "answer": {...}}`` (checked against the form; a wrong answer
+  is refused and the task stays input-required) or ``{"decision": "deny", "cancel": true}``.
+  Anything else is refused with an error saying what would do, and the task stays
+  input-required.
 - Either way, when the request ends (decided by any channel, or expired) the task is
   working again with a status message saying how it ended, and the agent goes on: a
   denial or an expiry reaches it as the tool's error.
@@ -21,17 +25,17 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import trio
 
 from runtime.a2a.model import Message, Task, now_iso
 from runtime.a2a.server.engine import InvalidTaskRequest, TaskReport, UnsupportedOperation
-from runtime.errors import TernError
+from runtime.errors import TernError, UsageError
 from runtime.ports import Approval, ApprovalPort, Ask
 
-__all__ = ["approval_asker", "read_decision", "SCOPES"]
+__all__ = ["approval_asker", "read_decision", "Decision", "SCOPES"]
 
 SCOPES = ("once", "always", "args")
 #: The plain-text answers, casefolded, without trailing punctuation.
@@ -43,6 +47,20 @@ _SHOWN_ARGUMENTS = 300  # characters of the arguments in the question's text (th
 _encode = msgspec.json.Encoder(order="sorted").encode
 _HOW = ('answer "approve" or "deny", or send a data part {"decision": "approve" | "deny", '
         '"scope": "once" | "always" | "args", "reason": "..."}')
+_HOW_FORM = ('send a data part {"decision": "approve", "answer": {field: value, ...}} with values that fit the '
+             'form (left-out fields take its defaults), or {"decision": "deny"} to decline '
+             '({"decision": "deny", "cancel": true} to cancel)')
+
+
+class Decision(NamedTuple):
+    """A caller's answer: approve or not, the scope and reason, and for a question its
+    typed ``answer`` or ``cancel``."""
+
+    approve: bool
+    scope: str = "once"
+    reason: str = ""
+    answer: dict[str, Any] | None = None
+    cancel: bool = False
 
 
 def approval_asker(task: Task, report: TaskReport, approvals: ApprovalPort | None, *,
@@ -85,31 +103,41 @@ def question(approval: Approval) -> Message:
     if len(shown) > _SHOWN_ARGUMENTS:
         shown = shown[:_SHOWN_ARGUMENTS - 3] + "..."
     who = f"agent '{approval.agent}'" if approval.agent else "tern"
-    text = (f"May {who} call {approval.tool} {shown}? It waits for your approval ({approval.id}, "
-            f"{_seconds_left(approval)} s left): {_HOW}.")
     data = {"approval": {"id": approval.id, "agent": approval.agent, "tool": approval.tool,
                          "arguments": approval.arguments, "expires": now_iso(approval.expires)}}
+    if approval.form is not None:
+        data["approval"]["form"] = approval.form
+        text = (f"{approval.tool} asks: {approval.form.get('message', '')} It waits for your answer "
+                f"({approval.id}, {_seconds_left(approval)} s left): {_HOW_FORM}.")
+    else:
+        text = (f"May {who} call {approval.tool} {shown}? It waits for your approval ({approval.id}, "
+                f"{_seconds_left(approval)} s left): {_HOW}.")
     return Message(role="agent", parts=[{"text": text}, {"data": data}])
 
 
-def read_decision(parts: list[dict[str, Any]]) -> tuple[bool, str, str]:
-    """``(approve, scope, reason)`` from the parts of a caller's answer: the first data
-    part with a ``decision``, else the text as one word. Raises ``InvalidTaskRequest``
-    with what would do."""
+def read_decision(parts: list[dict[str, Any]]) -> Decision:
+    """The ``Decision`` in the parts of a caller's answer: the first data part with a
+    ``decision``, else the text as one word. Raises ``InvalidTaskRequest`` with what
+    would do."""
     for part in parts:
         data = part.get("data")
         if isinstance(data, dict) and "decision" in data:
             decision, scope, reason = data.get("decision"), data.get("scope", "once"), data.get("reason", "")
+            answer, cancel = data.get("answer"), data.get("cancel", False)
             if decision not in ("approve", "deny"):
                 raise InvalidTaskRequest(f"decision must be \"approve\" or \"deny\", not {_short(decision)}")
             if scope not in SCOPES:
                 raise InvalidTaskRequest(f"scope must be \"once\", \"always\" or \"args\", not {_short(scope)}")
             if not isinstance(reason, str):
                 raise InvalidTaskRequest(f"reason must be a string, not {_short(reason)}")
-            return decision == "approve", scope, reason
+            if answer is not None and not isinstance(answer, dict):
+                raise InvalidTaskRequest(f"answer must be an object of the form's fields, not {_short(answer)}")
+            if not isinstance(cancel, bool):
+                raise InvalidTaskRequest(f"cancel must be true or false, not {_short(cancel)}")
+            return Decision(decision == "approve", scope, reason, answer, cancel)
     text = " ".join(str(part["text"]) for part in parts if "text" in part).strip().rstrip(".!").strip().casefold()
     if text in _WORDS:
-        return _WORDS[text], "once", ""
+        return Decision(_WORDS[text])
     said = f"the answer {_short(text)}" if text else "an answer without text or a decision"
     raise InvalidTaskRequest(f"{said} is no decision: {_HOW}")
 
@@ -117,13 +145,15 @@ def read_decision(parts: list[dict[str, Any]]) -> tuple[bool, str, str]:
 def _decide(approvals: ApprovalPort, approval: Approval, task: Task, message: Message, caller: str) -> str:
     """The caller's answer to ``approval``; the status text the task works again with."""
     try:
-        approve, scope, reason = read_decision(message.parts)
+        decision = read_decision(message.parts)
     except InvalidTaskRequest as exc:
         raise InvalidTaskRequest(f"task {task.id} waits for a decision on approval {approval.id}: {exc.message}") \
             from None
     try:
-        decided = approvals.decide(approval.id, approve, scope=scope, reason=reason, by=caller or "a2a",
-                                   channel="a2a")
+        decided = approvals.decide(approval.id, decision.approve, scope=decision.scope, reason=decision.reason,
+                                   by=caller or "a2a", channel="a2a", answer=decision.answer, cancel=decision.cancel)
+    except UsageError as exc:  # an answer that does not fit the form: the task still asks
+        raise InvalidTaskRequest(f"task {task.id} waits for an answer to approval {approval.id}: {exc}") from None
     except TernError as exc:  # decided elsewhere or expired a moment ago: the task goes on by itself
         raise UnsupportedOperation(str(exc)) from None
     return _ended_as(decided)

@@ -228,7 +228,7 @@ class McpClient:
             result = task.result()
             if result is None:  # the experimental dialect: its result (and its questions) through tasks/result
                 remaining()  # past the deadline already: said as such
-                result = await session.request("tasks/result", {"taskId": task.id},
+                result = await session.request(tasks.RESULT, {"taskId": task.id},
                                                timeout_secs=deadline - trio.current_time())
                 task.status = "completed"
             return result

@@ -9,7 +9,8 @@ and the client retries the call with a new id, the same params, ``inputResponses
 the ``requestState`` echoed byte for byte. This module reads and checks those results
 (bounded: a hostile server cannot make tern answer without end), builds the retry's
 params, and fills an accepted form with the schema's defaults (SEP-1034), so a person
-who leaves a field empty gets what the server proposed.
+who leaves a field empty gets what the server proposed. Who answers, and how an answer
+is checked against its form, is the kernel's (``kernel.elicitation``, ``kernel.forms``).
 """
 
 from __future__ import annotations
@@ -91,11 +92,12 @@ def with_defaults(requested_schema: Any, answer: dict[str, Any]) -> dict[str, An
 
 
 def capabilities(elicitation: bool, sampling: bool) -> dict[str, Any]:
-    """The client capabilities to declare: roots always, elicitation (form mode) and
-    sampling only when something can answer them."""
+    """The client capabilities to declare: roots always, elicitation and sampling only
+    when something can answer them. Elicitation in both modes: a URL-mode question is
+    shown to a person, who opens it (tern never opens a browser)."""
     declared: dict[str, Any] = {"roots": {"listChanged": False}}
     if elicitation:
-        declared["elicitation"] = {"form": {}}
+        declared["elicitation"] = {"form": {}, "url": {}}
     if sampling:
         declared["sampling"] = {}
     return declared

@@ -67,7 +67,7 @@ class LegacySseTransport(HttpTransportBase):
         assert self._client is not None
         for tries in range(AUTH_TRIES + 1):
             await self._authorize()
-            headers = self._auth_headers({**self._headers, "Accept": "text/event-stream"})
+            headers = self._auth_headers({**self._headers, "Accept": "text/event-stream"}, "GET")
             request = self._client.build_request("GET", self.url, headers=headers,
                                                  timeout=httpx.Timeout(self.timeout_secs, read=None))
             response = await self._client.send(request, stream=True)
@@ -141,7 +141,8 @@ class LegacySseTransport(HttpTransportBase):
                 with trio.fail_after(self.timeout_secs):
                     response = await self._client.post(  # 2024-11-05: no version header
                         self.endpoint, content=body,
-                        headers=self._auth_headers({**self._headers, "Content-Type": "application/json"}))
+                        headers=self._auth_headers({**self._headers, "Content-Type": "application/json"}, "POST",
+                                                   self.endpoint))
                 if not await self._challenged(response, tries):
                     break
         except (httpx.HTTPError, trio.TooSlowError) as exc:

@@ -27,9 +27,14 @@ What a server asks (elicitation, sampling, roots) goes to the session's ``on_inp
 callback, whether it comes as a handshake-era request or as a modern ``input_required``
 result, which ``call`` answers and retries with a new id (MRTR, ``inputs.py``), at most
 ``MAX_ROUNDS`` times. Without a callback, elicitation and sampling are refused and not
-declared as capabilities. A server that offers the 2026-07-28 tasks extension gets it
-declared (``tasks.declare``); its task status notifications wake the task's poller
-(``task_watchers``, see ``client.py``), nothing more.
+declared as capabilities. The callback runs in the context (``contextvars``) of the call
+the question belongs to, so whoever made that call can be asked: an ``input_required``
+result is the call's own; a request that came on the call's own response stream
+(Streamable HTTP: the transport's ``related(id)``) belongs to it; on a transport that
+cannot tell (stdio, legacy SSE), it belongs to the one call in flight, if there is
+exactly one. Otherwise it belongs to no call. A server that offers the 2026-07-28
+tasks extension gets it declared (``tasks.declare``); its task status notifications
+wake the task's poller (``task_watchers``, see ``client.py``), nothing more.
 
 A hostile server cannot make the session grow or flood the log: at most
 ``MAX_SERVER_REQUESTS`` of its requests are answered at once (one task each); beyond
@@ -41,6 +46,7 @@ pipe takes it without waiting; otherwise it goes unanswered). Its
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import math
 import time
@@ -144,6 +150,7 @@ class McpSession:
         self._ids = itertools.count(1)
         self._pending: dict[int | str, _Waiter] = {}
         self._progress: dict[int | str, Callable[[dict[str, Any]], None]] = {}
+        self._calls: dict[int | str, contextvars.Context] = {}  # calls a server may ask about (MRTR_METHODS)
         #: task id -> what wakes its poller when the server says the task moved
         self.task_watchers: dict[str, Callable[[], None]] = {}
         self._closed: BaseException | None = None
@@ -239,10 +246,22 @@ class McpSession:
                 return
             assert self._nursery is not None
             self._answering += 1
-            self._nursery.start_soon(self._answer, message)
+            context = self._related(message.id)
+            if context is None:
+                self._nursery.start_soon(self._answer, message)
+            else:  # the task inherits the call's context: its caller can be asked
+                context.run(self._nursery.start_soon, self._answer, message)
         else:
             log_wire("in", message.method, None, len(body), peer=f"mcp:{self.name}")
             self._notification(message.method, message.params)
+
+    def _related(self, request_id: Any) -> contextvars.Context | None:
+        """The context of the call a server request belongs to (module docstring)."""
+        related = getattr(self.transport, "related", None)
+        if related is not None:
+            call_id = related(request_id)
+            return self._calls.get(call_id) if call_id is not None else None
+        return next(iter(self._calls.values())) if len(self._calls) == 1 else None
 
     async def _answer(self, request: jsonrpc.Request) -> None:
         try:
@@ -357,6 +376,8 @@ class McpSession:
             params = dict(params or {})
             params["_meta"] = {**params.get("_meta", {}), "progressToken": request_id}
             self._progress[request_id] = on_progress
+        if method in inputs.MRTR_METHODS or method == tasks.RESULT:  # an experimental task asks during tasks/result
+            self._calls[request_id] = contextvars.copy_context()
         try:
             try:
                 await self.transport.send(jsonrpc.Request(request_id, method, self._params(params)))
@@ -369,6 +390,7 @@ class McpSession:
                     await waiter.event.wait()
         finally:
             self._progress.pop(request_id, None)
+            self._calls.pop(request_id, None)
             if not waiter.event.is_set() or waiter.expired:
                 self._pending.pop(request_id, None)
                 if method != "initialize" and self._closed is None:

@@ -35,6 +35,7 @@ from runtime.errors import ProtocolError
 from runtime.mcp.client.oauth.model import AuthError, AuthRequired, NotOAuth
 from runtime.log import get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
+from runtime.mcp.client.inputs import MRTR_METHODS
 from runtime.mcp.client.session import TransportClosed
 from runtime.mcp.protocol import META_VERSION
 from runtime.net.guard import AddressPolicy, check_url
@@ -49,6 +50,7 @@ __all__ = ["StreamableHttpTransport", "HttpTransportBase"]
 log = get_logger("mcp.http")
 
 INBOX_MESSAGES = 256
+MAX_RELATED = 64  # server requests whose call is remembered until the session reads them
 RESUME_ATTEMPTS = 3
 LISTEN = "subscriptions/listen"
 LISTEN_OPEN_SECS = 5.0  # how long the handshake waits for the standing GET stream to open
@@ -96,6 +98,7 @@ class HttpTransportBase:
         self._headers = expand_headers(config.headers, f"mcp_servers '{name}'", environ)
         self._client: httpx.AsyncClient | None = None
         self._inbox_send, self._inbox = trio.open_memory_channel[bytes](INBOX_MESSAGES)
+        self._related: dict[Any, Any] = {}  # a server request's id -> the call whose stream it came on
         # Every HTTP server without a static Authorization header may ask for a login;
         # one with no [oauth] table only when its 401 carries a Bearer challenge.
         self._oauth_config = oauth_of(config) if state_dir else getattr(config, "oauth", None)
@@ -124,22 +127,32 @@ class HttpTransportBase:
         if self.oauth is not None:
             self._bearer = await self.oauth.authorization()
 
-    def _auth_headers(self, headers: dict[str, str]) -> dict[str, str]:
+    def _auth_headers(self, headers: dict[str, str], method: str = "POST", url: str = "") -> dict[str, str]:
+        """The token, and for a DPoP-bound one a fresh proof naming this request."""
         if self._bearer:
             headers["Authorization"] = self._bearer
+            proof = self.oauth.proof(method, url or self.url, self._bearer) if self.oauth is not None else ""
+            if proof:
+                headers["DPoP"] = proof
         return headers
 
     async def _challenged(self, response: httpx.Response, tries: int) -> bool:
-        """A 401 or 403: True if a new token was obtained and the request should be
-        sent again (at most ``AUTH_TRIES`` times). AuthError if the flow failed."""
+        """Every answer passes here: one that went through resets the step-up budget (and
+        may name the next DPoP nonce). A 401 or 403: True if a new token was obtained and
+        the request should be sent again (at most ``AUTH_TRIES`` times). AuthError if the
+        flow failed."""
+        if self.oauth is not None and response.status_code < 400:
+            self.oauth.succeeded(response.request.headers.get("dpop", ""), response.headers.get("dpop-nonce", ""))
         if self.oauth is None or response.status_code not in (401, 403) or tries >= AUTH_TRIES:
             return False
         challenges = response.headers.get_list("www-authenticate")
-        if self._oauth_asked_only and (self._not_oauth or
-                                       not any(c.strip().lower().startswith("bearer") for c in challenges)):
+        if self._oauth_asked_only and (self._not_oauth or not any(
+                c.strip().lower().startswith(("bearer", "dpop")) for c in challenges)):
             return False  # a server nobody configured for OAuth, refusing without asking for a login
         try:
-            if not await self.oauth.challenged(response.status_code, challenges, self._bearer):
+            if not await self.oauth.challenged(response.status_code, challenges, self._bearer,
+                                               sent_proof=response.request.headers.get("dpop", ""),
+                                               nonce=response.headers.get("dpop-nonce", "")):
                 return False
         except AuthRequired:
             self.login_required = True
@@ -189,7 +202,7 @@ class StreamableHttpTransport(HttpTransportBase):
             if self.connection.session_id and self._client is not None:
                 with trio.move_on_after(2.0):
                     try:
-                        await self._client.delete(self.url, headers=self._request_headers(None))
+                        await self._client.delete(self.url, headers=self._request_headers(None, "DELETE"))
                     except httpx.HTTPError as exc:
                         log.debug("MCP server '%s': DELETE of the session failed: %s", self.name, exc)
             self._stopped.set()
@@ -217,6 +230,25 @@ class StreamableHttpTransport(HttpTransportBase):
             await self._inbox_send.send(body)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # closing: nobody is listening any more
+
+    def _note_related(self, body: bytes, request: jsonrpc.Request) -> None:
+        """A server request on a call's own stream belongs to that call (the session
+        asks ``related``); at most MAX_RELATED are remembered."""
+        if request.method not in MRTR_METHODS or b'"method"' not in body:
+            return
+        try:
+            message = jsonrpc.parse(body)
+        except jsonrpc.InvalidMessage:
+            return
+        if isinstance(message, jsonrpc.Request):
+            if len(self._related) >= MAX_RELATED:
+                del self._related[next(iter(self._related))]
+            self._related[message.id] = request.id
+
+    def related(self, request_id: Any) -> Any:
+        """The id of the call whose response stream carried server request ``request_id``
+        (None: another stream), once."""
+        return self._related.pop(request_id, None)
 
     async def send(self, message: jsonrpc.Message) -> None:
         if self._tasks is None or self._stopped.is_set() or self._broken:
@@ -277,9 +309,10 @@ class StreamableHttpTransport(HttpTransportBase):
             log.warning("MCP server '%s' refused a %s with HTTP %d", self.name,
                         getattr(message, "method", "response"), response.status_code)
 
-    def _request_headers(self, message: jsonrpc.Message | None) -> dict[str, str]:
+    def _request_headers(self, message: jsonrpc.Message | None, method: str = "POST") -> dict[str, str]:
         return self.connection.add_headers(
-            self._auth_headers({**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"}), message)
+            self._auth_headers({**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"}, method),
+            message)
 
     # --- One request --------------------------------------------------------------------
 
@@ -320,8 +353,6 @@ class StreamableHttpTransport(HttpTransportBase):
                 await response.aclose()
                 await self._exchange(request, body, retried=retried, auth_tries=auth_tries + 1)
                 return
-            if self.oauth is not None and response.status_code < 400:
-                self.oauth.succeeded()
             self.connection.note_session(request.method, response.headers.get("mcp-session-id"))
             if request.method == "initialize" and self._handshake is not None:
                 self._handshake.set()
@@ -337,6 +368,7 @@ class StreamableHttpTransport(HttpTransportBase):
                     if isinstance(message, tuple):  # the stream ended: how to resume it
                         last_event_id, retry_ms = message
                         break
+                    self._note_related(message, request)
                     await self._deliver(message)
                     if _response_id(message) == request.id:
                         answered = True
@@ -398,7 +430,7 @@ class StreamableHttpTransport(HttpTransportBase):
         assert self._client is not None
         for _ in range(RESUME_ATTEMPTS):
             await trio.sleep(min((retry_ms or 1000) / 1000, 5.0))
-            headers = {**self._request_headers(None), "Last-Event-ID": last_event_id}
+            headers = {**self._request_headers(None, "GET"), "Last-Event-ID": last_event_id}
             headers.pop("Content-Type", None)
             async with self._client.stream("GET", self.url, headers=headers) as response:
                 if response.status_code != 200:
@@ -408,6 +440,7 @@ class StreamableHttpTransport(HttpTransportBase):
                         if isinstance(message, tuple):
                             last_event_id, retry_ms = message[0] or last_event_id, message[1]
                             break
+                        self._note_related(message, request)
                         await self._deliver(message)
                         if _response_id(message) == request.id:
                             return True
@@ -458,7 +491,7 @@ class StreamableHttpTransport(HttpTransportBase):
         backoff, last_event_id = 1.0, ""
         stand_in = jsonrpc.Request(0, "(GET stream)", UNSET)
         while not self._stopped.is_set() and self.connection.era == "handshake":
-            headers = self._request_headers(None)
+            headers = self._request_headers(None, "GET")
             headers.pop("Content-Type", None)
             headers["Accept"] = "text/event-stream"
             if last_event_id:

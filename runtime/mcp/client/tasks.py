@@ -27,9 +27,10 @@ from runtime.errors import ProtocolError
 from runtime.mcp.client import inputs
 from runtime.mcp.protocol import ServerInfo
 
-__all__ = ["EXTENSION", "NOTIFICATIONS", "Dialect", "Task", "dialect", "declare", "support", "task_params"]
+__all__ = ["EXTENSION", "RESULT", "NOTIFICATIONS", "Dialect", "Task", "dialect", "declare", "support", "task_params"]
 
 EXTENSION = "io.modelcontextprotocol/tasks"
+RESULT = "tasks/result"  # 2025-11-25: waits for the result; the server's questions come meanwhile
 #: A server may say a task moved (2026-07-28: on the listen stream; 2025-11-25: on the session).
 NOTIFICATIONS = ("notifications/tasks", "notifications/tasks/status")
 TERMINAL = ("completed", "failed", "cancelled")

@@ -17,6 +17,11 @@ does depends on what the client can do:
   expires and the call returns the pipeline's tool error.
 - **MRTR** (2026-07-28, where servers send no requests): ``mrtr.py`` asks the same form
   inside an ``input_required`` result; ``decision_of`` and ``decide`` are shared.
+- **A question** (the approval carries a ``form``: an upstream MCP server asked tern's
+  client during this call): the client is asked that form itself, as this server's own
+  elicitation, and its answer (accept with values, decline, cancel) decides the request;
+  the kernel checks the values against the form (a wrong answer changes nothing, and the
+  person channels can still answer).
 - **Neither** (or the client refused the elicitation): the client is told which
   approval the call waits for, so its user can answer on another channel: a
   ``notifications/progress`` every NOTICE_SECS when the call has a ``progressToken``
@@ -79,6 +84,11 @@ def wants_form(capabilities: Any) -> bool:
 def elicitation(approval: Approval, *, mode: bool = True) -> dict[str, Any]:
     """The ``elicitation/create`` params for one approval (``mode``: say "form", which
     2025-11-25 and later know; 2025-06-18 had only forms and no such field)."""
+    if approval.form is not None:
+        asked = dict(approval.form)
+        if asked.get("mode") == "url":
+            return {**asked, "elicitationId": asked.get("elicitationId") or approval.id}
+        return asked if mode else {k: v for k, v in asked.items() if k != "mode"}
     who = f"Agent '{approval.agent}'" if approval.agent else "Your MCP client"
     shown = _encode(approval.arguments).decode() if approval.arguments is not None else "{}"
     if len(shown) > MAX_SHOWN_CHARS:
@@ -116,9 +126,17 @@ def decision_of(answer: Any) -> Decision:
 
 def decide(approvals: ApprovalPort, approval_id: str, answer: Any, *, by: str) -> None:
     """Decide ``approval_id`` with a client's elicitation answer; an answer that comes
-    after the request was closed (decided elsewhere, expired) changes nothing."""
-    approve, scope, reason = decision_of(answer)
+    after the request was closed (decided elsewhere, expired), or a question's answer
+    that does not fit its form, changes nothing."""
     try:
+        if approvals.get(approval_id).form is not None:
+            action = answer.get("action") if isinstance(answer, dict) else None
+            content = answer.get("content") if action == "accept" else None
+            approvals.decide(approval_id, action == "accept", by=by, channel="mcp", cancel=action == "cancel",
+                             answer=content if isinstance(content, dict) else {} if action == "accept" else None,
+                             reason="" if action in ("accept", "decline", "cancel") else "not understood")
+            return
+        approve, scope, reason = decision_of(answer)
         approvals.decide(approval_id, approve, scope=scope, reason=reason, by=by, channel="mcp")
     except TernError as exc:
         log.info("approval %s: the MCP client's answer changed nothing: %s", approval_id, exc)

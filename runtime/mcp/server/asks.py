@@ -1,4 +1,4 @@
-"""Ask tools (``[[mcp_server.asks]]``): tools that ask their MCP caller for input.
+"""Ask tools (``[[mcp_server.asks]]``): tools (or prompts) that ask their MCP caller for input.
 
 An ask is a published tool whose questions go to the client that called it: forms and
 URLs to open (``elicitation/create``, form and URL mode), model turns (``sampling/createMessage``) and ``roots/list``,
@@ -68,6 +68,12 @@ class Ask:
                 "inputSchema": {"type": "object", "properties": properties, "required": list(self.config.arguments),
                                 "additionalProperties": False},
                 "annotations": {"readOnlyHint": not self.config.send_to, "openWorldHint": False}}
+
+    def prompt(self) -> dict[str, Any]:
+        """The ask as ``prompts/list`` shows it (``prompt = true``)."""
+        kinds = sorted({q.kind for q in self.config.questions})
+        return {"name": self.name, "description": self.config.description or f"Asks you ({', '.join(kinds)}) first.",
+                "arguments": [{"name": name, "required": True} for name in self.config.arguments]}
 
     def check_arguments(self, arguments: dict[str, Any]) -> str:
         """What is wrong with a call's arguments ('' when nothing)."""

@@ -94,7 +94,8 @@ class Catalog:
     def _shape(self) -> dict[str, Any]:
         """What a reload can change in each list tern makes itself."""
         agents = self.resources.agents.values()
-        return {"prompts": [(name, prompt) for name, (_, prompt) in self.prompts.own.items()],
+        return {"prompts": [(name, prompt) for name, (_, prompt) in self.prompts.own.items()]
+                + [(name, ask.config) for name, ask in self.prompts.asking.items()],
                 "resources": [(a.name, a.workspace, a.resources) for a in agents] + [self.resources.upstream]}
 
     async def list_changes(self) -> AsyncIterator[str]:
@@ -183,6 +184,10 @@ class Catalog:
                                            f"(the value at most {MAX_COMPLETION_INPUT} characters)")
         kind = ref.get("type")
         if kind == "ref/prompt" and isinstance(ref.get("name"), str):
+            if (ask := self.prompts.ask(ref["name"])) is not None:  # free text: nothing to offer
+                if name not in ask.config.arguments:
+                    raise RpcError(INVALID_PARAMS, f"the prompt has no argument {name[:100]!r}")
+                return _values([])
             prompt = self.prompts.configured(ref["name"])
             if prompt is not None:
                 choices = next((a.values for a in prompt.arguments if a.name == name), None)

@@ -221,6 +221,8 @@ class McpServer:
                                                     f"{MODERN_VERSION}, put {META_VERSION} in params._meta)")
         if method == "tools/list":
             return self._tools_page(params)
+        if method == "prompts/get" and (ask := self.catalog.prompts.ask(params.get("name"))) is not None:
+            return await self._prompt(request.id, ask, params, peer, notify, None)
         if method in CATALOG_METHODS:
             return await self.catalog.handle(method, params, peer.subscriptions, modern=False)
         if method == "logging/setLevel":
@@ -274,6 +276,8 @@ class McpServer:
                                       modern=meta)
         elif method == "subscriptions/listen":
             result = await self._listen(request.id, params, peer, notify)
+        elif method == "prompts/get" and (ask := self.catalog.prompts.ask(params.get("name"))) is not None:
+            result = await self._prompt(request.id, ask, params, peer, notify, meta)
         elif method in CATALOG_METHODS and method not in HANDSHAKE_ONLY:
             result = await self.catalog.handle(method, params, None, modern=True)
         else:
@@ -281,6 +285,17 @@ class McpServer:
         result.setdefault("resultType", "complete")
         result["_meta"] = {META_SERVER_INFO: self.server_info}
         return result
+
+    def streams(self, message: Any) -> bool:
+        """Whether a request may send the client something before its answer (so HTTP
+        answers it on an SSE stream when the client takes one): a tool call's progress and
+        questions, a listen stream, a prompt that asks."""
+        if not isinstance(message, jsonrpc.Request):
+            return False
+        if message.method in ("tools/call", "subscriptions/listen"):
+            return True
+        params = message.params if isinstance(message.params, dict) else {}
+        return message.method == "prompts/get" and self.catalog.prompts.ask(params.get("name")) is not None
 
     def refusal(self, message: Any) -> RpcError | None:
         """The error a 2026-07-28 ``tools/call`` of an ask gets before it starts (a
@@ -322,6 +337,10 @@ class McpServer:
             raise RpcError(jsonrpc.INVALID_PARAMS, "params.arguments must be an object")
         forwarded = False  # an ask's reply sent on to its send_to tool
         ask = self.exposure.ask(name)
+        if ask is not None and modern is not None and self.tasks is not None and ask.config.task != "forbidden":
+            task = self._ask_task(ask, arguments, params, modern.get(META_CAPABILITIES))
+            if task is not None:
+                return task
         if ask is not None:
             step = await self._ask(request_id, ask, arguments, params, peer, notify, modern)
             if isinstance(step, dict):
@@ -423,12 +442,61 @@ class McpServer:
         return self.tasks.start(agent.name, message, context_id, peer.label, lender,
                                 sample if can_sample(capabilities) else None)
 
+    def _ask_task(self, ask: Ask, arguments: dict[str, Any], params: dict[str, Any],
+                  capabilities: Any) -> dict[str, Any] | None:
+        """A 2026-07-28 call of an ask with ``task`` set: a task whose questions are its
+        ``inputRequests`` (``ask_task.py``) when the client declared the extension; None:
+        asked by MRTR (a retry, or no room for another task)."""
+        assert self.tasks is not None
+        if not declared(capabilities):
+            if ask.config.task == "required":
+                raise missing_tasks()
+            return None
+        if params.get("requestState") is not None or not self.tasks.available():
+            return None
+        problem = ask.check_arguments(arguments)
+        if problem:
+            return error_result(f"invalid arguments: {problem}")
+        ask.check_capabilities(capabilities)
+        return self.tasks.start_ask(ask, arguments, capabilities)
+
     async def _ask(self, request_id: Any, ask: Ask, arguments: dict[str, Any], params: dict[str, Any], peer: Peer,
                    notify: Notify | None, modern: dict[str, Any] | None) -> dict[str, Any] | tuple[str, dict]:
         """An ask tool's questions (``ask_call.py``): a result, or the call to make next."""
         problem = ask.check_arguments(arguments)
         if problem:
             return error_result(f"invalid arguments: {problem}")
+        step = await self._answers(request_id, ask, arguments, params, peer, notify, modern)
+        if "answers" not in step:
+            return step.get("result") or step["error"]
+        return conclude(ask, arguments, step["answers"])
+
+    async def _prompt(self, request_id: Any, ask: Ask, params: dict[str, Any], peer: Peer, notify: Notify | None,
+                      modern: dict[str, Any] | None) -> dict[str, Any]:
+        """``prompts/get`` of a prompt that asks first: its questions as an ask tool's
+        (``input_required`` in 2026-07-28, the server's requests before), then the reply
+        as the prompt's user message. What the call cannot use is a JSON-RPC error:
+        a prompt has no error result."""
+        arguments = params.get("arguments")
+        arguments = {} if arguments is None else arguments
+        problem = ask.check_arguments(arguments) if isinstance(arguments, dict) else "not an object"
+        if problem:
+            raise RpcError(jsonrpc.INVALID_PARAMS, f"invalid arguments: {problem}")
+        step = await self._answers(request_id, ask, arguments, params, peer, notify, modern)
+        if "error" in step:
+            raise RpcError(jsonrpc.INVALID_PARAMS, step["error"]["content"][0]["text"])
+        if "answers" not in step:
+            return step["result"]
+        result: dict[str, Any] = {"messages": [{"role": "user", "content": {
+            "type": "text", "text": ask.reply(arguments, step["answers"])}}]}
+        if ask.config.description:
+            result["description"] = ask.config.description
+        return result
+
+    async def _answers(self, request_id: Any, ask: Ask, arguments: dict[str, Any], params: dict[str, Any],
+                       peer: Peer, notify: Notify | None, modern: dict[str, Any] | None) -> dict[str, Any]:
+        """An ask's questions put to the client in its era: ``{"answers"}`` when all are
+        answered, else ``{"result"}`` (``input_required``) or ``{"error"}`` (``ask_call.py``)."""
         if modern is not None:
             ask.check_capabilities(modern.get(META_CAPABILITIES))
             step = ask_modern(ask, self.ask_states, arguments, params, modern.get(META_CAPABILITIES), peer.label)
@@ -444,9 +512,7 @@ class McpServer:
                     del peer.inflight[request_id]
             if waiting.cancelled:
                 raise _Cancelled
-        if "answers" not in step:
-            return step.get("result") or step["error"]
-        return conclude(ask, arguments, step["answers"])
+        return step
 
     async def _call_parked(self, request_id: Any, name: str, arguments: dict[str, Any], params: dict[str, Any],
                            state: Any, peer: Peer, reporter: _Reporter | None, capabilities: Any) -> dict[str, Any]:

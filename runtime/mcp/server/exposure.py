@@ -76,7 +76,7 @@ class Exposure:
             for agent in self.config.agents:
                 self._agents.setdefault(agent_tool_name(agent.name), agent)
         self._presets = {preset.name: preset for preset in settings.presets}
-        self._asks = {ask.name: Ask(ask) for ask in settings.asks}
+        self._asks = {ask.name: Ask(ask) for ask in settings.asks if not ask.prompt}  # prompts: prompts.py
 
     def agent(self, name: str) -> AgentConfig | None:
         """The agent exposed as ``name`` (``tern_agent_…``), if one is."""
@@ -88,7 +88,10 @@ class Exposure:
 
     def task_support(self, name: str) -> str:
         """``taskSupport`` of an exposed tool: agents may run as tasks, presets of
-        agents as they say; everything else is forbidden (it runs within the call)."""
+        agents and asks as they say; everything else is forbidden (it runs within the call)."""
+        ask = self.ask(name)
+        if ask is not None:
+            return ask.config.task
         preset = self.preset(name)
         target = preset.tool if preset is not None else name
         if target not in self._agents:

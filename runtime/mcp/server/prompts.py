@@ -1,6 +1,9 @@
 """The prompts tern's MCP server offers: each agent's ``[[agents.prompts]]`` as
-``{agent}/{name}``, and the prompts of the connected MCP servers ``[mcp_server] upstream``
-names, re-exported under their own names (a name tern already offers wins).
+``{agent}/{name}``, the ``[[mcp_server.asks]]`` entries with ``prompt = true`` under
+their own names (prompts that ask their caller first: the dispatcher asks, as for an
+ask tool, and the reply is the prompt's user message), and the prompts of the connected
+MCP servers ``[mcp_server] upstream`` names, re-exported under their own names (a name
+tern already offers wins).
 
 ``prompts/get`` checks the arguments (every required one given, none unknown, each a
 string of bounded size), then replaces ``{argument}`` in each message's text. A
@@ -18,6 +21,7 @@ from typing import Any
 from runtime.config import AgentConfig, AgentPrompt, Config
 from runtime.errors import RpcError, TernError
 from runtime.log import get_logger
+from runtime.mcp.server.asks import Ask
 from runtime.mcp.server.resources import Resources, agent_uri, contents
 from runtime.wire.jsonrpc import INVALID_PARAMS
 
@@ -40,6 +44,11 @@ class Prompts:
         for agent in config.agents:
             for prompt in agent.prompts:
                 self.own.setdefault(f"{agent.name}/{prompt.name}", (agent, prompt))
+        self.asking = {ask.name: Ask(ask) for ask in config.mcp_server.asks if ask.prompt}
+
+    def ask(self, name: Any) -> Ask | None:
+        """The prompt ``name`` if it asks its caller first (an agent's prompt of that name comes first)."""
+        return self.asking.get(name) if isinstance(name, str) and name not in self.own else None
 
     def configured(self, name: str) -> AgentPrompt | None:
         found = self.own.get(name)
@@ -48,6 +57,10 @@ class Prompts:
     async def listing(self) -> list[dict[str, Any]]:
         listed = [_describe(name, agent, prompt) for name, (agent, prompt) in self.own.items()]
         seen = set(self.own)
+        for name, ask in self.asking.items():
+            if name not in seen:
+                seen.add(name)
+                listed.append(ask.prompt())
         for server, entry in await self.upstream():
             if entry["name"] not in seen:
                 seen.add(entry["name"])
@@ -65,7 +78,7 @@ class Prompts:
 
     async def owner(self, name: str) -> str | None:
         """The re-exported server that offers the prompt ``name``, when tern has none by that name."""
-        if name in self.own:
+        if name in self.own or name in self.asking:
             return None
         return next((server for server, entry in await self.upstream() if entry["name"] == name), None)
 

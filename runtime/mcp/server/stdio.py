@@ -184,11 +184,12 @@ class LocalBackend:
         nursery.start_soon(self._watch_lists)
 
     async def submit(self, message: Any, hand_off: Callable[[], None]) -> None:
-        """Everything but tools/call is answered at once, by the reader. A tools/call
+        """Everything but tools/call (and listen streams, prompts that ask:
+        ``McpServer.streams``) is answered at once, by the reader. A tools/call
         runs in this task after handing reading to a new reader; at most MAX_INFLIGHT run
         at a time, and one more is refused with SERVER_BUSY rather than made to wait:
         stdin is always read, so cancellations and EOF still get through."""
-        if not isinstance(message, jsonrpc.Request) or message.method not in ("tools/call", "subscriptions/listen"):
+        if not self.server.streams(message):
             reply = await self.server.handle(message, self.peer, self._notify)
             if reply is not None:
                 await self._emit(jsonrpc.encode(reply))  # type: ignore[misc]

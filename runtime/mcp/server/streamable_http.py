@@ -4,7 +4,8 @@ The HTTP layer has already checked the key, the rate limit, Host and Origin, and
 body size. Here:
 
 - **Answers**: a request gets JSON, or an SSE stream when the client accepts one and the
-  request may produce notifications first (``tools/call``: progress, log messages); a
+  request may produce notifications first (``tools/call``: progress, log messages; a
+  prompt that asks: its questions, in the handshake era); a
   client that goes away mid-stream cancels its call. Notifications and responses get
   202. An ``Accept`` with neither JSON nor SSE gets 406.
 - **2026-07-28** (``_meta`` carries the version, or ``MCP-Protocol-Version`` says
@@ -198,7 +199,7 @@ class McpHttpEndpoint:
         if refusal is not None:
             return Response(_STATUS_OF_CODE.get(refusal.code, 400),
                             jsonrpc.encode(jsonrpc.error_answer(message.id, refusal)), headers=headers)
-        if wants_sse and (message.method in ("tools/call", "subscriptions/listen") or not wants_json):
+        if wants_sse and (self.server.streams(message) or not wants_json):
 
             async def produce(send: trio.MemorySendChannel[bytes]) -> None:
                 async def notify(notification: dict[str, Any]) -> None:

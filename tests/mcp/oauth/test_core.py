@@ -225,7 +225,8 @@ def test_token_response_expiry_and_refresh_token_kept():
 @pytest.mark.parametrize("status,body,why", [
     (400, doc(error="invalid_grant", error_description="expired"), "invalid_grant"),
     (200, doc(token_type="Bearer"), "access_token"),
-    (200, doc(access_token="t", token_type="DPoP"), "Bearer"),
+    (200, doc(access_token="t", token_type="DPoP"), "no DPoP proof"),  # bound to a key it never saw
+    (200, doc(access_token="t", token_type="mac"), "Bearer and DPoP tokens only"),
     (200, b"<html>", "not JSON"),
     (200, b" " * (grant.MAX_TOKEN_RESPONSE_BYTES + 1), "larger")])
 def test_bad_token_responses(status, body, why):

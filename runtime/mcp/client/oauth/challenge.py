@@ -1,8 +1,9 @@
 """Reading a ``WWW-Authenticate`` header (RFC 9110 section 11.6.1, RFC 6750 section 3).
 
-Only the ``Bearer`` challenge matters to MCP: its ``resource_metadata`` (RFC 9728
-section 5.1) says where the server's metadata is, ``scope`` what to ask for, and
-``error="insufficient_scope"`` that a wider token is needed (step-up).
+Only the ``Bearer`` challenge, or a ``DPoP`` one (RFC 9449 section 7.1), matters to
+MCP: its ``resource_metadata`` (RFC 9728 section 5.1) says where the server's metadata
+is, ``scope`` what to ask for, ``error="insufficient_scope"`` that a wider token is
+needed (step-up) and ``error="use_dpop_nonce"`` that a proof needs the server's nonce.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ _BARE = re.compile(r"[^,\s]*")
 
 
 class Challenge(msgspec.Struct, frozen=True):
-    """The ``Bearer`` challenge of a 401 or 403 (all fields empty if there is none)."""
+    """The ``Bearer`` (or ``DPoP``) challenge of a 401 or 403 (all fields empty if there is none)."""
 
     scheme: str = ""
     resource_metadata: str = ""
@@ -32,6 +33,10 @@ class Challenge(msgspec.Struct, frozen=True):
     @property
     def insufficient_scope(self) -> bool:
         return self.error == "insufficient_scope"
+
+    @property
+    def use_dpop_nonce(self) -> bool:
+        return self.error == "use_dpop_nonce"
 
 
 def _quoted(text: str, i: int) -> tuple[str, int]:
@@ -98,13 +103,15 @@ def _challenges(text: str) -> list[tuple[str, dict[str, str]]]:
 
 def parse_www_authenticate(values: list[str] | str | None) -> Challenge:
     """The ``Bearer`` challenge among the header's values (several headers or one
-    comma-joined). Bounded: a header over 8 KiB is cut."""
+    comma-joined), else the ``DPoP`` one. Bounded: a header over 8 KiB is cut."""
     if not values:
         return Challenge()
     text = ", ".join(values) if isinstance(values, list) else values
-    for scheme, params in _challenges(text[:MAX_HEADER]):
-        if scheme == "bearer":
-            return Challenge(scheme="bearer", resource_metadata=params.get("resource_metadata", ""),
-                             scope=params.get("scope", ""), error=params.get("error", ""),
-                             error_description=params.get("error_description", ""))
-    return Challenge()
+    found = dict(reversed(_challenges(text[:MAX_HEADER])))  # the first of each scheme
+    scheme = "bearer" if "bearer" in found else "dpop" if "dpop" in found else ""
+    if not scheme:
+        return Challenge()
+    params = found[scheme]
+    return Challenge(scheme=scheme, resource_metadata=params.get("resource_metadata", ""),
+                     scope=params.get("scope", ""), error=params.get("error", ""),
+                     error_description=params.get("error_description", ""))

@@ -154,6 +154,7 @@ def parse_as_metadata(body: bytes, issuer: str) -> AsMetadata:
         authorization_response_iss_parameter_supported=doc.get("authorization_response_iss_parameter_supported")
         is True,
         client_id_metadata_document_supported=doc.get("client_id_metadata_document_supported") is True,
+        dpop_signing_alg_values_supported=_strings(doc, "dpop_signing_alg_values_supported"),
     )
 
 

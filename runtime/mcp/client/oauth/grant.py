@@ -9,6 +9,9 @@
   ``iss`` is missing while the server advertised it.
 - Scope: the challenge's, else the resource's ``scopes_supported``, else none;
   ``offline_access`` only when the authorization server lists it.
+- Unattended grants: client credentials; a JWT the workload's environment issued
+  (RFC 7523 jwt-bearer: workload identity federation); an enterprise IdP's ID token
+  exchanged there for an ID-JAG (RFC 8693), itself the jwt-bearer assertion (SEP-990).
 - Token requests authenticate with ``none``, ``client_secret_basic`` or
   ``client_secret_post``; tokens are refreshed a minute (at most half their life) before they expire (a token
   without ``expires_in`` is used until the server refuses it).
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import secrets
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
@@ -30,9 +34,16 @@ from runtime.mcp.client.oauth.model import AsMetadata, AuthError, Client, Resour
 
 __all__ = ["Pkce", "AuthorizationRequest", "choose_scope", "client_for", "registration_body", "parse_registration",
            "authorization_request", "code_from_redirect", "token_request", "parse_token_response",
-           "needs_refresh", "step_up_scope", "MAX_STEP_UPS", "REFRESH_MARGIN_SECS"]
+           "needs_refresh", "step_up_scope", "oauth_error", "check_assertion", "exchange_request",
+           "parse_exchange_response", "MAX_STEP_UPS", "REFRESH_MARGIN_SECS", "JWT_BEARER"]
 
 MAX_TOKEN_RESPONSE_BYTES = 64 * 1024
+MAX_ASSERTION_CHARS = 16 * 1024  # a JWT for a grant; cloud workload tokens are 1-2 KiB
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"  # RFC 7523 authorization grant
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # RFC 8693
+ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
+ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
+_JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 MAX_STEP_UPS = 2  # re-authorizations for wider scope before the request fails (the spec wants a limit)
 REFRESH_MARGIN_SECS = 60.0
 CLIENT_NAME = "tern"
@@ -197,8 +208,10 @@ def code_from_redirect(pending: AuthorizationRequest, redirect: str) -> str:
 
 def _client_auth(client: Client, form: dict[str, str], headers: dict[str, str]) -> None:
     """``client_id`` always goes in the form too: it identifies, the secret authenticates,
-    and some servers (the official Python SDK's) want it there even with Basic."""
-    form["client_id"] = client.client_id
+    and some servers (the official Python SDK's) want it there even with Basic. (A
+    jwt-bearer grant may have none: its assertion names the client.)"""
+    if client.client_id:
+        form["client_id"] = client.client_id
     if client.auth_method == "client_secret_basic" and client.client_secret:
         pair = f"{quote(client.client_id, safe='')}:{quote(client.client_secret, safe='')}"  # RFC 6749 §2.3.1
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
@@ -238,9 +251,10 @@ def _oauth_error(doc: dict[str, Any]) -> str:
 
 
 def parse_token_response(status: int, body: bytes, now: float, *, issuer: str, resource: str,
-                         previous: Tokens | None = None) -> Tokens:
+                         previous: Tokens | None = None, dpop: bool = False) -> Tokens:
     """A token endpoint answer as ``Tokens`` (absolute expiry; a refresh answer without
-    a new refresh token keeps the old one); AuthError for an error or a bad shape."""
+    a new refresh token keeps the old one); AuthError for an error or a bad shape, or
+    for a DPoP-bound token when the request carried no proof (``dpop``)."""
     doc = _json_object(body, "the token response")
     if status != 200:
         raise AuthError(f"the token endpoint refused (HTTP {status}): {_oauth_error(doc)}")
@@ -248,8 +262,12 @@ def parse_token_response(status: int, body: bytes, now: float, *, issuer: str, r
     if not isinstance(token, str) or not token or len(token) > 16384:
         raise AuthError("the token response has no usable access_token")
     token_type = doc.get("token_type", "Bearer")
-    if not isinstance(token_type, str) or token_type.lower() != "bearer":
-        raise AuthError(f"the token response has token_type {str(token_type)[:40]!r}; tern sends Bearer tokens only")
+    kind = token_type.lower() if isinstance(token_type, str) else ""
+    if kind == "dpop" and not dpop:
+        raise AuthError("the token response has token_type DPoP although tern sent no DPoP proof: refused")
+    if kind not in ("bearer", "dpop"):
+        raise AuthError(f"the token response has token_type {str(token_type)[:40]!r}; tern sends Bearer and "
+                        "DPoP tokens only")
     expires_in = doc.get("expires_in")
     if isinstance(expires_in, str) and expires_in.isdigit():
         expires_in = int(expires_in)
@@ -259,8 +277,54 @@ def parse_token_response(status: int, body: bytes, now: float, *, issuer: str, r
     if not refresh and previous is not None:
         refresh = previous.refresh_token
     scope = doc.get("scope") if isinstance(doc.get("scope"), str) else (previous.scope if previous else "")
-    return Tokens(access_token=token, token_type="Bearer", refresh_token=refresh or "", scope=scope or "",
-                  expires_at=float(expires_at), obtained_at=now, issuer=issuer, resource=resource)
+    return Tokens(access_token=token, token_type="DPoP" if kind == "dpop" else "Bearer", refresh_token=refresh or "",
+                  scope=scope or "", expires_at=float(expires_at), obtained_at=now, issuer=issuer, resource=resource)
+
+
+def oauth_error(status: int, body: bytes) -> str:
+    """The ``error`` code of a refusal from a token endpoint ("" if it is none or unreadable)."""
+    if status < 400 or len(body) > MAX_TOKEN_RESPONSE_BYTES:
+        return ""
+    try:
+        doc = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return ""
+    return doc["error"] if isinstance(doc, dict) and isinstance(doc.get("error"), str) else ""
+
+
+def check_assertion(text: str, what: str) -> str:
+    """A JWT handed over for a grant (a workload's token, an enterprise ID token), trimmed;
+    AuthError if it is empty, too large or not shaped like a JWT. The text never quotes it."""
+    text = text.strip()
+    if not text:
+        raise AuthError(f"{what} is empty")
+    if len(text) > MAX_ASSERTION_CHARS:
+        raise AuthError(f"{what} is larger than {MAX_ASSERTION_CHARS} characters")
+    if not _JWT.fullmatch(text):
+        raise AuthError(f"{what} is not a JWT (three base64url parts separated by dots)")
+    return text
+
+
+def exchange_request(idp_client: Client, id_token: str, audience: str, resource: str,
+                     scope: str) -> tuple[bytes, dict[str, str]]:
+    """SEP-990's first step at the enterprise IdP: exchange the user's ID token for an
+    Identity Assertion JWT Authorization Grant (ID-JAG) for ``audience`` (the MCP
+    server's authorization server) and ``resource`` (RFC 8693 token exchange)."""
+    return token_request(idp_client, TOKEN_EXCHANGE, {
+        "subject_token": id_token, "subject_token_type": ID_TOKEN_TYPE, "requested_token_type": ID_JAG_TYPE,
+        "audience": audience, "resource": resource, "scope": scope})
+
+
+def parse_exchange_response(status: int, body: bytes) -> str:
+    """The ID-JAG in the IdP's answer; AuthError for a refusal or another token type."""
+    doc = _json_object(body, "the identity provider's token exchange answer")
+    if status != 200:
+        raise AuthError(f"the identity provider refused the token exchange (HTTP {status}): {_oauth_error(doc)}")
+    if doc.get("issued_token_type") != ID_JAG_TYPE:
+        raise AuthError(f"the identity provider issued {str(doc.get('issued_token_type'))[:80]!r}, "
+                        "not an ID-JAG")
+    return check_assertion(doc.get("access_token") if isinstance(doc.get("access_token"), str) else "",
+                           "the ID-JAG from the identity provider")
 
 
 def needs_refresh(tokens: Tokens, now: float) -> bool:

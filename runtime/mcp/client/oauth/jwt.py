@@ -4,8 +4,9 @@ here, small and checked against RFC 6979's test vectors.
 
 The nonce is deterministic (RFC 6979), so a weak random source can never leak the
 key. The arithmetic is plain Python integers, not constant-time: a process that can
-time tern's token requests finely could learn about the key (see
-docs/threat-model.md). Signing happens once per token, not per request.
+time tern's requests finely could learn about the key (see docs/threat-model.md).
+A ``private_key_jwt`` assertion is signed once per token, a DPoP proof once per
+request (about 0.4 ms: the generator's multiples are tabulated once).
 """
 
 from __future__ import annotations
@@ -83,15 +84,50 @@ def _multiply(k: int, point: tuple[int, int] = G) -> tuple[int, int]:
             result = _add(result, addend)
         addend = _double(addend)
         k >>= 1
-    if result is None:
+    return _to_xy(result)
+
+
+_WINDOW = 4
+_G_TABLE: list[list[tuple[int, int, int] | None]] = []
+
+
+def _multiply_g(k: int) -> tuple[int, int]:
+    """``k`` times the generator with a table of its multiples (``_WINDOW`` bits a row,
+    built once, about 30 ms): 64 additions instead of 256 doublings and ~128 additions,
+    which makes a signature (one per DPoP proof, so one per request) about 4x cheaper."""
+    if not _G_TABLE:
+        base: tuple[int, int, int] | None = (G[0], G[1], 1)
+        for _ in range(256 // _WINDOW):
+            row: list[tuple[int, int, int] | None] = [None]
+            for _ in range((1 << _WINDOW) - 1):
+                row.append(_affine(_add(row[-1], base)))
+            _G_TABLE.append(row)
+            for _ in range(_WINDOW):
+                base = _double(base)
+    result: tuple[int, int, int] | None = None
+    for row in _G_TABLE:
+        result = _add(result, row[k & ((1 << _WINDOW) - 1)])
+        k >>= _WINDOW
+    return _to_xy(result)
+
+
+def _affine(point: tuple[int, int, int] | None) -> tuple[int, int, int] | None:
+    if point is None:
+        return None
+    x, y = _to_xy(point)
+    return x, y, 1
+
+
+def _to_xy(point: tuple[int, int, int] | None) -> tuple[int, int]:
+    if point is None:
         raise ValueError("point at infinity")
-    x, y, z = result
+    x, y, z = point
     zi = pow(z, -1, P)
     return x * zi * zi % P, y * zi * zi * zi % P
 
 
 def public_point(key: EcKey) -> tuple[int, int]:
-    return _multiply(key.d)
+    return _multiply_g(key.d)
 
 
 def _bits2int(data: bytes) -> int:
@@ -121,7 +157,7 @@ def sign_es256(key: EcKey, message: bytes) -> bytes:
     digest = hashlib.sha256(message).digest()
     e = _bits2int(digest) % N
     for k in _nonces(key.d, digest):
-        r = _multiply(k)[0] % N
+        r = _multiply_g(k)[0] % N
         if r == 0:
             continue
         s = pow(k, -1, N) * (e + r * key.d) % N

@@ -54,6 +54,7 @@ class AsMetadata(msgspec.Struct, frozen=True):
     code_challenge_methods_supported: list[str] = []
     authorization_response_iss_parameter_supported: bool = False
     client_id_metadata_document_supported: bool = False
+    dpop_signing_alg_values_supported: list[str] = []
 
 
 class Client(msgspec.Struct):
@@ -69,10 +70,11 @@ class Client(msgspec.Struct):
 
 
 class Tokens(msgspec.Struct):
-    """A token response, with its expiry made absolute (``expires_at`` 0: unknown)."""
+    """A token response, with its expiry made absolute (``expires_at`` 0: unknown).
+    ``token_type`` "DPoP": bound to the server's DPoP key, sent only with a proof."""
 
     access_token: str
-    token_type: str = "Bearer"
+    token_type: str = "Bearer"  # Bearer | DPoP
     refresh_token: str = ""
     scope: str = ""
     expires_at: float = 0.0
@@ -82,6 +84,11 @@ class Tokens(msgspec.Struct):
 
     def __repr__(self) -> str:  # never print a token by accident
         return f"Tokens(issuer={self.issuer!r}, scope={self.scope!r}, expires_at={self.expires_at})"
+
+    @property
+    def header(self) -> str:
+        """The ``Authorization`` header value: a DPoP-bound token never goes as Bearer."""
+        return f"{self.token_type} {self.access_token}"
 
 
 class Grant(msgspec.Struct, frozen=True):

@@ -4,8 +4,9 @@ address, no redirect is followed, every answer is size-bounded and every exchang
 has a deadline).
 
 A transport asks ``authorization()`` for the header of each request (refreshing the
-token a minute before it expires) and calls ``challenged()`` when a server answers
-401 or 403; it retries the request when that returns True. Only one flow runs at a
+token a minute before it expires), ``proof()`` for its DPoP header when the token is
+DPoP-bound, and calls ``challenged()`` when a server answers 401 or 403; it retries
+the request when that returns True. Only one flow runs at a
 time per server; a request that was refused with a token someone has replaced since
 just retries.
 """
@@ -13,6 +14,7 @@ just retries.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -22,7 +24,7 @@ import trio
 
 from runtime.config import OAuthConfig
 from runtime.log import get_logger, register_secret
-from runtime.mcp.client.oauth import discovery, grant
+from runtime.mcp.client.oauth import discovery, dpop, grant
 from runtime.mcp.client.oauth.challenge import Challenge, parse_www_authenticate
 from runtime.mcp.client.oauth.model import (
     AsMetadata, AuthError, AuthRequired, Client, NotOAuth, ResourceMetadata, Tokens,
@@ -71,6 +73,12 @@ class OAuthSession:
             register_secret(self._secret)  # masked in every log line, should one ever quote it
         if config.client_secret_env and not self._secret:
             log.warning("MCP server '%s': %s is not set; using no client secret", name, config.client_secret_env)
+        self._environ = env
+        self._idp_secret = env.get(config.idp_client_secret_env, "") if config.idp_client_secret_env else ""
+        if self._idp_secret:
+            register_secret(self._idp_secret)
+        self._dpop: tuple[dpop.DpopKey, bytes] | None = None  # the key and its encoded proof header
+        self.nonces = dpop.Nonces()
         self._lock = trio.Lock()
         self._step_ups = 0
         self.requested_scope = ""
@@ -80,10 +88,12 @@ class OAuthSession:
     # --- what the transport calls ---------------------------------------------------
 
     def current(self) -> Tokens | None:
-        """The saved tokens; read again only when the file changed (a login by the CLI)."""
+        """The saved tokens; read again only when the file changed (a login by the CLI,
+        whose tokens may be bound to a DPoP key it made: that is read again too)."""
         stamp = self.store.tokens_stamp(self.server_url)
         if self._cached is None or self._cached[0] != stamp:
             self._cached = (stamp, self.store.tokens(self.server_url))
+            self._dpop = None
         return self._cached[1]
 
     async def authorization(self) -> str | None:
@@ -93,27 +103,54 @@ class OAuthSession:
         tokens = self.current()
         if tokens is None:
             return None
+        if tokens.token_type == "DPoP" and self._dpop_key(create=False) is None:
+            # Bound to a key that is gone: as a Bearer token it would be refused (or, worse,
+            # accepted by a careless server). Forget it; the server's 401 starts a new flow.
+            log.warning("MCP server '%s': the DPoP key of its token is missing; a new token is needed", self.name)
+            self.store.forget_tokens(self.server_url)
+            return None
         if grant.needs_refresh(tokens, self.now()):
             async with self._lock:
                 tokens = self.current()
                 if tokens is not None and grant.needs_refresh(tokens, self.now()):
                     tokens = await self._refresh_or_none(tokens) or tokens
-        return f"Bearer {tokens.access_token}" if tokens else None
+        return tokens.header if tokens else None
 
-    def succeeded(self) -> None:
-        """A request went through: the step-up budget starts again."""
+    def proof(self, method: str, url: str, authorization: str | None) -> str:
+        """The ``DPoP`` header for a request carrying ``authorization`` ("" unless that is
+        a DPoP-bound token): fresh for every request, with the server's latest nonce."""
+        if not authorization or not authorization.startswith("DPoP "):
+            return ""
+        found = self._dpop_key(create=False)
+        if found is None:
+            return ""
+        key, header = found
+        return dpop.proof(key, method, url, self.now(), nonce=self.nonces.get(url),
+                          access_token=authorization[5:], header=header)
+
+    def succeeded(self, sent_proof: str = "", nonce: str = "") -> None:
+        """A request went through (with the DPoP proof ``sent_proof``; the server may have
+        sent a next ``nonce``): the step-up budget starts again."""
         self._step_ups = 0
+        if sent_proof:
+            url, sent_nonce = _proof_target(sent_proof, self.server_url)
+            self.nonces.worked(url, sent_nonce)
+            self.nonces.offered(url, nonce)
 
-    async def challenged(self, status: int, www_authenticate: list[str], sent: str | None) -> bool:
-        """The server refused a request sent with the header ``sent`` (401 or 403):
-        get a new token if that can help. True: send the request again; False: give
-        up (the refusal stands). AuthRequired when only a person can log in."""
+    async def challenged(self, status: int, www_authenticate: list[str], sent: str | None, *,
+                         sent_proof: str = "", nonce: str = "") -> bool:
+        """The server refused a request sent with the header ``sent`` (401 or 403) and the
+        DPoP proof ``sent_proof``, maybe naming a DPoP ``nonce``: get a new token (or use
+        the nonce) if that can help. True: send the request again; False: give up (the
+        refusal stands). AuthRequired when only a person can log in."""
         challenge = parse_www_authenticate(www_authenticate)
+        if challenge.use_dpop_nonce:  # once per request: a server wanting a new nonce forever is refused
+            return bool(sent_proof) and self.nonces.retry(*_proof_target(sent_proof, self.server_url), nonce)
         if status == 403 and not challenge.insufficient_scope:
             return False
         async with self._lock:
             tokens = self.current()
-            if tokens is not None and sent != f"Bearer {tokens.access_token}":
+            if tokens is not None and sent != tokens.header:
                 return True  # another request already got a new token
             if challenge.insufficient_scope:
                 self._step_ups += 1
@@ -133,7 +170,7 @@ class OAuthSession:
                 # (a migration), needs a new login instead.
                 fresh = await self._refresh_or_none(tokens)
                 if fresh is not None:
-                    self._refreshed_on_401 = f"Bearer {fresh.access_token}"
+                    self._refreshed_on_401 = fresh.header
                     return True
             await self.login(challenge, found=found)
             return True
@@ -182,10 +219,8 @@ class OAuthSession:
             scope = grant.choose_scope(challenge.scope, resource_meta, server, tuple(self.config.scopes),
                                        want_refresh=self.config.grant == "authorization_code")
         self.requested_scope = scope
-        if self.config.grant == "client_credentials":
-            client = self._configured_client(server, issuer)
-            tokens = await self._token(server, client, "client_credentials", {"scope": scope, "resource": resource},
-                                       issuer, resource)
+        if self.config.grant != "authorization_code":
+            tokens = await self._unattended(server, issuer, resource, scope)
         else:
             if self.authorizer is None:
                 self.store.forget_tokens(self.server_url)  # refused and not refreshable: useless now
@@ -206,13 +241,81 @@ class OAuthSession:
         log.info("MCP server '%s': signed in at %s (scope %s)", self.name, issuer, tokens.scope or scope or "none")
         return tokens
 
+    async def _unattended(self, server: AsMetadata, issuer: str, resource: str, scope: str) -> Tokens:
+        """Tokens without a person: the client's own credentials, a workload's JWT
+        (jwt-bearer), or an enterprise ID token exchanged for an ID-JAG first (SEP-990).
+        A refusal is final: the grant is not retried, nor another one tried."""
+        client = self._configured_client(server, issuer)
+        fields = {"scope": scope, "resource": resource}
+        kind = self.config.grant
+        if kind == "jwt_bearer":
+            kind, fields["assertion"] = grant.JWT_BEARER, self._read_assertion("the workload's JWT")
+        elif kind == "enterprise_managed":
+            idp = Client(issuer=self.config.idp_token_endpoint, client_id=self.config.idp_client_id,
+                         client_secret=self._idp_secret,
+                         auth_method="client_secret_basic" if self._idp_secret else "none")
+            body, headers = grant.exchange_request(idp, self._read_assertion("the enterprise ID token"),
+                                                   server.issuer or issuer, resource, scope)
+            status, answer, _ = await self._fetch("POST", self.config.idp_token_endpoint, body, headers)
+            kind, fields["assertion"] = grant.JWT_BEARER, grant.parse_exchange_response(status, answer)
+        return await self._token(server, client, kind, fields, issuer, resource)
+
     def _configured_client(self, server: AsMetadata, issuer: str) -> Client:
+        if not self.config.client_id:
+            if self.config.grant == "jwt_bearer":  # the assertion says who the workload is
+                return Client(issuer=issuer, client_id="", how="config")
+            raise AuthError(f"MCP server '{self.name}': grant = \"{self.config.grant}\" needs a client_id")
         client = grant.client_for(server, issuer, client_id=self.config.client_id, client_secret=self._secret)
-        if client is None or client.how != "config":
-            raise AuthError(f"MCP server '{self.name}': grant = \"client_credentials\" needs a client_id")
+        assert client is not None  # a configured client_id always gives one
         if self.config.private_key_file:
             client.auth_method = "private_key_jwt"
         return client
+
+    def _read_assertion(self, what: str) -> str:
+        """The grant's JWT, read afresh for each token request (workload tokens rotate):
+        from ``assertion_env`` or ``assertion_file``. Never logged, never quoted."""
+        if self.config.assertion_env:
+            text = self._environ.get(self.config.assertion_env, "")
+            if not text:
+                raise AuthError(f"MCP server '{self.name}': {self.config.assertion_env} (holding {what}) is not set")
+            return grant.check_assertion(text, f"{what} in {self.config.assertion_env}")
+        path = self.config.assertion_file
+        try:  # non-blocking: a FIFO with no writer must not hang the process
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise OSError(0, "not a regular file")
+                data = f.read(grant.MAX_ASSERTION_CHARS + 1)
+        except OSError as exc:
+            raise AuthError(f"MCP server '{self.name}': cannot read {what} from {path}: "
+                            f"{exc.strerror or type(exc).__name__}") from None
+        if len(data) > grant.MAX_ASSERTION_CHARS:
+            raise AuthError(f"MCP server '{self.name}': {what} in {path} is larger than "
+                            f"{grant.MAX_ASSERTION_CHARS} bytes")
+        return grant.check_assertion(data.decode("ascii", "replace"), f"{what} in {path}")
+
+    def _uses_dpop(self, server: AsMetadata) -> bool:
+        """DPoP when configured so, or (``auto``) when the authorization server offers ES256."""
+        if self.config.dpop == "auto":
+            return dpop.ALG in server.dpop_signing_alg_values_supported
+        return self.config.dpop == "always"
+
+    def _dpop_key(self, *, create: bool) -> tuple[dpop.DpopKey, bytes] | None:
+        """This server's DPoP key (made and saved on first use when ``create``; a saved one
+        that fails its check counts as none)."""
+        if self._dpop is None:
+            key = self.store.dpop_key(self.server_url)
+            try:
+                key = dpop.check_key(key) if key is not None else None
+            except AuthError as exc:
+                log.warning("MCP server '%s': %s: not used", self.name, exc)
+                key = None
+            if key is None and create:
+                key = dpop.new_key()
+                self.store.save_dpop_key(self.server_url, key)
+            if key is not None:
+                self._dpop = (key, dpop.encoded_header(key))
+        return self._dpop
 
     def _assertion(self, client: Client, audience: str) -> dict[str, str]:
         """RFC 7523 client authentication: a JWT signed with the configured key."""
@@ -248,9 +351,26 @@ class OAuthSession:
         if client.auth_method == "private_key_jwt":
             fields = {**fields, **self._assertion(client, server.issuer or server.token_endpoint)}
         body, headers = grant.token_request(client, kind, fields)
-        status, answer, _ = await self._fetch("POST", server.token_endpoint, body, headers)
+        found = self._dpop_key(create=True) if self._uses_dpop(server) else None
+        endpoint = server.token_endpoint
+        for _ in range(2):  # a use_dpop_nonce refusal is answered once with the server's nonce
+            if found is not None:
+                headers["DPoP"] = dpop.proof(found[0], "POST", endpoint, self.now(), nonce=self.nonces.get(endpoint),
+                                             header=found[1])
+            status, answer, answer_headers = await self._fetch("POST", endpoint, body, headers)
+            if found is None:
+                break
+            sent = _proof_target(headers["DPoP"], endpoint)[1]
+            demanded = answer_headers.get("dpop-nonce", "")
+            if status == 400 and grant.oauth_error(status, answer) == "use_dpop_nonce":
+                if not self.nonces.retry(endpoint, sent, demanded):
+                    break
+                continue
+            self.nonces.worked(endpoint, sent)
+            self.nonces.offered(endpoint, demanded)
+            break
         return grant.parse_token_response(status, answer, self.now(), issuer=issuer, resource=resource,
-                                          previous=previous)
+                                          previous=previous, dpop=found is not None)
 
     async def _refresh_or_none(self, tokens: Tokens) -> Tokens | None:
         """Refresh ``tokens`` at the issuer that gave them (never another one); None
@@ -326,6 +446,14 @@ class OAuthSession:
         except httpx.HTTPError as exc:
             raise AuthError(f"{method} {_short(url)} failed: {exc or type(exc).__name__}") from None
         return response.status_code, bytes(data), response.headers
+
+
+def _proof_target(proof: str, default_url: str) -> tuple[str, str]:
+    """The URL and nonce a proof of ours named: the nonce a server answers about is
+    that URL's."""
+    claims = dpop.claims_of(proof)
+    url, nonce = claims.get("htu"), claims.get("nonce")
+    return (url if isinstance(url, str) and url else default_url), (nonce if isinstance(nonce, str) else "")
 
 
 def login_hint(name: str) -> str:

@@ -2,7 +2,8 @@
 
 One small JSON file per key in ``<state dir>/oauth/`` (0700; every file 0600 from
 its first byte, written whole to a temporary name and renamed, so a reader never sees
-half a file): ``tokens-<hash of the server URL>.json`` and
+half a file): ``tokens-<hash of the server URL>.json``, ``dpop-<hash of the server
+URL>.json`` (the private key DPoP-bound tokens need) and
 ``client-<hash of the issuer>.json`` (credentials are per authorization server: a
 server that moves to another one never sends the old one's client there). A file that
 cannot be read is moved aside with a warning and treated as absent: a broken file
@@ -14,11 +15,10 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import TypeVar
-
 import msgspec
 
 from runtime.log import get_logger
+from runtime.mcp.client.oauth.dpop import DpopKey
 from runtime.mcp.client.oauth.model import Client, Tokens
 from runtime.storage import failed, move_aside
 
@@ -26,13 +26,13 @@ __all__ = ["TokenStore"]
 
 log = get_logger("mcp.oauth")
 MAX_FILE_BYTES = 256 * 1024
-T = TypeVar("T", Tokens, Client)
 
 
 class _Saved(msgspec.Struct):
     key: str
     tokens: Tokens | None = None
     client: Client | None = None
+    dpop: DpopKey | None = None
 
 
 def _name(kind: str, key: str) -> str:
@@ -69,6 +69,15 @@ class TokenStore:
         except OSError:
             return (0, 0)
         return (st.st_mtime_ns, st.st_ino)
+
+    # --- DPoP keys, by server URL ------------------------------------------------------
+
+    def dpop_key(self, server_url: str) -> DpopKey | None:
+        saved = self._read(_name("dpop", server_url), server_url)
+        return saved.dpop if saved else None
+
+    def save_dpop_key(self, server_url: str, key: DpopKey) -> None:
+        self._write(_name("dpop", server_url), _Saved(key=server_url, dpop=key))
 
     # --- client registrations, by issuer --------------------------------------------
 
