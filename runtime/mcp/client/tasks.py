@@ -27,7 +27,8 @@ from runtime.errors import ProtocolError
 from runtime.mcp.client import inputs
 from runtime.mcp.protocol import ServerInfo
 
-__all__ = ["EXTENSION", "RESULT", "NOTIFICATIONS", "Dialect", "Task", "dialect", "declare", "support", "task_params"]
+__all__ = ["EXTENSION", "RESULT", "NOTIFICATIONS", "Dialect", "Support", "Task", "created", "dialect", "declare",
+           "support", "task_params"]
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 RESULT = "tasks/result"  # 2025-11-25: waits for the result; the server's questions come meanwhile
