@@ -48,12 +48,14 @@ class Tool(msgspec.Struct, frozen=True):
 
 class ToolResult(msgspec.Struct):
     """What a call returns to its caller. ``is_error`` is a tool error for the model to
-    read (the tool ran and failed), not a fault of tern."""
+    read (the tool ran and failed), not a fault of tern. ``task`` is the id of the
+    upstream task the call ran as (an MCP server's tasks), for the audit record."""
 
     text: str
     is_error: bool = False
     structured: Any = None
     content: list[dict[str, Any]] = []
+    task: str = ""
 
 
 class ToolContext(msgspec.Struct, frozen=True):

@@ -420,12 +420,17 @@ def test_readable_event_lines_name_what_happened_and_escape_peer_text():
         {"type": "agent.message", "agent": "bot", "context_id": "c1", "outcome": "cancelled", "ms": 9},
         {"type": "a2a.task", "task_id": "t1", "agent": "echo", "state": "completed"},
         {"type": "mcp.server", "name": "fs", "state": "failed", "last_error": "boom\n\x1b[31mforged"},
+        {"type": "mcp.task", "server": "up", "tool": "mcp_up_job", "task": "t9", "status": "cancelled", "by": "tern"},
+        {"type": "tool.call", "tool": "mcp_up_job", "caller": "cli", "arguments": "{}", "outcome": "ok", "ms": 3,
+         "task": "t9"},
     )]
     assert lines[0].endswith('tool file_write by bot {"path":"a"}: ok in 2.5 ms')
     assert lines[1].endswith("model m for bot: ok in 80 ms, 120 tokens")
     assert lines[2].endswith("agent bot [c1]: cancelled in 9 ms")
     assert lines[3].endswith("A2A task t1 (echo): completed")
     assert "\n" not in lines[4] and "\x1b" not in lines[4] and "forged" in lines[4]
+    assert lines[5].endswith("MCP task t9 (mcp_up_job): cancelled by tern")
+    assert lines[6].endswith("tool mcp_up_job (cli) {}: ok in 3 ms as MCP task t9")
 
 
 def test_a_discovery_file_that_fails_the_checks_is_not_used(tmp_path):

@@ -106,8 +106,13 @@ def _event_line(event: dict[str, Any]) -> str:
         return clean(f"{stamp} MCP server {event.get('name')}: {event.get('state')}{error}")
     if kind == "tool.call":
         who = f" by {event['agent']}" if event.get("agent") else f" ({event['caller']})" if event.get("caller") else ""
+        task = f" as MCP task {event['task']}" if event.get("task") else ""
         return clean(f"{stamp} tool {event.get('tool')}{who} {event.get('arguments', '')}: {event.get('outcome')} "
-                     f"in {event.get('ms')} ms")
+                     f"in {event.get('ms')} ms{task}")
+    if kind == "mcp.task":
+        by = " by tern" if event.get("by") else ""
+        message = f": {event['message']}" if event.get("message") else ""
+        return clean(f"{stamp} MCP task {event.get('task')} ({event.get('tool')}): {event.get('status')}{by}{message}")
     if kind == "agent.message":
         return clean(f"{stamp} agent {event.get('agent')} [{event.get('context_id')}]: {event.get('outcome')} "
                      f"in {event.get('ms')} ms")

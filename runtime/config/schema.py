@@ -157,7 +157,8 @@ class McpServerEntry(_Section):
     """One external MCP server whose tools become ``mcp_{name}_{tool}``.
 
     ``timeout_secs`` bounds every request to it, ``tools/call`` included (a call gets
-    the smaller of this and the ``[tools]`` timeout). ``tools_include``/``tools_exclude``
+    the smaller of this and the ``[tools]`` timeout; a call the server runs as a task
+    gets the ``[tools]`` timeout in all, each of its requests this). ``tools_include``/``tools_exclude``
     are globs matched on the tool's name or its ``mcp_{name}_{tool}`` name, casefolded
     and with ``-`` and ``_`` the same: ``delete_*`` also excludes ``Delete-Repo``.
     """

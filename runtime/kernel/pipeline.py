@@ -203,6 +203,8 @@ class ToolPipeline:
                                      "outcome": outcome, "ms": round(seconds * 1000, 3)}
             if outcome != "ok":  # tern's sentence or the tool's own error, cut: enough to see why
                 event["error"] = result.text[:200]
+            if result.task:
+                event["task"] = result.task
             if events is not None:
                 events.publish("tool.call", {**event, "arguments": self.short_arguments(arguments)})
             if run.on_tool is not None:
@@ -210,6 +212,8 @@ class ToolPipeline:
         if audit is not None:
             # A refusal or failure carries tern's own sentence (redacted); a tool's output never goes in the log.
             why = {} if outcome in ("ok", "tool_error") else {"error": result.text}
+            if result.task:  # it ran as this upstream task (an MCP server's tasks)
+                why["task"] = result.task
             audit.record("tool_call", agent=run.agent.name if run.agent else None, caller=caller, tool=name,
                          arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
                          untrusted=untrusted, **why)
@@ -279,7 +283,8 @@ class ToolPipeline:
             run.taint.add_untrusted(result.text, name)
         outcome = "tool_error" if result.is_error else "ok"
         structured = self.redactor.redact_obj(result.structured) if result.structured is not None else None
-        return ToolResult(text, result.is_error, structured, self.redactor.redact_obj(result.content)), outcome
+        return ToolResult(text, result.is_error, structured, self.redactor.redact_obj(result.content),
+                          task=result.task), outcome
 
 
     async def _govern(self, verdict: Any, name: str, arguments: dict[str, Any], run: Run,

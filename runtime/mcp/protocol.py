@@ -83,6 +83,7 @@ class McpTool(_Model):
     input_schema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, Any] | None = None
+    execution: dict[str, Any] | None = None  # ``taskSupport``: whether a call may or must be a task
 
 
 class CallResult(_Model):

@@ -14,15 +14,18 @@ from collections.abc import AsyncIterator, Callable
 import trio
 
 from runtime.config import HttpTransport as HttpConfig, McpServerEntry, StdioTransport as StdioConfig
-from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernError
+from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernError, TernTimeout
 from runtime.log import get_logger
 from runtime.mcp import protocol
+from runtime.mcp.client import tasks
 from runtime.mcp.client.session import InputHandler, McpSession, NotificationHandler
+from runtime.wire import jsonrpc
 
 __all__ = ["McpClient", "MAX_TOOL_PAGES"]
 
 log = get_logger("mcp")
 MAX_TOOL_PAGES = 100
+TaskCallback = Callable[[dict[str, Any]], None]  # {"task": id, "status": ..., "message"?, "by"?}
 
 
 def make_transport(entry: McpServerEntry, policy: Any = None, *, state_dir: str = "", authorizer: Any = None) -> Any:
@@ -54,6 +57,7 @@ class McpClient:
     def __init__(self, entry: McpServerEntry, session: McpSession) -> None:
         self.entry = entry
         self.session = session
+        self._support: dict[str, tasks.Support] = {}  # tool -> its execution.taskSupport, as last listed
 
     @classmethod
     async def connect(cls, entry: McpServerEntry, nursery: trio.Nursery, *,
@@ -94,6 +98,7 @@ class McpClient:
             page, _ = protocol.parse_tools_page(result)
             tools.extend(page)
         tools, refused = self.session.connection.note_tools(tools)
+        self._support = {tool.name: tasks.support(tool.execution) for tool in tools}
         for name, reason in refused:
             log.warning("MCP server '%s': tool %r left out: %s", self.entry.name, name[:100], reason)
         return tools
@@ -148,16 +153,102 @@ class McpClient:
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, *,
                         timeout_secs: float | None = None,
-                        on_progress: Callable[[dict[str, Any]], None] | None = None) -> protocol.CallResult:
+                        on_progress: Callable[[dict[str, Any]], None] | None = None,
+                        on_task: TaskCallback | None = None) -> protocol.CallResult:
         """Call a tool by its original name. A tool failure is ``result.is_error``;
         protocol faults raise RpcError, timeouts TernTimeout, a dead server ConnectionLost.
 
         The call may take the smaller of ``timeout_secs`` (the pipeline's) and the
-        server's own ``timeout_secs``: either side can bound a server it distrusts."""
+        server's own ``timeout_secs``: either side can bound a server it distrusts.
+        A call the server runs as a task (``tasks.py``) may take ``timeout_secs``
+        in all, each request within the server's; ``on_task`` hears its id and each
+        status it reaches."""
         limit = self.entry.timeout_secs if timeout_secs is None else min(timeout_secs, self.entry.timeout_secs)
-        result = await self.session.call("tools/call", {"name": name, "arguments": arguments or {}},
-                                         timeout_secs=limit, on_progress=on_progress)
+        total = self.entry.timeout_secs if timeout_secs is None else timeout_secs
+        offered = tasks.dialect(self.info)
+        params = {"name": name, "arguments": arguments or {},
+                  **tasks.task_params(self.entry.name, name, self._support.get(name, "forbidden"), offered, total)}
+        deadline = trio.current_time() + total
+        result = await self.session.call("tools/call", params, timeout_secs=limit, on_progress=on_progress)
+        envelope = tasks.created(result, offered)
+        if envelope is not None:
+            if offered is None:
+                raise ProtocolError(f"MCP server '{self.entry.name}' answered {name} with a task, "
+                                    "but it offers no tasks")
+            result = await self._run_task(name, tasks.Task(self.entry.name, offered, envelope), deadline, on_task)
         return protocol.parse_call_result(result)
+
+    async def _run_task(self, tool: str, task: tasks.Task, deadline: float, on_task: TaskCallback | None) -> Any:
+        """Poll ``task`` until it ends (a status notification polls sooner, never more
+        often than ``MIN_POLL_SECS``), answering its questions with the session's
+        ``on_input``; its result. A task given up (deadline, caller cancelled, a fault)
+        is cancelled upstream."""
+        session, server = self.session, self.entry.name
+        nudged = trio.lowlevel.ParkingLot()
+        session.task_watchers[task.id] = nudged.unpark_all
+
+        def tell(**extra: Any) -> None:
+            if on_task is not None:
+                on_task({"task": task.id, "status": task.status, **({"message": task.message} if task.message else {}),
+                         **extra})
+
+        def remaining() -> float:
+            left = deadline - trio.current_time()
+            if left <= 0:
+                raise TernTimeout(f"MCP server '{server}' did not finish task {task.id} ({tool}) in time")
+            return min(left, self.entry.timeout_secs)
+
+        log.info("MCP server '%s' runs %s as task %s", server, tool, task.id)
+        tell()
+        polled = trio.current_time()
+        try:
+            while not task.finished:
+                if task.questions:
+                    responses = {key: await session.answer_input(method, params)
+                                 for key, (method, params) in task.questions.items()}
+                    await session.request("tasks/update", {"taskId": task.id, "inputResponses": responses},
+                                          timeout_secs=remaining())
+                    task.asked(list(responses))
+                elif task.dialect == "experimental" and task.status == "input_required":
+                    break  # its questions come as requests, while tasks/result waits
+                with trio.move_on_at(min(polled + task.next_poll(), deadline)):
+                    await nudged.park()
+                await trio.sleep_until(polled + tasks.MIN_POLL_SECS)  # a flood of notifications is not a flood of polls
+                polled = trio.current_time()
+                try:
+                    detailed = await session.request("tasks/get", {"taskId": task.id}, timeout_secs=remaining())
+                except RpcError as exc:
+                    if exc.code != jsonrpc.INVALID_PARAMS:
+                        raise
+                    task.status = "cancelled"  # nothing left to cancel
+                    raise ProtocolError(f"MCP server '{server}' no longer knows task {task.id} ({tool}): it ended "
+                                        f"or its ttl passed ({exc.message[:200]})") from None
+                if task.update(detailed):
+                    tell()
+            result = task.result()
+            if result is None:  # the experimental dialect: its result (and its questions) through tasks/result
+                remaining()  # past the deadline already: said as such
+                result = await session.request(tasks.RESULT, {"taskId": task.id},
+                                               timeout_secs=deadline - trio.current_time())
+                task.status = "completed"
+            return result
+        finally:
+            session.task_watchers.pop(task.id, None)
+            if not task.finished:
+                await self._cancel_task(task, tell)
+
+    async def _cancel_task(self, task: tasks.Task, tell: Callable[..., None]) -> None:
+        """``tasks/cancel`` for a task given up, shielded and bounded: nothing is left
+        running upstream that tern could stop."""
+        with trio.CancelScope(shield=True):
+            try:
+                await self.session.request("tasks/cancel", {"taskId": task.id}, timeout_secs=tasks.CANCEL_WAIT_SECS)
+            except TernError as exc:
+                log.warning("MCP server '%s': task %s could not be cancelled: %s", self.entry.name, task.id, exc)
+                return
+            log.info("MCP server '%s': task %s cancelled", self.entry.name, task.id)
+            task.status = "cancelled"
+            tell(by="tern")
 
     def listens(self) -> dict[str, bool]:
         """What ``subscriptions/listen`` would ask a 2026-07-28 server for: the

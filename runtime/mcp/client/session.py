@@ -32,7 +32,9 @@ the question belongs to, so whoever made that call can be asked: an ``input_requ
 result is the call's own; a request that came on the call's own response stream
 (Streamable HTTP: the transport's ``related(id)``) belongs to it; on a transport that
 cannot tell (stdio, legacy SSE), it belongs to the one call in flight, if there is
-exactly one. Otherwise it belongs to no call.
+exactly one. Otherwise it belongs to no call. A server that offers the 2026-07-28
+tasks extension gets it declared (``tasks.declare``); its task status notifications
+wake the task's poller (``task_watchers``, see ``client.py``), nothing more.
 
 A hostile server cannot make the session grow or flood the log: at most
 ``MAX_SERVER_REQUESTS`` of its requests are answered at once (one task each); beyond
@@ -57,7 +59,7 @@ from msgspec import UNSET
 from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernError, TernTimeout
 from runtime.log import LogBudget, get_logger, log_wire, shorten
 from runtime.mcp import protocol
-from runtime.mcp.client import inputs
+from runtime.mcp.client import inputs, tasks
 from runtime.mcp.client.connection import DISCOVER, INITIALIZE, NO_ANSWER, PING, Legacy, McpConnection
 from runtime.wire import jsonrpc
 
@@ -150,6 +152,8 @@ class McpSession:
         self._pending: dict[int | str, _Waiter] = {}
         self._progress: dict[int | str, Callable[[dict[str, Any]], None]] = {}
         self._calls: dict[int | str, contextvars.Context] = {}  # calls a server may ask about (MRTR_METHODS)
+        #: task id -> what wakes its poller when the server says the task moved
+        self.task_watchers: dict[str, Callable[[], None]] = {}
         self._closed: BaseException | None = None
         self._nursery: trio.Nursery | None = None
         self._meta: dict[str, Any] | None = None
@@ -322,6 +326,10 @@ class McpSession:
             callback = self._progress.get(params.get("progressToken"))  # type: ignore[arg-type]
             if callback is not None:
                 callback(params)
+        elif method in tasks.NOTIFICATIONS:
+            wake = self.task_watchers.get(params.get("taskId"))  # type: ignore[arg-type]
+            if wake is not None:
+                wake()
         elif method == "notifications/message":
             self._server_log(params)
         if self._on_notification is not None:
@@ -371,7 +379,7 @@ class McpSession:
             params = dict(params or {})
             params["_meta"] = {**params.get("_meta", {}), "progressToken": request_id}
             self._progress[request_id] = on_progress
-        if method in inputs.MRTR_METHODS:
+        if method in inputs.MRTR_METHODS or method == tasks.RESULT:  # an experimental task asks during tasks/result
             self._calls[request_id] = contextvars.copy_context()
         try:
             try:
@@ -438,6 +446,7 @@ class McpSession:
         else:
             info = await self._initialize()
         self.info = info
+        self.connection.capabilities = tasks.declare(self.connection.capabilities, info)
         self.connection.negotiated(info.version, info.era)
         self._meta = self.connection.meta
         if info.era == "handshake":

@@ -179,9 +179,11 @@ class McpSupervisor:
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None, *,
                    timeout_secs: float | None = None,
-                   on_progress: Callable[[dict[str, Any]], None] | None = None) -> CallResult:
+                   on_progress: Callable[[dict[str, Any]], None] | None = None,
+                   on_task: Callable[[dict[str, Any]], None] | None = None) -> CallResult:
         """Call a namespaced tool. A server still connecting for the first time is waited
-        for (``wait_for``); one that is restarting or failed fails at once, with its state."""
+        for (``wait_for``); one that is restarting or failed fails at once, with its state.
+        A call that runs as a task upstream is an ``mcp.task`` event at each status."""
         entry = self._tools.get(name)
         if entry is None:
             entry = await self.wait_for(name)
@@ -194,8 +196,16 @@ class McpSupervisor:
         client = handle.client
         if client is None or handle.status.state != "ready":
             raise self._not_ready(entry.server)
+        on_event = self.on_event
+
+        def task_moved(state: dict[str, Any]) -> None:
+            if on_event is not None:
+                on_event("mcp.task", {"server": entry.server, "tool": name, **state})
+            if on_task is not None:
+                on_task(state)
+
         return await client.call_tool(entry.tool.name, arguments, timeout_secs=timeout_secs,
-                                      on_progress=on_progress)
+                                      on_progress=on_progress, on_task=task_moved)
 
     def capabilities(self, server: str) -> dict[str, Any] | None:
         """A connected server's capabilities (what it said it serves); None when it is not ready."""
@@ -532,8 +542,14 @@ class McpToolSource:
 
     async def call(self, name: str, arguments: dict[str, Any], *,
                    timeout_secs: float | None = None) -> ToolResult:
-        result = await self.supervisor.call(name, arguments, timeout_secs=timeout_secs)
-        return ToolResult(result.text(), result.is_error, result.structured_content, result.content)
+        ran_as: list[str] = []  # the upstream task's id, if the call became one
+
+        def task_moved(state: dict[str, Any]) -> None:
+            ran_as[:] = [state["task"]]
+
+        result = await self.supervisor.call(name, arguments, timeout_secs=timeout_secs, on_task=task_moved)
+        return ToolResult(result.text(), result.is_error, result.structured_content, result.content,
+                          task=ran_as[0] if ran_as else "")
 
 
 def _as_tool(entry: McpToolEntry) -> Tool:
