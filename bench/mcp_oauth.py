@@ -10,7 +10,10 @@ OAuth client logs in once (headless) before timing, so what is timed is the stea
 state: the token read from memory (a stat of the token file), the header added.
 
 A third variant sends the same token as a static ``headers`` entry to the OAuth server:
-the same server work without tern's OAuth session, so that ratio is tern's own cost.
+the same server work without tern's OAuth session. tern's own share is measured as
+its process's CPU time per call (the servers run in other processes), so the
+authenticated-against-unauthenticated comparison of what tern spends is not blurred
+by the servers' token checks or loopback jitter.
 Also timed alone: ``OAuthSession.authorization()``, tern's own cost per request.
 Target (issue 17): authenticated no more than unauthenticated after the first call;
 the end-to-end ratio includes the SDK server's own token check.
@@ -66,12 +69,18 @@ class Browser:
             return accept((await http.get(url)).headers["location"])
 
 
-async def timed_calls(client: McpClient, calls: int) -> list[float]:
+CPU: dict[str, float] = {}  # variant -> tern's CPU seconds over its timed calls
+
+
+async def timed_calls(client: McpClient, calls: int, variant: str = "") -> list[float]:
     out = []
+    cpu = time.process_time()
     for i in range(calls):
         started = time.perf_counter()
         await client.call_tool("add", {"a": i, "b": 1})
         out.append(time.perf_counter() - started)
+    if variant:
+        CPU[variant] = CPU.get(variant, 0.0) + time.process_time() - cpu
     return out
 
 
@@ -91,9 +100,9 @@ async def main(calls: int, rounds: int, plain_url: str, oauth_url: str, state: s
         await timed_calls(c, 20)
         times = {"unauthenticated": [], "OAuth (Bearer)": [], "static header": []}
         for _ in range(rounds):
-            times["unauthenticated"] += await timed_calls(a, calls)
-            times["OAuth (Bearer)"] += await timed_calls(b, calls)
-            times["static header"] += await timed_calls(c, calls)
+            times["unauthenticated"] += await timed_calls(a, calls, "unauthenticated")
+            times["OAuth (Bearer)"] += await timed_calls(b, calls, "OAuth (Bearer)")
+            times["static header"] += await timed_calls(c, calls, "static header")
         session = transport.oauth
         started = time.perf_counter()
         for _ in range(10_000):
@@ -102,16 +111,18 @@ async def main(calls: int, rounds: int, plain_url: str, oauth_url: str, state: s
         for client in (a, b, c):
             await client.aclose()
         nursery.cancel_scope.cancel()
-    print(f"{'variant':<18} {'calls':>6} {'median ms':>10} {'p90 ms':>8}")
+    print(f"{'variant':<18} {'calls':>6} {'median ms':>10} {'p90 ms':>8} {'tern CPU us/call':>17}")
     medians = {}
     for name, values in times.items():
         values.sort()
         medians[name] = statistics.median(values)
         p90 = values[int(len(values) * 0.9)]
-        print(f"{name:<18} {len(values):>6} {medians[name] * 1000:>10.3f} {p90 * 1000:>8.3f}")
+        print(f"{name:<18} {len(values):>6} {medians[name] * 1000:>10.3f} {p90 * 1000:>8.3f} "
+              f"{CPU[name] / len(values) * 1e6:>17.1f}")
     print(f"ratio OAuth / unauthenticated (median): {medians['OAuth (Bearer)'] / medians['unauthenticated']:.3f}")
     print(f"ratio OAuth / the same token as a static header (median): "
           f"{medians['OAuth (Bearer)'] / medians['static header']:.3f}")
+    print(f"ratio of tern's CPU per call, OAuth / unauthenticated: {CPU['OAuth (Bearer)'] / CPU['unauthenticated']:.3f}")
     print(f"tern's own cost per request, OAuthSession.authorization(): {per_header * 1e6:.1f} us")
 
 

@@ -142,7 +142,10 @@ class HttpTransportBase:
         the request should be sent again (at most ``AUTH_TRIES`` times). AuthError if the
         flow failed."""
         if self.oauth is not None and response.status_code < 400:
-            self.oauth.succeeded(response.request.headers.get("dpop", ""), response.headers.get("dpop-nonce", ""))
+            if self._bearer and self._bearer.startswith("DPoP "):
+                self.oauth.succeeded(response.request.headers.get("dpop", ""), response.headers.get("dpop-nonce", ""))
+            else:
+                self.oauth.succeeded()
         if self.oauth is None or response.status_code not in (401, 403) or tries >= AUTH_TRIES:
             return False
         challenges = response.headers.get_list("www-authenticate")

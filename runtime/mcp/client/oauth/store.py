@@ -12,6 +12,7 @@ costs a login, never a crash. File names hash the keys so no URL reaches a path.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -35,6 +36,7 @@ class _Saved(msgspec.Struct):
     dpop: DpopKey | None = None
 
 
+@functools.lru_cache(maxsize=256)  # asked on every request (the token file's stamp): hash once
 def _name(kind: str, key: str) -> str:
     return f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
@@ -44,6 +46,7 @@ class TokenStore:
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.dir = Path(state_dir) / "oauth" if str(state_dir) else None
+        self._dir_str = str(self.dir) if self.dir is not None else ""
         self._memory: dict[str, _Saved] = {}
         self._writes = 0  # the in-memory stamp
 
@@ -65,7 +68,7 @@ class TokenStore:
         if self.dir is None:
             return (self._writes, 0)
         try:
-            st = (self.dir / _name("tokens", server_url)).stat()
+            st = os.stat(os.path.join(self._dir_str, _name("tokens", server_url)))
         except OSError:
             return (0, 0)
         return (st.st_mtime_ns, st.st_ino)
