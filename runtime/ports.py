@@ -17,7 +17,10 @@ live here too, so neither side imports the other for them.
 
 from __future__ import annotations
 
-from typing import Any, ContextManager, Literal, Protocol
+import math
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, ContextManager, Iterator, Literal, Protocol
 from collections.abc import Awaitable, Callable, Iterable
 
 import msgspec
@@ -26,6 +29,7 @@ __all__ = [
     "Tool", "ToolResult", "ToolContext", "AgentReply", "Handler", "TextSink",
     "Run", "ToolPort", "AgentPort", "EventPort", "Subscription", "ToolSource",
     "Approval", "Ask", "ApprovalPort", "ContentPort", "Sample", "TaskView", "TaskPort",
+    "CallClock", "CALL_CLOCK",
 ]
 
 Source = Literal["builtin", "mcp", "a2a"]
@@ -115,6 +119,41 @@ class Approval(msgspec.Struct, frozen=True):
 #: any channel. It decides through the ``ApprovalPort`` it was built with; returning
 #: without deciding leaves the request to the other channels until it expires.
 Ask = Callable[[Approval], Awaitable[None]]
+
+
+class CallClock:
+    """A tool call's timeout that stops while the call waits for an answer from someone
+    else: a person (or a model, or the desktop assistant) answering the MCP server's
+    question. The server is not slow then, and a person given 300 s to answer a form must
+    not find the call gone after its 30 s. Holds nest; the time left is kept, not reset.
+    The answer itself stays bounded by whoever asks (approval and input timeouts)."""
+
+    __slots__ = ("scope", "_holds", "_left")
+
+    def __init__(self, scope: Any) -> None:
+        self.scope = scope  # the trio.CancelScope whose deadline is the call's timeout
+        self._holds = 0
+        self._left = 0.0
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        import trio
+
+        if self._holds == 0:
+            self._left = max(self.scope.deadline - trio.current_time(), 0.0)
+            self.scope.deadline = math.inf
+        self._holds += 1
+        try:
+            yield
+        finally:
+            self._holds -= 1
+            if self._holds == 0:
+                self.scope.deadline = trio.current_time() + self._left
+
+
+#: The ``CallClock`` of the tool call running in this context (set by the pipeline, seen
+#: by an MCP session answering that call's server's questions).
+CALL_CLOCK: ContextVar[CallClock | None] = ContextVar("tern_call_clock", default=None)
 
 #: Runs one model turn on the caller's own model: an MCP client's sampling. Takes
 #: ``sampling/createMessage`` params and returns the client's result; raises a

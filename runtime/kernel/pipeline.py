@@ -37,7 +37,7 @@ from runtime.kernel.audit import AuditLog, digest
 from runtime.kernel.policy import Policy
 from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
                                    secret_env_values, truncate)
-from runtime.ports import Tool, ToolContext, ToolResult
+from runtime.ports import CALL_CLOCK, CallClock, Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.schema import validate
 
@@ -266,11 +266,13 @@ class ToolPipeline:
         limit = timeout_secs or self.config.tools.timeouts.get(name, self.config.tools.timeout_secs)
         with trio.move_on_after(limit) as scope:
             run._scopes.add(scope)
+            clock = CALL_CLOCK.set(CallClock(scope))  # paused while a server's question waits for its answer
             try:
                 result = await self.registry.call(name, arguments, timeout_secs=limit, context=run.context)
             except TernError as exc:
                 return _refused(self.redactor.redact(f"{name} failed: {exc}")), "error"
             finally:
+                CALL_CLOCK.reset(clock)
                 run._scopes.discard(scope)
         if scope.cancelled_caught:
             if run.cancelled:

@@ -94,6 +94,24 @@ async def test_sdk_server_form_answered_with_typed_values(sdk_python, nursery, t
                        "decline: ", "cancel: "]
 
 
+@pytest.mark.parametrize("protocol", ["2025-11-25", "2026-07-28"])
+async def test_the_calls_timeout_stops_while_a_person_answers(sdk_python, nursery, tmp_path, protocol):
+    """The pipeline gives the call 1.5 s (so does its MCP request), the person takes 3 s: the call's
+    clock stops while its server's question waits, so the answer still reaches it."""
+    kernel = await booted(nursery, tmp_path, stdio_entry(sdk_python, SDK_SERVER, name="sdk", protocol=protocol,
+                                                          timeout_secs=20))
+    async with trio.open_nursery() as inner:
+        async def answer() -> None:
+            question = await next_question(kernel.approvals)
+            await trio.sleep(3.0)
+            kernel.approvals.decide(question.id, True, answer={"name": "Ada", "age": 36}, by="tester")
+
+        inner.start_soon(answer)
+        with trio.fail_after(15):
+            result = await kernel.call_tool("mcp_sdk_profile", {}, timeout_secs=1.5)
+    assert result.text.startswith('accept: {"name":"Ada","age":36'), result.text
+
+
 async def test_defaults_answer_a_question_approved_without_values(sdk_python, nursery, tmp_path):
     kernel = await booted(nursery, tmp_path, stdio_entry(sdk_python, SDK_SERVER, name="sdk", protocol="2025-11-25",
                                                           timeout_secs=20))

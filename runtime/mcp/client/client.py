@@ -204,8 +204,10 @@ class McpClient:
         try:
             while not task.finished:
                 if task.questions:
+                    asked_at = trio.current_time()
                     responses = {key: await session.answer_input(method, params)
                                  for key, (method, params) in task.questions.items()}
+                    deadline += trio.current_time() - asked_at  # answering is not the server's time
                     await session.request("tasks/update", {"taskId": task.id, "inputResponses": responses},
                                           timeout_secs=remaining())
                     task.asked(list(responses))

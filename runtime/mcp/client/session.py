@@ -46,12 +46,13 @@ pipe takes it without waiting; otherwise it goes unanswered). Its
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import itertools
 import math
 import time
 from typing import Any, Protocol
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import trio
 from msgspec import UNSET
@@ -60,6 +61,7 @@ from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernError, T
 from runtime.log import LogBudget, get_logger, log_wire, shorten
 from runtime.mcp import protocol
 from runtime.mcp.client import inputs, tasks
+from runtime.ports import CALL_CLOCK
 from runtime.mcp.client.connection import DISCOVER, INITIALIZE, NO_ANSWER, PING, Legacy, McpConnection
 from runtime.wire import jsonrpc
 
@@ -110,7 +112,7 @@ class MessageTransport(Protocol):
 
 
 class _Waiter:
-    __slots__ = ("event", "result", "error", "method", "started", "deadline", "expired")
+    __slots__ = ("event", "result", "error", "method", "started", "deadline", "expired", "holds", "left")
 
     def __init__(self, method: str, deadline: float) -> None:
         self.event = trio.Event()
@@ -120,6 +122,13 @@ class _Waiter:
         self.started = time.perf_counter()
         self.deadline = deadline  # trio.current_time() by which the answer must come
         self.expired = False  # set by the watchdog, with the event
+        self.holds = 0  # questions of the server being answered for this call: its clock stops
+        self.left = 0.0  # the time it had left when they began
+
+
+#: The waiter of the call a server's question belongs to, in the context that question is
+#: answered in (so the call's timeout stops while someone answers).
+_CALL_WAITER: contextvars.ContextVar[_Waiter | None] = contextvars.ContextVar("tern_mcp_call_waiter", default=None)
 
 
 NotificationHandler = Callable[[str, Any], None]  # called on the reader task: must not block
@@ -281,8 +290,10 @@ class McpSession:
         if method not in self.input_methods or self.on_input is None:
             return protocol.answer_server_request(method, params, self.roots)
         params = params if isinstance(params, dict) else {}
+        clock = CALL_CLOCK.get()  # the tool call's own timeout in the pipeline
         try:
-            with trio.fail_after(INPUT_TIMEOUT_SECS):
+            with trio.fail_after(INPUT_TIMEOUT_SECS), self._paused(_CALL_WAITER.get()), \
+                    (clock.paused() if clock is not None else contextlib.nullcontext()):
                 answer = await self.on_input(method, params)
         except trio.TooSlowError:
             raise RpcError(-32603, f"{method} was not answered within {INPUT_TIMEOUT_SECS:g} s") from None
@@ -293,6 +304,26 @@ class McpSession:
         if method == "elicitation/create":
             answer = inputs.with_defaults(params.get("requestedSchema"), answer)
         return answer
+
+    @contextlib.contextmanager
+    def _paused(self, waiter: _Waiter | None) -> Iterator[None]:
+        """The call ``waiter`` waits for does not time out while its server's question is
+        answered (a person may take minutes; the answer is bounded by INPUT_TIMEOUT_SECS)."""
+        if waiter is None:
+            yield
+            return
+        if waiter.holds == 0:
+            waiter.left = max(waiter.deadline - trio.current_time(), 0.0)
+            waiter.deadline = math.inf
+        waiter.holds += 1
+        try:
+            yield
+        finally:
+            waiter.holds -= 1
+            if waiter.holds == 0:
+                waiter.deadline = trio.current_time() + waiter.left
+                if waiter.deadline < self._watch_at:
+                    self._watch_wake.set()
 
     def _refuse(self, request: jsonrpc.Request) -> None:
         """Over ``MAX_SERVER_REQUESTS``: an error answer if the transport can write it
@@ -380,7 +411,9 @@ class McpSession:
             params["_meta"] = {**params.get("_meta", {}), "progressToken": request_id}
             self._progress[request_id] = on_progress
         if method in inputs.MRTR_METHODS or method == tasks.RESULT:  # an experimental task asks during tasks/result
-            self._calls[request_id] = contextvars.copy_context()
+            context = contextvars.copy_context()
+            context.run(_CALL_WAITER.set, waiter)
+            self._calls[request_id] = context
         try:
             try:
                 await self.transport.send(jsonrpc.Request(request_id, method, self._params(params)))
