@@ -321,6 +321,15 @@ def test_standalone_says_which_mcp_servers_it_waits_for(tmp_path, model_url):
     assert quiet.returncode == 0 and "waiting for" not in quiet.stderr
 
 
+def replying(parent: int, within: float = 30) -> None:
+    """Until the slow agent's command (``sleep 30``, a child of ``parent``) runs, however
+    loaded the machine."""
+    deadline = time.monotonic() + within
+    while subprocess.run(["pgrep", "-P", str(parent), "-f", "^sleep 30$"], capture_output=True).returncode != 0:
+        assert time.monotonic() < deadline, "the slow agent never started"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("through", ["daemon", "standalone"])
 def test_chat_on_a_terminal(tmp_path, through):
     """The context id is shown; /help; a reply; Ctrl-C during a slow reply cancels it and
@@ -348,7 +357,7 @@ def test_chat_on_a_terminal(tmp_path, through):
     try:
         assert "resuming (0 messages so far), context ctx-resumed" in terminal.wait_for("> ")
         terminal.type(b"take your time\n")
-        time.sleep(1.0)
+        replying((running or terminal).process.pid)  # the slow agent runs: Ctrl-C cancels the reply, not the chat
         terminal.type(b"\x03")
         terminal.wait_for("reply cancelled")
         terminal.wait_for("> ")
