@@ -122,7 +122,8 @@ async def main(calls: int, rounds: int, plain_url: str, oauth_url: str, state: s
     print(f"ratio OAuth / unauthenticated (median): {medians['OAuth (Bearer)'] / medians['unauthenticated']:.3f}")
     print(f"ratio OAuth / the same token as a static header (median): "
           f"{medians['OAuth (Bearer)'] / medians['static header']:.3f}")
-    print(f"ratio of tern's CPU per call, OAuth / unauthenticated: {CPU['OAuth (Bearer)'] / CPU['unauthenticated']:.3f}")
+    cpu_ratio = CPU["OAuth (Bearer)"] / CPU["unauthenticated"]
+    print(f"ratio of tern's CPU per call, OAuth / unauthenticated: {cpu_ratio:.3f}")
     print(f"tern's own cost per request, OAuthSession.authorization(): {per_header * 1e6:.1f} us")
 
 
