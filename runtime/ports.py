@@ -131,7 +131,7 @@ class CallClock:
     __slots__ = ("scope", "_holds", "_left")
 
     def __init__(self, scope: Any) -> None:
-        self.scope = scope  # the trio.CancelScope whose deadline is the call's timeout
+        self.scope = scope  # what holds the deadline: a trio.CancelScope, a session's waiting request
         self._holds = 0
         self._left = 0.0
 

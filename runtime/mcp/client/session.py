@@ -61,7 +61,7 @@ from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernError, T
 from runtime.log import LogBudget, get_logger, log_wire, shorten
 from runtime.mcp import protocol
 from runtime.mcp.client import inputs, tasks
-from runtime.ports import CALL_CLOCK
+from runtime.ports import CALL_CLOCK, CallClock
 from runtime.mcp.client.connection import DISCOVER, INITIALIZE, NO_ANSWER, PING, Legacy, McpConnection
 from runtime.wire import jsonrpc
 
@@ -112,7 +112,7 @@ class MessageTransport(Protocol):
 
 
 class _Waiter:
-    __slots__ = ("event", "result", "error", "method", "started", "deadline", "expired", "holds", "left")
+    __slots__ = ("event", "result", "error", "method", "started", "deadline", "expired", "clock")
 
     def __init__(self, method: str, deadline: float) -> None:
         self.event = trio.Event()
@@ -122,8 +122,7 @@ class _Waiter:
         self.started = time.perf_counter()
         self.deadline = deadline  # trio.current_time() by which the answer must come
         self.expired = False  # set by the watchdog, with the event
-        self.holds = 0  # questions of the server being answered for this call: its clock stops
-        self.left = 0.0  # the time it had left when they began
+        self.clock = CallClock(self)  # stops while a question of the server about this call is answered
 
 
 #: The waiter of the call a server's question belongs to, in the context that question is
@@ -312,18 +311,12 @@ class McpSession:
         if waiter is None:
             yield
             return
-        if waiter.holds == 0:
-            waiter.left = max(waiter.deadline - trio.current_time(), 0.0)
-            waiter.deadline = math.inf
-        waiter.holds += 1
         try:
-            yield
+            with waiter.clock.paused():
+                yield
         finally:
-            waiter.holds -= 1
-            if waiter.holds == 0:
-                waiter.deadline = trio.current_time() + waiter.left
-                if waiter.deadline < self._watch_at:
-                    self._watch_wake.set()
+            if waiter.deadline < self._watch_at:  # running again: the watchdog may sleep past it
+                self._watch_wake.set()
 
     def _refuse(self, request: jsonrpc.Request) -> None:
         """Over ``MAX_SERVER_REQUESTS``: an error answer if the transport can write it
