@@ -32,6 +32,7 @@ RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})  # OTLP/HTTP: retry these (
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 _U64 = (1 << 64) - 1
 _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # Span.flags bits 8 and 9 (SpanFlags)
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]  # most lengths, tags and counts
 _pack_fixed64 = struct.Struct("<Q").pack
 _pack_fixed32 = struct.Struct("<I").pack
 _pack_double = struct.Struct("<d").pack
@@ -42,6 +43,8 @@ def _tag(number: int, wire_type: int) -> bytes:
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     value &= _U64  # a negative int64 is its two's complement: ten bytes
     out = bytearray()
     while value > 0x7F:
