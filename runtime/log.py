@@ -34,7 +34,7 @@ from typing import Any
 from runtime.redact import Redactor
 
 __all__ = ["setup_logging", "register_secret", "secrets_version", "registered_secrets", "log_wire", "get_logger",
-           "LEVELS", "clean", "shorten", "LogBudget"]
+           "LEVELS", "clean", "shorten", "LogBudget", "set_trace_source"]
 
 LEVELS = ("debug", "info", "warning", "error")
 _MASK = "********"
@@ -46,6 +46,7 @@ _version = 0  # bumped on every change of the set: users rebuild their matchers 
 _redactor = Redactor((), mask=_MASK, min_len=MIN_SECRET_CHARS)
 _refused: set[str] = set()  # why values were refused, each reported once
 _wire = logging.getLogger("tern.wire")
+_trace_source: Any = None  # runtime.tracing.trace_id while traces are on: records get a trace_id field
 
 
 _UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
@@ -142,6 +143,24 @@ def registered_secrets() -> tuple[str, ...]:
     return tuple(_secrets)
 
 
+def set_trace_source(source: Any) -> None:
+    """``source()`` gives the current trace id (or ""); None stops adding it."""
+    global _trace_source
+    _trace_source = source
+
+
+class _TraceFilter(logging.Filter):
+    """Adds ``trace_id`` to a record logged while a span is current (traces on only)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        source = _trace_source
+        if source is not None and not hasattr(record, "trace_id"):
+            trace_id = source()
+            if trace_id:
+                record.trace_id = trace_id
+        return True
+
+
 class _TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
@@ -157,7 +176,12 @@ class _TextFormatter(logging.Formatter):
         return "\n".join("    " + clean(line) for line in lines)
 
     def format(self, record: logging.LogRecord) -> str:
-        return _redactor.redact(super().format(record))
+        text = super().format(record)
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id:
+            head, newline, rest = text.partition("\n")  # after the message, before any traceback
+            text = f"{head} trace_id={trace_id}{newline}{rest}"
+        return _redactor.redact(text)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -189,6 +213,7 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     """Send tern's logs to stderr at ``level`` in ``fmt`` (``text`` or ``json``)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if fmt == "json" else _TextFormatter())
+    handler.addFilter(_TraceFilter())
     root = logging.getLogger("tern")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -87,8 +87,11 @@ def _with_agent(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T
     headers = _headers(args.header)
 
     async def main() -> T:
+        from runtime.host.traces import traces
+
         try:
-            return await talk()
+            async with traces(config):
+                return await talk()
         except A2aClientError as exc:
             if exc.http_status in (401, 403) and not args.header:  # say how, here: credentials come only from --header
                 raise A2aClientError(f"{exc} (tern a2a takes credentials only from --header, e.g. --header "

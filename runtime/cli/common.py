@@ -53,13 +53,14 @@ def with_kernel(args: argparse.Namespace, work: Callable[[Kernel], Awaitable[T]]
     import trio
 
     from runtime.config import load_config
+    from runtime.host.traces import traces
     from runtime.kernel.kernel import Kernel
 
     config = load_config(getattr(args, "config", None)).config
 
     async def main() -> T:
         kernel = Kernel(config)
-        async with trio.open_nursery() as nursery:
+        async with traces(config), trio.open_nursery() as nursery:
             await nursery.start(kernel.run)
             await kernel.mcp.wait_settled(MCP_PATIENCE_SECS)
             waiting = [s.name for s in kernel.mcp.statuses() if s.state == "connecting"]

@@ -168,6 +168,19 @@ def find_problems(config: Config) -> list[str]:
     problems += _mcp_server_problems(config)
     problems += _governance_problems(config)
     problems += _scripts_problems(config)
+    problems += _telemetry_problems(config)
+    return problems
+
+
+def _telemetry_problems(config: Config) -> list[str]:
+    telemetry = config.telemetry
+    problems = _url_problem(telemetry.otlp_endpoint, "telemetry.otlp_endpoint") if telemetry.otlp_endpoint else []
+    if not 0.0 <= telemetry.sampling_ratio <= 1.0:
+        problems.append(f"telemetry.sampling_ratio: expected 0 to 1, got {telemetry.sampling_ratio}")
+    if not telemetry.service_name.strip():
+        problems.append("telemetry.service_name: must not be empty")
+    problems += _positive(telemetry, "telemetry", ("max_queue_spans", "max_queue_bytes", "batch_spans",
+                                                   "export_timeout_secs"))
     return problems
 
 

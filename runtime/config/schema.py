@@ -525,6 +525,28 @@ class StateConfig(_Section):
     dir: str = ""
 
 
+# --- [telemetry] -------------------------------------------------------------------------
+
+
+class TelemetryConfig(_Section):
+    """OpenTelemetry traces, exported as OTLP/HTTP protobuf to ``otlp_endpoint`` (off when
+    empty: nothing is imported, nothing recorded). The endpoint is the collector's base URL
+    (``/v1/traces`` is added) or the full traces URL. Header values may name variables
+    (``${TOKEN}``) and are masked like every secret. Ended spans wait in a queue of at most
+    ``max_queue_spans`` spans and ``max_queue_bytes`` bytes (more are dropped and counted) and
+    leave in requests of at most ``batch_spans`` spans, one at a time, each given
+    ``export_timeout_secs``. See docs/tracing.md."""
+
+    otlp_endpoint: str = ""
+    service_name: str = "tern"
+    sampling_ratio: float = 1.0
+    headers: dict[str, str] = {}
+    max_queue_spans: int = 2048
+    max_queue_bytes: int = 4 * MiB
+    batch_spans: int = 512
+    export_timeout_secs: float = 10.0
+
+
 class Config(_Section):
     server: ServerConfig = ServerConfig()
     mcp_servers: list[McpServerEntry] = []
@@ -536,3 +558,4 @@ class Config(_Section):
     governance: GovernanceConfig = GovernanceConfig()
     scripts: ScriptsConfig = ScriptsConfig()
     state: StateConfig = StateConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()

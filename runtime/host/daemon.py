@@ -184,6 +184,7 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
     from runtime.httpd.ratelimit import RateLimiter
     from runtime.httpd.server import HttpServer
     from runtime.host.node import Node
+    from runtime.host.traces import traces
 
     try:
         host, port = parse_listen(listen or config.server.listen)
@@ -241,7 +242,14 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
                         metrics=metrics, ssl_context=tls)
     discovery: Path | None = None
     try:
-        async with trio.open_nursery() as nursery:
+        async with traces(config) as exporter, trio.open_nursery() as nursery:
+            if exporter is not None:
+                metrics.add_counter_source("tern_telemetry_spans_total", "Trace spans exported, and dropped "
+                                           "(queue full, or their batch refused or lost)", ("outcome",),
+                                           exporter.samples)
+                metrics.add_counter_source("tern_telemetry_export_failures_total", "Span export requests that "
+                                           "failed (timeout, refused, collector down)", (),
+                                           lambda: [((), float(exporter.failed))])
             await nursery.start(node.run)
             try:
                 bound = await nursery.start(server.serve, host, port)

@@ -174,8 +174,10 @@ async def serve_stdio(config: Config, *, relay: bool | None = None) -> None:
     from runtime.kernel.kernel import Kernel
     from runtime.mcp.server.dispatch import McpServer
 
+    from runtime.host.traces import traces
+
     kernel = Kernel(config)
-    async with trio.open_nursery() as nursery:
+    async with traces(config), trio.open_nursery() as nursery:
         await nursery.start(kernel.run)
         server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals,
                            content=kernel.content)

@@ -45,6 +45,7 @@ from typing import Any
 import h11
 import trio
 
+from runtime import tracing
 from runtime.config import ServerConfig
 from runtime.errors import TernError, single_leaf
 from runtime.httpd.access import Access, client_key, is_loopback, peer_is_owner
@@ -403,9 +404,18 @@ class HttpServer:
                        next(self._ids))
 
     async def _handle(self, conn: _Connection, event: h11.Request) -> bool:
-        """Answer one request; returns whether the connection may be kept."""
-        started = time.perf_counter()
+        """Answer one request; returns whether the connection may be kept. Traced as a
+        SERVER span, under the caller's ``traceparent`` if it sent a valid one."""
         request = self._new_request(conn, event)
+        parent = tracing.extract(request.header(b"traceparent"), request.header(b"tracestate")) \
+            if tracing.enabled() else None
+        method = method_label(request.method)
+        with tracing.span(method, tracing.SERVER, {"http.request.method": method, "url.path": request.path},
+                          parent=parent) as span:
+            return await self._answer(conn, request, span)
+
+    async def _answer(self, conn: _Connection, request: Request, span: Any) -> bool:
+        started = time.perf_counter()
         route: Route | None = None
         status = 500
         try:
@@ -461,6 +471,8 @@ class HttpServer:
                           route.path if route else request.path)
             return await self._send_error(conn, 500, "internal error", request=request, close=True, with_id=True)
         finally:
+            if span.recording:
+                _trace_answer(span, request.method, route, status)
             if self.metrics is not None:
                 self.metrics.observe_request(route.path if route else "(unmatched)", method_label(request.method),
                                              status, time.perf_counter() - started)
@@ -660,6 +672,15 @@ class HttpServer:
         from runtime.httpd.websocket import serve_websocket
 
         await serve_websocket(conn.stream, conn.h11, request, self._terminating)
+
+
+def _trace_answer(span: Any, method: str, route: Route | None, status: int) -> None:
+    if route is not None:
+        span.rename(f"{method_label(method)} {route.path}")
+        span.set("http.route", route.path)
+    span.set("http.response.status_code", status)
+    if status >= 500:
+        span.error(str(status))
 
 
 async def _cancel_on_close(conn: _Connection, scope: trio.CancelScope) -> None:

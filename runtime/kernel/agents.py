@@ -40,6 +40,7 @@ from collections.abc import Callable
 import msgspec
 import trio
 
+from runtime import tracing
 from runtime.wire.depth import loads as json_loads
 from runtime.config import AgentConfig, Config
 from runtime.errors import AgentError, BudgetExceeded, TernError, UnknownAgent
@@ -110,8 +111,11 @@ class Agents:
         started = time.perf_counter()
         outcome = "error"
         try:
-            self.budgets.take(name)
-            text = await self._answer(agent, message, context_id, on_text, on_log, env, ask, on_tool, sample)
+            with tracing.span(f"invoke_agent {name}", tracing.INTERNAL,
+                              {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
+                               "gen_ai.conversation.id": context_id}):
+                self.budgets.take(name)
+                text = await self._answer(agent, message, context_id, on_text, on_log, env, ask, on_tool, sample)
             outcome = "ok"
         except BudgetExceeded:
             outcome = "budget_exceeded"
@@ -291,8 +295,15 @@ class Agents:
         outcome), so `tern events` shows what each turn cost."""
         started = time.perf_counter()
         outcome, turn = "error", None
+        model = client.model
         try:
-            turn = await client.complete(messages, tools, on_text=on_text)
+            with tracing.span(f"chat {model.model}", tracing.CLIENT,
+                              {"gen_ai.operation.name": "chat", "gen_ai.request.model": model.model,
+                               "gen_ai.provider.name": "mcp" if model.provider == "mcp-sampling" else "openai",
+                               "gen_ai.agent.name": agent.name}) as span:
+                turn = await client.complete(messages, tools, on_text=on_text)
+                if span.recording:
+                    _trace_turn(span, turn)
             outcome = "ok"
             return turn
         finally:
@@ -328,6 +339,17 @@ class Agents:
         if result.is_error:
             raise AgentError(result.text)
         return result.text
+
+
+def _trace_turn(span: Any, turn: Any) -> None:
+    """A model call's GenAI attributes: the reported token counts and finish reason."""
+    prompt, completion = turn.split
+    if prompt is not None:
+        span.set("gen_ai.usage.input_tokens", prompt)
+    if completion is not None:
+        span.set("gen_ai.usage.output_tokens", completion)
+    if turn.finish:
+        span.set("gen_ai.response.finish_reasons", (turn.finish,))
 
 
 def _guessed_optional(arguments: dict[str, Any], message: str, schema: dict[str, Any]) -> str:

@@ -59,6 +59,7 @@ class Turn(msgspec.Struct):
     usage: int | None = None
     tokens: int = 0
     finish: str = ""
+    split: tuple[int | None, int | None] = (None, None)  # the reported prompt and completion tokens (for traces)
 
 
 def _usage(obj: Any) -> int | None:
@@ -122,6 +123,15 @@ async def _read_bounded(response: httpx.Response, limit: int, *, cut: bool = Fal
     return b"".join(chunks)
 
 
+def _split(obj: Any) -> tuple[int | None, int | None]:
+    """The prompt and completion tokens an OpenAI-style ``usage`` object reports, each or None."""
+    if not isinstance(obj, dict):
+        return None, None
+    parts = obj.get("prompt_tokens"), obj.get("completion_tokens")
+    return tuple(n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None  # type: ignore[return-value]
+                 for n in parts)
+
+
 class _Assembler:
     """Collects a streamed (or whole) completion into a Turn."""
 
@@ -129,6 +139,7 @@ class _Assembler:
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
         self.usage: int | None = None
+        self.split: tuple[int | None, int | None] = (None, None)
         self.finish = ""
 
     def choice(self, choice: dict[str, Any]) -> None:
@@ -165,7 +176,7 @@ class _Assembler:
                 continue
             raw = slot["object"] if slot["object"] is not None else "".join(slot["arguments"])
             calls.append(ToolCall(slot["id"] or f"call_{uuid.uuid4().hex[:12]}", slot["name"], _arguments(raw)))
-        return Turn("".join(self.text), calls, usage=self.usage, finish=self.finish)
+        return Turn("".join(self.text), calls, usage=self.usage, finish=self.finish, split=self.split)
 
 
 class ChatClient:
@@ -280,6 +291,7 @@ class ChatClient:
         assembler.choice(choice)
         assembler.message(message, streamed=False)
         assembler.usage = _usage(data.get("usage")) if isinstance(data, dict) else None
+        assembler.split = _split(data.get("usage")) if isinstance(data, dict) else (None, None)
         turn = assembler.turn()
         if on_text and turn.text:
             on_text(turn.text)
@@ -295,6 +307,7 @@ class ChatClient:
             usage = _usage(chunk["usage"])  # the last report wins: some servers send a running total
             if usage is not None:
                 assembler.usage = usage
+                assembler.split = _split(chunk["usage"])
         for choice in chunk.get("choices") or [] if isinstance(chunk, dict) else []:
             if not isinstance(choice, dict):
                 continue

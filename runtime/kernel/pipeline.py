@@ -29,6 +29,7 @@ from typing import Any
 
 import trio
 
+from runtime import tracing
 from runtime.config import AgentConfig, Config
 from runtime.errors import TernError
 from runtime.log import get_logger, register_secret, registered_secrets, secrets_version
@@ -173,51 +174,58 @@ class ToolPipeline:
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None, *, run: Run | None = None,
                    timeout_secs: float | None = None, caller: str = "") -> ToolResult:
-        run = run or self.run()
-        arguments = arguments if arguments is not None else {}
-        started = time.perf_counter()
-        tool = self.registry.get(name)  # looked up once: the call and its audit record share it
-        if tool is None and allowed(run.agent, name) and not run.cancelled:
-            tool = await self._arriving(name, run)
-        untrusted = is_untrusted_source(name, mcp=tool is not None and tool.source == "mcp")
-        if self._secrets_version != secrets_version():  # a secret was registered since: mask it too
-            self._refresh_redactor()
-        audit = self.audit
-        if run.on_tool is not None:
-            run.on_tool({"phase": "start", "tool": name, "arguments": self.short_arguments(arguments)})
-        if audit is not None and self.config.security.audit_required and not audit.probe():
-            result, outcome = _refused(f"{name} was not run: the audit log cannot be written ({audit.error}) "
-                                       "and [security] audit_required is on"), "audit_unavailable"
-        else:
-            try:
-                result, outcome = await self._call(name, tool, untrusted, arguments, run, timeout_secs, caller)
-            except Exception as exc:  # a bug in a tool: a tool error and a record, never a dropped call
-                log.error("tool %s failed with an unexpected %s", name, type(exc).__name__, exc_info=True)
-                result, outcome = _refused(f"internal error in {name}: {type(exc).__name__}"), "error"
-        seconds = time.perf_counter() - started
-        for observe in self.observers:
-            observe(name, outcome, seconds)
-        events = self.events if self.events is not None and self.events.listening else None
-        if events is not None or run.on_tool is not None:  # else the call costs no event at all
-            event: dict[str, Any] = {"tool": name, "agent": run.agent.name if run.agent else None, "caller": caller,
-                                     "outcome": outcome, "ms": round(seconds * 1000, 3)}
-            if outcome != "ok":  # tern's sentence or the tool's own error, cut: enough to see why
-                event["error"] = result.text[:200]
-            if result.task:
-                event["task"] = result.task
-            if events is not None:
-                events.publish("tool.call", {**event, "arguments": self.short_arguments(arguments)})
+        agent_name = run.agent.name if run is not None and run.agent else ""
+        with tracing.span(f"execute_tool {name}", tracing.INTERNAL,
+                          {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                           "gen_ai.agent.name": agent_name}) as span:
+            run = run or self.run()
+            arguments = arguments if arguments is not None else {}
+            started = time.perf_counter()
+            tool = self.registry.get(name)  # looked up once: the call and its audit record share it
+            if tool is None and allowed(run.agent, name) and not run.cancelled:
+                tool = await self._arriving(name, run)
+            untrusted = is_untrusted_source(name, mcp=tool is not None and tool.source == "mcp")
+            span.set("gen_ai.tool.type", "extension" if tool is not None and tool.source == "mcp" else "function")
+            if self._secrets_version != secrets_version():  # a secret was registered since: mask it too
+                self._refresh_redactor()
+            audit = self.audit
             if run.on_tool is not None:
-                run.on_tool({"phase": "end", **event})
-        if audit is not None:
-            # A refusal or failure carries tern's own sentence (redacted); a tool's output never goes in the log.
-            why = {} if outcome in ("ok", "tool_error") else {"error": result.text}
-            if result.task:  # it ran as this upstream task (an MCP server's tasks)
-                why["task"] = result.task
-            audit.record("tool_call", agent=run.agent.name if run.agent else None, caller=caller, tool=name,
-                         arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
-                         untrusted=untrusted, **why)
-        return result
+                run.on_tool({"phase": "start", "tool": name, "arguments": self.short_arguments(arguments)})
+            if audit is not None and self.config.security.audit_required and not audit.probe():
+                result, outcome = _refused(f"{name} was not run: the audit log cannot be written ({audit.error}) "
+                                           "and [security] audit_required is on"), "audit_unavailable"
+            else:
+                try:
+                    result, outcome = await self._call(name, tool, untrusted, arguments, run, timeout_secs, caller)
+                except Exception as exc:  # a bug in a tool: a tool error and a record, never a dropped call
+                    log.error("tool %s failed with an unexpected %s", name, type(exc).__name__, exc_info=True)
+                    result, outcome = _refused(f"internal error in {name}: {type(exc).__name__}"), "error"
+            seconds = time.perf_counter() - started
+            if outcome != "ok":
+                span.error(outcome)
+            for observe in self.observers:
+                observe(name, outcome, seconds)
+            events = self.events if self.events is not None and self.events.listening else None
+            if events is not None or run.on_tool is not None:  # else the call costs no event at all
+                event: dict[str, Any] = {"tool": name, "agent": run.agent.name if run.agent else None, "caller": caller,
+                                         "outcome": outcome, "ms": round(seconds * 1000, 3)}
+                if outcome != "ok":  # tern's sentence or the tool's own error, cut: enough to see why
+                    event["error"] = result.text[:200]
+                if result.task:
+                    event["task"] = result.task
+                if events is not None:
+                    events.publish("tool.call", {**event, "arguments": self.short_arguments(arguments)})
+                if run.on_tool is not None:
+                    run.on_tool({"phase": "end", **event})
+            if audit is not None:
+                # A refusal or failure carries tern's own sentence (redacted); a tool's output never goes in the log.
+                why = {} if outcome in ("ok", "tool_error") else {"error": result.text}
+                if result.task:  # it ran as this upstream task (an MCP server's tasks)
+                    why["task"] = result.task
+                audit.record("tool_call", agent=run.agent.name if run.agent else None, caller=caller, tool=name,
+                             arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
+                             untrusted=untrusted, **why)
+            return result
 
     async def _arriving(self, name: str, run: Run) -> Tool | None:
         """A tool not there yet whose MCP server is still connecting: wait for it (within

@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import httpx
 import trio
 
-from runtime import __version__
+from runtime import __version__, tracing
 from runtime.a2a import protocol
 from runtime.a2a.client import requests
 from runtime.a2a.client.cards import NoCard, RemoteAgent, card_urls, read_card, remote, short
@@ -173,6 +173,13 @@ class A2aClient:
 
     async def _call(self, agent: RemoteAgent, method: str, params: dict[str, Any],
                     timeout: float | None) -> Any:
+        """One request and its answer, traced as a CLIENT span whose context goes in the headers."""
+        with tracing.span(f"a2a {method}", tracing.CLIENT,
+                          {"a2a.method.name": method, "server.address": agent.name}):
+            return await self._exchange(agent, method, params, timeout)
+
+    async def _exchange(self, agent: RemoteAgent, method: str, params: dict[str, Any],
+                        timeout: float | None) -> Any:
         check_url(agent.url, self.policy)
         msg_id, body = requests.envelope(agent.dialect, agent.tenant, method, params)
         limit = self.timeout if timeout is None else timeout
@@ -184,7 +191,7 @@ class A2aClient:
                     "POST",
                     agent.url,
                     content=body,
-                    headers=requests.headers(agent.dialect, "application/json, text/event-stream"),
+                    headers=_traced(requests.headers(agent.dialect, "application/json, text/event-stream")),
                     timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
                 ) as response:
                     if (
@@ -237,14 +244,18 @@ class A2aClient:
         events: AsyncGenerator[bytes, None] | None = None
         try:
             with _deadline(limit, what):
-                request = self._http.build_request(
-                    "POST",
-                    agent.url,
-                    content=body,
-                    headers=requests.headers(agent.dialect, "text/event-stream"),
-                    timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
-                )
-                response = await self._http.send(request, stream=True)
+                # The span covers the request up to the answer's head: a span open across the
+                # generator's yields would be the consumer's current span too.
+                with tracing.span(f"a2a {method}", tracing.CLIENT,
+                                  {"a2a.method.name": method, "server.address": agent.name}):
+                    request = self._http.build_request(
+                        "POST",
+                        agent.url,
+                        content=body,
+                        headers=_traced(requests.headers(agent.dialect, "text/event-stream")),
+                        timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
+                    )
+                    response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, agent.url) from None
         try:
@@ -348,3 +359,8 @@ def _transport_error(exc: httpx.HTTPError, url: str) -> TernError:
         return A2aTimeout(f"{url}: timed out ({type(exc).__name__})")
     text = str(exc) or type(exc).__name__
     return A2aClientError(f"cannot reach {url}: {text}")
+
+
+def _traced(headers: dict[str, str]) -> dict[str, str]:
+    tracing.inject(headers)  # the current span, when traces are on
+    return headers

@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import msgspec
 import trio
 
+from runtime import tracing
 from runtime.a2a import protocol
 from runtime.a2a.model import (INTERRUPTED, Artifact, ArtifactEvent, Event, Message, StatusEvent, Task, new_id)
 from runtime.errors import RpcError, TernError
@@ -464,7 +465,8 @@ class TaskEngine:
         task = entry.task
         outcome: Outcome | None = None
         try:
-            with scope:
+            with scope, tracing.span(f"a2a.task {task.agent}", tracing.INTERNAL,
+                                     {"a2a.task.id": task.id, "gen_ai.agent.name": task.agent}) as span:
                 try:
                     outcome = await self.runner(task, message, TaskReport(self, entry))
                     self._drop_question(entry)
@@ -473,6 +475,9 @@ class TaskEngine:
                     outcome = Outcome(state="failed", text=str(exc))
                 except Exception as exc:  # a bug in an agent kind: the task fails, tern goes on
                     outcome = Outcome(state="failed", text=f"internal error: {type(exc).__name__}")
+                span.set("a2a.task.state", outcome.state)
+                if outcome.state == "failed":
+                    span.error("task_failed")
         finally:
             entry.running = False
             entry.scope = None

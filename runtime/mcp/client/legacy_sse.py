@@ -16,6 +16,7 @@ import httpx
 import trio
 
 from runtime.config import SseTransport as SseConfig
+from runtime import tracing
 from runtime.errors import ConnectionLost, ProtocolError
 from runtime.log import get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
@@ -141,8 +142,8 @@ class LegacySseTransport(HttpTransportBase):
                 with trio.fail_after(self.timeout_secs):
                     response = await self._client.post(  # 2024-11-05: no version header
                         self.endpoint, content=body,
-                        headers=self._auth_headers({**self._headers, "Content-Type": "application/json"}, "POST",
-                                                   self.endpoint))
+                        headers=self._auth_headers(_traced({**self._headers, "Content-Type": "application/json"}),
+                                                   "POST", self.endpoint))
                 if not await self._challenged(response, tries):
                     break
         except (httpx.HTTPError, trio.TooSlowError) as exc:
@@ -167,3 +168,8 @@ class LegacySseTransport(HttpTransportBase):
             self._inbox_send.close()
             if self._client is not None:
                 await self._client.aclose()
+
+
+def _traced(headers: dict[str, str]) -> dict[str, str]:
+    tracing.inject(headers)  # the current span (a request's), when traces are on
+    return headers

@@ -57,6 +57,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import trio
 from msgspec import UNSET
 
+from runtime import tracing
 from runtime.errors import ConnectionLost, ProtocolError, RpcError, TernError, TernTimeout
 from runtime.log import LogBudget, get_logger, log_wire, shorten
 from runtime.mcp import protocol
@@ -396,7 +397,21 @@ class McpSession:
     async def request(self, method: str, params: dict[str, Any] | None = None, *,
                       timeout_secs: float | None = None,
                       on_progress: Callable[[dict[str, Any]], None] | None = None) -> Any:
-        """Send a request and wait for its result; raise RpcError, TernTimeout or ConnectionLost."""
+        """Send a request and wait for its result; raise RpcError, TernTimeout or ConnectionLost.
+        Traced as a CLIENT span, whose context goes in ``params._meta`` (and, over HTTP, the headers)."""
+        tool = params.get("name") if method == "tools/call" and params else None
+        with tracing.span(f"{method} {tool}" if isinstance(tool, str) else method, tracing.CLIENT,
+                          {"mcp.method.name": method, "server.address": self.name}) as span:
+            if isinstance(tool, str):
+                span.set("gen_ai.tool.name", tool)
+            meta = tracing.meta()
+            if meta is not None:
+                params = dict(params or {})
+                params["_meta"] = {**(params.get("_meta") or {}), **meta}
+            return await self._request(method, params, timeout_secs, on_progress)
+
+    async def _request(self, method: str, params: dict[str, Any] | None, timeout_secs: float | None,
+                       on_progress: Callable[[dict[str, Any]], None] | None) -> Any:
         timeout = self.timeout_secs if timeout_secs is None else timeout_secs
         request_id, waiter = self._start(method, timeout)
         if on_progress is not None:

@@ -39,6 +39,7 @@ from runtime.mcp.client.inputs import MRTR_METHODS
 from runtime.mcp.client.session import TransportClosed
 from runtime.mcp.protocol import META_VERSION
 from runtime.net.guard import AddressPolicy, check_url
+from runtime import tracing
 from runtime.net.headers import expand_headers
 from runtime.net.outbound import make_client
 from runtime.wire import framing, jsonrpc
@@ -313,9 +314,9 @@ class StreamableHttpTransport(HttpTransportBase):
                         getattr(message, "method", "response"), response.status_code)
 
     def _request_headers(self, message: jsonrpc.Message | None, method: str = "POST") -> dict[str, str]:
-        return self.connection.add_headers(
-            self._auth_headers({**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"}, method),
-            message)
+        headers = {**self._headers, "Accept": ACCEPT, "Content-Type": "application/json"}
+        tracing.inject(headers)  # the current span (a request's), when traces are on
+        return self.connection.add_headers(self._auth_headers(headers, method), message)
 
     # --- One request --------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 import trio
 from msgspec import UNSET
 
-from runtime import __version__
+from runtime import __version__, tracing
 from runtime.config import Config
 from runtime.errors import RpcError, TernTimeout
 from runtime.wire.limits import check_name
@@ -323,6 +323,26 @@ class McpServer:
 
     async def _call(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Notify | None,
                     log_level: str | None, *, modern: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``_call_tool`` traced as a SERVER span, under the caller's ``_meta.traceparent``
+        (else the current span: POST /mcp's)."""
+        name = params.get("name")
+        parent = None
+        if tracing.enabled():
+            meta = params.get("_meta")
+            if isinstance(meta, dict):
+                parent = tracing.extract(meta.get("traceparent"), meta.get("tracestate"))
+        with tracing.span(f"tools/call {name}" if isinstance(name, str) else "tools/call", tracing.SERVER,
+                          {"mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool",
+                           "jsonrpc.request.id": str(request_id)}, parent=parent) as span:
+            if isinstance(name, str):
+                span.set("gen_ai.tool.name", name)
+            result = await self._call_tool(request_id, params, peer, notify, log_level, modern=modern)
+            if result.get("isError") is True:
+                span.error("tool_error")
+            return result
+
+    async def _call_tool(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Notify | None,
+                         log_level: str | None, *, modern: dict[str, Any] | None = None) -> dict[str, Any]:
         """One tools/call, in a pipeline Run that ``notifications/cancelled`` (or the end
         of the session) cancels through ``peer.inflight``. ``modern``: the request's
         ``_meta`` in 2026-07-28 (None: the handshake era)."""

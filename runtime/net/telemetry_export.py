@@ -1,0 +1,134 @@
+"""The trio shell of OpenTelemetry export: builds the sans-IO core from ``[telemetry]``,
+installs the tracer, and POSTs batches to the collector from a task of its own.
+
+Callers only ``put`` an ended span (``runtime.tracing``); this task waits for a full
+batch or ``DELAY_SECS``, takes one, and sends it through the outbound client (SSRF
+guard, timeouts), one request in flight. A 429/502/503/504 is retried once after its
+``Retry-After`` (at most ``MAX_RETRY_AFTER_SECS``); anything else, a timeout or a
+connection error loses the batch, counted with the drops. A dead or slow collector so
+costs dropped spans, never a caller's time or memory. On shutdown what is queued gets
+``FLUSH_SECS`` to leave.
+
+Imported only when ``otlp_endpoint`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+import trio
+
+from runtime import __version__, tracing
+from runtime.config.schema import TelemetryConfig
+from runtime.log import get_logger, register_secret
+from runtime.net.guard import AddressPolicy
+from runtime.net.headers import expand_headers
+from runtime.net.outbound import make_client
+from runtime.telemetry import semconv
+from runtime.telemetry.batch import Batch, BatchQueue
+from runtime.telemetry.otlp import CONTENT_TYPE, RETRYABLE_STATUSES, TRACES_PATH, OtlpEncoder
+from runtime.telemetry.sampling import Sampler
+
+__all__ = ["Exporter", "traces_url"]
+
+log = get_logger("telemetry")
+
+DELAY_SECS = 5.0  # a batch that is not full leaves after this long
+FLUSH_SECS = 3.0
+MAX_RETRY_AFTER_SECS = 5.0
+
+
+def traces_url(endpoint: str) -> str:
+    """The collector's traces URL: ``endpoint`` as given when it names the path, else
+    with ``/v1/traces`` added (as ``OTEL_EXPORTER_OTLP_ENDPOINT`` is read)."""
+    base = endpoint.rstrip("/")
+    return base if base.endswith(TRACES_PATH) else base + TRACES_PATH
+
+
+class Exporter:
+    """One process's export: ``await nursery.start(exporter.run)`` installs the tracer and
+    sends until cancelled, then flushes and uninstalls."""
+
+    def __init__(self, config: TelemetryConfig, *, delay_secs: float = DELAY_SECS) -> None:
+        self.url = traces_url(config.otlp_endpoint)
+        self.headers = expand_headers(config.headers, "telemetry")
+        for value in self.headers.values():  # a collector's token, literal or not, is a secret
+            register_secret(value)
+        self.headers["Content-Type"] = CONTENT_TYPE
+        self.timeout = config.export_timeout_secs
+        self.delay = delay_secs
+        encoder = OtlpEncoder({semconv.SERVICE_NAME: config.service_name, semconv.SERVICE_VERSION: __version__,
+                               semconv.SERVICE_INSTANCE_ID: f"{os.uname().nodename}:{os.getpid()}"},
+                              semconv.SCOPE_NAME, __version__)
+        self.queue = BatchQueue(encoder, max_spans=config.max_queue_spans, max_bytes=config.max_queue_bytes,
+                                batch_spans=config.batch_spans, batch_bytes=min(1 << 20, config.max_queue_bytes))
+        self.tracer = tracing.Tracer(Sampler(config.sampling_ratio), self.queue, self._wake)
+        self.exported = 0  # spans the collector took
+        self.failed = 0  # requests that lost their batch
+        self._ready = trio.Event()
+        self._client: httpx.AsyncClient | None = None
+
+    def _wake(self) -> None:
+        self._ready.set()
+
+    def samples(self) -> list[tuple[tuple[str, ...], float]]:
+        """For ``/metrics``: spans by outcome (exported, dropped)."""
+        return [(("exported",), float(self.exported)), (("dropped",), float(self.queue.dropped))]
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        tracing.install(self.tracer)
+        try:
+            async with make_client(AddressPolicy(), timeout=self.timeout) as client:
+                self._client = client
+                task_status.started()
+                try:
+                    while True:
+                        with trio.move_on_after(self.delay):
+                            await self._ready.wait()
+                        self._ready = trio.Event()
+                        while (batch := self.queue.take()) is not None:
+                            await self._send(batch)
+                finally:
+                    with trio.CancelScope(shield=True), trio.move_on_after(FLUSH_SECS):
+                        while (batch := self.queue.take()) is not None:
+                            await self._send(batch, retry=False)
+        finally:
+            tracing.uninstall()
+
+    async def _send(self, batch: Batch, *, retry: bool = True) -> None:
+        """One request (and at most one retry); a batch not taken is counted as lost."""
+        assert self._client is not None
+        for attempt in range(2 if retry else 1):
+            try:
+                with trio.fail_after(self.timeout):  # the whole exchange; the body is never read
+                    async with self._client.stream("POST", self.url, content=batch.body,
+                                                   headers=self.headers) as response:
+                        status, retry_after = response.status_code, response.headers.get("retry-after")
+            except (httpx.HTTPError, trio.TooSlowError) as exc:
+                self._lose(batch, type(exc).__name__)
+                return
+            if 200 <= status < 300:
+                self.exported += batch.spans
+                return
+            if status not in RETRYABLE_STATUSES or attempt:
+                break
+            await trio.sleep(_retry_after(retry_after))
+        self._lose(batch, f"HTTP {status}")
+
+    def _lose(self, batch: Batch, why: str) -> None:
+        self.failed += 1
+        self.queue.lost(batch)
+        if self.failed == 1 or self.failed % 100 == 0:  # a down collector is one line now and then, not a flood
+            log.warning("traces: %d spans not exported to %s (%s; %d requests failed so far)",
+                        batch.spans, self.url, why, self.failed)
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds to wait before the retry: the header's (seconds only), within bounds."""
+    try:
+        seconds = float(value) if value is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECS) if seconds == seconds else 1.0
