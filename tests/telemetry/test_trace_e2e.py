@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 
-import pytest
 import trio
 
 from tests import peers
