@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from contextvars import ContextVar
+from random import getrandbits as _getrandbits
 from typing import Any
 
 from runtime import log
@@ -105,35 +106,74 @@ def trace_id() -> str:
 
 
 class Tracer:
-    """Starts and ends spans with the sans-IO core; ``queue.put`` encodes an ended span.
-    ``wake`` (the shell's) is called when a full batch waits. The Recorder is rebuilt
-    when a secret was registered since, so a new secret is masked at once."""
+    """Spans on the call path cost a few microseconds: ``begin`` draws the ids (Python's
+    ``random``, as OpenTelemetry's SDK does: ids must be unique, not secret) and asks the
+    sampler; an ended, sampled span is kept raw (name, ids, times, the caller's attribute
+    dict) in a deque bounded in spans and in an estimate of its bytes, and dropped,
+    counted, past either. ``drain`` does the rest off the call path, from the exporter's
+    task: the sans-IO ``Recorder`` bounds and masks (rebuilt when a secret was registered
+    since) and ``queue.put`` encodes. ``wake`` (the shell's) is called when a batch waits."""
 
-    def __init__(self, sampler: Any, queue: Any, wake: Any = None) -> None:
+    _OVERHEAD = 256  # bytes of a raw span besides its strings, about
+
+    def __init__(self, sampler: Any, queue: Any, *, max_spans: int, max_bytes: int, batch_spans: int,
+                 wake: Any = None) -> None:
+        from collections import deque
+
         from runtime.telemetry import context, spans
 
         self._context = context
         self._spans = spans
+        self._SpanContext, self._SAMPLED, self._RANDOM = context.SpanContext, context.SAMPLED, context.RANDOM
         self.sampler = sampler
         self.queue = queue
+        self.max_spans, self.max_bytes, self.batch_spans = max_spans, max_bytes, batch_spans
         self.wake = wake
+        self.raw: deque[tuple] = deque()
+        self.raw_bytes = 0
+        self.dropped = 0  # ended spans with no room in the raw queue
         self._version = -1
-        self.recorder = self._recorder()
+        self._recorder: Any = None
 
-    def _recorder(self) -> Any:
-        self._version = log.secrets_version()
-        return self._spans.Recorder(self.sampler, known_secrets=log.registered_secrets())
+    def begin(self, parent: Any) -> Any:
+        """The new span's context: under ``parent`` (a SpanContext) or a new trace. (An id
+        of 0 is invalid; ``or 1`` turns that 2^-64 chance into a valid, if odd, id.)"""
+        span_id = (_getrandbits(64) or 1).to_bytes(8, "big")
+        if parent is None:
+            trace_id = (_getrandbits(128) or 1).to_bytes(16, "big")
+            flags = self._RANDOM | (self._SAMPLED if self.sampler.sampled(None, trace_id) else 0)
+            return self._SpanContext(trace_id, span_id, flags)
+        return self._SpanContext(parent.trace_id, span_id, parent.flags, parent.state)  # parent-based sampling
 
-    def start(self, name: str, kind: int, parent: Any) -> Any:
-        if self._version != log.secrets_version():
-            self.recorder = self._recorder()
-        return self.recorder.start(name, self._spans.SpanKind(kind), time.time_ns(), parent)
-
-    def end(self, span: Any, error: str = "") -> None:
-        status = self._spans.StatusCode
-        self.recorder.end(span, time.time_ns(), status.ERROR if error else status.UNSET, error)
-        if self.queue.put(span) and self.wake is not None and self.queue.ready:
+    def record(self, raw: tuple, size: int) -> None:
+        """Keeps an ended span's raw fields, or counts it dropped."""
+        if len(self.raw) >= self.max_spans or self.raw_bytes + size > self.max_bytes:
+            self.dropped += 1
+            return
+        self.raw.append(raw)
+        self.raw_bytes += size
+        if len(self.raw) == self.batch_spans and self.wake is not None:
             self.wake()
+
+    def drain(self, limit: int) -> int:
+        """Bounds, masks and encodes up to ``limit`` raw spans into ``queue``; how many."""
+        if self._version != log.secrets_version():
+            self._version = log.secrets_version()
+            self._recorder = self._spans.Recorder(self.sampler, known_secrets=log.registered_secrets())
+        recorder, spans, queue = self._recorder, self._spans, self.queue
+        error, unset = spans.StatusCode.ERROR, spans.StatusCode.UNSET
+        done = 0
+        while self.raw and done < limit:
+            name, kind, context, parent, start, end, attributes, failed, size = self.raw.popleft()
+            self.raw_bytes -= size
+            span = spans.Span(context, recorder.text(name, recorder.limits.max_name_chars), spans.SpanKind(kind),
+                              start, parent_id=parent.span_id if parent is not None else b"",
+                              parent_remote=parent is not None and parent.remote)
+            recorder.update(span, attributes)
+            recorder.end(span, end, error if failed else unset, failed)
+            queue.put(span)
+            done += 1
+        return done
 
     def extract(self, traceparent: object, tracestate: object) -> Any:
         return self._context.extract(traceparent, tracestate)
@@ -146,44 +186,55 @@ class Tracer:
 
 
 class _Active:
-    __slots__ = ("_tracer", "_name", "_kind", "_attributes", "_parent", "_span", "_token", "_failed")
-    recording = True
+    """A span in progress: its fields, kept plainly until the span ends."""
+
+    __slots__ = ("_tracer", "_name", "_kind", "_attributes", "_parent", "_context", "_start", "_token",
+                 "_failed", "recording")
 
     def __init__(self, tracer: Tracer, name: str, kind: int, attributes: dict[str, object] | None,
                  parent: Any) -> None:
-        self._tracer, self._name, self._kind, self._attributes, self._parent = tracer, name, kind, attributes, parent
+        self._tracer, self._name, self._kind, self._parent = tracer, name, kind, parent
+        self._attributes = attributes if attributes is not None else {}  # the caller's new dict, kept
         self._failed = ""
 
     def __enter__(self) -> _Active:
-        tracer = self._tracer
         parent = self._parent if self._parent is not None else _current.get()
-        self._span = span = tracer.start(self._name, self._kind, parent)
-        if self._attributes and span.recording:
-            tracer.recorder.update(span, self._attributes)
-        self._token = _current.set(span.context)
+        self._parent = parent
+        self._context = context = self._tracer.begin(parent)
+        self.recording = context.flags & 1  # sampled
+        self._start = time.time_ns()
+        self._token = _current.set(context)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        end = time.time_ns()
         try:
             _current.reset(self._token)
         except ValueError:  # left in another context (an async generator's): nothing to restore
             pass
+        if not self.recording:
+            return
         if exc_type is not None:
             self.error(exc_type.__name__, str(exc) or exc_type.__name__)
-        self._tracer.end(self._span, self._failed)
+        attributes = self._attributes
+        size = Tracer._OVERHEAD + len(self._name) + len(self._failed) + 48 * len(attributes)  # keys are short
+        for value in attributes.values():
+            if type(value) is str:
+                size += len(value)
+        self._tracer.record((self._name, self._kind, self._context, self._parent, self._start, end, attributes,
+                             self._failed, size), size)
 
     def set(self, key: str, value: object) -> None:
-        if self._span.recording:
-            self._tracer.recorder.set(self._span, key, value)
+        if self.recording:
+            self._attributes[key] = value
 
     def update(self, attributes: dict[str, object]) -> None:
-        if self._span.recording:
-            self._tracer.recorder.update(self._span, attributes)
+        if self.recording:
+            self._attributes.update(attributes)
 
     def rename(self, name: str) -> None:
         """A better name learnt after the start (an HTTP request's route)."""
-        if self._span.recording:
-            self._span.name = self._tracer.recorder.text(name, self._tracer.recorder.limits.max_name_chars)
+        self._name = name
 
     def error(self, kind: str, message: str = "") -> None:
         """Marks the span failed (``error.type`` = ``kind``) when it ends: an exception, or a

@@ -1,13 +1,13 @@
 """The trio shell of OpenTelemetry export: builds the sans-IO core from ``[telemetry]``,
 installs the tracer, and POSTs batches to the collector from a task of its own.
 
-Callers only ``put`` an ended span (``runtime.tracing``); this task waits for a full
-batch or ``DELAY_SECS``, takes one, and sends it through the outbound client (SSRF
-guard, timeouts), one request in flight. A 429/502/503/504 is retried once after its
-``Retry-After`` (at most ``MAX_RETRY_AFTER_SECS``); anything else, a timeout or a
-connection error loses the batch, counted with the drops. A dead or slow collector so
-costs dropped spans, never a caller's time or memory. On shutdown what is queued gets
-``FLUSH_SECS`` to leave.
+Callers only keep an ended span raw (``runtime.tracing``); this task waits for a full
+batch or ``DELAY_SECS``, then masks, bounds and encodes the spans a chunk at a time and
+sends them through the outbound client (SSRF guard, timeouts), one request in flight.
+A 429/502/503/504 is retried once after its ``Retry-After`` (at most
+``MAX_RETRY_AFTER_SECS``); anything else, a timeout or a connection error loses the
+batch, counted with the drops. A dead or slow collector so costs dropped spans, never a
+caller's time or memory. On shutdown what is queued gets ``FLUSH_SECS`` to leave.
 
 Imported only when ``otlp_endpoint`` is set.
 """
@@ -38,6 +38,8 @@ log = get_logger("telemetry")
 DELAY_SECS = 5.0  # a batch that is not full leaves after this long
 FLUSH_SECS = 3.0
 MAX_RETRY_AFTER_SECS = 5.0
+MAX_ANSWER_BYTES = 64 << 10
+CHUNK = 32  # spans encoded between two checkpoints: about 1 ms
 
 
 def traces_url(endpoint: str) -> str:
@@ -64,7 +66,9 @@ class Exporter:
                               semconv.SCOPE_NAME, __version__)
         self.queue = BatchQueue(encoder, max_spans=config.max_queue_spans, max_bytes=config.max_queue_bytes,
                                 batch_spans=config.batch_spans, batch_bytes=min(1 << 20, config.max_queue_bytes))
-        self.tracer = tracing.Tracer(Sampler(config.sampling_ratio), self.queue, self._wake)
+        self.tracer = tracing.Tracer(Sampler(config.sampling_ratio), self.queue, max_spans=config.max_queue_spans,
+                                     max_bytes=config.max_queue_bytes, batch_spans=config.batch_spans,
+                                     wake=self._wake)
         self.exported = 0  # spans the collector took
         self.failed = 0  # requests that lost their batch
         self._ready = trio.Event()
@@ -73,9 +77,14 @@ class Exporter:
     def _wake(self) -> None:
         self._ready.set()
 
+    @property
+    def dropped(self) -> int:
+        """Spans never sent: no room in a queue, or their batch lost."""
+        return self.tracer.dropped + self.queue.dropped
+
     def samples(self) -> list[tuple[tuple[str, ...], float]]:
         """For ``/metrics``: spans by outcome (exported, dropped)."""
-        return [(("exported",), float(self.exported)), (("dropped",), float(self.queue.dropped))]
+        return [(("exported",), float(self.exported)), (("dropped",), float(self.dropped))]
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         tracing.install(self.tracer)
@@ -88,24 +97,39 @@ class Exporter:
                         with trio.move_on_after(self.delay):
                             await self._ready.wait()
                         self._ready = trio.Event()
-                        while (batch := self.queue.take()) is not None:
-                            await self._send(batch)
+                        await self._export()
                 finally:
                     with trio.CancelScope(shield=True), trio.move_on_after(FLUSH_SECS):
-                        while (batch := self.queue.take()) is not None:
-                            await self._send(batch, retry=False)
+                        await self._export(retry=False)
         finally:
             tracing.uninstall()
+
+    async def _export(self, *, retry: bool = True) -> None:
+        """What has ended so far, a batch at a time: masked, bounded and encoded ``CHUNK``
+        spans between two checkpoints, then sent. Woken once a batch is full (or after
+        the delay), so this work comes in bursts between which calls pay nothing for it."""
+        while self.tracer.raw:
+            for _ in range(0, self.queue.batch_spans, CHUNK):
+                if not self.tracer.drain(CHUNK):
+                    break
+                await trio.lowlevel.checkpoint()
+            while (batch := self.queue.take()) is not None:
+                await self._send(batch, retry=retry)
 
     async def _send(self, batch: Batch, *, retry: bool = True) -> None:
         """One request (and at most one retry); a batch not taken is counted as lost."""
         assert self._client is not None
         for attempt in range(2 if retry else 1):
             try:
-                with trio.fail_after(self.timeout):  # the whole exchange; the body is never read
+                with trio.fail_after(self.timeout):  # the whole exchange
                     async with self._client.stream("POST", self.url, content=batch.body,
                                                    headers=self.headers) as response:
                         status, retry_after = response.status_code, response.headers.get("retry-after")
+                        read = 0  # a short answer is read to its end, so the connection is kept
+                        async for chunk in response.aiter_raw():
+                            read += len(chunk)
+                            if read > MAX_ANSWER_BYTES:
+                                break  # a longer one is not: the connection closes with it
             except (httpx.HTTPError, trio.TooSlowError) as exc:
                 self._lose(batch, type(exc).__name__)
                 return

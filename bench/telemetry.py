@@ -1,0 +1,230 @@
+"""Telemetry cost: per echo call through ``tern mcp`` and per A2A ``SendMessage`` to ``tern
+serve``, with traces off, on (every span sampled and exported to a loopback collector that
+answers 200) and, for "off costs nothing", the code of another git ref (default ``main``)
+with the same config. From the repo root:
+
+    python bench/telemetry.py [--calls 300] [--blocks 9] [--warmup 100] [--base main] [--no-base]
+
+All variants run at once, one process each; the client alternates blocks of ``--calls``
+sequential calls between them (off, on, base, off, on, base, ...), so drift in machine
+load hits each the same. Per block the median call time; reported: the median over the
+blocks, and the ratio to "off". The collector is a separate process (stdlib HTTP server)
+that reads each request and answers 200 with no body.
+
+- ``tern mcp``: one stdio session per variant (no daemon: the in-process kernel),
+  ``tools/call tern_agent_echo {"message": "hi"}``, newline JSON in, one line out.
+  Spans per call: tools/call (SERVER), execute_tool, invoke_agent.
+- A2A: ``tern serve`` with an echo agent, JSON-RPC ``SendMessage`` (blocking, A2A 1.0) on
+  one keep-alive connection (bench/a2a_server.py's client). Spans per call: the HTTP
+  request (SERVER), the A2A task, invoke_agent.
+
+Target (issue 18): on at most 5% more time per call than off; off: no measurable cost
+(off against the base ref within the noise of off against itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from a2a_server import Client, Server, free_port, send  # noqa: E402
+
+TARGET = 1.05
+
+SINK = r'''
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Sink(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+'''
+
+CONFIG = """[server]
+rate_limit_per_sec = 0
+[a2a]
+enabled = true
+default_agent = "echo"
+[[agents]]
+name = "echo"
+kind = "echo"
+[state]
+dir = "{state}"
+{telemetry}"""
+
+
+class Variant:
+    def __init__(self, label: str, code: Path, telemetry: str, scratch: Path) -> None:
+        self.label, self.code = label, code
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=scratch))
+        self.config = self.dir / "tern.toml"
+        self.config.write_text(CONFIG.format(state=self.dir / "state", telemetry=telemetry))
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("TERN_")},
+                    "XDG_STATE_HOME": str(self.dir), "PYTHONPATH": str(code)}
+        self.mcp_times: list[float] = []
+        self.a2a_times: list[float] = []
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "runtime", "--config", str(self.config), *args]
+
+
+class McpSession:
+    """``tern mcp`` over pipes: one request line, one response line."""
+
+    def __init__(self, variant: Variant) -> None:
+        self.proc = subprocess.Popen(variant.argv("mcp"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=variant.env, cwd=variant.code)
+        self.ids = 0
+        self.call("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                 "clientInfo": {"name": "bench", "version": "0"}})
+        self._write({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _write(self, message: dict) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def call(self, method: str, params: dict) -> dict:
+        self.ids += 1
+        self._write({"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params})
+        assert self.proc.stdout is not None
+        answer = json.loads(self.proc.stdout.readline())
+        if "result" not in answer:
+            raise RuntimeError(f"{method}: {answer}")
+        return answer["result"]
+
+    def echo(self) -> None:
+        result = self.call("tools/call", {"name": "tern_agent_echo", "arguments": {"message": "hi"}})
+        if result.get("isError") or result["content"][0]["text"] != "hi":
+            raise RuntimeError(f"echo: {result}")
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def block(call, calls: int) -> tuple[float, float]:
+    """The median and the mean seconds of ``calls`` sequential calls."""
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), statistics.fmean(times)
+
+
+def checkout(ref: str, scratch: Path) -> Path:
+    """The tree of ``ref`` in a temporary directory (git archive; no worktree is touched)."""
+    data = subprocess.run(["git", "archive", "--format=tar", ref, "runtime"], cwd=ROOT, check=True,
+                          capture_output=True).stdout
+    target = scratch / f"base-{ref.replace('/', '_')}"
+    with tarfile.open(fileobj=BytesIO(data)) as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--blocks", type=int, default=9)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--base", default="main", help="the git ref whose code runs the base variant")
+    parser.add_argument("--no-base", action="store_true")
+    parser.add_argument("--on-extra", default="", help="more [telemetry] lines for the on variant")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="tern-bench-telemetry-") as tmp:
+        scratch = Path(tmp)
+        sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+        assert sink.stdout is not None
+        collector = f"http://127.0.0.1:{sink.stdout.readline().strip()}"
+        on = f'[telemetry]\notlp_endpoint = "{collector}"\nsampling_ratio = 1.0\n{args.on_extra}\n'
+        variants = [Variant("off", ROOT, "", scratch), Variant("on", ROOT, on, scratch)]
+        if not args.no_base:
+            variants.append(Variant(f"{args.base} (off)", checkout(args.base, scratch), "", scratch))
+        sessions, servers, clients = [], [], []
+        try:
+            for variant in variants:
+                sessions.append(McpSession(variant))
+                port = free_port()
+                server = Server(variant.label.split()[0], variant.argv("serve", "--listen", f"127.0.0.1:{port}"),
+                                variant.env, port, "/a2a/echo", "/health", scratch)
+                servers.append(server)
+                clients.append(Client(port))
+            counter = [0]
+
+            def a2a(client: Client, server: Server):
+                def one() -> None:
+                    counter[0] += 1
+                    send(client, server, counter[0])
+                return one
+
+            for session, client, server in zip(sessions, clients, servers):
+                block(session.echo, args.warmup)
+                block(a2a(client, server), args.warmup)
+            for _ in range(args.blocks):
+                for variant, session, client, server in zip(variants, sessions, clients, servers):
+                    variant.mcp_times.append(block(session.echo, args.calls))
+                    variant.a2a_times.append(block(a2a(client, server), args.calls))
+        finally:
+            for session in sessions:
+                session.close()
+            for client in clients:
+                client.close()
+            for server in servers:
+                server.stop()
+            sink.terminate()
+            sink.wait()
+
+    print(f"\n{args.blocks} interleaved blocks of {args.calls} calls per variant. Per block the median call "
+          "(and the mean, which carries the export work done in bursts); here the median over the blocks.\n")
+    print("| variant | tern mcp echo: median | ratio | mean | ratio | A2A SendMessage: median | ratio | mean | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    off = variants[0]
+
+    def stat(times: list, which: int) -> float:
+        return statistics.median(t[which] for t in times)
+
+    for variant in variants:
+        cells = [variant.label]
+        for times, base in ((variant.mcp_times, off.mcp_times), (variant.a2a_times, off.a2a_times)):
+            for which in (0, 1):
+                value = stat(times, which)
+                cells += [f"{value * 1e6:.0f} us", f"{value / stat(base, which):.3f}"]
+        print("| " + " | ".join(cells) + " |")
+    spread = [max(t[0] for t in v) / min(t[0] for t in v) for v in (off.mcp_times, off.a2a_times)]
+    print(f"\noff against itself, slowest block median / fastest: mcp {spread[0]:.3f}, A2A {spread[1]:.3f}")
+    on = variants[1]
+    ok = all(stat(times, 0) / stat(base, 0) <= TARGET
+             for times, base in ((on.mcp_times, off.mcp_times), (on.a2a_times, off.a2a_times)))
+    print(f"target (median on <= {TARGET:.2f} x off): {'met' if ok else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
