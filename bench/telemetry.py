@@ -1,14 +1,15 @@
 """Telemetry cost: per echo call through ``tern mcp`` and per A2A ``SendMessage`` to ``tern
 serve``, with traces off, on (every span sampled and exported to a loopback collector that
-answers 200) and, for "off costs nothing", the code of another git ref (default ``main``)
-with the same config. From the repo root:
+answers 200), on with ``--ratio`` of the traces sampled, and, for "off costs nothing", the
+code of another git ref (default ``main``) with the same config. From the repo root:
 
-    python bench/telemetry.py [--calls 300] [--blocks 9] [--warmup 100] [--base main] [--no-base]
+    python bench/telemetry.py [--calls 300] [--blocks 9] [--warmup 100] [--ratio 0.1] [--base main] [--no-base]
 
 All variants run at once, one process each; the client alternates blocks of ``--calls``
-sequential calls between them (off, on, base, off, on, base, ...), so drift in machine
-load hits each the same. Per block the median call time; reported: the median over the
-blocks, and the ratio to "off". The collector is a separate process (stdlib HTTP server)
+sequential calls between them (off, on, sampled, base, off, ...), so drift in machine
+load hits each the same. Per block the median and the mean call time (the mean carries
+the export work, which comes in bursts); reported: their medians over the blocks, and
+the ratios to "off". The collector is a separate process (stdlib HTTP server)
 that reads each request and answers 200 with no body.
 
 - ``tern mcp``: one stdio session per variant (no daemon: the in-process kernel),
@@ -156,7 +157,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--base", default="main", help="the git ref whose code runs the base variant")
     parser.add_argument("--no-base", action="store_true")
-    parser.add_argument("--on-extra", default="", help="more [telemetry] lines for the on variant")
+    parser.add_argument("--on-extra", default="", help="more [telemetry] lines for the on variants")
+    parser.add_argument("--ratio", type=float, default=0.1,
+                        help="a variant with this sampling_ratio besides the fully sampled one (1: none)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="tern-bench-telemetry-") as tmp:
@@ -164,8 +167,11 @@ def main() -> None:
         sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
         assert sink.stdout is not None
         collector = f"http://127.0.0.1:{sink.stdout.readline().strip()}"
-        on = f'[telemetry]\notlp_endpoint = "{collector}"\nsampling_ratio = 1.0\n{args.on_extra}\n'
+        on = f'[telemetry]\notlp_endpoint = "{collector}"\n{args.on_extra}\n'
         variants = [Variant("off", ROOT, "", scratch), Variant("on", ROOT, on, scratch)]
+        if args.ratio < 1.0:
+            variants.append(Variant(f"on, {args.ratio:g} sampled", ROOT, on + f"sampling_ratio = {args.ratio}\n",
+                                    scratch))
         if not args.no_base:
             variants.append(Variant(f"{args.base} (off)", checkout(args.base, scratch), "", scratch))
         sessions, servers, clients = [], [], []

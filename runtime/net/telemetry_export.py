@@ -94,8 +94,9 @@ class Exporter:
                 task_status.started()
                 try:
                     while True:
-                        with trio.move_on_after(self.delay):
-                            await self._ready.wait()
+                        if len(self.tracer.raw) < self.queue.batch_spans:  # else a wake came and went
+                            with trio.move_on_after(self.delay):
+                                await self._ready.wait()
                         self._ready = trio.Event()
                         await self._export()
                 finally:
@@ -105,16 +106,22 @@ class Exporter:
             tracing.uninstall()
 
     async def _export(self, *, retry: bool = True) -> None:
-        """What has ended so far, a batch at a time: masked, bounded and encoded ``CHUNK``
-        spans between two checkpoints, then sent. Woken once a batch is full (or after
-        the delay), so this work comes in bursts between which calls pay nothing for it."""
-        while self.tracer.raw:
-            for _ in range(0, self.queue.batch_spans, CHUNK):
-                if not self.tracer.drain(CHUNK):
-                    break
-                await trio.lowlevel.checkpoint()
-            while (batch := self.queue.take()) is not None:
-                await self._send(batch, retry=retry)
+        """The spans ended before this started (not those ending meanwhile: a steady stream
+        of calls would keep it running beside them), masked, bounded and encoded ``CHUNK``
+        at a time with a checkpoint between chunks, and sent a full batch at a time, then
+        the rest. Woken once a batch is full, or after the delay, so this work comes in
+        bursts, between which calls pay nothing for it."""
+        pending = len(self.tracer.raw)
+        while pending > 0:
+            done = self.tracer.drain(min(CHUNK, pending))
+            if not done:
+                break
+            pending -= done
+            if self.queue.ready:
+                await self._send(self.queue.take(), retry=retry)  # type: ignore[arg-type]
+            await trio.lowlevel.checkpoint()
+        while (batch := self.queue.take()) is not None:
+            await self._send(batch, retry=retry)
 
     async def _send(self, batch: Batch, *, retry: bool = True) -> None:
         """One request (and at most one retry); a batch not taken is counted as lost."""

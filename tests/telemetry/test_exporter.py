@@ -162,3 +162,28 @@ async def test_log_lines_carry_the_current_trace_id(capsys):
     assert any(line.endswith(f"tern.test: inside trace_id={trace_id}") for line in lines), lines
     assert any(line.endswith("tern.test: outside") for line in lines), lines
     assert len(trace_id) == 32
+
+
+@pytest.mark.parametrize("settings, problem", [
+    ({"otlp_endpoint": "ftp://collector"}, "telemetry.otlp_endpoint: expected an http:// or https:// URL"),
+    ({"sampling_ratio": 1.5}, "telemetry.sampling_ratio: expected 0 to 1, got 1.5"),
+    ({"sampling_ratio": -0.1}, "telemetry.sampling_ratio: expected 0 to 1, got -0.1"),
+    ({"service_name": " "}, "telemetry.service_name: must not be empty"),
+    ({"max_queue_spans": 0}, "telemetry.max_queue_spans: expected a number above 0, got 0"),
+    ({"export_timeout_secs": -1.0}, "telemetry.export_timeout_secs: expected a number above 0, got -1.0"),
+])
+def test_config_problems(settings, problem):
+    from runtime.config.checks import find_problems
+    from runtime.config.schema import Config
+
+    problems = find_problems(Config(telemetry=TelemetryConfig(**settings)))
+    assert any(p.startswith(problem) for p in problems), problems
+
+
+def test_an_unset_header_variable_is_a_config_error(monkeypatch):
+    from runtime.errors import ConfigError
+
+    monkeypatch.delenv("NO_SUCH_OTEL_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match=r"telemetry: header Authorization needs \$\{NO_SUCH_OTEL_TOKEN\}"):
+        Exporter(TelemetryConfig(otlp_endpoint="http://127.0.0.1:4318",
+                                 headers={"Authorization": "Bearer ${NO_SUCH_OTEL_TOKEN}"}))
