@@ -68,3 +68,21 @@ def test_the_off_api_is_one_no_op_object():
         tracing.inject(headers)
         assert headers == {} and tracing.meta() is None and tracing.trace_id() == ""
     assert tracing.extract("00-" + "1" * 32 + "-" + "2" * 16 + "-01") is None  # off: not read
+
+
+def test_the_built_pyz_exports_traces(pyz, tmp_path, decode_otlp):
+    """The single file carries the tracing modules: ``tern.pyz run`` exports an agent run."""
+    from tests.test_build_pyz import base_python, clean_env
+
+    (tmp_path / "tmp").mkdir()
+    with Collector() as collector:
+        config = tmp_path / "config.toml"
+        config.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n[[agents]]\nname = "echo"\nkind = "echo"\n'
+                          f'[telemetry]\notlp_endpoint = "{collector.url}"\nservice_name = "pyz"\n')
+        done = subprocess.run([base_python(), "-I", str(pyz), "--config", str(config), "run", "echo", "hi"],
+                              env=clean_env(tmp_path / "cache", tmp_path / "tmp"), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "hi\n", done.stderr
+    names = [s["name"] for v in decode_otlp(*collector.bodies) for rs in v["resource_spans"]
+             for ss in rs["scope_spans"] for s in ss["spans"]]
+    assert names == ["invoke_agent echo"]
