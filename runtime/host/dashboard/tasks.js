@@ -73,7 +73,7 @@ function view(main, id, {signal}) {
         }});
       const status = task.status_message || (task.status && task.status.message);
       fill(box,
-        h("h2", {class: "mono wrap", text: task.id}),
+        h("h2", {class: "wrap"}, "Task ", h("code", {text: task.id})),
         h("dl", {class: "facts"},
           h("dt", {text: "State"}), h("dd", null, stateBadge(task.state || (task.status && task.status.state))),
           h("dt", {text: "Agent"}), h("dd", {text: task.agent || "—"}),
@@ -83,7 +83,7 @@ function view(main, id, {signal}) {
         status ? h("div", {class: "card"}, h("strong", {text: "Status: "}), parts(status.parts)) : null,
         h("div", {class: "actions"}, cancel),
         h("h2", {text: "History"}),
-        (task.history || []).length ? h("div", {class: "log"}, task.history.map((m) => h("div", {class: `msg ${m.role}`},
+        (task.history || []).length ? h("div", {class: "log history"}, task.history.map((m) => h("div", {class: `msg ${m.role}`},
           h("div", {class: "who", text: m.role === "user" ? "Caller" : task.agent || "Agent"}), parts(m.parts))))
           : h("p", {class: "muted", text: "No messages."}),
         h("h2", {text: "Artifacts"}),
