@@ -112,5 +112,5 @@ def add_routes(router: Router, node: Any) -> None:
     router.add("GET", "/api/config", config_get, summary="the running config, secrets masked, and its file")
     router.add("POST", "/api/config/reload", config_reload, cost=20.0,
                summary="re-read the config file and apply it (422 and the one-line error if it does not load)")
-    router.add("POST", "/api/mcp/servers/{name}/login", mcp_login, cost=20.0,
+    router.add("POST", "/api/mcp/servers/{name}/login", mcp_login, cost=5.0,
                summary="start an OAuth login for one MCP server; answers the URL a person opens")
