@@ -11,6 +11,7 @@ from urllib.parse import parse_qs
 
 import msgspec
 
+from runtime.host.node import Node
 from runtime.httpd.messages import HttpError, Request, Response, json_response
 from runtime.httpd.router import Router
 
@@ -32,7 +33,7 @@ def _summary(task: Any) -> dict[str, Any]:
             "history": len(task.history), "artifacts": len(task.artifacts)}
 
 
-def add_routes(router: Router, node: Any) -> None:
+def add_routes(router: Router, node: Node) -> None:
     from runtime.host.mcp_login import McpLogins
 
     logins = McpLogins(node)
