@@ -30,7 +30,9 @@ def write_config(tmp_path: Path, *, a2a: bool = True, key_env: str = "", extra: 
                     f'command = "{sys.executable}"\nargs = ["{FAKE}"]\n\n'
                     '[[mcp_servers]]\nname = "remote"\nenabled = false\n[mcp_servers.transport]\ntype = "http"\n'
                     'url = "http://127.0.0.1:9/mcp"\n[mcp_servers.transport.oauth]\ngrant = "client_credentials"\n'
-                    'client_id = "tern"\n' + extra)
+                    'client_id = "tern"\n\n'
+                    '[[mcp_servers]]\nname = "down"\nenabled = false\n[mcp_servers.transport]\ntype = "http"\n'
+                    'url = "http://127.0.0.1:9/mcp"\n[mcp_servers.transport.oauth]\n' + extra)
     return path
 
 
@@ -127,7 +129,11 @@ async def test_login_is_refused_where_none_applies(nursery, tmp_path):
         machine = await client.post("/api/mcp/servers/remote/login")
         assert machine.status_code == 400 and "client_credentials grant" in machine.json()["error"]["message"]
         ghost = await client.post("/api/mcp/servers/ghost/login")
-        assert ghost.status_code == 404 and "fake, remote" in ghost.json()["error"]["message"]
+        assert ghost.status_code == 404 and "fake, remote, down" in ghost.json()["error"]["message"]
+        unreachable = await client.post("/api/mcp/servers/down/login")  # fails before there is a URL
+        assert unreachable.status_code == 502 and "cannot reach" in unreachable.json()["error"]["message"]
+        again = await client.post("/api/mcp/servers/down/login")  # and left no login behind
+        assert again.status_code == 502
         long = await client.post("/api/mcp/servers/" + "n" * 5000 + "/login")
         assert long.status_code == 400
         assert (await client.get("/api/mcp/servers/fake/login")).status_code == 405
