@@ -31,11 +31,25 @@ def document(*, a2a_path: Any = None, mcp: bool = True) -> dict[str, Any]:
     """The API as served: ``a2a_path`` (``[a2a] listen_path``) when A2A is on, the
     ``/mcp`` endpoint when the MCP server is on."""
     doc = _base()
+    doc["paths"].update(_dashboard_paths())
     if not mcp:
         del doc["paths"]["/mcp"]
     if a2a_path is not None:
         doc["paths"].update(_a2a_paths(a2a_path.rstrip("/")))
     return doc
+
+
+def _dashboard_paths() -> dict[str, Any]:
+    """The dashboard's page and files, and the routes only it needs."""
+    page = {"200": {"description": "the file", "content": {"text/html": {"schema": {"type": "string"}}}},
+            "304": {"description": "not modified (If-None-Match)"}, "403": _ERROR, "404": _ERROR}
+    return {
+        "/": {"get": {"summary": "the dashboard (needs no key to load: it holds no data)", "security": [],
+                      "responses": page}},
+        "/ui/{file}": {"get": {"summary": "the dashboard's files (script, styles, icons)", "security": [],
+                               "parameters": [{"name": "file", "in": "path", "required": True,
+                                               "schema": {"type": "string"}}], "responses": page}},
+    }
 
 
 def _a2a_paths(p: str) -> dict[str, Any]:
@@ -79,8 +93,8 @@ def _base() -> dict[str, Any]:
         "info": {
             "title": "tern",
             "version": __version__,
-            "description": "tern's daemon API. Every path except /health needs the API key "
-            "(Authorization: Bearer KEY or X-API-Key) unless the client is on "
+            "description": "tern's daemon API. Every path except /health and the dashboard's (/, /ui/...) "
+            "needs the API key (Authorization: Bearer KEY or X-API-Key) unless the client is on "
             "loopback and no key is configured.",
         },
         "components": {
