@@ -1,0 +1,49 @@
+// Config: the running configuration with secrets masked, and Reload, which re-reads the
+// file the daemon started with (an invalid file leaves the running config as it was).
+
+import {api, onEvent} from "./api.js";
+import {alertBox, fill, h, pretty} from "./dom.js";
+
+export function render(main, {signal}) {
+  const path = h("p", {class: "muted"});
+  const pre = h("pre", {class: "code config", tabIndex: 0, text: "Loading…"});
+  const notice = h("div");
+  const reload = h("button", {type: "button", class: "primary", text: "Reload"});
+  main.append(h("div", {class: "toolbar"}, path, reload), notice, pre);
+
+  const load = async () => {
+    try {
+      const data = await api("/api/config", {signal});
+      path.textContent = data.path ? `From ${data.path}` : "Built-in configuration";
+      pre.textContent = pretty(data.config);
+    } catch (exc) {
+      if (exc.name !== "AbortError") fill(notice, alertBox(exc.message));
+    }
+  };
+  const changed = (data) => {
+    const changes = data.changes || [];
+    const skipped = data.not_applied || [];
+    fill(notice, h("div", {role: "status", class: "ok-box"},
+      h("p", {text: changes.length ? `Reloaded: ${changes.length} change(s) applied.` : "Reloaded: nothing changed."}),
+      changes.length ? h("ul", null, changes.map((c) => h("li", {text: typeof c === "string" ? c : pretty(c)}))) : null,
+      skipped.length ? h("p", {text: "Needs a restart to apply:"}) : null,
+      skipped.length ? h("ul", null, skipped.map((c) => h("li", {text: typeof c === "string" ? c : pretty(c)}))) : null));
+  };
+  reload.addEventListener("click", async () => {
+    reload.disabled = true;
+    fill(notice);
+    try {
+      changed(await api("/api/config/reload", {method: "POST", signal}));
+      load();
+    } catch (exc) {
+      if (exc.name !== "AbortError") fill(notice, alertBox(exc.message));
+    } finally {
+      reload.disabled = false;
+    }
+  });
+  onEvent((event) => {
+    if (event.type === "config.reloaded") load();
+    else if (event.type === "config.reload_failed" && !reload.disabled) fill(notice, alertBox(event.error));
+  }, signal);
+  load();
+}

@@ -1,0 +1,177 @@
+// Overview: what the daemon runs and how busy it is. The skeleton renders at once; each
+// section fills when /api/status answers, and again every few seconds and on events.
+
+import {api, onEvent} from "./api.js";
+import {isApprovalEvent} from "./approvals.js";
+import {alertBox, debounce, fill, h, row, stateBadge, svg, table} from "./dom.js";
+
+const POLL_MS = 3000;
+const POINTS = 40;
+const CHARTS = [
+  ["requests", "Requests", "HTTP requests"],
+  ["tools", "Tool calls", "tool calls"],
+  ["errors", "Errors", "errors (HTTP, tool)"],
+];
+
+// Kept across visits to the page, so the charts keep their history.
+const series = {requests: [], tools: [], errors: []};
+let last = null; // {at, counters}
+let pending = {requests: 0, tools: 0, errors: 0}; // seen on the socket since the last poll
+
+function push(values) {
+  for (const key of Object.keys(series)) {
+    series[key].push(values[key]);
+    if (series[key].length > POINTS) series[key].shift();
+  }
+}
+
+/** Close one interval: counter deltas when the daemon reports counters, else what the socket saw. */
+function sample(counters) {
+  const now = Date.now();
+  if (counters && last && last.counters && now - last.at < POLL_MS * 3) {
+    const d = (k) => Math.max(0, (counters[k] || 0) - (last.counters[k] || 0));
+    push({requests: d("http_requests"), tools: d("tool_calls"), errors: d("http_errors") + d("tool_errors")});
+  } else if (!counters && last) {
+    push(pending);
+  }
+  last = {at: now, counters};
+  pending = {requests: 0, tools: 0, errors: 0};
+}
+
+function chart(key, name, what) {
+  const values = series[key].slice();
+  // The interval still open: what the socket saw so far (it cannot see HTTP requests).
+  const live = !last || (key === "requests" && last.counters) ? null : pending[key];
+  if (live !== null) values.push(live);
+  const max = Math.max(1, ...values);
+  const width = 200;
+  const height = 48;
+  const step = width / POINTS;
+  const bars = values.map((v, i) => {
+    const x = (POINTS - values.length + i) * step;
+    const bar = Math.max(v ? 1.5 : 0, (v / max) * (height - 2));
+    return svg("rect", {x: x.toFixed(1), y: (height - bar).toFixed(1), width: (step - 1).toFixed(1),
+      height: bar.toFixed(1), class: key === "errors" && v ? "bar bad" : "bar"});
+  });
+  const latest = values.length ? values[values.length - 1] : 0;
+  const total = values.reduce((a, b) => a + b, 0);
+  return h("figure", {class: "chart"},
+    svg("svg", {role: "img", "aria-label": name, viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none"},
+      svg("title", {text: `${name}: ${latest} in the last ${POLL_MS / 1000} s`}),
+      svg("line", {x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5, class: "axis"}), bars),
+    h("figcaption", null, h("strong", {text: name}), ` ${latest} now · ${total} in ${Math.round(values.length *
+      POLL_MS / 1000)} s · peak ${Math.max(0, ...values)} ${what}`));
+}
+
+function section(title, ...body) {
+  return h("section", {"aria-labelledby": `h-${title.replace(/\W+/g, "-")}`},
+    h("h2", {id: `h-${title.replace(/\W+/g, "-")}`, text: title}), ...body);
+}
+
+function mcpRow(server, onAction) {
+  const actions = h("td", {class: "actions"},
+    h("button", {type: "button", text: "Restart", "aria-label": `Restart ${server.name}`,
+      onclick: (e) => onAction(e.target, "restart", server.name)}),
+    server.state === "needs_auth" ? h("button", {type: "button", class: "primary", text: "Log in",
+      "aria-label": `Log in to ${server.name}`, onclick: (e) => onAction(e.target, "login", server.name)}) : null);
+  return row(h("th", {scope: "row", text: server.name}), stateBadge(server.state), String(server.tools ?? ""),
+    h("td", {class: "wrap", text: server.last_error || "—"}), String(server.restarts ?? 0), actions);
+}
+
+export function render(main, {signal}) {
+  const boxes = {
+    agents: h("div", null, h("p", {class: "muted", text: "Loading…"})),
+    mcp: h("div", null, h("p", {class: "muted", text: "Loading…"})),
+    peers: h("div", null, h("p", {class: "muted", text: "Loading…"})),
+    tasks: h("div", null, h("p", {class: "muted", text: "Loading…"})),
+    approvals: h("div", null, h("p", {class: "muted", text: "Loading…"})),
+    charts: h("div", {class: "charts"}),
+  };
+  const notice = h("div", {class: "notice"});
+  const headline = h("p", {class: "lead"});
+  main.append(headline, notice, h("div", {class: "grid"},
+    section("Activity", boxes.charts),
+    section("Agents", boxes.agents),
+    section("MCP servers", boxes.mcp),
+    section("External agents", boxes.peers),
+    section("Tasks", boxes.tasks),
+    section("Approvals", boxes.approvals)));
+  const drawCharts = () => fill(boxes.charts, CHARTS.map(([key, name, what]) => chart(key, name, what)));
+  drawCharts();
+
+  const action = async (button, what, name) => {
+    button.disabled = true;
+    fill(notice);
+    try {
+      const answer = await api(`/api/mcp/servers/${encodeURIComponent(name)}/${what}`, {method: "POST", signal});
+      if (what === "login" && answer && /^https?:/i.test(answer.authorization_url || "")) {
+        fill(notice, h("p", {role: "status"}, `Open this link to log in to ${name}: `,
+          h("a", {href: answer.authorization_url, target: "_blank", rel: "noopener noreferrer",
+            text: "authorize " + name})));
+      } else {
+        fill(notice, h("p", {role: "status", text: `${name}: ${what === "restart" ? "restarting" : "login started"}.`}));
+      }
+      refresh();
+    } catch (exc) {
+      if (exc.name !== "AbortError") fill(notice, alertBox(exc.message));
+    } finally {
+      button.disabled = false;
+    }
+  };
+
+  const show = (status, approvals) => {
+    const up = Math.round(status.uptime_secs || 0);
+    fill(headline, `tern ${status.version} · up ${up >= 3600 ? `${Math.floor(up / 3600)} h ` : ""}` +
+      `${Math.floor((up % 3600) / 60)} min`, status.audit && !status.audit.ok
+      ? h("span", {class: "bad-text", text: ` · audit log failing: ${status.audit.error}`}) : null);
+    fill(boxes.agents, table("Agents", ["Name", "Kind", "Budget"], (status.agents || []).map((a) => {
+      const budget = (status.budgets || {})[a.name];
+      const used = budget && budget.requests ? `${budget.requests.used}/${budget.requests.limit} requests` : "—";
+      return row(h("th", {scope: "row"}, h("a", {href: `#/chat?agent=${encodeURIComponent(a.name)}`, text: a.name})),
+        a.kind, used);
+    }), "No agents are configured."));
+    fill(boxes.mcp, table("MCP servers", ["Name", "State", "Tools", "Last error", "Restarts", "Actions"],
+      (status.mcp_servers || []).map((s) => mcpRow(s, action)), "No MCP servers are configured."));
+    fill(boxes.peers, table("External agents", ["Name", "State", "URL", "Error"], (status.a2a_peers || []).map((p) =>
+      row(h("th", {scope: "row", text: p.name}), stateBadge(p.state || "unknown"), h("td", {class: "wrap", text: p.url}),
+        h("td", {class: "wrap", text: p.error || "—"}))), "No external A2A agents are configured."));
+    const counts = Object.entries(status.tasks || {});
+    fill(boxes.tasks, table("Tasks by state", ["State", "Tasks"], counts.map(([state, n]) =>
+      row(h("td", null, h("a", {href: `#/tasks?state=${encodeURIComponent(state)}`}, stateBadge(state))), String(n))),
+    "No A2A tasks yet."));
+    fill(boxes.approvals, approvals.length
+      ? h("ul", {class: "plain"}, approvals.slice(0, 5).map((a) => h("li", null, h("strong", {text: a.tool}),
+        ` for ${a.agent}`)))
+      : h("p", {class: "muted", text: "Nothing is waiting."}),
+    h("p", null, h("a", {href: "#/approvals", text: approvals.length ? `Answer ${approvals.length} pending`
+      : "Open the approvals queue"})));
+  };
+
+  const load = async () => {
+    try {
+      const [status, listed] = await Promise.all([api("/api/status", {signal}),
+        api("/api/approvals?state=pending", {signal}).catch(() => ({approvals: []}))]);
+      sample(status.counters || null);
+      drawCharts();
+      show(status, listed.approvals || []);
+      if (notice.querySelector(".error.poll")) fill(notice);
+    } catch (exc) {
+      if (exc.name === "AbortError") return;
+      fill(notice, h("p", {role: "alert", class: "error poll", text: exc.message}));
+    }
+  };
+  const refresh = debounce(load, 300);
+  const timer = setInterval(load, POLL_MS);
+  signal.addEventListener("abort", () => clearInterval(timer));
+  onEvent((event) => {
+    const type = event.type || "";
+    if (type === "tool.call") {
+      pending.tools += 1;
+      if (event.outcome && event.outcome !== "ok") pending.errors += 1;
+      drawCharts();
+    } else if (type.startsWith("mcp.") || isApprovalEvent(event) || type === "a2a.task" || type.startsWith("config.")) {
+      refresh();
+    }
+  }, signal);
+  load();
+}
