@@ -23,7 +23,7 @@ export function getKey() {
 export function setKey(key) {
   if (key) sessionStorage.setItem(KEY, key);
   else sessionStorage.removeItem(KEY);
-  reconnect();
+  halt(); // the next call that succeeds opens the socket with the new key
 }
 
 let unauthorized = () => {};
@@ -63,7 +63,10 @@ async function fail(response) {
     // not JSON: the status line says enough
   }
   const error = new ApiError(response.status, messageOf(data, response));
-  if (response.status === 401) unauthorized(error);
+  if (response.status === 401) {
+    halt(); // the socket would be refused too: it waits for a key that works
+    unauthorized(error);
+  }
   return error;
 }
 
@@ -73,6 +76,7 @@ export async function api(path, {method = "GET", body, signal} = {}) {
   if (body !== undefined) init.body = JSON.stringify(body);
   const response = await send(path, init);
   if (!response.ok) throw await fail(response);
+  if (halted) connect(); // this key works: the socket can open
   return response.status === 204 ? null : response.json();
 }
 
@@ -133,6 +137,7 @@ const stateListeners = new Set();
 let socket = null;
 let retry = 0;
 let timer = 0;
+let halted = true; // no socket until a call succeeds, so a page that must sign in first makes no doomed attempts
 export let live = false;
 
 /** Call fn(event) for every event until the signal aborts. */
@@ -160,6 +165,7 @@ function base64url(text) {
 
 export function connect() {
   clearTimeout(timer);
+  halted = false;
   const url = new URL("/api/events", location.href);
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
   const key = getKey();
@@ -195,20 +201,21 @@ export function connect() {
   });
 }
 
-/** Reconnect now (a new key, or the page came back). */
-export function reconnect() {
+/** Close the socket and keep it closed until connect(). */
+function halt() {
+  clearTimeout(timer);
+  halted = true;
   const old = socket;
   socket = null;
   retry = 0;
   old?.close();
   setLive(false);
-  connect();
 }
 
 /** Reconnect at once when the tab comes back or the network returns, not after the backoff. */
 export function watchNetwork() {
   const again = () => {
-    if (!socket) reconnect();
+    if (!socket && !halted) connect();
   };
   addEventListener("online", again);
   document.addEventListener("visibilitychange", () => {

@@ -2,7 +2,7 @@
 // Each page module exports render(main, {signal, params, rest}); the signal aborts when
 // the page is left, which drops its fetches, timers and event handlers.
 
-import {connect, getKey, onLive, onUnauthorized, setKey, api, watchNetwork} from "./api.js";
+import {api, getKey, onLive, onUnauthorized, setKey, watchNetwork} from "./api.js";
 import {alertBox, fill, h} from "./dom.js";
 import * as overview from "./overview.js";
 import * as chat from "./chat.js";
@@ -114,6 +114,5 @@ onLive((up) => {
   connection.classList.toggle("up", up);
 });
 addEventListener("hashchange", show);
-show();
-connect();
+show(); // the page's first successful call opens the events socket
 watchNetwork();

@@ -138,9 +138,8 @@ export function render(main, {signal, params}) {
     input.value = "";
     send(text);
   }},
-  h("div", {class: "field inline"}, h("label", {for: "chat-agent", text: "Agent"}), select),
   h("div", {class: "field"}, h("label", {for: "chat-message", text: "Message"}), input),
-  h("div", {class: "actions"}, sendButton, stop, fresh));
+  h("div", {class: "actions"}, sendButton, stop));
   input.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
@@ -159,7 +158,8 @@ export function render(main, {signal, params}) {
   };
   state.setBusy(!!state.running);
   main.append(h("div", {class: "chat"},
-    h("div", {class: "chat-main"}, status, state.log, form),
+    h("div", {class: "chat-main"}, h("div", {class: "toolbar"}, h("div", {class: "field inline"},
+      h("label", {for: "chat-agent", text: "Agent"}), select), fresh), status, state.log, form),
     h("aside", {class: "chat-side", "aria-labelledby": "conv-h"}, h("h2", {id: "conv-h", text: "Conversations"}),
       list)));
   scroll();

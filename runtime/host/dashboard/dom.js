@@ -55,7 +55,7 @@ export function table(caption, headers, rows, empty = "None.") {
 }
 
 export function row(...cells) {
-  return h("tr", null, cells.map((cell) => cell instanceof Node && cell.tagName === "TD" ? cell : h("td", null, cell)));
+  return h("tr", null, cells.map((cell) => cell instanceof Node && (cell.tagName === "TD" || cell.tagName === "TH") ? cell : h("td", null, cell)));
 }
 
 /** An error as the server said it, announced to screen readers. */

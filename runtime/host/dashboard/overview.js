@@ -7,11 +7,7 @@ import {alertBox, debounce, fill, h, row, stateBadge, svg, table} from "./dom.js
 
 const POLL_MS = 3000;
 const POINTS = 40;
-const CHARTS = [
-  ["requests", "Requests", "HTTP requests"],
-  ["tools", "Tool calls", "tool calls"],
-  ["errors", "Errors", "errors (HTTP, tool)"],
-];
+const CHARTS = [["requests", "Requests"], ["tools", "Tool calls"], ["errors", "Errors"]];
 
 // Kept across visits to the page, so the charts keep their history.
 const series = {requests: [], tools: [], errors: []};
@@ -38,7 +34,7 @@ function sample(counters) {
   pending = {requests: 0, tools: 0, errors: 0};
 }
 
-function chart(key, name, what) {
+function chart(key, name) {
   const values = series[key].slice();
   // The interval still open: what the socket saw so far (it cannot see HTTP requests).
   const live = !last || (key === "requests" && last.counters) ? null : pending[key];
@@ -59,12 +55,12 @@ function chart(key, name, what) {
     svg("svg", {role: "img", "aria-label": name, viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none"},
       svg("title", {text: `${name}: ${latest} in the last ${POLL_MS / 1000} s`}),
       svg("line", {x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5, class: "axis"}), bars),
-    h("figcaption", null, h("strong", {text: name}), ` ${latest} now · ${total} in ${Math.round(values.length *
-      POLL_MS / 1000)} s · peak ${Math.max(0, ...values)} ${what}`));
+    h("figcaption", null, h("strong", {text: name}), " ", h("span", {text: `${latest} now · ${total} in ` +
+      `${Math.round(values.length * POLL_MS / 1000)} s · peak ${Math.max(0, ...values)}`})));
 }
 
-function section(title, ...body) {
-  return h("section", {"aria-labelledby": `h-${title.replace(/\W+/g, "-")}`},
+function section(title, wide, ...body) {
+  return h("section", {class: wide ? "wide" : null, "aria-labelledby": `h-${title.replace(/\W+/g, "-")}`},
     h("h2", {id: `h-${title.replace(/\W+/g, "-")}`, text: title}), ...body);
 }
 
@@ -90,13 +86,13 @@ export function render(main, {signal}) {
   const notice = h("div", {class: "notice"});
   const headline = h("p", {class: "lead"});
   main.append(headline, notice, h("div", {class: "grid"},
-    section("Activity", boxes.charts),
-    section("Agents", boxes.agents),
-    section("MCP servers", boxes.mcp),
-    section("External agents", boxes.peers),
-    section("Tasks", boxes.tasks),
-    section("Approvals", boxes.approvals)));
-  const drawCharts = () => fill(boxes.charts, CHARTS.map(([key, name, what]) => chart(key, name, what)));
+    section("Activity", true, boxes.charts),
+    section("MCP servers", true, boxes.mcp),
+    section("Agents", false, boxes.agents),
+    section("Approvals", false, boxes.approvals),
+    section("Tasks", false, boxes.tasks),
+    section("External agents", false, boxes.peers)));
+  const drawCharts = () => fill(boxes.charts, CHARTS.map(([key, name]) => chart(key, name)));
   drawCharts();
 
   const action = async (button, what, name) => {
