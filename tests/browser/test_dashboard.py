@@ -263,3 +263,13 @@ def test_keyboard_reaches_the_nav_and_send(watched, dashboard):
     assert "Overview" in names and "Chat" in names, reached
     assert ["BUTTON", "Send"] == reached[-1][:2], reached
     assert all(r[2] for r in reached if r[0] in ("A", "BUTTON")), f"a focused control shows no focus ring: {reached}"
+
+
+def test_activity_charts_count_tool_calls_live(watched, dashboard):
+    page = open_page(watched, dashboard, "Overview")
+    chart = page.locator("figure", has=page.get_by_role("img", name="Tool calls", exact=True))
+    expect(chart).to_contain_text("peak 0")
+    for _ in range(3):
+        with dashboard.client.stream("POST", "/api/tools/time_now/call", json={"arguments": {}}) as called:
+            called.read()
+    expect(chart).to_contain_text(re.compile(r"peak [1-9]"))  # from the counters' deltas, without a reload
