@@ -1,12 +1,8 @@
 // Approvals: the pending queue, live from approval events, and the card that answers one
 // (also shown inline in Chat and in a tool's Try result).
 
-import {api, onEvent} from "./api.js";
+import {api, isApprovalEvent, onEvent} from "./api.js";
 import {alertBox, debounce, fill, h, pretty, when} from "./dom.js";
-
-function isApprovalEvent(event) {
-  return /^approval[._]/.test(event.type || "");
-}
 
 function field(name, spec, required) {
   const id = `f-${Math.random().toString(36).slice(2)}`;
@@ -165,5 +161,3 @@ export function render(main, {signal}) {
   }, signal);
   load();
 }
-
-export {isApprovalEvent};
