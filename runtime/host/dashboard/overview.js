@@ -163,7 +163,7 @@ export function render(main, {signal}) {
     await approvals;
   };
   const refresh = debounce(load, 300);
-  const timer = setInterval(load, POLL_MS);
+  const timer = setInterval(() => document.hidden || load(), POLL_MS); // a hidden tab asks nothing
   signal.addEventListener("abort", () => clearInterval(timer));
   onEvent((event) => {
     const type = event.type || "";
