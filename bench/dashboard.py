@@ -13,13 +13,17 @@ cache, no storage) and measures, from navigation start (``performance.now()``'s 
 
 and the bytes the page loaded: the document and its assets, and its API calls.
 
-    .venv/bin/python bench/dashboard.py [--runs 20] [--pyz dist/tern.pyz]
+    .venv/bin/python bench/dashboard.py [--runs 20] [--pyz dist/tern.pyz] [--screenshot docs/img/overview.png]
+
+``--screenshot``: afterwards, the overview at 1100x700 with some traffic in its charts (the
+README's picture; shrunk for the README with ``pngquant --quality 60-85 --strip``).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
 import sys
 from pathlib import Path
 
@@ -64,16 +68,41 @@ def measure(browser, url: str) -> dict:
             Math.max(0, ...performance.getEntriesByType('resource').filter(e => e.name.includes('/api/'))
                                       .map(e => e.responseEnd).filter(t => t <= window.__ternOverviewAt))]""")
         api = [size for address, size in sizes if "/api/" in address]
-        return {"overview": overview, "fcp": fcp, "dcl": dcl, "api_end": api_end, "assets": sum(size for _, size in sizes) - sum(api),
-                "files": len(sizes) - len(api), "api": sum(api), "calls": len(api)}
+        return {"overview": overview, "fcp": fcp, "dcl": dcl, "api_end": api_end,
+                "assets": sum(size for _, size in sizes) - sum(api), "files": len(sizes) - len(api),
+                "api": sum(api), "calls": len(api)}
     finally:
         context.close()
+
+
+def _ready(client: httpx.Client) -> bool:
+    return any(s["state"] == "ready" for s in client.get("/api/status").json()["mcp_servers"])
+
+
+def picture(browser, client: httpx.Client, path: Path) -> None:
+    """The overview after ~15 s of calls (echo messages, tool calls, a failing one), so its charts show some."""
+    context = browser.new_context(viewport={"width": 1100, "height": 700})
+    page = context.new_page()
+    page.goto(str(client.base_url) + "/#/overview")
+    page.get_by_role("row").filter(has_text="everything").wait_for()
+    for second in range(15):
+        for n in range(second % 4 + 1):
+            client.post("/api/agents/echo/message", json={"message": f"ping {second}.{n}"})
+            with client.stream("POST", "/api/tools/time_now/call", json={"arguments": {}}) as called:
+                called.read()
+        if second % 5 == 2:
+            with client.stream("POST", "/api/tools/file_read/call", json={"arguments": {"path": "nothere"}}) as failed:
+                failed.read()
+        time.sleep(1)
+    page.screenshot(path=str(path))
+    context.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--pyz", type=Path, help="serve from this built tern.pyz (default: the source tree)")
+    parser.add_argument("--screenshot", type=Path, help="then save a picture of the overview here")
     args = parser.parse_args()
     sync_playwright = support.import_playwright(peers.playwright_site_packages())
     npm = peers.npm_servers()
@@ -87,14 +116,15 @@ def main() -> None:
             waiting: list = []
             support.ask_to_write(client, "bench.txt", "pending", waiting)
             support.pending_approval(client, "bench.txt")
-            ready = lambda: any(s["state"] == "ready" for s in client.get("/api/status").json()["mcp_servers"])  # noqa: E731
-            support.wait_for(ready, 60, "server-everything to be ready")
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=peers.CHROMIUM, headless=True,
-                                                 args=support.CHROMIUM_ARGS)
-            measure(browser, daemon.url)  # warm-up: the daemon's first requests, Chromium's first page
-            runs = [measure(browser, daemon.url) for _ in range(args.runs)]
-            browser.close()
+            support.wait_for(lambda: _ready(client), 60, "server-everything to be ready")
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=peers.CHROMIUM, headless=True,
+                                                     args=support.CHROMIUM_ARGS)
+                measure(browser, daemon.url)  # warm-up: the daemon's first requests, Chromium's first page
+                runs = [measure(browser, daemon.url) for _ in range(args.runs)]
+                if args.screenshot:
+                    picture(browser, client, args.screenshot)
+                browser.close()
     finally:
         daemon.stop()
     overview = [r["overview"] for r in runs]
