@@ -68,3 +68,22 @@ def test_the_right_key_signs_in_and_sign_out_forgets_it(watched, keyed):
     expect(sign_in_form(page)).to_be_visible()
     assert page.evaluate("() => sessionStorage.getItem('tern.key')") is None
     assert "writer" not in page.locator("body").inner_text()
+
+
+@pytest.mark.parametrize("wrong", ["ключ", "k" * 5000, "key with spaces\t", "<img src=x>"],
+                         ids=["not-latin-1", "5000-chars", "whitespace", "markup"])
+def test_a_hostile_key_is_refused_without_breaking_the_page(watched, keyed, wrong):
+    """A key no header can carry (not Latin-1), one far too long, whitespace, markup: an
+    alert each time, no uncaught exception, and the form still signs in with the right key."""
+    url, key = keyed
+    watched.allowed.extend(REFUSED)
+    page = watched.page
+    page.goto(url + "/#/overview")
+    form = sign_in_form(page)
+    form.get_by_label("API key").fill(wrong)
+    form.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_be_visible()
+    assert page.locator("#main img").count() == 0
+    form.get_by_label("API key").fill(key)
+    form.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#main")).to_contain_text("writer")
