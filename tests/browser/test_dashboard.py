@@ -96,6 +96,22 @@ def test_chat_shows_the_tool_call_a_model_makes(watched, dashboard):
     expect(log).to_contain_text("the tool said:")
 
 
+def test_an_approval_asked_in_the_chat_is_answered_inline(watched, dashboard):
+    page = open_page(watched, dashboard, "Chat")
+    page.get_by_label("Agent", exact=True).select_option("scribe")
+    page.get_by_label("Message", exact=True).fill("write it down")
+    page.get_by_role("button", name="Send", exact=True).click()
+    log = page.get_by_role("log", name="Conversation")
+    approve = log.get_by_role("button", name="Approve once")
+    expect(approve).to_have_count(1)
+    assert not (dashboard.state / "workspaces" / "scribe" / "from-chat.txt").exists()
+    shot(page, "chat-approval")
+    approve.click()
+    expect(log).to_contain_text(re.compile(r"file_write\s*ok"))
+    expect(log).to_contain_text("the tool said:")
+    assert (dashboard.state / "workspaces" / "scribe" / "from-chat.txt").read_text() == "approved in the chat"
+
+
 def test_approving_on_the_page_unblocks_the_waiting_call(watched, dashboard):
     page = open_page(watched, dashboard, "Approvals")
     item = page.get_by_role("listitem").filter(has_text="pending.txt")
@@ -202,7 +218,8 @@ def test_config_shows_the_masked_config_and_a_reload_error(watched, dashboard):
         assert "\n" not in alert.inner_text().strip()
     finally:
         dashboard.daemon.config.write_text(good)
-    assert [a["name"] for a in dashboard.client.get("/api/agents").json()["agents"]] == ["echo", "writer", "helper"]
+    assert [a["name"] for a in dashboard.client.get("/api/agents").json()["agents"]] == [
+        "echo", "writer", "helper", "scribe"]
     page.get_by_role("button", name="Reload", exact=True).click()
     expect(page.get_by_role("alert")).to_have_count(0)
 
