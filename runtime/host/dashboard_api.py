@@ -11,6 +11,7 @@ from urllib.parse import parse_qs
 
 import msgspec
 
+from runtime.host.node import Node
 from runtime.httpd.messages import HttpError, Request, Response, json_response
 from runtime.httpd.router import Router
 
@@ -32,7 +33,7 @@ def _summary(task: Any) -> dict[str, Any]:
             "history": len(task.history), "artifacts": len(task.artifacts)}
 
 
-def add_routes(router: Router, node: Any) -> None:
+def add_routes(router: Router, node: Node) -> None:
     from runtime.host.mcp_login import McpLogins
 
     logins = McpLogins(node)
@@ -112,5 +113,5 @@ def add_routes(router: Router, node: Any) -> None:
     router.add("GET", "/api/config", config_get, summary="the running config, secrets masked, and its file")
     router.add("POST", "/api/config/reload", config_reload, cost=20.0,
                summary="re-read the config file and apply it (422 and the one-line error if it does not load)")
-    router.add("POST", "/api/mcp/servers/{name}/login", mcp_login, cost=20.0,
+    router.add("POST", "/api/mcp/servers/{name}/login", mcp_login, cost=5.0,
                summary="start an OAuth login for one MCP server; answers the URL a person opens")

@@ -52,12 +52,12 @@ def load_assets() -> dict[str, _Asset]:
 
 
 def add_routes(router: Router) -> None:
-    cache: dict[str, _Asset] = {}
+    cache: list[dict[str, _Asset]] = []
 
     def answer(request: Request, name: str) -> Response:
         if not cache:
-            cache.update(load_assets())  # once: the folder is part of the installed package
-        asset = cache.get(name)
+            cache.append(load_assets())  # once: the folder is part of the installed package
+        asset = cache[0].get(name)
         if asset is None:
             raise HttpError(404, "no such dashboard file", SECURITY_HEADERS)
         headers = [*SECURITY_HEADERS, (b"etag", asset.etag)]

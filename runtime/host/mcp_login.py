@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from runtime.errors import TernError
+from runtime.host.node import Node
 from runtime.httpd.messages import HttpError
 from runtime.log import get_logger
 from runtime.mcp.client.oauth.login import LoginAuthorizer
@@ -67,7 +68,7 @@ class _PageAuthorizer(LoginAuthorizer):
 class McpLogins:
     """The logins in progress, by server name."""
 
-    def __init__(self, node: Any) -> None:
+    def __init__(self, node: Node) -> None:
         self._node = node
         self._running: dict[str, _Login] = {}
 

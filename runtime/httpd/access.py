@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from runtime.httpd.messages import HttpError, Request
 
-__all__ = ["Access", "KEY_SUBPROTOCOL", "client_key", "is_loopback", "peer_is_owner", "subprotocol_key"]
+__all__ = ["Access", "client_key", "is_loopback", "peer_is_owner"]
 
 _QUERY_KEYS = ("api_key=", "apikey=", "key=", "token=", "access_token=")
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
@@ -41,10 +41,10 @@ def is_loopback(host: str) -> bool:
         return host.lower() == "localhost"
 
 
-KEY_SUBPROTOCOL = b"tern.key."
+_KEY_SUBPROTOCOL = b"tern.key."
 
 
-def subprotocol_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+def _subprotocol_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     """The key a browser offered as a WebSocket subprotocol, ``tern.key.<base64url(key)>``
     (a browser's WebSocket cannot send headers); None if it offered none. The server
     never selects that subprotocol, so the key is not echoed back."""
@@ -56,8 +56,8 @@ def subprotocol_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
             continue
         for offered in value.split(b","):
             offered = offered.strip()
-            if offered.startswith(KEY_SUBPROTOCOL):
-                encoded = offered[len(KEY_SUBPROTOCOL):]
+            if offered.startswith(_KEY_SUBPROTOCOL):
+                encoded = offered[len(_KEY_SUBPROTOCOL):]
                 try:
                     return base64.urlsafe_b64decode(encoded + b"=" * (-len(encoded) % 4)) or b"\0invalid"
                 except (binascii.Error, ValueError):
@@ -169,7 +169,7 @@ class Access:
             if name == b"x-api-key":
                 return value.strip()
         if request.route is not None and request.route.websocket:
-            return subprotocol_key(request.headers)
+            return _subprotocol_key(request.headers)
         return None
 
     def check_origin(self, request: Request) -> None:

@@ -153,3 +153,47 @@ def test_served_from_the_built_pyz(pyz: Path, tmp_path: Path):
     finally:
         process.kill()
         process.wait()
+
+
+async def test_events_check_the_origin_and_never_log_the_key(nursery, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    kernel, server, url = await start(nursery, config(), key=KEY)
+    ws = url.replace("http", "ws") + "/api/events"
+    offered = ["tern.events", key_protocol(KEY)]
+    with pytest.raises(HandshakeError) as refused:  # a page elsewhere, with the key it somehow holds
+        async with open_websocket_url(ws, subprotocols=offered, extra_headers=[(b"origin", b"http://evil.example")]):
+            pass
+    assert refused.value.status_code == 403
+    async with open_websocket_url(ws, subprotocols=offered, extra_headers=[(b"origin", url.encode())]) as socket:
+        assert json.loads(await socket.get_message())["type"] == "hello"
+    with pytest.raises(HandshakeError):
+        async with open_websocket_url(ws, subprotocols=["tern.events", key_protocol("not-the-key")]):
+            pass
+    assert KEY not in caplog.text and key_protocol(KEY) not in caplog.text
+    server.shutdown()
+
+
+@pytest.mark.parametrize("key", ["", KEY])
+async def test_events_from_a_remote_client(nursery, monkeypatch, key):
+    """Tests listen on loopback only: the server is made to believe its client is remote.
+    Without a key nobody remote gets in, subprotocol or not; with one, the subprotocol key does."""
+    from runtime.httpd import server as server_module
+
+    monkeypatch.setattr(server_module, "is_loopback", lambda host: False)
+    kernel, server, url = await start(nursery, config(), key=key)
+    ws = url.replace("http", "ws") + "/api/events"
+    if not key:
+        with pytest.raises(HandshakeError) as refused:
+            async with open_websocket_url(ws, subprotocols=["tern.events", key_protocol("anything")]):
+                pass
+        assert refused.value.status_code == 403
+    else:
+        async with open_websocket_url(ws, subprotocols=["tern.events", key_protocol(KEY)]) as socket:
+            assert socket.subprotocol == "tern.events"
+        with pytest.raises(HandshakeError) as refused:
+            async with open_websocket_url(ws, subprotocols=["tern.events"]):
+                pass
+        assert refused.value.status_code == 401
+    server.shutdown()

@@ -21,16 +21,18 @@ AGENTS = ('[[agents]]\nname = "echo"\nkind = "echo"\n\n'
           '[[agents]]\nname = "sleepy"\nkind = "command"\ncommand = ["sh", "-c", "sleep 30"]\n\n')
 
 
-def write_config(tmp_path: Path, *, a2a: bool = True, key_env: str = "", extra: str = "") -> Path:
+def write_config(tmp_path: Path, *, a2a: bool = True, key_env: str = "", extra: str = "", agents: str = "") -> Path:
     path = tmp_path / "config.toml"
     server = '[server]\nlisten = "127.0.0.1:0"\n' + (f'api_key_env = "{key_env}"\n' if key_env else "")
     path.write_text(f'{server}\n[state]\ndir = "{tmp_path / "state"}"\n\n[a2a]\nenabled = {str(a2a).lower()}\n'
-                    f'default_agent = "echo"\n\n{AGENTS}'
+                    f'default_agent = "echo"\n\n{AGENTS}{agents}'
                     f'[[mcp_servers]]\nname = "fake"\n[mcp_servers.transport]\ntype = "stdio"\n'
                     f'command = "{sys.executable}"\nargs = ["{FAKE}"]\n\n'
                     '[[mcp_servers]]\nname = "remote"\nenabled = false\n[mcp_servers.transport]\ntype = "http"\n'
                     'url = "http://127.0.0.1:9/mcp"\n[mcp_servers.transport.oauth]\ngrant = "client_credentials"\n'
-                    'client_id = "tern"\n' + extra)
+                    'client_id = "tern"\n\n'
+                    '[[mcp_servers]]\nname = "down"\nenabled = false\n[mcp_servers.transport]\ntype = "http"\n'
+                    'url = "http://127.0.0.1:9/mcp"\n[mcp_servers.transport.oauth]\n' + extra)
     return path
 
 
@@ -40,16 +42,27 @@ async def daemon(nursery, path: Path) -> str:
 
 
 async def test_status_has_monotonic_counters(nursery, tmp_path):
-    url = await daemon(nursery, write_config(tmp_path))
-    async with httpx.AsyncClient(base_url=url) as client:
+    from tests.scripted_llm import ScriptedLLM, whole
+
+    model = ScriptedLLM(whole(calls=[{"id": "c1", "type": "function", "function": {"name": "time_now",
+                                                                                  "arguments": "{}"}}]),
+                        whole("It is now."), {"status": 500})
+    await nursery.start(model.serve)
+    bot = (f'[[agents]]\nname = "bot"\nkind = "llm"\ntools = ["time_now", "file_read"]\n'
+           f'[agents.model]\nbase_url = "{model.url}"\nmodel = "stub-model"\n\n')
+    url = await daemon(nursery, write_config(tmp_path, agents=bot))
+    async with httpx.AsyncClient(base_url=url, timeout=20) as client:
         first = (await client.get("/api/status")).json()["counters"]
-        assert set(first) == {"http_requests", "http_errors", "tool_calls", "tool_errors", "model_calls"}
+        assert first == {"http_requests": 0, "http_errors": 0, "tool_calls": 0, "tool_errors": 0, "model_calls": 0}
         await client.get("/api/nothing-here")  # a 404: a request, not an error
-        called = await client.post("/api/tools/time_now/call", json={"arguments": {}})
+        called = await client.post("/api/tools/file_read/call", json={"arguments": {"path": "/nonexistent/x"}})
         assert "event: result" in called.text
+        reply = await client.post("/api/agents/bot/message", json={"message": "time?"})
+        assert reply.json()["text"] == "It is now."
+        failed = await client.post("/api/agents/bot/message", json={"message": "again"})  # the model answers 500
+        assert failed.status_code == 502
         second = (await client.get("/api/status")).json()["counters"]
-        assert second["http_requests"] >= first["http_requests"] + 3
-        assert second["tool_calls"] == first["tool_calls"] + 1 and second["http_errors"] == first["http_errors"]
+        assert second == {"http_requests": 5, "http_errors": 1, "tool_calls": 2, "tool_errors": 1, "model_calls": 3}
 
 
 async def test_tasks_list_filter_get_cancel(nursery, tmp_path):
@@ -127,7 +140,11 @@ async def test_login_is_refused_where_none_applies(nursery, tmp_path):
         machine = await client.post("/api/mcp/servers/remote/login")
         assert machine.status_code == 400 and "client_credentials grant" in machine.json()["error"]["message"]
         ghost = await client.post("/api/mcp/servers/ghost/login")
-        assert ghost.status_code == 404 and "fake, remote" in ghost.json()["error"]["message"]
+        assert ghost.status_code == 404 and "fake, remote, down" in ghost.json()["error"]["message"]
+        unreachable = await client.post("/api/mcp/servers/down/login")  # fails before there is a URL
+        assert unreachable.status_code == 502 and "cannot reach" in unreachable.json()["error"]["message"]
+        again = await client.post("/api/mcp/servers/down/login")  # and left no login behind
+        assert again.status_code == 502
         long = await client.post("/api/mcp/servers/" + "n" * 5000 + "/login")
         assert long.status_code == 400
         assert (await client.get("/api/mcp/servers/fake/login")).status_code == 405

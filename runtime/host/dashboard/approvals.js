@@ -92,7 +92,7 @@ export function approvalCard(approval, {onDecided} = {}) {
   const link = form && form.mode === "url" && /^https?:/i.test(form.url || "")
     ? h("p", null, h("a", {href: form.url, target: "_blank", rel: "noopener noreferrer", text: form.url})) : null;
   const card = h("article", {class: "card approval", "data-id": approval.id, "aria-label": `Approval for ${approval.tool}`},
-    h("h3", null, approval.tool, h("span", {class: "muted", text: ` asked by ${approval.agent || "a caller"}`})),
+    h("h3", null, approval.tool, h("span", {class: "muted", text: ` asked by ${approval.agent || "the operator"}`})),
     form?.message ? h("p", {class: "question", text: form.message}) : null,
     link,
     h("dl", {class: "facts"},

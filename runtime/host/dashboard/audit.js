@@ -18,8 +18,8 @@ function recordRow(line) {
   } catch {
     return row(h("td", {colspan: 7, class: "mono wrap", text: line}));
   }
-  const detail = r.error || r.reason || r.context_id || r.caller || "";
-  return row(when(r.time), String(r.seq ?? ""), r.kind || "", r.agent || "", h("td", {class: "mono wrap", text: r.tool || ""}),
+  const detail = r.error || r.reason || (r.context_id ? `context ${r.context_id}` : "") || (r.caller ? `by ${r.caller}` : "");
+  return row(h("td", {class: "nowrap", text: when(r.time)}), String(r.seq ?? ""), r.kind || "", r.agent || "", h("td", {class: "mono wrap", text: r.tool || ""}),
     r.outcome ? stateBadge(r.outcome) : "", r.ms !== undefined ? String(Math.round(r.ms)) : "",
     h("td", {class: "wrap", text: detail}));
 }

@@ -4,6 +4,41 @@
 import {api, onEvent} from "./api.js";
 import {alertBox, fill, h, pretty} from "./dom.js";
 
+function value(v) {
+  return JSON.stringify(v);
+}
+
+/** The config as TOML-like text: the file's own shape, easier to read than nested JSON. */
+function asToml(config) {
+  const lines = [];
+  const keys = (table) => {
+    for (const [k, v] of Object.entries(table)) {
+      if (!isTable(v) && !isTableList(v)) lines.push(`${k} = ${value(v)}`);
+    }
+  };
+  const isTable = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+  const isTableList = (v) => Array.isArray(v) && v.length > 0 && v.every(isTable);
+  const walk = (table, path) => {
+    for (const [k, v] of Object.entries(table)) {
+      const name = path ? `${path}.${k}` : k;
+      if (isTable(v)) {
+        lines.push("", `[${name}]`);
+        keys(v);
+        walk(v, name);
+      } else if (isTableList(v)) {
+        for (const item of v) {
+          lines.push("", `[[${name}]]`);
+          keys(item);
+          walk(item, name);
+        }
+      }
+    }
+  };
+  keys(config);
+  walk(config, "");
+  return lines.join("\n").trim();
+}
+
 export function render(main, {signal}) {
   const path = h("p", {class: "muted"});
   const pre = h("pre", {class: "code config", tabIndex: 0, text: "Loading…"});
@@ -15,7 +50,7 @@ export function render(main, {signal}) {
     try {
       const data = await api("/api/config", {signal});
       path.textContent = data.path ? `From ${data.path}` : "Built-in configuration";
-      pre.textContent = pretty(data.config);
+      pre.textContent = asToml(data.config);
     } catch (exc) {
       if (exc.name !== "AbortError") fill(notice, alertBox(exc.message));
     }

@@ -55,8 +55,9 @@ function chart(key, name) {
     svg("svg", {role: "img", "aria-label": name, viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none"},
       svg("title", {text: `${name}: ${latest} in the last ${POLL_MS / 1000} s`}),
       svg("line", {x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5, class: "axis"}), bars),
-    h("figcaption", null, h("strong", {text: name}), " ", h("span", {text: `${latest} now · ${total} in ` +
-      `${Math.round(values.length * POLL_MS / 1000)} s · peak ${Math.max(0, ...values)}`})));
+    h("figcaption", null, h("strong", {text: name}), " ", h("span", {text: `${latest} now`}),
+      h("span", {class: "more", text: ` · ${total} in ${Math.round(values.length * POLL_MS / 1000)} s · peak ` +
+        `${Math.max(0, ...values)}`})));
 }
 
 function section(title, wide, ...body) {

@@ -5,7 +5,7 @@ import {api, onEvent} from "./api.js";
 import {alertBox, debounce, fill, h, pretty, row, stateBadge, table, when} from "./dom.js";
 
 const STATES = ["", "submitted", "working", "input-required", "auth-required", "completed", "canceled", "failed",
-  "rejected"];
+  "rejected", "unknown"];
 const TERMINAL = new Set(["completed", "canceled", "failed", "rejected"]);
 
 function partText(part) {
@@ -32,11 +32,12 @@ function list(main, {signal, params}) {
     try {
       const data = await api(`/api/tasks?${query}`, {signal});
       const tasks = Array.isArray(data) ? data : data.tasks || [];
-      fill(box, table("Tasks", ["Task", "Agent", "State", "Updated", "Context"], tasks.map((t) => row(
-        h("th", {scope: "row"}, h("a", {href: `#/tasks/${encodeURIComponent(t.id)}`, text: t.id})),
-        t.agent || "", stateBadge(t.state), when(t.timestamp || t.created),
-        h("td", {class: "wrap mono", text: t.context_id || ""}))), filter.value ? `No ${filter.value} tasks.`
-        : "No tasks yet."));
+      fill(box, table("Tasks", ["Task", "Agent", "State", "Status", "Updated", "Messages"], tasks.map((t) => row(
+        h("th", {scope: "row", class: "mono"}, h("a", {href: `#/tasks/${encodeURIComponent(t.id)}`, text: t.id})),
+        t.agent || "", stateBadge(t.state), h("td", {class: "wrap", text: t.status_text || ""}),
+        when(t.timestamp || t.created), String(t.history ?? ""))), filter.value ? `No ${filter.value} tasks.`
+        : "No tasks yet."), data.total > tasks.length ? h("p", {class: "muted",
+        text: `The newest ${tasks.length} of ${data.total}.`}) : null);
     } catch (exc) {
       if (exc.name !== "AbortError") fill(box, alertBox(exc.message));
     }
@@ -72,7 +73,7 @@ function view(main, id, {signal}) {
         }});
       const status = task.status_message || (task.status && task.status.message);
       fill(box,
-        h("h2", {class: "mono wrap", text: task.id}),
+        h("h2", {class: "wrap"}, "Task ", h("code", {text: task.id})),
         h("dl", {class: "facts"},
           h("dt", {text: "State"}), h("dd", null, stateBadge(task.state || (task.status && task.status.state))),
           h("dt", {text: "Agent"}), h("dd", {text: task.agent || "—"}),
@@ -82,7 +83,7 @@ function view(main, id, {signal}) {
         status ? h("div", {class: "card"}, h("strong", {text: "Status: "}), parts(status.parts)) : null,
         h("div", {class: "actions"}, cancel),
         h("h2", {text: "History"}),
-        (task.history || []).length ? h("div", {class: "log"}, task.history.map((m) => h("div", {class: `msg ${m.role}`},
+        (task.history || []).length ? h("div", {class: "log history"}, task.history.map((m) => h("div", {class: `msg ${m.role}`},
           h("div", {class: "who", text: m.role === "user" ? "Caller" : task.agent || "Agent"}), parts(m.parts))))
           : h("p", {class: "muted", text: "No messages."}),
         h("h2", {text: "Artifacts"}),

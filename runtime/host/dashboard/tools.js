@@ -3,7 +3,7 @@
 
 import {api, stream} from "./api.js";
 import {approvalCard, settled} from "./approvals.js";
-import {alertBox, fill, h, pretty} from "./dom.js";
+import {alertBox, append, fill, h, pretty} from "./dom.js";
 
 function example(schema) {
   const out = {};
@@ -12,6 +12,19 @@ function example(schema) {
     out[name] = spec.default ?? {string: "", number: 0, integer: 0, boolean: false, array: [], object: {}}[spec.type] ?? null;
   }
   return out;
+}
+
+const IMAGE = /^image\/(png|jpeg|gif|webp)$/;
+
+/** A non-text content item: an image shown (a data: URL; no SVG, which could script), others named. */
+function media(item) {
+  if (item.type === "image" && IMAGE.test(item.mimeType || "") && typeof item.data === "string" &&
+    item.data.length < 4_000_000) {
+    return h("img", {class: "content-image", alt: `image from the tool (${item.mimeType})`,
+      src: `data:${item.mimeType};base64,${item.data}`});
+  }
+  return h("p", {class: "muted", text: `[${item.type} content${item.mimeType ? ` (${item.mimeType})` : ""}` +
+    `${item.uri || item.resource?.uri ? `: ${item.uri || item.resource.uri}` : ""}]`});
 }
 
 function tryBox(tool, index) {
@@ -45,14 +58,13 @@ function tryBox(tool, index) {
         } else if (kind === "result") {
           const content = (data.content || []).filter((c) => c.type && c.type !== "text");
           result.querySelector("p.muted")?.remove();
-          result.append(h("p", null, h("span", {class: `badge ${data.is_error ? "bad" : "ok"}`,
+          append(result, [h("p", null, h("span", {class: `badge ${data.is_error ? "bad" : "ok"}`,
             text: data.is_error ? "tool error" : "ok"})),
           h("pre", {class: "code", text: data.text}),
           data.structured !== null && data.structured !== undefined
             ? h("details", null, h("summary", {text: "Structured content"}), h("pre", {class: "code",
               text: pretty(data.structured)})) : null,
-          content.length ? h("p", {class: "muted", text: `and ${content.length} non-text content item(s): ` +
-            content.map((c) => c.type).join(", ")}) : null);
+          content.map(media)]);
         } else if (kind === "error") {
           result.querySelector("p.muted")?.remove();
           result.append(alertBox(data.message || pretty(data)));
