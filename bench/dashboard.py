@@ -9,7 +9,8 @@ cache, no storage) and measures, from navigation start (``performance.now()``'s 
   before any page script runs notes the moment the row is added)
 - FCP: the first contentful paint (Paint Timing API)
 - where the time goes: DOMContentLoaded (every module script fetched and run), and the
-  end of the last API answer that came before the render
+  end of the last API answer that came before the render; and Chromium's own floor, the
+  DOMContentLoaded of ``/health`` (a page with nothing to load or run)
 
 and the bytes the page loaded: the document and its assets, and its API calls.
 
@@ -75,6 +76,18 @@ def measure(browser, url: str) -> dict:
         context.close()
 
 
+def floor(browser, url: str) -> float:
+    """DOMContentLoaded of ``/health`` (15 bytes of JSON) in a fresh context: what Chromium
+    itself costs here for a page with nothing to run, to read the figures above against."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(url + "/health")
+        return page.evaluate("() => performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+    finally:
+        context.close()
+
+
 def _ready(client: httpx.Client) -> bool:
     return any(s["state"] == "ready" for s in client.get("/api/status").json()["mcp_servers"])
 
@@ -122,6 +135,7 @@ def main() -> None:
                                                      args=support.CHROMIUM_ARGS)
                 measure(browser, daemon.url)  # warm-up: the daemon's first requests, Chromium's first page
                 runs = [measure(browser, daemon.url) for _ in range(args.runs)]
+                floors = [floor(browser, daemon.url) for _ in range(args.runs)]
                 if args.screenshot:
                     picture(browser, client, args.screenshot)
                 browser.close()
@@ -134,6 +148,7 @@ def main() -> None:
           f"(target 300 ms)")
     print(f"  where the time goes (medians): DOMContentLoaded {statistics.median(r['dcl'] for r in runs):.1f} ms, "
           f"last API answer before the render {statistics.median(r['api_end'] for r in runs):.1f} ms")
+    print(f"  Chromium's floor here (DOMContentLoaded of /health): median {statistics.median(floors):.1f} ms")
     print(f"  first contentful paint: median {statistics.median(fcp):.1f} ms, max {max(fcp):.1f} ms")
     last = runs[-1]
     print(f"  loaded: {last['assets']} bytes of page and assets in {last['files']} files, "
