@@ -118,16 +118,21 @@ class McpLogins:
         kernel = self._node.kernel
         authorizer = _PageAuthorizer(oauth.redirect_port, oauth.redirect_uri, login, task_status)
         try:
-            await authorizer.start()
+            try:
+                await authorizer.start()
+            except OSError as exc:  # the configured redirect_port is taken (a `tern auth login` running?)
+                raise HttpError(409, f"MCP server '{entry.name}': cannot listen for the login's redirect on "
+                                f"port {authorizer.port}: {exc.strerror or exc}") from None
             async with make_client(AddressPolicy.from_security(config.security), timeout=entry.timeout_secs) as http:
                 session = OAuthSession(entry.name, entry.transport.url, oauth, http, TokenStore(config.state.dir),
                                        authorizer=authorizer, timeout_secs=entry.timeout_secs)
                 challenge = await session.probe(sse=entry.transport.__struct_config__.tag == "sse")
                 tokens = await session.login(challenge)  # the grant bounds the person's wait (LOGIN_SECS)
-        except (TernError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - once the URL is out, nothing may reach the node's nursery
             if not login.url:
                 raise  # the request that asked hears of it
-            log.warning("MCP server '%s': the login from the dashboard failed: %s", entry.name, exc)
+            log.warning("MCP server '%s': the login from the dashboard failed: %s", entry.name, exc,
+                        exc_info=not isinstance(exc, TernError))
             kernel.events.publish("mcp.login", {"server": entry.name, "outcome": "failed", "error": str(exc)[:500]})
             return
         finally:

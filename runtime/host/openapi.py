@@ -79,7 +79,7 @@ def _dashboard_paths() -> dict[str, Any]:
                        "URL a person opens; the server reconnects once the redirect arrives",
             "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
             "responses": {**_ok("the URL", {"type": "object", "required": ["authorization_url"]}), "400": _ERROR,
-                          "404": _ERROR, "502": _ERROR, "504": _ERROR}}},
+                          "404": _ERROR, "409": _ERROR, "502": _ERROR, "504": _ERROR}}},
     }
 
 

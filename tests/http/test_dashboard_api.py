@@ -148,3 +148,16 @@ async def test_login_is_refused_where_none_applies(nursery, tmp_path):
         long = await client.post("/api/mcp/servers/" + "n" * 5000 + "/login")
         assert long.status_code == 400
         assert (await client.get("/api/mcp/servers/fake/login")).status_code == 405
+
+
+async def test_login_when_the_redirect_port_is_taken(nursery, tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        url = await daemon(nursery, write_config(tmp_path, extra=f"redirect_port = {port}\n"))  # down's [oauth]
+        async with httpx.AsyncClient(base_url=url) as client:
+            busy = await client.post("/api/mcp/servers/down/login")
+            assert busy.status_code == 409 and f"on port {port}" in busy.json()["error"]["message"]

@@ -140,6 +140,11 @@ let timer = 0;
 let halted = true; // no socket until a call succeeds, so a page that must sign in first makes no doomed attempts
 export let live = false;
 
+/** approval_requested, approval_resolved (and any approval.* kind to come). */
+export function isApprovalEvent(event) {
+  return /^approval[._]/.test(event.type || "");
+}
+
 /** Call fn(event) for every event until the signal aborts. */
 export function onEvent(fn, signal) {
   listeners.add(fn);

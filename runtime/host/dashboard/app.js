@@ -5,21 +5,17 @@
 import {api, getKey, onLive, onUnauthorized, setKey, watchNetwork} from "./api.js";
 import {alertBox, fill, h} from "./dom.js";
 import * as overview from "./overview.js";
-import * as chat from "./chat.js";
-import * as approvals from "./approvals.js";
-import * as tasks from "./tasks.js";
-import * as audit from "./audit.js";
-import * as tools from "./tools.js";
-import * as config from "./config.js";
 
+// The overview loads with the shell (it is the first page most visits see); the others
+// load when first opened, and in the background once the first page is drawn.
 const PAGES = {
-  overview: ["Overview", overview],
-  chat: ["Chat", chat],
-  approvals: ["Approvals", approvals],
-  tasks: ["Tasks", tasks],
-  audit: ["Audit", audit],
-  tools: ["Tools", tools],
-  config: ["Config", config],
+  overview: ["Overview", async () => overview],
+  chat: ["Chat", () => import("./chat.js")],
+  approvals: ["Approvals", () => import("./approvals.js")],
+  tasks: ["Tasks", () => import("./tasks.js")],
+  audit: ["Audit", () => import("./audit.js")],
+  tools: ["Tools", () => import("./tools.js")],
+  config: ["Config", () => import("./config.js")],
 };
 
 const main = document.getElementById("main");
@@ -38,12 +34,13 @@ function route() {
   return {page, rest: PAGES[name] ? rest.map(decodeURIComponent).join("/") : "", params: new URLSearchParams(query)};
 }
 
-function show() {
+async function show() {
   const where = route();
   if (!where) return;
   current?.abort();
-  current = new AbortController();
-  const [title, module] = PAGES[where.page];
+  const mine = new AbortController();
+  current = mine;
+  const [title, load] = PAGES[where.page];
   for (const link of document.querySelectorAll("nav a[data-page]")) {
     if (link.dataset.page === where.page) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
@@ -53,9 +50,10 @@ function show() {
   fill(main, heading);
   signOut.hidden = !getKey();
   try {
-    module.render(main, {signal: current.signal, params: where.params, rest: where.rest});
-  } catch (exc) {
-    console.error(exc);
+    const module = await load();
+    if (current !== mine) return; // left while it loaded
+    module.render(main, {signal: mine.signal, params: where.params, rest: where.rest});
+  } catch (exc) { // a module that did not load (tern stopped?) or a bug: said on the page
     main.append(alertBox(`This page failed to draw: ${exc.message}`));
   }
   if (!first) heading.focus({preventScroll: true});
@@ -116,3 +114,4 @@ onLive((up) => {
 addEventListener("hashchange", show);
 show(); // the page's first successful call opens the events socket
 watchNetwork();
+setTimeout(() => Object.values(PAGES).forEach(([, load]) => load().catch(() => {})), 1500);

@@ -1,12 +1,8 @@
 // Approvals: the pending queue, live from approval events, and the card that answers one
 // (also shown inline in Chat and in a tool's Try result).
 
-import {api, onEvent} from "./api.js";
+import {api, isApprovalEvent, onEvent} from "./api.js";
 import {alertBox, debounce, fill, h, pretty, when} from "./dom.js";
-
-function isApprovalEvent(event) {
-  return /^approval[._]/.test(event.type || "");
-}
 
 function field(name, spec, required) {
   const id = `f-${Math.random().toString(36).slice(2)}`;
@@ -25,8 +21,13 @@ function field(name, spec, required) {
   if (spec.type === "array") {
     const items = spec.items || {};
     const choices = items.enum ? items.enum.map((v) => [v, v]) : (items.anyOf || []).map((o) => [o.const, o.title ?? o.const]);
-    input = h("select", {id, multiple: true}, choices.map(([v, t]) => h("option", {value: v, text: t})));
-    read = () => [...input.selectedOptions].map((o) => o.value);
+    const chosen = new Set(Array.isArray(spec.default) ? spec.default : []);
+    input = h("select", {id, multiple: true}, choices.map(([v, t]) => h("option", {value: v, text: t,
+      selected: chosen.has(v)})));
+    read = () => {
+      const picked = [...input.selectedOptions].map((o) => o.value);
+      return picked.length || required ? picked : undefined;
+    };
   } else if (options) {
     input = h("select", {id}, required ? null : h("option", {value: "", text: "(none)"}),
       options.map(([v, t]) => h("option", {value: v, text: t, selected: v === spec.default})));
@@ -165,5 +166,3 @@ export function render(main, {signal}) {
   }, signal);
   load();
 }
-
-export {isApprovalEvent};

@@ -1,8 +1,7 @@
 // Overview: what the daemon runs and how busy it is. The skeleton renders at once; each
 // section fills when /api/status answers, and again every few seconds and on events.
 
-import {api, onEvent} from "./api.js";
-import {isApprovalEvent} from "./approvals.js";
+import {api, isApprovalEvent, onEvent} from "./api.js";
 import {alertBox, debounce, fill, h, row, stateBadge, svg, table} from "./dom.js";
 
 const POLL_MS = 3000;
@@ -116,7 +115,7 @@ export function render(main, {signal}) {
     }
   };
 
-  const show = (status, approvals) => {
+  const show = (status) => {
     const up = Math.round(status.uptime_secs || 0);
     fill(headline, `tern ${status.version} · up ${up >= 3600 ? `${Math.floor(up / 3600)} h ` : ""}` +
       `${Math.floor((up % 3600) / 60)} min`, status.audit && !status.audit.ok
@@ -136,6 +135,8 @@ export function render(main, {signal}) {
     fill(boxes.tasks, table("Tasks by state", ["State", "Tasks"], counts.map(([state, n]) =>
       row(h("td", null, h("a", {href: `#/tasks?state=${encodeURIComponent(state)}`}, stateBadge(state))), String(n))),
     "No A2A tasks yet."));
+  };
+  const showApprovals = (approvals) => {
     fill(boxes.approvals, approvals.length
       ? h("ul", {class: "plain"}, approvals.slice(0, 5).map((a) => h("li", null, h("strong", {text: a.tool}),
         ` for ${a.agent}`)))
@@ -145,17 +146,19 @@ export function render(main, {signal}) {
   };
 
   const load = async () => {
+    // Both asked at once; each section is drawn as soon as its answer is in.
+    const approvals = api("/api/approvals?state=pending", {signal}).then((listed) => showApprovals(listed.approvals),
+      (exc) => exc.name !== "AbortError" && fill(boxes.approvals, alertBox(exc.message)));
     try {
-      const [status, listed] = await Promise.all([api("/api/status", {signal}),
-        api("/api/approvals?state=pending", {signal}).catch(() => ({approvals: []}))]);
+      const status = await api("/api/status", {signal});
       sample(status.counters || null);
       drawCharts();
-      show(status, listed.approvals || []);
+      show(status);
       if (notice.querySelector(".error.poll")) fill(notice);
     } catch (exc) {
-      if (exc.name === "AbortError") return;
-      fill(notice, h("p", {role: "alert", class: "error poll", text: exc.message}));
+      if (exc.name !== "AbortError") fill(notice, h("p", {role: "alert", class: "error poll", text: exc.message}));
     }
+    await approvals;
   };
   const refresh = debounce(load, 300);
   const timer = setInterval(load, POLL_MS);

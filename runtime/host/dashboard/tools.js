@@ -49,6 +49,7 @@ function tryBox(tool, index) {
     try {
       await stream(`/api/tools/${encodeURIComponent(tool.name)}/call`, {arguments: parsed}, (kind, data) => {
         if (kind === "approval") {
+          result.querySelector("p.muted")?.remove();
           const card = approvalCard(data);
           cards.set(data.id, card);
           result.append(card);
