@@ -140,13 +140,14 @@ def wait_for(check: Callable[[], object], timeout: float = 30.0, what: str = "a 
         time.sleep(0.05)
 
 
-def a2a_send(client: httpx.Client, text: str) -> dict:
-    """A2A ``SendMessage`` to the default agent; the task it made (1.0 JSON-RPC)."""
+def a2a_send(client: httpx.Client, text: str, agent: str = "", wait: bool = True) -> dict:
+    """A2A ``SendMessage`` (1.0 JSON-RPC) to ``agent`` (default: the default agent), its answer;
+    ``wait=False`` answers at once with the task still running."""
     message = {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}],
                "metadata": {}}
-    answer = client.post("/a2a", headers=V10, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                                                    "params": {"message": message,
-                                                               "configuration": {"returnImmediately": False}}})
+    answer = client.post(f"/a2a/{agent}" if agent else "/a2a", headers=V10,
+                         json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                               "params": {"message": message, "configuration": {"returnImmediately": not wait}}})
     answer.raise_for_status()
     return answer.json()
 

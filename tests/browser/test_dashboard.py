@@ -13,7 +13,7 @@ import re
 import httpx
 import pytest
 
-from tests.browser.support import ARTIFACTS, ask_to_write, expect, pending_approval, wait_for
+from tests.browser.support import ARTIFACTS, a2a_send, ask_to_write, expect, pending_approval, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -165,6 +165,22 @@ def test_tasks_lists_the_a2a_task_and_opens_it(watched, dashboard):
     expect(main).to_contain_text(re.compile("completed", re.I))
     expect(main.get_by_role("button", name="Cancel task")).to_be_visible()
     shot(page, "task")
+
+
+def test_cancel_a_running_task_from_its_page(watched, dashboard):
+    """An A2A task for ``scribe`` runs until a person answers its file write: cancelled on the page."""
+    made = a2a_send(dashboard.client, "write it down", agent="scribe", wait=False)
+    task_id = made["result"]["task"]["id"]
+    page = open_page(watched, dashboard, "Tasks")
+    link = page.get_by_role("table", name="Tasks").get_by_role("link", name=re.compile(re.escape(task_id[:8])))
+    link.click()
+    main = page.locator("#main")
+    expect(main).to_contain_text(task_id)
+    expect(main).to_contain_text(re.compile("working|input.required", re.I))
+    main.get_by_role("button", name="Cancel task").click()
+    expect(main).to_contain_text(re.compile("cancel", re.I))
+    wait_for(lambda: dashboard.client.get(f"/api/tasks/{task_id}").json()["state"] == "canceled", 10,
+             "the task to be canceled")
 
 
 def test_audit_shows_records_the_chain_verdict_and_live_calls(watched, dashboard):
