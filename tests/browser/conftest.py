@@ -4,7 +4,8 @@ test failing on a console error, an uncaught exception or a CSP violation in its
 
 The daemon (``dashboard``) has what each page must show: the echo agent, a ``writer``
 whose file writes wait for a person (one request is left pending), an LLM agent on a
-scripted model that calls ``time_now``, the MCP reference server ``server-everything``,
+scripted model that calls ``time_now``, another whose
+``file_write`` a person approves in the chat, the MCP reference server ``server-everything``,
 and A2A with one task made through ``SendMessage``.
 """
 
@@ -101,8 +102,9 @@ def dashboard(pyz, tmp_path_factory) -> Iterator[Dashboard]:
     npm = peers.require(peers.npm_servers)
     tmp = tmp_path_factory.mktemp("dashboard")
     waiting: list = []
-    with serve_chat(calls_tool("time_now", {})) as model_url:
-        daemon = start(tmp, pyz, support.config_text(tmp / "state", model_url=model_url,
+    writes = calls_tool("file_write", {"path": "from-chat.txt", "content": "approved in the chat"})
+    with serve_chat(calls_tool("time_now", {})) as model_url, serve_chat(writes) as scribe_url:
+        daemon = start(tmp, pyz, support.config_text(tmp / "state", model_url=model_url, scribe_url=scribe_url,
                                                       everything=npm["server-everything"]))
         client = httpx.Client(base_url=daemon.url, timeout=30)
         try:

@@ -49,10 +49,12 @@ def launch(playwright, user_data: Path):
         viewport={"width": 1280, "height": 900}, service_workers="block")
 
 
-def config_text(state: Path, *, model_url: str = "", everything: Path | None = None, api_key_env: str = "") -> str:
+def config_text(state: Path, *, model_url: str = "", scribe_url: str = "", everything: Path | None = None,
+                api_key_env: str = "") -> str:
     """A daemon on 127.0.0.1:0: the echo agent; a ``writer`` whose tool (file_write) a rule
-    says to ask about; with ``model_url`` an LLM agent ``helper`` that calls ``time_now``
-    through it; with ``everything`` the MCP reference server over stdio; A2A on."""
+    says to ask about; with ``model_url`` an LLM agent ``helper`` that may call ``time_now``,
+    with ``scribe_url`` one (``scribe``) that may call ``file_write``; with ``everything``
+    the MCP reference server over stdio; A2A on."""
     text = ('[server]\nlisten = "127.0.0.1:0"\nrate_limit_per_sec = 0\nmax_connections_per_client = 0\n'
             + (f'api_key_env = "{api_key_env}"\n' if api_key_env else "")
             + f'[state]\ndir = "{state}"\n'
@@ -66,6 +68,10 @@ def config_text(state: Path, *, model_url: str = "", everything: Path | None = N
         text += ('[[agents]]\nname = "helper"\nkind = "llm"\ntools = ["time_now"]\n'
                  'description = "A scripted model that asks for the time."\n'
                  f'[agents.model]\nbase_url = "{model_url}"\nmodel = "scripted"\n')
+    if scribe_url:
+        text += ('[[agents]]\nname = "scribe"\nkind = "llm"\ntools = ["file_write"]\n'
+                 'description = "A scripted model that writes a file (a person approves it)."\n'
+                 f'[agents.model]\nbase_url = "{scribe_url}"\nmodel = "scripted"\n')
     if everything is not None:
         node = peers.node()
         text += (f'[[mcp_servers]]\nname = "everything"\n'
@@ -134,13 +140,14 @@ def wait_for(check: Callable[[], object], timeout: float = 30.0, what: str = "a 
         time.sleep(0.05)
 
 
-def a2a_send(client: httpx.Client, text: str) -> dict:
-    """A2A ``SendMessage`` to the default agent; the task it made (1.0 JSON-RPC)."""
+def a2a_send(client: httpx.Client, text: str, agent: str = "", wait: bool = True) -> dict:
+    """A2A ``SendMessage`` (1.0 JSON-RPC) to ``agent`` (default: the default agent), its answer;
+    ``wait=False`` answers at once with the task still running."""
     message = {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}],
                "metadata": {}}
-    answer = client.post("/a2a", headers=V10, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
-                                                    "params": {"message": message,
-                                                               "configuration": {"returnImmediately": False}}})
+    answer = client.post(f"/a2a/{agent}" if agent else "/a2a", headers=V10,
+                         json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                               "params": {"message": message, "configuration": {"returnImmediately": not wait}}})
     answer.raise_for_status()
     return answer.json()
 

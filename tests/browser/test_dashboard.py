@@ -13,7 +13,7 @@ import re
 import httpx
 import pytest
 
-from tests.browser.support import ARTIFACTS, ask_to_write, expect, pending_approval, wait_for
+from tests.browser.support import ARTIFACTS, a2a_send, ask_to_write, expect, pending_approval, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -96,6 +96,22 @@ def test_chat_shows_the_tool_call_a_model_makes(watched, dashboard):
     expect(log).to_contain_text("the tool said:")
 
 
+def test_an_approval_asked_in_the_chat_is_answered_inline(watched, dashboard):
+    page = open_page(watched, dashboard, "Chat")
+    page.get_by_label("Agent", exact=True).select_option("scribe")
+    page.get_by_label("Message", exact=True).fill("write it down")
+    page.get_by_role("button", name="Send", exact=True).click()
+    log = page.get_by_role("log", name="Conversation")
+    approve = log.get_by_role("button", name="Approve once")
+    expect(approve).to_have_count(1)
+    assert not (dashboard.state / "workspaces" / "scribe" / "from-chat.txt").exists()
+    shot(page, "chat-approval")
+    approve.click()
+    expect(log).to_contain_text(re.compile(r"file_write\s*ok"))
+    expect(log).to_contain_text("the tool said:")
+    assert (dashboard.state / "workspaces" / "scribe" / "from-chat.txt").read_text() == "approved in the chat"
+
+
 def test_approving_on_the_page_unblocks_the_waiting_call(watched, dashboard):
     page = open_page(watched, dashboard, "Approvals")
     item = page.get_by_role("listitem").filter(has_text="pending.txt")
@@ -151,6 +167,22 @@ def test_tasks_lists_the_a2a_task_and_opens_it(watched, dashboard):
     shot(page, "task")
 
 
+def test_cancel_a_running_task_from_its_page(watched, dashboard):
+    """An A2A task for ``scribe`` runs until a person answers its file write: cancelled on the page."""
+    made = a2a_send(dashboard.client, "write it down", agent="scribe", wait=False)
+    task_id = made["result"]["task"]["id"]
+    page = open_page(watched, dashboard, "Tasks")
+    link = page.get_by_role("table", name="Tasks").get_by_role("link", name=re.compile(re.escape(task_id[:8])))
+    link.click()
+    main = page.locator("#main")
+    expect(main).to_contain_text(task_id)
+    expect(main).to_contain_text(re.compile("working|input.required", re.I))
+    main.get_by_role("button", name="Cancel task").click()
+    expect(main).to_contain_text(re.compile("cancel", re.I))
+    wait_for(lambda: dashboard.client.get(f"/api/tasks/{task_id}").json()["state"] == "canceled", 10,
+             "the task to be canceled")
+
+
 def test_audit_shows_records_the_chain_verdict_and_live_calls(watched, dashboard):
     page = open_page(watched, dashboard, "Audit")
     verdict = dashboard.client.get("/api/audit/verify").json()
@@ -202,7 +234,8 @@ def test_config_shows_the_masked_config_and_a_reload_error(watched, dashboard):
         assert "\n" not in alert.inner_text().strip()
     finally:
         dashboard.daemon.config.write_text(good)
-    assert [a["name"] for a in dashboard.client.get("/api/agents").json()["agents"]] == ["echo", "writer", "helper"]
+    assert [a["name"] for a in dashboard.client.get("/api/agents").json()["agents"]] == [
+        "echo", "writer", "helper", "scribe"]
     page.get_by_role("button", name="Reload", exact=True).click()
     expect(page.get_by_role("alert")).to_have_count(0)
 
