@@ -16,7 +16,7 @@ let pending = {requests: 0, tools: 0, errors: 0}; // seen on the socket since th
 function push(values) {
   for (const key of Object.keys(series)) {
     series[key].push(values[key]);
-    if (series[key].length > POINTS) series[key].shift();
+    if (series[key].length > POINTS - 1) series[key].shift(); // the last slot is the open interval
   }
 }
 
