@@ -2,7 +2,7 @@
 // and the verdict of the hash-chain check.
 
 import {api, onEvent} from "./api.js";
-import {alertBox, debounce, fill, h, row, stateBadge, table, when} from "./dom.js";
+import {alertBox, debounce, fill, h, redraw, row, stateBadge, table, when} from "./dom.js";
 
 const LIVE = new Set(["tool.call", "agent.message", "approval_requested", "approval_resolved", "config.reloaded"]);
 
@@ -48,8 +48,8 @@ export function render(main, {signal}) {
     for (const o of outcome.value.split(/[\s,]+/).filter(Boolean)) query.append("outcome", o);
     try {
       const {records} = await api(`/api/audit?${query}`, {signal});
-      fill(box, table("Audit records", ["Time", "Seq", "Kind", "Agent", "Tool", "Outcome", "ms", "Detail"],
-        records.slice().reverse().map(recordRow), "No records match."));
+      redraw(box, records, () => table("Audit records", ["Time", "Seq", "Kind", "Agent", "Tool", "Outcome", "ms",
+        "Detail"], records.slice().reverse().map(recordRow), "No records match."));
     } catch (exc) {
       if (exc.name !== "AbortError") fill(box, alertBox(exc.message));
     }

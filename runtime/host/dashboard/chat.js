@@ -4,7 +4,7 @@
 
 import {api, stream} from "./api.js";
 import {approvalCard, settled} from "./approvals.js";
-import {alertBox, fill, h, pretty, stateBadge, when} from "./dom.js";
+import {alertBox, fill, h, pretty, redraw, stateBadge, when} from "./dom.js";
 
 const state = {
   agent: "",
@@ -169,7 +169,7 @@ export function render(main, {signal, params}) {
   state.refreshList = async () => {
     try {
       const {conversations} = await api("/api/conversations", {signal});
-      fill(list, conversations.length ? conversations.slice(0, 50).map((c) => h("li", null,
+      redraw(list, conversations, () => conversations.length ? conversations.slice(0, 50).map((c) => h("li", null,
         h("button", {type: "button", class: "link", onclick: () => resume(c.context_id, select)},
           h("span", {class: "preview", text: c.preview || c.context_id}),
           h("span", {class: "muted", text: `${c.agent} · ${c.messages} messages · ${when(c.last)}`}))))

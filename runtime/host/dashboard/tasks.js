@@ -64,7 +64,8 @@ function view(main, id, {signal}) {
           cancel.disabled = true;
           try {
             await api(`/api/tasks/${encodeURIComponent(id)}/cancel`, {method: "POST", signal});
-            fill(notice, h("p", {role: "status", text: "Cancel requested."}));
+            fill(notice, h("p", {role: "status", tabIndex: -1, text: "Canceled."}));
+            notice.firstChild.focus(); // the button is disabled now
             load();
           } catch (exc) {
             cancel.disabled = false;
@@ -72,7 +73,7 @@ function view(main, id, {signal}) {
           }
         }});
       const status = task.status_message || (task.status && task.status.message);
-      fill(box,
+      redraw(box, task, () => [
         h("h2", {class: "wrap"}, "Task ", h("code", {text: task.id})),
         h("dl", {class: "facts"},
           h("dt", {text: "State"}), h("dd", null, stateBadge(task.state || (task.status && task.status.state))),
@@ -89,7 +90,7 @@ function view(main, id, {signal}) {
         h("h2", {text: "Artifacts"}),
         (task.artifacts || []).length ? task.artifacts.map((a) => h("div", {class: "card"},
           h("h3", {text: a.name || a.artifact_id || "artifact"}), a.description ? h("p", {text: a.description}) : null,
-          parts(a.parts))) : h("p", {class: "muted", text: "No artifacts."}));
+          parts(a.parts))) : h("p", {class: "muted", text: "No artifacts."})]);
     } catch (exc) {
       if (exc.name !== "AbortError") fill(box, alertBox(exc.message));
     }
