@@ -151,7 +151,7 @@ export function render(main, {signal}) {
       if (focused && !focused.isConnected) status.focus(); // the answered request left the list
       const decided = all.filter((a) => a.state !== "pending").slice(0, 10);
       fill(recent, decided.length ? h("ul", {class: "plain"}, decided.map((a) => h("li", null,
-        h("span", {class: `verdict ${a.state}`, text: a.state}), ` ${a.tool} for ${a.agent}`,
+        h("span", {class: `verdict ${a.state}`, text: a.state}), ` ${a.tool} for ${a.agent || "the operator"}`,
         a.reason ? h("span", {class: "muted", text: ` — ${a.reason}`}) : null,
         h("span", {class: "muted", text: ` · ${when(a.decided_at)}`})))) : h("p", {class: "muted", text: "None yet."}));
     } catch (exc) {

@@ -23,8 +23,15 @@ function message(role, who, text) {
   return {item, body};
 }
 
-function scroll() {
-  state.log.scrollTop = state.log.scrollHeight;
+// Follow the newest text unless the person scrolled up to read.
+let follow = true;
+state.log.addEventListener("scroll", () => {
+  follow = state.log.scrollHeight - state.log.scrollTop - state.log.clientHeight < 40;
+});
+
+function scroll(force) {
+  if (force) follow = true;
+  if (follow) state.log.scrollTop = state.log.scrollHeight;
 }
 
 function toolItem(event) {
@@ -41,6 +48,7 @@ async function send(text) {
   const agent = state.agent;
   if (!agent || !text.trim() || state.running) return;
   message("user", "You", text);
+  scroll(true);
   const reply = message("agent", agent, "");
   reply.item.classList.add("streaming");
   reply.item.setAttribute("aria-busy", "true"); // read out once complete, not piece by piece
@@ -109,6 +117,7 @@ async function resume(id, select) {
     state.contextId = conversation.context_id;
     for (const m of conversation.messages) message(m.role === "user" ? "user" : "agent", m.role === "user" ? "You"
       : m.agent, m.content);
+    scroll(true);
     const agent = [...conversation.messages].reverse().find((m) => m.agent)?.agent;
     if (agent && [...select.options].some((o) => o.value === agent)) {
       select.value = agent;
@@ -164,7 +173,7 @@ export function render(main, {signal, params}) {
       h("label", {for: "chat-agent", text: "Agent"}), select), fresh), status, state.log, form),
     h("aside", {class: "chat-side", "aria-labelledby": "conv-h"}, h("h2", {id: "conv-h", text: "Conversations"}),
       list)));
-  scroll();
+  scroll(true);
 
   state.refreshList = async () => {
     try {

@@ -148,7 +148,7 @@ export function render(main, {signal}) {
   const showApprovals = (approvals) => {
     redraw(boxes.approvals, approvals.map((a) => a.id), () => [approvals.length
       ? h("ul", {class: "plain"}, approvals.slice(0, 5).map((a) => h("li", null, h("strong", {text: a.tool}),
-        ` for ${a.agent}`)))
+        ` for ${a.agent || "the operator"}`)))
       : h("p", {class: "muted", text: "Nothing is waiting."}),
     h("p", null, h("a", {href: "#/approvals", text: approvals.length ? `Answer ${approvals.length} pending`
       : "Open the approvals queue"}))]);
