@@ -137,8 +137,12 @@ const stateListeners = new Set();
 let socket = null;
 let retry = 0;
 let timer = 0;
+let greeted = false; // the first hello: nothing was missed before it
 let halted = true; // no socket until a call succeeds, so a page that must sign in first makes no doomed attempts
 export let live = false;
+
+/** The event a page gets when it may have missed some: it reads its data again. */
+export const RESYNC = "resync";
 
 /** approval_requested, approval_resolved (and any approval.* kind to come). */
 export function isApprovalEvent(event) {
@@ -168,6 +172,16 @@ function base64url(text) {
   return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
+function dispatch(event) {
+  for (const fn of [...listeners]) {
+    try {
+      fn(event);
+    } catch (exc) {
+      console.warn("an event handler failed", exc);
+    }
+  }
+}
+
 export function connect() {
   clearTimeout(timer);
   halted = false;
@@ -186,14 +200,13 @@ export function connect() {
     if (event.type === "hello") {
       retry = 0;
       setLive(true);
+      // A hello after the first: events went by while the socket was down.
+      if (greeted) dispatch({type: RESYNC});
+      greeted = true;
+      return;
     }
-    for (const fn of [...listeners]) {
-      try {
-        fn(event);
-      } catch (exc) {
-        console.warn("an event handler failed", exc);
-      }
-    }
+    dispatch(event);
+    if (event.dropped_before) dispatch({type: RESYNC}); // the daemon's queue for us was full: some were lost
   });
   ws.addEventListener("open", () => setLive(true));
   ws.addEventListener("close", () => {

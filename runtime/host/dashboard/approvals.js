@@ -1,7 +1,7 @@
 // Approvals: the pending queue, live from approval events, and the card that answers one
 // (also shown inline in Chat and in a tool's Try result).
 
-import {api, isApprovalEvent, onEvent} from "./api.js";
+import {RESYNC, api, isApprovalEvent, onEvent} from "./api.js";
 import {alertBox, debounce, fill, h, pretty, when} from "./dom.js";
 
 function field(name, spec, required) {
@@ -160,6 +160,7 @@ export function render(main, {signal}) {
   };
   const refresh = debounce(load, 150);
   onEvent((event) => {
+    if (event.type === RESYNC) refresh();
     if (!isApprovalEvent(event)) return;
     const a = event.approval;
     if (a && a.state !== "pending") {

@@ -1,10 +1,11 @@
 // Audit: the last records, filtered by agent, tool and outcome, refreshed as calls happen,
 // and the verdict of the hash-chain check.
 
-import {api, onEvent} from "./api.js";
+import {RESYNC, api, onEvent} from "./api.js";
 import {alertBox, debounce, fill, h, redraw, row, stateBadge, table, when} from "./dom.js";
 
-const LIVE = new Set(["tool.call", "agent.message", "approval_requested", "approval_resolved", "config.reloaded"]);
+const LIVE = new Set(["tool.call", "agent.message", "approval_requested", "approval_resolved", "config.reloaded",
+  RESYNC]);
 
 function input(id, label, placeholder) {
   const el = h("input", {id, type: "text", placeholder, autocomplete: "off", spellcheck: "false"});

@@ -1,7 +1,7 @@
 // Config: the running configuration with secrets masked, and Reload, which re-reads the
 // file the daemon started with (an invalid file leaves the running config as it was).
 
-import {api, onEvent} from "./api.js";
+import {RESYNC, api, onEvent} from "./api.js";
 import {alertBox, fill, h, pretty} from "./dom.js";
 
 function value(v) {
@@ -77,7 +77,7 @@ export function render(main, {signal}) {
     }
   });
   onEvent((event) => {
-    if (event.type === "config.reloaded") load();
+    if (event.type === "config.reloaded" || event.type === RESYNC) load();
     else if (event.type === "config.reload_failed" && !reload.disabled) fill(notice, alertBox(event.error));
   }, signal);
   load();

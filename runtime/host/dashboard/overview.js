@@ -1,7 +1,7 @@
 // Overview: what the daemon runs and how busy it is. The skeleton renders at once; each
 // section fills when /api/status answers, and again every few seconds and on events.
 
-import {api, isApprovalEvent, onEvent} from "./api.js";
+import {RESYNC, api, isApprovalEvent, onEvent} from "./api.js";
 import {alertBox, debounce, fill, h, redraw, row, stateBadge, svg, table} from "./dom.js";
 
 const POLL_MS = 3000;
@@ -181,7 +181,8 @@ export function render(main, {signal}) {
       pending.tools += 1;
       if (event.outcome && event.outcome !== "ok") pending.errors += 1;
       drawCharts();
-    } else if (type.startsWith("mcp.") || isApprovalEvent(event) || type === "a2a.task" || type.startsWith("config.")) {
+    } else if (type.startsWith("mcp.") || isApprovalEvent(event) || type === "a2a.task" || type.startsWith("config.") ||
+      type === RESYNC) {
       refresh();
     }
   }, signal);

@@ -1,7 +1,7 @@
 // Tasks: the A2A tasks this tern runs, filtered by state; one task's status, history and
 // artifacts, and cancel. Refreshed on a2a.task events.
 
-import {api, onEvent} from "./api.js";
+import {RESYNC, api, onEvent} from "./api.js";
 import {alertBox, debounce, fill, h, pretty, redraw, row, stateBadge, table, when} from "./dom.js";
 
 const STATES = ["", "submitted", "working", "input-required", "auth-required", "completed", "canceled", "failed",
@@ -47,7 +47,7 @@ function list(main, {signal, params}) {
     load();
   });
   const refresh = debounce(load, 300);
-  onEvent((event) => event.type === "a2a.task" && refresh(), signal);
+  onEvent((event) => (event.type === "a2a.task" || event.type === RESYNC) && refresh(), signal);
   load();
 }
 
@@ -96,7 +96,7 @@ function view(main, id, {signal}) {
     }
   };
   const refresh = debounce(load, 300);
-  onEvent((event) => event.type === "a2a.task" && event.task_id === id && refresh(), signal);
+  onEvent((event) => (event.type === "a2a.task" && event.task_id === id || event.type === RESYNC) && refresh(), signal);
   load();
 }
 
