@@ -29,8 +29,7 @@ def browser():
     site = peers.require(peers.playwright_site_packages)
     sync_playwright = support.import_playwright(site)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=peers.CHROMIUM, headless=True,
-                                             args=support.CHROMIUM_ARGS)
+        browser = support.launch(playwright)
         yield browser
         browser.close()
 
