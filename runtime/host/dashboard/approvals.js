@@ -79,6 +79,7 @@ export function approvalCard(approval, {onDecided} = {}) {
     try {
       const decided = await api(`/api/approvals/${encodeURIComponent(approval.id)}`, {method: "POST", body});
       settled(card, decided);
+      card.querySelector(".verdict")?.focus(); // the pressed button is disabled now: focus goes to what happened
       onDecided?.(decided);
     } catch (exc) {
       buttons.forEach((b) => (b.disabled = false));
@@ -121,7 +122,8 @@ export function settled(card, approval) {
   const scope = approval.scope && approval.state === "approved" ? ` (${approval.scope})` : "";
   const by = approval.decided_by ? ` by ${approval.decided_by}` : "";
   const line = card.querySelector(".result-line");
-  fill(line, h("p", {class: `verdict ${approval.state}`, text: `${cap(approval.state || "decided")}${scope}${by}`}));
+  fill(line, h("p", {class: `verdict ${approval.state}`, tabIndex: -1,
+    text: `${cap(approval.state || "decided")}${scope}${by}`}));
 }
 
 function cap(text) {
@@ -129,7 +131,7 @@ function cap(text) {
 }
 
 export function render(main, {signal}) {
-  const status = h("p", {class: "muted", text: "Loading…"});
+  const status = h("p", {class: "muted", tabIndex: -1, text: "Loading…"});
   const list = h("div", {class: "stack", role: "list", "aria-label": "Pending approvals"});
   const recent = h("div");
   main.append(h("p", {class: "lead", text: "Tool calls waiting for a person. Decisions take effect at once."}),
@@ -140,11 +142,13 @@ export function render(main, {signal}) {
         api("/api/approvals?state=pending", {signal}), api("/api/approvals?state=all", {signal})]);
       fill(status, pending.length ? `${pending.length} pending.` : "Nothing is waiting.");
       const keep = new Map([...list.children].map((item) => [item.dataset.id, item]));
+      const focused = [...keep.values()].find((item) => item.contains(document.activeElement));
       fill(list, pending.map((a) => {
         const old = keep.get(a.id);
         return old && !old.querySelector(".done") ? old
           : h("div", {role: "listitem", "data-id": a.id}, approvalCard(a, {onDecided: () => refresh()}));
       }));
+      if (focused && !focused.isConnected) status.focus(); // the answered request left the list
       const decided = all.filter((a) => a.state !== "pending").slice(0, 10);
       fill(recent, decided.length ? h("ul", {class: "plain"}, decided.map((a) => h("li", null,
         h("span", {class: `verdict ${a.state}`, text: a.state}), ` ${a.tool} for ${a.agent}`,

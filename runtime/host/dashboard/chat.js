@@ -43,6 +43,7 @@ async function send(text) {
   message("user", "You", text);
   const reply = message("agent", agent, "");
   reply.item.classList.add("streaming");
+  reply.item.setAttribute("aria-busy", "true"); // read out once complete, not piece by piece
   const calls = [];
   const cards = new Map();
   let streamed = "";
@@ -91,6 +92,7 @@ async function send(text) {
     reply.item.append(alertBox(exc.name === "AbortError" ? "Stopped." : exc.message));
   } finally {
     reply.item.classList.remove("streaming");
+    reply.item.removeAttribute("aria-busy");
     if (!reply.body.textContent) reply.body.classList.add("empty");
     state.running = null;
     state.setBusy?.(false);

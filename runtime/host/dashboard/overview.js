@@ -34,29 +34,31 @@ function sample(counters) {
 }
 
 function chart(key, name) {
-  const values = series[key].slice();
-  // The interval still open: what the socket saw so far (it cannot see HTTP requests).
-  const live = !last || (key === "requests" && last.counters) ? null : pending[key];
-  if (live !== null) values.push(live);
-  const max = Math.max(1, ...values);
+  const values = series[key]; // closed intervals, oldest first
+  // The last slot is the interval still open: what the socket has seen so far (tool
+  // calls and their errors; it cannot see HTTP requests), drawn lighter until it closes.
+  const open = key === "requests" ? 0 : pending[key];
+  const max = Math.max(1, open, ...values);
   const width = 200;
   const height = 48;
   const step = width / POINTS;
-  const bars = values.map((v, i) => {
-    const x = (POINTS - values.length + i) * step;
-    const bar = Math.max(v ? 1.5 : 0, (v / max) * (height - 2));
-    return svg("rect", {x: x.toFixed(1), y: (height - bar).toFixed(1), width: (step - 1).toFixed(1),
-      height: bar.toFixed(1), class: key === "errors" && v ? "bar bad" : "bar"});
-  });
+  const bar = (v, slot, cls) => {
+    const tall = Math.max(v ? 1.5 : 0, (v / max) * (height - 2));
+    return svg("rect", {x: (slot * step).toFixed(1), y: (height - tall).toFixed(1), width: (step - 1).toFixed(1),
+      height: tall.toFixed(1), class: cls});
+  };
+  const bars = values.map((v, i) => bar(v, POINTS - 1 - values.length + i, key === "errors" && v ? "bar bad" : "bar"));
+  if (open) bars.push(bar(open, POINTS - 1, "bar open"));
   const latest = values.length ? values[values.length - 1] : 0;
   const total = values.reduce((a, b) => a + b, 0);
+  const seconds = POLL_MS / 1000;
   return h("figure", {class: "chart"},
     svg("svg", {role: "img", "aria-label": name, viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none"},
-      svg("title", {text: `${name}: ${latest} in the last ${POLL_MS / 1000} s`}),
+      svg("title", {text: `${name}: ${latest} in the last ${seconds} s`}),
       svg("line", {x1: 0, y1: height - 0.5, x2: width, y2: height - 0.5, class: "axis"}), bars),
-    h("figcaption", null, h("strong", {text: name}), " ", h("span", {text: `${latest} now`}),
-      h("span", {class: "more", text: ` · ${total} in ${Math.round(values.length * POLL_MS / 1000)} s · peak ` +
-        `${Math.max(0, ...values)}`})));
+    h("figcaption", null, h("strong", {text: name}), " ", h("span", {text: `${latest} per ${seconds} s`}),
+      h("span", {class: "more", text: ` · ${total} in ${Math.round(values.length * seconds)} s · peak ` +
+        `${Math.max(0, open, ...values)}`})));
 }
 
 function section(title, wide, ...body) {
@@ -161,7 +163,7 @@ export function render(main, {signal}) {
     await approvals;
   };
   const refresh = debounce(load, 300);
-  const timer = setInterval(load, POLL_MS);
+  const timer = setInterval(() => document.hidden || load(), POLL_MS); // a hidden tab asks nothing
   signal.addEventListener("abort", () => clearInterval(timer));
   onEvent((event) => {
     const type = event.type || "";
