@@ -73,10 +73,15 @@ function signIn(error) {
   const button = h("button", {type: "submit", class: "primary", text: "Sign in"});
   const form = h("form", {class: "card sign-in", "aria-label": "Sign in", onsubmit: async (e) => {
     e.preventDefault();
+    const typed = key.value.trim();
+    if (!/^[\x20-\x7e]+$/.test(typed)) { // a header carries nothing else: say so rather than fail to send
+      fill(message, alertBox("An API key is printable ASCII; this one cannot be sent in a header."));
+      return;
+    }
     signingIn = true;
     button.disabled = true;
     fill(message);
-    setKey(key.value.trim());
+    setKey(typed);
     try {
       await api("/api/status");
       signingIn = false;

@@ -13,6 +13,7 @@ export function h(tag, props, ...children) {
 }
 
 const SVG = "http://www.w3.org/2000/svg";
+const drawn = new WeakMap(); // box -> the data redraw() last drew in it
 
 export function svg(tag, attrs, ...children) {
   const el = document.createElementNS(SVG, tag);
@@ -42,8 +43,25 @@ export function append(el, children) {
 
 /** Replace an element's children. */
 export function fill(el, ...children) {
+  drawn.delete(el); // whatever redraw() drew there is gone
   el.replaceChildren();
   return append(el, children);
+}
+
+function named(el) {
+  return el.getAttribute("aria-label") || el.textContent;
+}
+
+/** Redraw a box from data, only when the data changed, keeping the keyboard focus on the
+ * control of the same name (a poll must not throw a keyboard user back to the top). */
+export function redraw(box, data, build) {
+  const json = JSON.stringify(data);
+  if (drawn.get(box) === json) return;
+  const active = document.activeElement;
+  const focused = active && box.contains(active) ? named(active) : null;
+  fill(box, build());
+  drawn.set(box, json);
+  if (focused !== null) [...box.querySelectorAll("a, button")].find((el) => named(el) === focused)?.focus();
 }
 
 /** A table in its own scrolling box (the page never scrolls sideways at 375 px). */

@@ -2,7 +2,7 @@
 // section fills when /api/status answers, and again every few seconds and on events.
 
 import {api, isApprovalEvent, onEvent} from "./api.js";
-import {alertBox, debounce, fill, h, row, stateBadge, svg, table} from "./dom.js";
+import {alertBox, debounce, fill, h, redraw, row, stateBadge, svg, table} from "./dom.js";
 
 const POLL_MS = 3000;
 const POINTS = 40;
@@ -16,7 +16,7 @@ let pending = {requests: 0, tools: 0, errors: 0}; // seen on the socket since th
 function push(values) {
   for (const key of Object.keys(series)) {
     series[key].push(values[key]);
-    if (series[key].length > POINTS) series[key].shift();
+    if (series[key].length > POINTS - 1) series[key].shift(); // the last slot is the open interval
   }
 }
 
@@ -97,8 +97,11 @@ export function render(main, {signal}) {
   const drawCharts = () => fill(boxes.charts, CHARTS.map(([key, name]) => chart(key, name)));
   drawCharts();
 
+  const busy = new Set(); // actions under way (the button stays enabled so it keeps the focus)
   const action = async (button, what, name) => {
-    button.disabled = true;
+    if (busy.has(`${what} ${name}`)) return;
+    busy.add(`${what} ${name}`);
+    button.setAttribute("aria-disabled", "true");
     fill(notice);
     try {
       const answer = await api(`/api/mcp/servers/${encodeURIComponent(name)}/${what}`, {method: "POST", signal});
@@ -113,7 +116,8 @@ export function render(main, {signal}) {
     } catch (exc) {
       if (exc.name !== "AbortError") fill(notice, alertBox(exc.message));
     } finally {
-      button.disabled = false;
+      busy.delete(`${what} ${name}`);
+      button.removeAttribute("aria-disabled");
     }
   };
 
@@ -122,39 +126,45 @@ export function render(main, {signal}) {
     fill(headline, `tern ${status.version} · up ${up >= 3600 ? `${Math.floor(up / 3600)} h ` : ""}` +
       `${Math.floor((up % 3600) / 60)} min`, status.audit && !status.audit.ok
       ? h("span", {class: "bad-text", text: ` · audit log failing: ${status.audit.error}`}) : null);
-    fill(boxes.agents, table("Agents", ["Name", "Kind", "Budget"], (status.agents || []).map((a) => {
-      const budget = (status.budgets || {})[a.name];
-      const used = budget && budget.requests ? `${budget.requests.used}/${budget.requests.limit} requests` : "—";
-      return row(h("th", {scope: "row"}, h("a", {href: `#/chat?agent=${encodeURIComponent(a.name)}`, text: a.name})),
-        a.kind, used);
-    }), "No agents are configured."));
-    fill(boxes.mcp, table("MCP servers", ["Name", "State", "Tools", "Last error", "Restarts", "Actions"],
+    redraw(boxes.agents, [status.agents, status.budgets], () => table("Agents", ["Name", "Kind", "Budget"],
+      (status.agents || []).map((a) => {
+        const budget = (status.budgets || {})[a.name];
+        const used = budget && budget.requests ? `${budget.requests.used}/${budget.requests.limit} requests` : "—";
+        return row(h("th", {scope: "row"}, h("a", {href: `#/chat?agent=${encodeURIComponent(a.name)}`,
+          text: a.name})), a.kind, used);
+      }), "No agents are configured."));
+    redraw(boxes.mcp, status.mcp_servers, () => table("MCP servers",
+      ["Name", "State", "Tools", "Last error", "Restarts", "Actions"],
       (status.mcp_servers || []).map((s) => mcpRow(s, action)), "No MCP servers are configured."));
-    fill(boxes.peers, table("External agents", ["Name", "State", "URL", "Error"], (status.a2a_peers || []).map((p) =>
-      row(h("th", {scope: "row", text: p.name}), stateBadge(p.state || "unknown"), h("td", {class: "wrap", text: p.url}),
-        h("td", {class: "wrap", text: p.error || "—"}))), "No external A2A agents are configured."));
+    redraw(boxes.peers, status.a2a_peers, () => table("External agents", ["Name", "State", "URL", "Error"],
+      (status.a2a_peers || []).map((p) => row(h("th", {scope: "row", text: p.name}), stateBadge(p.state || "unknown"),
+        h("td", {class: "wrap", text: p.url}), h("td", {class: "wrap", text: p.error || "—"}))),
+      "No external A2A agents are configured."));
     const counts = Object.entries(status.tasks || {});
-    fill(boxes.tasks, table("Tasks by state", ["State", "Tasks"], counts.map(([state, n]) =>
+    redraw(boxes.tasks, counts, () => table("Tasks by state", ["State", "Tasks"], counts.map(([state, n]) =>
       row(h("td", null, h("a", {href: `#/tasks?state=${encodeURIComponent(state)}`}, stateBadge(state))), String(n))),
     "No A2A tasks yet."));
   };
   const showApprovals = (approvals) => {
-    fill(boxes.approvals, approvals.length
+    redraw(boxes.approvals, approvals.map((a) => a.id), () => [approvals.length
       ? h("ul", {class: "plain"}, approvals.slice(0, 5).map((a) => h("li", null, h("strong", {text: a.tool}),
         ` for ${a.agent}`)))
       : h("p", {class: "muted", text: "Nothing is waiting."}),
     h("p", null, h("a", {href: "#/approvals", text: approvals.length ? `Answer ${approvals.length} pending`
-      : "Open the approvals queue"})));
+      : "Open the approvals queue"}))]);
   };
 
-  const load = async () => {
+  // tick: a timer's poll, which closes a chart interval; a refresh on an event only redraws.
+  const load = async (tick) => {
     // Both asked at once; each section is drawn as soon as its answer is in.
     const approvals = api("/api/approvals?state=pending", {signal}).then((listed) => showApprovals(listed.approvals),
       (exc) => exc.name !== "AbortError" && fill(boxes.approvals, alertBox(exc.message)));
     try {
       const status = await api("/api/status", {signal});
-      sample(status.counters || null);
-      drawCharts();
+      if (tick) {
+        sample(status.counters || null);
+        drawCharts();
+      }
       show(status);
       if (notice.querySelector(".error.poll")) fill(notice);
     } catch (exc) {
@@ -162,8 +172,8 @@ export function render(main, {signal}) {
     }
     await approvals;
   };
-  const refresh = debounce(load, 300);
-  const timer = setInterval(() => document.hidden || load(), POLL_MS); // a hidden tab asks nothing
+  const refresh = debounce(() => load(false), 300);
+  const timer = setInterval(() => document.hidden || load(true), POLL_MS); // a hidden tab asks nothing
   signal.addEventListener("abort", () => clearInterval(timer));
   onEvent((event) => {
     const type = event.type || "";
@@ -175,5 +185,5 @@ export function render(main, {signal}) {
       refresh();
     }
   }, signal);
-  load();
+  load(true);
 }

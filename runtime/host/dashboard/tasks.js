@@ -2,7 +2,7 @@
 // artifacts, and cancel. Refreshed on a2a.task events.
 
 import {api, onEvent} from "./api.js";
-import {alertBox, debounce, fill, h, pretty, row, stateBadge, table, when} from "./dom.js";
+import {alertBox, debounce, fill, h, pretty, redraw, row, stateBadge, table, when} from "./dom.js";
 
 const STATES = ["", "submitted", "working", "input-required", "auth-required", "completed", "canceled", "failed",
   "rejected", "unknown"];
@@ -32,12 +32,12 @@ function list(main, {signal, params}) {
     try {
       const data = await api(`/api/tasks?${query}`, {signal});
       const tasks = Array.isArray(data) ? data : data.tasks || [];
-      fill(box, table("Tasks", ["Task", "Agent", "State", "Status", "Updated", "Messages"], tasks.map((t) => row(
+      redraw(box, data, () => [table("Tasks", ["Task", "Agent", "State", "Status", "Updated", "Messages"], tasks.map((t) => row(
         h("th", {scope: "row", class: "mono"}, h("a", {href: `#/tasks/${encodeURIComponent(t.id)}`, text: t.id})),
         t.agent || "", stateBadge(t.state), h("td", {class: "wrap", text: t.status_text || ""}),
         when(t.timestamp || t.created), String(t.history ?? ""))), filter.value ? `No ${filter.value} tasks.`
         : "No tasks yet."), data.total > tasks.length ? h("p", {class: "muted",
-        text: `The newest ${tasks.length} of ${data.total}.`}) : null);
+        text: `The newest ${tasks.length} of ${data.total}.`}) : null]);
     } catch (exc) {
       if (exc.name !== "AbortError") fill(box, alertBox(exc.message));
     }
