@@ -131,8 +131,7 @@ def main() -> None:
             support.pending_approval(client, "bench.txt")
             support.wait_for(lambda: _ready(client), 60, "server-everything to be ready")
             with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=peers.CHROMIUM, headless=True,
-                                                     args=support.CHROMIUM_ARGS)
+                browser = support.launch(playwright)
                 measure(browser, daemon.url)  # warm-up: the daemon's first requests, Chromium's first page
                 runs = [measure(browser, daemon.url) for _ in range(args.runs)]
                 floors = [floor(browser, daemon.url) for _ in range(args.runs)]

@@ -4,9 +4,9 @@ test failing on a console error, an uncaught exception or a CSP violation in its
 
 The daemon (``dashboard``) has what each page must show: the echo agent, a ``writer``
 whose file writes wait for a person (one request is left pending), an LLM agent on a
-scripted model that calls ``time_now``, another whose
-``file_write`` a person approves in the chat, the MCP reference server ``server-everything``,
-and A2A with one task made through ``SendMessage``.
+scripted model that calls ``time_now`` and another whose ``file_write`` a person approves
+in the chat, the MCP reference server ``server-everything``, and A2A with one task made
+through ``SendMessage``. ``keyed`` is a second daemon that needs an API key.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ def browser():
     site = peers.require(peers.playwright_site_packages)
     sync_playwright = support.import_playwright(site)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=peers.CHROMIUM, headless=True,
-                                             args=support.CHROMIUM_ARGS)
+        browser = support.launch(playwright)
         yield browser
         browser.close()
 

@@ -41,12 +41,10 @@ def import_playwright(site_packages: Path):
     return sync_playwright
 
 
-def launch(playwright, user_data: Path):
-    """Headless Debian Chromium with a fresh profile in ``user_data``: a persistent context,
-    so the profile directory is ours to make and remove."""
-    return playwright.chromium.launch_persistent_context(
-        str(user_data), executable_path=peers.CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-        viewport={"width": 1280, "height": 900}, service_workers="block")
+def launch(playwright):
+    """Headless Debian Chromium. Playwright gives each launch a fresh temporary profile
+    (user-data dir), removed when the browser closes."""
+    return playwright.chromium.launch(executable_path=peers.CHROMIUM, headless=True, args=CHROMIUM_ARGS)
 
 
 def config_text(state: Path, *, model_url: str = "", scribe_url: str = "", everything: Path | None = None,

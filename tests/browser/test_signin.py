@@ -31,6 +31,9 @@ def test_without_the_key_the_page_shows_the_form_and_no_data(watched, keyed):
     text = page.locator("body").inner_text()
     assert "Replies with the message it was sent" not in text and "writer" not in text, text
     expect(page.get_by_role("status", name="Connection")).to_have_text("Offline")
+    page.set_viewport_size({"width": 375, "height": 812})
+    width = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert width[0] <= width[1], f"the sign-in form scrolls sideways at 375 px: {width}"
 
 
 def test_a_wrong_key_is_refused(watched, keyed):
