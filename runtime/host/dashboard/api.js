@@ -139,7 +139,7 @@ let retry = 0;
 let timer = 0;
 let greeted = false; // the first hello: nothing was missed before it
 let halted = true; // no socket until a call succeeds, so a page that must sign in first makes no doomed attempts
-export let live = false;
+let live = false;
 
 /** The event a page gets when it may have missed some: it reads its data again. */
 export const RESYNC = "resync";
@@ -182,7 +182,7 @@ function dispatch(event) {
   }
 }
 
-export function connect() {
+function connect() {
   clearTimeout(timer);
   halted = false;
   const url = new URL("/api/events", location.href);
