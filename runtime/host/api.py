@@ -143,6 +143,7 @@ def _stream_ask(feed: _Feed) -> Any:
     return ask
 
 
+_NO_METRICS = ("http_requests", "http_errors", "tool_calls", "tool_errors")
 _APPROVAL_STATES = ("pending", "approved", "denied", "expired", "all")
 
 
@@ -180,6 +181,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
             "tasks": node.a2a.engine.counts() if node.a2a is not None else {},
             "audit": audit.status() if audit is not None else None,
             "budgets": kernel.agents.budgets.status(),  # agents with a budget: limits, use, times exceeded
+            "counters": {**(metrics.totals() if metrics is not None else dict.fromkeys(_NO_METRICS, 0)),
+                         "model_calls": kernel.agents.model_calls},  # monotonic: the dashboard charts deltas
         })
 
     async def tools(request: Request) -> Response:
@@ -406,6 +409,10 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
     router.add("GET", "/api/events", events, websocket=True, summary="kernel events over a WebSocket")
     router.add("GET", "/metrics", prometheus, summary="Prometheus metrics")
+    from runtime.host import dashboard_api, dashboard_routes
+
+    dashboard_routes.add_routes(router)
+    dashboard_api.add_routes(router, node)
     if node.a2a is not None:
         from runtime.a2a.server.endpoint import A2aEndpoint
 

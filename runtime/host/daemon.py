@@ -131,9 +131,10 @@ def _url(host: str, port: int, tls: bool) -> str:
 RELOAD_SIGNAL = getattr(signal, "SIGHUP", None)  # not on Windows
 
 
-def reload_config(node: Any, path: Path | None) -> dict[str, Any] | None:
-    """Re-read the daemon's config file and apply it; None (and the running config kept)
-    when it does not load."""
+def reload_config(node: Any, path: Path | None) -> dict[str, Any]:
+    """Re-read the daemon's config file and apply it: ``{changes, not_applied}``. A file
+    that does not load raises ConfigError with its one-line error, and the running config
+    stays (SIGHUP and ``POST /api/config/reload`` both come here)."""
     from runtime.config import BUNDLED_LABEL, bundled_config_text, load_config, parse_config
 
     try:
@@ -142,22 +143,22 @@ def reload_config(node: Any, path: Path | None) -> dict[str, Any] | None:
     except ConfigError as exc:
         log.error("reload refused, the running config is kept: %s", exc)
         node.kernel.events.publish("config.reload_failed", {"error": str(exc)})
-        return None
+        raise
     try:
         report = node.reload(config)
     except Exception as exc:  # a bug in applying it must not take the daemon down with it
         log.error("reload failed part way: %s: %s; restart tern serve to be sure of its config",
                   type(exc).__name__, exc, exc_info=True)
-        node.kernel.events.publish("config.reload_failed", {"error": f"internal error while applying it: "
-                                                                     f"{type(exc).__name__}"})
-        return None
+        error = f"internal error while applying it: {type(exc).__name__}"
+        node.kernel.events.publish("config.reload_failed", {"error": error})
+        raise ConfigError(f"{error}; restart tern serve to be sure of its config") from None
     changes = [f"{what} {verb}: {', '.join(names)}"
                for what, key in (("agents", "agents"), ("MCP servers", "mcp_servers"))
                for verb, names in report[key].items() if names and verb != "kept"]
     log.warning("reloaded %s: %s", path or BUNDLED_LABEL, "; ".join(changes) or "nothing changed")
     if report["not_applied"]:
         log.warning("a reload cannot change %s: restart tern serve to apply them", ", ".join(report["not_applied"]))
-    return report
+    return {"changes": changes, "not_applied": report["not_applied"]}
 
 
 async def _signals(server: Any, cancel: trio.CancelScope, reload: Any = None) -> None:
@@ -165,7 +166,10 @@ async def _signals(server: Any, cancel: trio.CancelScope, reload: Any = None) ->
     with trio.open_signal_receiver(*wanted) as signals:
         async for signum in signals:
             if signum == RELOAD_SIGNAL:
-                reload()
+                try:
+                    reload()
+                except ConfigError:
+                    pass  # logged and published; the running config stays
             elif not server._terminating.is_set():
                 log.warning("%s: shutting down (again to stop at once)", signal.Signals(signum).name)
                 server.shutdown()
@@ -208,6 +212,8 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
                     "set [server] api_key_env to serve them", host)
     tls = _ssl_context(config)
     node = Node(config)
+    node.config_path = config_path
+    node.reload_from_file = lambda: reload_config(node, config_path)
     kernel = node.kernel
     if kernel.pipeline.audit is not None:  # an unwritable audit log shows at once (/health, log), not at a call
         kernel.pipeline.audit.probe()
@@ -258,7 +264,7 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
             url = _url(host, bound[0][1], tls is not None)
             node.http_bound = (host, bound[0][1])
             discovery = _write_discovery(config, url)
-            nursery.start_soon(_signals, server, nursery.cancel_scope, lambda: reload_config(node, config_path))
+            nursery.start_soon(_signals, server, nursery.cancel_scope, node.reload_from_file)
             if log.isEnabledFor(logging.INFO):  # one line either way: the log's, or a plain one
                 log.info("tern %s (pid %d) serving on %s", __version__, os.getpid(), url)
             else:

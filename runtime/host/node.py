@@ -5,6 +5,8 @@ ports; ``tern mcp`` and the CLI commands build their own."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -40,6 +42,11 @@ class Node:
                                         content=kernel.content, tasks=tasks)
         self.http_bound: tuple[str, int] | None = None  # once the daemon listens: the cards' fallback URL
         self.a2a_endpoint: Any = None  # the A2A routes, once mounted (host/api.py)
+        self.config_path: Path | None = None  # the file the daemon was started with (None: the bundled default)
+        #: the daemon's reload (``daemon.reload_config``), for ``POST /api/config/reload``; None: not a daemon
+        self.reload_from_file: Callable[[], dict[str, Any]] | None = None
+        #: the node's nursery once it runs, for work that outlives a request (an MCP server's OAuth login)
+        self.nursery: trio.Nursery | None = None
 
     def reload(self, config: Config) -> dict[str, Any]:
         """Apply a changed config (``Kernel.reload``: what it keeps and why), then show
@@ -60,6 +67,7 @@ class Node:
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; ``task_status.started()`` once booted (MCP servers still connecting)."""
         async with trio.open_nursery() as nursery:
+            self.nursery = nursery
             await nursery.start(self.kernel.run)
             if self.a2a is not None:
                 await nursery.start(self.a2a.run)

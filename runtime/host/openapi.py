@@ -31,11 +31,56 @@ def document(*, a2a_path: Any = None, mcp: bool = True) -> dict[str, Any]:
     """The API as served: ``a2a_path`` (``[a2a] listen_path``) when A2A is on, the
     ``/mcp`` endpoint when the MCP server is on."""
     doc = _base()
+    doc["paths"].update(_dashboard_paths())
     if not mcp:
         del doc["paths"]["/mcp"]
     if a2a_path is not None:
         doc["paths"].update(_a2a_paths(a2a_path.rstrip("/")))
     return doc
+
+
+def _dashboard_paths() -> dict[str, Any]:
+    """The dashboard's page and files, and the routes only it needs."""
+    page = {"200": {"description": "the file", "content": {"text/html": {"schema": {"type": "string"}}}},
+            "304": {"description": "not modified (If-None-Match)"}, "403": _ERROR, "404": _ERROR}
+    task = {"type": "object", "required": ["id", "context_id", "agent", "state"]}
+    return {
+        "/": {"get": {"summary": "the dashboard (needs no key to load: it holds no data)", "security": [],
+                      "responses": page}},
+        "/ui/{file}": {"get": {"summary": "the dashboard's files (script, styles, icons)", "security": [],
+                               "parameters": [{"name": "file", "in": "path", "required": True,
+                                               "schema": {"type": "string"}}], "responses": page}},
+        "/api/tasks": {"get": {
+            "summary": "A2A tasks, newest first, without history or artifacts (404 while A2A is off)",
+            "parameters": [{"name": n, "in": "query", "required": False, "schema": sch} for n, sch in (
+                ("state", {"enum": ["submitted", "working", "input-required", "auth-required", "completed",
+                                    "canceled", "failed", "rejected", "unknown"]}),
+                ("context_id", {"type": "string"}), ("limit", {"type": "integer", "default": 50, "maximum": 500}))],
+            "responses": {**_ok("tasks", {"type": "object", "required": ["tasks", "total"]}), "400": _ERROR,
+                          "404": _ERROR}}},
+        "/api/tasks/{id}": {"get": {"summary": "one A2A task: status, history, artifacts", "parameters": [_ID],
+                                    "responses": {**_ok("the task", task), "404": _ERROR}}},
+        "/api/tasks/{id}/cancel": {"post": {"summary": "cancel one A2A task", "parameters": [_ID],
+                                            "responses": {**_ok("the canceled task", task), "404": _ERROR,
+                                                          "409": _ERROR}}},
+        "/api/config": {"get": {"summary": "the running config with secrets masked, and the file it came from",
+                                "responses": _ok("{path, config}", {"type": "object",
+                                                                    "required": ["path", "config"]})}},
+        "/api/config/reload": {"post": {
+            "summary": "re-read the daemon's config file and apply it (as SIGHUP does)",
+            "responses": {**_ok("what changed", {"type": "object", "required": ["changes", "not_applied"]}),
+                          "404": _ERROR,
+                          "422": {"description": "the file does not load; the running config stays",
+                                  "content": {"application/json": {"schema": {
+                                      "type": "object", "required": ["error"],
+                                      "properties": {"error": {"type": "string"}}}}}}}}},
+        "/api/mcp/servers/{name}/login": {"post": {
+            "summary": "start an OAuth login (authorization_code) for one MCP server in the daemon: answers the "
+                       "URL a person opens; the server reconnects once the redirect arrives",
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "responses": {**_ok("the URL", {"type": "object", "required": ["authorization_url"]}), "400": _ERROR,
+                          "404": _ERROR, "409": _ERROR, "502": _ERROR, "504": _ERROR}}},
+    }
 
 
 def _a2a_paths(p: str) -> dict[str, Any]:
@@ -79,8 +124,8 @@ def _base() -> dict[str, Any]:
         "info": {
             "title": "tern",
             "version": __version__,
-            "description": "tern's daemon API. Every path except /health needs the API key "
-            "(Authorization: Bearer KEY or X-API-Key) unless the client is on "
+            "description": "tern's daemon API. Every path except /health and the dashboard's (/, /ui/...) "
+            "needs the API key (Authorization: Bearer KEY or X-API-Key) unless the client is on "
             "loopback and no key is configured.",
         },
         "components": {
@@ -128,7 +173,9 @@ def _base() -> dict[str, Any]:
                 }
             },
             "/api/status": {
-                "get": {"summary": "version, uptime, agents, MCP server states, A2A peers", "responses": _ok("status")}
+                "get": {"summary": "version, uptime, agents, MCP server states, A2A peers, counters (monotonic "
+                               "totals: http_requests, http_errors, tool_calls, tool_errors, model_calls)",
+                    "responses": _ok("status")}
             },
             "/api/tools": {"get": {"summary": "every tool agents can call", "responses": _ok("tools")}},
             "/api/mcp/servers": {

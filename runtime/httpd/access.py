@@ -2,8 +2,11 @@
 
 - A key (``api_key`` or the variable named by ``api_key_env``) is accepted as
   ``Authorization: Bearer KEY`` (the scheme is case-insensitive, as RFC 7235 says) or
-  ``X-API-Key: KEY``, compared in constant time. Never from a query string: a request
-  that tries gets a 401 saying so, and query strings are never logged.
+  ``X-API-Key: KEY``, compared in constant time. A browser's WebSocket (``/api/events``)
+  cannot send headers, so there the key may come as the subprotocol
+  ``tern.key.<base64url(key)>`` beside ``tern.events`` (the one the server selects).
+  Never from a query string: a request that tries gets a 401 saying so, and query
+  strings are never logged.
 - With no key configured, only tern's own OS user gets in: a loopback client whose
   socket belongs to our uid (``net/peer.py``, looked up once per connection by the
   server), or one presenting the local token (``local-token`` in the state directory,
@@ -36,6 +39,30 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.split("%")[0]).is_loopback
     except ValueError:
         return host.lower() == "localhost"
+
+
+_KEY_SUBPROTOCOL = b"tern.key."
+
+
+def _subprotocol_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The key a browser offered as a WebSocket subprotocol, ``tern.key.<base64url(key)>``
+    (a browser's WebSocket cannot send headers); None if it offered none. The server
+    never selects that subprotocol, so the key is not echoed back."""
+    import base64
+    import binascii
+
+    for name, value in headers:
+        if name != b"sec-websocket-protocol":
+            continue
+        for offered in value.split(b","):
+            offered = offered.strip()
+            if offered.startswith(_KEY_SUBPROTOCOL):
+                encoded = offered[len(_KEY_SUBPROTOCOL):]
+                try:
+                    return base64.urlsafe_b64decode(encoded + b"=" * (-len(encoded) % 4)) or b"\0invalid"
+                except (binascii.Error, ValueError):
+                    return b"\0invalid"  # never matches
+    return None
 
 
 def client_key(host: str, ipv6_prefix: int = 64) -> str:
@@ -141,6 +168,8 @@ class Access:
                 return b"\0invalid"  # another scheme: never matches, and no fallback to X-API-Key
             if name == b"x-api-key":
                 return value.strip()
+        if request.route is not None and request.route.websocket:
+            return _subprotocol_key(request.headers)
         return None
 
     def check_origin(self, request: Request) -> None:

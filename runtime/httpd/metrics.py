@@ -236,6 +236,18 @@ class Metrics:
             hist = family.series[OTHER] = _new_histogram()
         return hist
 
+    def totals(self) -> dict[str, int]:
+        """Monotonic totals for the dashboard's charts: requests, those answered 5xx, tool
+        calls, those that did not end "ok" (a walk of at most ``max_series`` series; the
+        "other" series, whose labels are lost, counts in the totals only)."""
+        requests = [(status, n) for by_method in self._request_counts.values()
+                    for by_status in by_method.values() for status, n in by_status.items()]
+        tools = [(outcome, n) for by_outcome in self._tool_counts.values() for outcome, n in by_outcome.items()]
+        return {"http_requests": sum(n for _, n in requests),
+                "http_errors": sum(n for status, n in requests if status != OTHER and int(status) >= 500),
+                "tool_calls": sum(n for _, n in tools),
+                "tool_errors": sum(n for outcome, n in tools if outcome not in ("ok", OTHER))}
+
     # --- counters of the kernel's own ------------------------------------------
 
     def add_counter(self, name: str, help: str, labels: tuple[str, ...]) -> Callable[..., None]:

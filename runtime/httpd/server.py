@@ -77,6 +77,8 @@ def fd_budget(max_connections: int) -> int:
         return max_connections
     return max(1, min(max_connections, soft - max(64, soft // 4)))
 _JSON = b"application/json"
+# on every answer: no answer is a page to frame or a file to sniff (the dashboard adds its CSP)
+_HARDENING = ((b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"))
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 
 
@@ -550,7 +552,7 @@ class HttpServer:
         return result[0]
 
     def _base_headers(self, request: Request | None) -> list[tuple[bytes, bytes]]:
-        headers = [(b"date", self._date.get())]
+        headers = [(b"date", self._date.get()), *_HARDENING]
         if request is not None and self.access.cors_origins:
             headers.extend(self.access.cors_headers(request))
         if self._terminating.is_set():

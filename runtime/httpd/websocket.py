@@ -5,7 +5,9 @@ client's text messages from; a reader task next to it answers pings, honours the
 client's close, and refuses client messages larger than ``MAX_CLIENT_MESSAGE``. At most
 ``MAX_QUEUED`` client messages wait for the handler; past that the socket is closed
 (1008): a client that floods is not served. The socket is
-closed with 1001 when the server shuts down, and every write has a timeout.
+closed with 1001 when the server shuts down, and every write has a timeout. A client
+that offers the subprotocol ``tern.events`` gets it selected (browsers that offer any
+require one back); the ``tern.key.*`` one a browser sends its key in is never echoed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = ["ServerWebSocket", "serve_websocket"]
 MAX_CLIENT_MESSAGE = 64 * 1024
 MAX_QUEUED = 16
 WRITE_TIMEOUT_SECS = 10.0
+SUBPROTOCOL = "tern.events"  # selected when offered (a browser sends its key as another: access.py)
 
 
 class ServerWebSocket:
@@ -111,8 +114,10 @@ async def serve_websocket(stream: trio.abc.Stream, conn: h11.Connection, request
     leftover, _ = conn.trailing_data
     for event in ws.events():
         if isinstance(event, WsRequest):
+            # the one subprotocol tern speaks, if offered; never the key a browser offers beside it
+            chosen = SUBPROTOCOL if SUBPROTOCOL in event.subprotocols else None
             with trio.fail_after(WRITE_TIMEOUT_SECS):
-                await stream.send_all(ws.send(AcceptConnection()))
+                await stream.send_all(ws.send(AcceptConnection(subprotocol=chosen)))
     if leftover:
         ws.receive_data(leftover)
     socket = ServerWebSocket(stream, ws)

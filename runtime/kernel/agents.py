@@ -70,6 +70,7 @@ class Agents:
         self.remote: Any = None  # ExternalAgents.send, when [a2a] external_agents are configured
         #: the event bus's publish (the kernel sets it): "agent.message" per message, "model.call" per model turn
         self.publish: Callable[[str, dict[str, Any]], None] | None = None
+        self.model_calls = 0  # since start, ended or not: the dashboard charts its changes
 
     def reconfigure(self, config: Config) -> None:
         """A reloaded config's agents (``tern reload``). A message already being answered
@@ -295,6 +296,7 @@ class Agents:
         outcome), so `tern events` shows what each turn cost."""
         started = time.perf_counter()
         outcome, turn = "error", None
+        self.model_calls += 1
         model = client.model
         try:
             with tracing.span(f"chat {model.model}", tracing.CLIENT,

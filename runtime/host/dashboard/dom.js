@@ -1,0 +1,114 @@
+// Element helpers: every node is built with textContent (never innerHTML), so data
+// from the daemon can never become markup, and nothing here needs an inline style.
+
+const PROPS = new Set(["value", "checked", "disabled", "hidden", "selected", "open", "multiple", "required",
+  "readOnly", "tabIndex"]);
+
+/** h("button", {type: "button", class: "x", onclick: fn}, "text", node, [more]) */
+export function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  setProps(el, props);
+  append(el, children);
+  return el;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+const drawn = new WeakMap(); // box -> the data redraw() last drew in it
+
+export function svg(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  setProps(el, attrs);
+  append(el, children);
+  return el;
+}
+
+function setProps(el, props) {
+  if (!props) return;
+  for (const [key, value] of Object.entries(props)) {
+    if (value === undefined || value === null || value === false && !PROPS.has(key)) continue;
+    if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
+    else if (PROPS.has(key)) el[key] = value;
+    else if (key === "text") el.textContent = value;
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+}
+
+export function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    el.append(child instanceof Node ? child : String(child));
+  }
+  return el;
+}
+
+/** Replace an element's children. */
+export function fill(el, ...children) {
+  drawn.delete(el); // whatever redraw() drew there is gone
+  el.replaceChildren();
+  return append(el, children);
+}
+
+function named(el) {
+  return el.getAttribute("aria-label") || el.textContent;
+}
+
+/** Redraw a box from data, only when the data changed, keeping the keyboard focus on the
+ * control of the same name (a poll must not throw a keyboard user back to the top). */
+export function redraw(box, data, build) {
+  const json = JSON.stringify(data);
+  if (drawn.get(box) === json) return;
+  const active = document.activeElement;
+  const focused = active && box.contains(active) ? named(active) : null;
+  fill(box, build());
+  drawn.set(box, json);
+  if (focused !== null) [...box.querySelectorAll("a, button")].find((el) => named(el) === focused)?.focus();
+}
+
+/** A table in its own scrolling box (the page never scrolls sideways at 375 px). */
+export function table(caption, headers, rows, empty = "None.") {
+  const body = h("tbody", null, rows.length ? rows : h("tr", null, h("td", {colspan: headers.length, class: "muted"},
+    empty)));
+  return h("div", {class: "table-wrap"}, h("table", null, h("caption", {text: caption}),
+    h("thead", null, h("tr", null, headers.map((name) => h("th", {scope: "col", text: name})))), body));
+}
+
+export function row(...cells) {
+  return h("tr", null, cells.map((cell) => cell instanceof Node && (cell.tagName === "TD" || cell.tagName === "TH") ? cell : h("td", null, cell)));
+}
+
+/** An error as the server said it, announced to screen readers. */
+export function alertBox(message) {
+  return h("p", {role: "alert", class: "error", text: message});
+}
+
+export function pretty(value) {
+  try {
+    return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+  } catch {
+    return String(value);
+  }
+}
+
+export function when(seconds) {
+  if (!seconds) return "";
+  const date = new Date(seconds * 1000);
+  const today = new Date().toDateString() === date.toDateString();
+  return today ? date.toLocaleTimeString() : date.toLocaleString();
+}
+
+export function stateBadge(state) {
+  const tone = {ready: "ok", completed: "ok", ok: "ok", approved: "ok", working: "busy", connecting: "busy",
+    restarting: "busy", submitted: "busy", "input-required": "warn", needs_auth: "warn", pending: "warn",
+    "auth-required": "warn", failed: "bad", error: "bad", denied: "bad", rejected: "bad", canceled: "muted",
+    stopped: "muted", disabled: "muted", expired: "muted"}[state] || "muted";
+  return h("span", {class: `badge ${tone}`, text: state});
+}
+
+/** Calls fn at most once per `ms` (trailing), for refreshes driven by bursts of events. */
+export function debounce(fn, ms) {
+  let timer = 0;
+  return (...args) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => fn(...args), ms);
+  };
+}

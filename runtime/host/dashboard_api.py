@@ -1,0 +1,117 @@
+"""The API routes the dashboard needs beyond the CLI's: A2A tasks, the running config
+and its reload, and an MCP server's OAuth login. Each is an ordinary key-protected API
+route (``openapi.py`` describes them); inputs are bounded as elsewhere (ids by
+``wire.limits``, list sizes by ``MAX_TASKS``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+import msgspec
+
+from runtime.host.node import Node
+from runtime.httpd.messages import HttpError, Request, Response, json_response
+from runtime.httpd.router import Router
+
+__all__ = ["add_routes", "MAX_TASKS"]
+
+MAX_TASKS = 500  # what GET /api/tasks answers at most
+_TASK_STATES = ("submitted", "working", "input-required", "auth-required", "completed", "canceled", "failed",
+                "rejected", "unknown")
+_A2A_OFF = "A2A is off on this tern (set [a2a] enabled = true in its config to serve tasks)"
+
+
+def _summary(task: Any) -> dict[str, Any]:
+    """A task's row in the list: no history, no artifacts (``GET /api/tasks/{id}`` has them)."""
+    from runtime.a2a.model import text_of
+
+    return {"id": task.id, "context_id": task.context_id, "agent": task.agent, "state": task.state,
+            "timestamp": task.timestamp, "created": task.created,
+            "status_text": text_of(task.status_message.parts)[:200] if task.status_message is not None else "",
+            "history": len(task.history), "artifacts": len(task.artifacts)}
+
+
+def add_routes(router: Router, node: Node) -> None:
+    from runtime.host.mcp_login import McpLogins
+
+    logins = McpLogins(node)
+
+    def engine() -> Any:
+        if node.a2a is None:
+            raise HttpError(404, _A2A_OFF)
+        return node.a2a.engine
+
+    def task_id(request: Request) -> str:
+        from runtime.wire.limits import check_id
+
+        return check_id(request.params["id"], "the task id")
+
+    async def task_list(request: Request) -> Response:
+        from runtime.wire.limits import check_id
+
+        tasks = engine()
+        query = parse_qs(request.query)
+        state = query.get("state", [None])[0] or None
+        if state is not None and state not in _TASK_STATES:
+            raise HttpError(400, f"state must be one of {', '.join(_TASK_STATES)}")
+        context_id = check_id(query.get("context_id", [None])[0] or None, "context_id")
+        try:
+            limit = min(max(int(query.get("limit", ["50"])[0]), 0), MAX_TASKS)
+        except ValueError:
+            raise HttpError(400, "limit must be a whole number") from None
+        found = tasks.list(context_id=context_id, state=state)  # newest first
+        return json_response({"tasks": [_summary(t) for t in found[:limit]], "total": len(found)})
+
+    async def task_get(request: Request) -> Response:
+        from runtime.a2a.server.engine import TaskNotFound
+
+        try:
+            task = engine().get(task_id(request))
+        except TaskNotFound as exc:
+            raise HttpError(404, exc.message) from None
+        return json_response(msgspec.to_builtins(task))
+
+    async def task_cancel(request: Request) -> Response:
+        from runtime.a2a.server.engine import TaskNotCancelable, TaskNotFound
+
+        try:
+            task = engine().cancel(task_id(request))
+        except TaskNotFound as exc:
+            raise HttpError(404, exc.message) from None
+        except TaskNotCancelable as exc:
+            raise HttpError(409, exc.message) from None
+        return json_response(msgspec.to_builtins(task))
+
+    async def config_get(request: Request) -> Response:
+        from runtime.config.dump import masked
+
+        path = node.config_path
+        return json_response({"path": str(path) if path is not None else None, "config": masked(node.config)})
+
+    async def config_reload(request: Request) -> Response:
+        from runtime.errors import ConfigError
+
+        if node.reload_from_file is None:
+            raise HttpError(404, "only a running `tern serve` reloads its config")
+        try:
+            report = node.reload_from_file()
+        except ConfigError as exc:  # logged and published; the running config stays
+            return json_response({"error": str(exc)}, 422)
+        return json_response(report)
+
+    async def mcp_login(request: Request) -> Response:
+        from runtime.wire.limits import check_name
+
+        name = check_name(request.params["name"], "the MCP server name")
+        return json_response({"authorization_url": await logins.start(name)})
+
+    router.add("GET", "/api/tasks", task_list, summary="A2A tasks, newest first (?state=&context_id=&limit=)")
+    router.add("GET", "/api/tasks/{id}", task_get, summary="one A2A task: status, history, artifacts")
+    router.add("POST", "/api/tasks/{id}/cancel", task_cancel, cost=5.0, summary="cancel one A2A task")
+    router.add("GET", "/api/config", config_get, summary="the running config, secrets masked, and its file")
+    router.add("POST", "/api/config/reload", config_reload, cost=20.0,
+               summary="re-read the config file and apply it (422 and the one-line error if it does not load)")
+    router.add("POST", "/api/mcp/servers/{name}/login", mcp_login, cost=5.0,
+               summary="start an OAuth login for one MCP server; answers the URL a person opens")
