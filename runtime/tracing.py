@@ -4,8 +4,8 @@ Off (no ``[telemetry] otlp_endpoint``) the module-level tracer is None: ``span``
 one shared object whose methods do nothing, ``extract`` and ``inject`` return at once,
 and ``runtime.telemetry`` is never imported, so a call pays a function call and a
 global read. On, the exporter shell (``runtime.net.telemetry_export``) installs a
-``Tracer``: spans are started, bounded and masked by the sans-IO ``Recorder``, and
-queued (encoded) when they end; the shell drains the queue.
+``Tracer``: an ended span is kept raw in a bounded queue, and the shell's task later
+bounds and masks it (the sans-IO ``Recorder``) and encodes it, off the call path.
 
 The current span's context lives in a ``ContextVar`` (trio copies the context into each
 task it starts), so a tool call, an MCP request or an A2A call finds its parent without
@@ -17,9 +17,9 @@ nothing, and a tern that records nothing is not in the trace anyway.
 
 from __future__ import annotations
 
-import time
 from contextvars import ContextVar
 from random import getrandbits as _getrandbits
+from time import time_ns as _time_ns
 from typing import Any
 
 from runtime import log
@@ -109,10 +109,11 @@ class Tracer:
     """Spans on the call path cost a few microseconds: ``begin`` draws the ids (Python's
     ``random``, as OpenTelemetry's SDK does: ids must be unique, not secret) and asks the
     sampler; an ended, sampled span is kept raw (name, ids, times, the caller's attribute
-    dict) in a deque bounded in spans and in an estimate of its bytes, and dropped,
-    counted, past either. ``drain`` does the rest off the call path, from the exporter's
-    task: the sans-IO ``Recorder`` bounds and masks (rebuilt when a secret was registered
-    since) and ``queue.put`` encodes. ``wake`` (the shell's) is called when a batch waits."""
+    dict) in ``raw``, a deque bounded in spans and in an estimate of its bytes, and
+    dropped, counted, past either (``_Active.__exit__``, inline: it runs on every call).
+    ``drain`` does the rest off the call path, from the exporter's task: the sans-IO
+    ``Recorder`` bounds and masks (rebuilt when a secret was registered since) and
+    ``queue.put`` encodes. ``wake`` (the shell's) is called when a batch waits."""
 
     _OVERHEAD = 256  # bytes of a raw span besides its strings, about
 
@@ -144,16 +145,6 @@ class Tracer:
             flags = self._RANDOM | (self._SAMPLED if self.sampler.sampled(None, trace_id) else 0)
             return self._SpanContext(trace_id, span_id, flags)
         return self._SpanContext(parent.trace_id, span_id, parent.flags, parent.state)  # parent-based sampling
-
-    def record(self, raw: tuple, size: int) -> None:
-        """Keeps an ended span's raw fields, or counts it dropped."""
-        if len(self.raw) >= self.max_spans or self.raw_bytes + size > self.max_bytes:
-            self.dropped += 1
-            return
-        self.raw.append(raw)
-        self.raw_bytes += size
-        if len(self.raw) == self.batch_spans and self.wake is not None:
-            self.wake()
 
     def drain(self, limit: int) -> int:
         """Bounds, masks and encodes up to ``limit`` raw spans into ``queue``; how many."""
@@ -198,16 +189,22 @@ class _Active:
         self._failed = ""
 
     def __enter__(self) -> _Active:
-        parent = self._parent if self._parent is not None else _current.get()
-        self._parent = parent
-        self._context = context = self._tracer.begin(parent)
+        parent = self._parent
+        if parent is None:
+            parent = self._parent = _current.get()
+        if parent is None:
+            context = self._tracer.begin(None)
+        else:  # a child: Tracer.begin's other half, inline (most spans are children)
+            context = self._tracer._SpanContext(parent.trace_id, (_getrandbits(64) or 1).to_bytes(8, "big"),
+                                                parent.flags, parent.state)
+        self._context = context
         self.recording = context.flags & 1  # sampled
-        self._start = time.time_ns()
+        self._start = _time_ns()
         self._token = _current.set(context)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        end = time.time_ns()
+        end = _time_ns()
         try:
             _current.reset(self._token)
         except ValueError:  # left in another context (an async generator's): nothing to restore
@@ -221,8 +218,16 @@ class _Active:
         for value in attributes.values():
             if type(value) is str:
                 size += len(value)
-        self._tracer.record((self._name, self._kind, self._context, self._parent, self._start, end, attributes,
-                             self._failed, size), size)
+        tracer = self._tracer
+        raw = tracer.raw
+        if len(raw) >= tracer.max_spans or tracer.raw_bytes + size > tracer.max_bytes:  # Tracer.record, inline
+            tracer.dropped += 1
+            return
+        raw.append((self._name, self._kind, self._context, self._parent, self._start, end, attributes, self._failed,
+                    size))
+        tracer.raw_bytes += size
+        if len(raw) == tracer.batch_spans and tracer.wake is not None:
+            tracer.wake()
 
     def set(self, key: str, value: object) -> None:
         if self.recording:
