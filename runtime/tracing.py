@@ -33,7 +33,7 @@ _tracer: Tracer | None = None
 
 
 class _Noop:
-    """What ``span`` gives when telemetry is off (or a span is not recorded): does nothing."""
+    """What ``span`` gives when telemetry is off: one shared object that does nothing."""
 
     __slots__ = ()
     recording = False

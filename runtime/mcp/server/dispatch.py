@@ -325,12 +325,11 @@ class McpServer:
                     log_level: str | None, *, modern: dict[str, Any] | None = None) -> dict[str, Any]:
         """``_call_tool`` traced as a SERVER span, under the caller's ``_meta.traceparent``
         (else the current span: POST /mcp's)."""
+        if not tracing.enabled():
+            return await self._call_tool(request_id, params, peer, notify, log_level, modern=modern)
         name = params.get("name")
-        parent = None
-        if tracing.enabled():
-            meta = params.get("_meta")
-            if isinstance(meta, dict):
-                parent = tracing.extract(meta.get("traceparent"), meta.get("tracestate"))
+        meta = params.get("_meta")
+        parent = tracing.extract(meta.get("traceparent"), meta.get("tracestate")) if isinstance(meta, dict) else None
         with tracing.span(f"tools/call {name}" if isinstance(name, str) else "tools/call", tracing.SERVER,
                           {"mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool",
                            "jsonrpc.request.id": str(request_id)}, parent=parent) as span:
