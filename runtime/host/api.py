@@ -178,7 +178,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
                              "restarts": s.restarts} for s in kernel.mcp.statuses()],
             "mcp_server_states": states,
             "a2a_peers": kernel.external.statuses() if kernel.external is not None else [],
-            "tasks": node.a2a.engine.counts() if node.a2a is not None else {},
+            "tasks": node.a2a.engine.counts() if node.a2a is not None else None,  # None: A2A is off
             "audit": audit.status() if audit is not None else None,
             "budgets": kernel.agents.budgets.status(),  # agents with a budget: limits, use, times exceeded
             "counters": {**(metrics.totals() if metrics is not None else dict.fromkeys(_NO_METRICS, 0)),

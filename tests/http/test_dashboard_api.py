@@ -105,6 +105,7 @@ async def test_tasks_say_when_a2a_is_off(nursery, tmp_path):
         for answer in (await client.get("/api/tasks"), await client.get("/api/tasks/x"),
                        await client.post("/api/tasks/x/cancel")):
             assert answer.status_code == 404 and "[a2a] enabled = true" in answer.json()["error"]["message"]
+        assert (await client.get("/api/status")).json()["tasks"] is None  # the overview says A2A is off
 
 
 async def test_config_is_masked_and_reloads_from_its_file(nursery, tmp_path, monkeypatch):

@@ -140,10 +140,12 @@ export function render(main, {signal}) {
       (status.a2a_peers || []).map((p) => row(h("th", {scope: "row", text: p.name}), stateBadge(p.state || "unknown"),
         h("td", {class: "wrap", text: p.url}), h("td", {class: "wrap", text: p.error || "—"}))),
       "No external A2A agents are configured."));
-    const counts = Object.entries(status.tasks || {});
-    redraw(boxes.tasks, counts, () => table("Tasks by state", ["State", "Tasks"], counts.map(([state, n]) =>
-      row(h("td", null, h("a", {href: `#/tasks?state=${encodeURIComponent(state)}`}, stateBadge(state))), String(n))),
-    "No A2A tasks yet."));
+    const counts = status.tasks === null ? null : Object.entries(status.tasks || {});
+    redraw(boxes.tasks, counts, () => counts === null
+      ? h("p", {class: "muted", text: "A2A is off on this tern ([a2a] enabled = true serves tasks)."})
+      : table("Tasks by state", ["State", "Tasks"], counts.map(([state, n]) =>
+        row(h("td", null, h("a", {href: `#/tasks?state=${encodeURIComponent(state)}`}, stateBadge(state))),
+          String(n))), "No A2A tasks yet."));
   };
   const showApprovals = (approvals) => {
     redraw(boxes.approvals, approvals.map((a) => a.id), () => [approvals.length
