@@ -1,0 +1,41 @@
+""""Approve always" on the Approvals page: the request waiting on it goes ahead, and the
+same agent's next call of that tool runs without asking anyone (the decision is kept for
+that agent and tool). On a daemon of its own: the shared one's ``writer`` must keep asking."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.browser.support import Daemon, ask_to_write, config_text, expect, pending_approval
+
+pytestmark = pytest.mark.slow
+
+
+def test_approve_always_lets_the_next_call_through_unasked(watched, pyz, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(config_text(tmp_path / "state"))
+    daemon = Daemon(config, pyz)
+    try:
+        with httpx.Client(base_url=daemon.url, timeout=30) as client:
+            results: list = []
+            waiting = ask_to_write(client, "first.txt", "asked once", results)
+            pending_approval(client, "first.txt")
+            page = watched.page
+            page.goto(daemon.url + "/#/approvals")
+            expect(page.get_by_role("status", name="Connection")).to_have_text("Live")
+            item = page.get_by_role("listitem").filter(has_text="first.txt")
+            item.get_by_role("button", name="Approve always").click()
+            waiting.join(30)
+            assert [r.status_code for r in results] == [200], results
+            decided = client.get("/api/approvals?state=all").json()["approvals"]
+            assert [(a["state"], a["scope"]) for a in decided] == [("approved", "always")]
+            second = client.post("/api/agents/writer/message", timeout=30,
+                                 json={"message": '{"path": "second.txt", "content": "not asked"}'})
+            assert second.status_code == 200, second.text
+            assert len(client.get("/api/approvals?state=all").json()["approvals"]) == 1  # nobody was asked again
+            workspace = tmp_path / "state" / "workspaces" / "writer"
+            assert (workspace / "first.txt").read_text() == "asked once"
+            assert (workspace / "second.txt").read_text() == "not asked"
+    finally:
+        daemon.stop()
