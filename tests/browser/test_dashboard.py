@@ -325,3 +325,32 @@ def test_trying_a_tool_goes_through_the_pipeline_and_its_approval(watched, dashb
     decided = [a for a in dashboard.client.get("/api/approvals?state=all").json()["approvals"]
                if a["arguments"].get("path") == "tried.txt"]
     assert [a["state"] for a in decided] == ["approved"]
+
+
+def test_a_servers_question_is_answered_in_its_form_on_the_approvals_page(watched, dashboard):
+    """server-everything's elicitation tool, called through the API: its question waits on the
+    Approvals page as a form; a missing required field is refused with the server-side check's
+    words and the request stays open; the filled form's values reach the server."""
+    import threading
+
+    streamed: list = []
+
+    def call() -> None:
+        with dashboard.client.stream("POST", "/api/tools/mcp_everything_trigger_elicitation_request/call",
+                                     json={"arguments": {}}, timeout=120) as answer:
+            streamed.append(answer.read().decode())
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    page = open_page(watched, dashboard, "Approvals")
+    item = page.get_by_role("listitem").filter(has_text="Please provide inputs")
+    expect(item.get_by_role("group", name="Answer")).to_be_visible()
+    expect(item.get_by_role("button", name="Approve always")).to_have_count(0)  # a question is answered once
+    watched.allowed.append("status of 400")  # Chromium logs the refused answer; the page shows it
+    item.get_by_role("button", name="Approve once").click()
+    expect(item.get_by_role("alert")).to_contain_text("field 'name' is required")
+    item.get_by_label("String (required)").fill("Ada Lovelace")
+    item.get_by_role("button", name="Approve once").click()
+    caller.join(60)
+    assert streamed and "User provided the requested information" in streamed[0], streamed
+    assert "- Name: Ada Lovelace" in streamed[0]
