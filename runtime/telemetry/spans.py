@@ -170,15 +170,20 @@ class Recorder:
         head = value[: limit + self._longest]
         return self._redactor.redact(head)[:limit]
 
+    def attribute(self, key: object, value: object) -> tuple[str, AttrValue] | None:
+        """The attribute as kept (key masked, value masked and bounded), or None when it is
+        dropped (a bad key, a value of no OTLP kind)."""
+        if not isinstance(key, str) or not key or len(key) > self.limits.max_key_chars:
+            return None
+        kept = self._value(value)
+        return None if kept is None else (self._redactor.redact(key), kept)
+
     def _put(self, into: dict[str, AttrValue], key: object, value: object, max_count: int) -> int:
         """1 if the attribute was dropped (no room, a bad key or a value of no OTLP kind), else 0."""
-        if not isinstance(key, str) or not key or len(key) > self.limits.max_key_chars:
+        kept = self.attribute(key, value)
+        if kept is None or (kept[0] not in into and len(into) >= max_count):
             return 1
-        key = self._redactor.redact(key)
-        kept = self._value(value)
-        if kept is None or (key not in into and len(into) >= max_count):
-            return 1
-        into[key] = kept
+        into[kept[0]] = kept[1]
         return 0
 
     def _value(self, value: object) -> AttrValue | None:
