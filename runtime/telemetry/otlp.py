@@ -24,7 +24,7 @@ from runtime.telemetry.context import SpanContext, format_tracestate
 from runtime.telemetry.spans import AttrValue, Event, Span, StatusCode
 
 __all__ = ["CONTENT_TYPE", "TRACES_PATH", "RETRYABLE_STATUSES", "OtlpEncoder", "span_bytes", "name_field",
-           "attribute_field"]
+           "key_field", "attribute_field"]
 
 CONTENT_TYPE = "application/x-protobuf"
 TRACES_PATH = "/v1/traces"
@@ -78,9 +78,13 @@ _S_STATUS, _S_FLAGS = _tag(15, _LEN), _tag(16, _FIXED32)
 _E_TIME, _E_NAME, _E_ATTR, _E_DROPPED = _tag(1, _FIXED64), _tag(2, _LEN), _tag(3, _LEN), _tag(4, _VARINT)
 _ST_MESSAGE, _ST_CODE = _tag(2, _LEN), _tag(3, _VARINT)
 _TRACE_ID_PREFIX, _SPAN_ID_PREFIX = _S_TRACE_ID + _varint(16), _S_SPAN_ID + _varint(8)  # ids have fixed lengths
+_START_TAG, _END_TAG = _S_START[0], _S_END[0]
+_pack_times = struct.Struct("<BQBQ").pack  # start and end: each a one-byte tag and a fixed64
 
 
 def _any_value(value: AttrValue) -> bytes:
+    if type(value) is str:  # the most common kind first
+        return _field(_ANY_STR, _utf8(value))
     if isinstance(value, bool):
         return _ANY_BOOL + (b"\x01" if value else b"\x00")
     if isinstance(value, int):
@@ -93,9 +97,7 @@ def _any_value(value: AttrValue) -> bytes:
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, AttrValue]) -> bytes:
-    return b"".join(
-        _field(tag, _field(_T1, _utf8(key)) + _field(_T2, _any_value(value))) for key, value in attributes.items()
-    )
+    return b"".join(_field(tag, key_field(key) + _field(_T2, _any_value(value))) for key, value in attributes.items())
 
 
 def _event(event: Event) -> bytes:
@@ -107,8 +109,9 @@ def _event(event: Event) -> bytes:
 
 
 def _span(span: Span) -> bytes:
+    attributes = b"".join(attribute_field(key_field(key), value) for key, value in span.attributes.items())
     return span_bytes(span.context, span.parent_id, span.parent_remote, name_field(span.name), span.kind,
-                      span.start_ns, span.end_ns, _attributes(_S_ATTR, span.attributes), span.dropped_attributes,
+                      span.start_ns, span.end_ns, attributes, span.dropped_attributes,
                       b"".join(_field(_S_EVENT, _event(event)) for event in span.events), span.dropped_events,
                       span.status, span.status_message)
 
@@ -118,33 +121,38 @@ def name_field(name: str) -> bytes:
     return _field(_S_NAME, _utf8(name))
 
 
-def attribute_field(key: str, value: AttrValue) -> bytes:
-    """One attribute as its field (``Span.attributes``): a piece ``span_bytes`` takes, cacheable."""
-    return _field(_S_ATTR, _field(_T1, _utf8(key)) + _field(_T2, _any_value(value)))
+def key_field(key: str) -> bytes:
+    """An attribute's key as its field (``KeyValue.key``), for ``attribute_field``; cacheable."""
+    return _field(_T1, _utf8(key))
+
+
+def attribute_field(key: bytes, value: AttrValue) -> bytes:
+    """One attribute (``key`` from ``key_field``) as its field (``Span.attributes``): a piece
+    ``span_bytes`` takes, cacheable."""
+    return _field(_S_ATTR, key + _field(_T2, _any_value(value)))
 
 
 def span_bytes(context: SpanContext, parent_id: bytes, parent_remote: bool, name: bytes, kind: int, start_ns: int,
                end_ns: int, attributes: bytes, dropped_attributes: int = 0, events: bytes = b"",
                dropped_events: int = 0, status: int = StatusCode.UNSET, status_message: str = "") -> bytes:
-    """A ``Span`` message from its pieces, already bounded and masked: ``name`` from
-    ``name_field``, ``attributes`` and ``events`` as encoded fields, joined."""
-    parts = [_TRACE_ID_PREFIX, context.trace_id, _SPAN_ID_PREFIX, context.span_id]
-    if context.state:
-        parts.append(_field(_S_STATE, _utf8(format_tracestate(context.state))))
-    if parent_id:
-        parts.append(_field(_S_PARENT, parent_id))
-    parts += [name, _S_KIND, _varint(kind), _S_START, _pack_fixed64(start_ns), _S_END, _pack_fixed64(end_ns),
-              attributes]
-    if dropped_attributes:
-        parts.append(_S_DROPPED_ATTRS + _varint(dropped_attributes))
-    parts.append(events)
-    if dropped_events:
-        parts.append(_S_DROPPED_EVENTS + _varint(dropped_events))
-    if status != StatusCode.UNSET:
-        message = _field(_ST_MESSAGE, _utf8(status_message)) if status_message else b""
-        parts.append(_field(_S_STATUS, message + _ST_CODE + _varint(status)))
-    parts += [_S_FLAGS, _pack_fixed32((context.flags & 0xFF) | _HAS_IS_REMOTE | (_IS_REMOTE if parent_remote else 0))]
-    return b"".join(parts)
+    """A ``Span`` message as a ``ScopeSpans.spans`` field, ready to be joined into a request,
+    from its pieces, already bounded and masked: ``name`` from ``name_field``,
+    ``attributes`` and ``events`` as encoded fields. One join: it runs for every span."""
+    span = b"".join((
+        _TRACE_ID_PREFIX, context.trace_id, _SPAN_ID_PREFIX, context.span_id,
+        _field(_S_STATE, _utf8(format_tracestate(context.state))) if context.state else b"",
+        _field(_S_PARENT, parent_id) if parent_id else b"",
+        name, _S_KIND, _varint(kind), _pack_times(_START_TAG, start_ns, _END_TAG, end_ns), attributes,
+        _S_DROPPED_ATTRS + _varint(dropped_attributes) if dropped_attributes else b"",
+        events,
+        _S_DROPPED_EVENTS + _varint(dropped_events) if dropped_events else b"",
+        _status(status, status_message) if status != StatusCode.UNSET else b"",
+        _S_FLAGS, _pack_fixed32((context.flags & 0xFF) | _HAS_IS_REMOTE | (_IS_REMOTE if parent_remote else 0))))
+    return _T2 + _varint(len(span)) + span
+
+
+def _status(status: int, message: str) -> bytes:
+    return _field(_S_STATUS, (_field(_ST_MESSAGE, _utf8(message)) if message else b"") + _ST_CODE + _varint(status))
 
 
 class OtlpEncoder:
@@ -158,11 +166,7 @@ class OtlpEncoder:
 
     def span(self, span: Span) -> bytes:
         """The span as a ``ScopeSpans.spans`` field, ready to be joined into a request."""
-        return self.raw_span(_span(span))
-
-    def raw_span(self, encoded: bytes) -> bytes:
-        """A ``span_bytes`` result as a ``ScopeSpans.spans`` field, as ``span`` gives."""
-        return _field(_T2, encoded)
+        return _span(span)
 
     def request(self, spans: Iterable[bytes]) -> bytes:
         """An ``ExportTraceServiceRequest`` holding the encoded ``spans``: the POST body."""

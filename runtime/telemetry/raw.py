@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from runtime.telemetry.context import SpanContext
-from runtime.telemetry.otlp import OtlpEncoder, attribute_field, name_field, span_bytes
+from runtime.telemetry.otlp import OtlpEncoder, attribute_field, key_field, name_field, span_bytes
 from runtime.telemetry.spans import Recorder, Span, SpanKind, StatusCode
 
 __all__ = ["RawEncoder", "MAX_ENTRIES", "MAX_CACHED_CHARS"]
@@ -34,7 +34,8 @@ class RawEncoder:
         self.recorder = recorder
         self.encoder = encoder
         self._names: dict[str, bytes] = {}
-        self._attributes: dict[tuple[str, str], bytes | None] = {}  # None: dropped
+        self._keys: dict[str, object] = {}  # bytes, None (dropped) or _SLOW
+        self._attributes: dict[tuple[str, str], object] = {}  # the same, for (key, string value)
 
     def encode(self, name: str, kind: int, context: SpanContext, parent: SpanContext | None, start_ns: int,
                end_ns: int, attributes: Mapping[str, object], failed: str) -> bytes:
@@ -48,11 +49,8 @@ class RawEncoder:
             if type(value) is str and len(value) <= MAX_CACHED_CHARS:
                 field = cache.get((key, value), _MISS)  # type: ignore[call-overload]
                 if field is _MISS:
-                    field = self._field(key, value)
-                    if field is not _SLOW:
-                        if len(cache) >= MAX_ENTRIES:
-                            cache.clear()
-                        cache[(key, value)] = field  # type: ignore[assignment]
+                    field = cache[(key, value)] = self._field(key, value) if len(cache) < MAX_ENTRIES else \
+                        _cleared(cache, self._field(key, value))
             else:
                 field = self._field(key, value)
             if field is None:
@@ -71,20 +69,25 @@ class RawEncoder:
         status, message = StatusCode.UNSET, ""
         if failed:
             status, message = StatusCode.ERROR, recorder.text(failed, recorder.limits.max_name_chars)
-        return self.encoder.raw_span(span_bytes(
-            context, parent.span_id if parent is not None else b"", parent is not None and parent.remote,
-            encoded_name, kind, start_ns, max(end_ns, start_ns), b"".join(fields), dropped,
-            status=status, status_message=message))
+        return span_bytes(context, parent.span_id if parent is not None else b"", parent is not None and parent.remote,
+                          encoded_name, kind, start_ns, end_ns if end_ns > start_ns else start_ns, b"".join(fields),
+                          dropped, b"", 0, status, message)
 
     def _field(self, key: str, value: object) -> object:
         """The attribute's bytes, None when dropped, ``_SLOW`` when a secret changed its key
         (two keys may then mask to one, which the Recorder's dict keeps once)."""
-        kept = self.recorder.attribute(key, value)
-        if kept is None:
-            return None
-        if kept[0] != key:
-            return _SLOW
-        return attribute_field(key, kept[1])
+        encoded_key = self._keys.get(key, _MISS)
+        if encoded_key is _MISS:
+            kept = self.recorder.key(key)
+            encoded_key = None if kept is None else _SLOW if kept != key else key_field(key)
+            if len(key) <= MAX_CACHED_CHARS:  # longer keys are dropped anyway
+                if len(self._keys) >= MAX_ENTRIES:
+                    self._keys.clear()
+                self._keys[key] = encoded_key
+        if encoded_key is None or encoded_key is _SLOW:
+            return encoded_key
+        kept_value = self.recorder.value(value)
+        return None if kept_value is None else attribute_field(encoded_key, kept_value)  # type: ignore[arg-type]
 
     def _slow(self, name: str, kind: int, context: SpanContext, parent: SpanContext | None, start_ns: int,
               end_ns: int, attributes: Mapping[str, object], failed: str) -> bytes:
@@ -95,3 +98,9 @@ class RawEncoder:
         recorder.update(span, attributes)
         recorder.end(span, end_ns, StatusCode.ERROR if failed else StatusCode.UNSET, failed)
         return self.encoder.span(span)
+
+
+def _cleared(cache: dict, value: object) -> object:
+    """``value``, after emptying the full ``cache`` it is about to enter."""
+    cache.clear()
+    return value
