@@ -171,14 +171,14 @@ class CpuMeter:
 
     def __init__(self, pid: int, into: list[float]) -> None:
         self.pid, self.into = pid, into
-        self.last: tuple[float, int] | None = None
+        self.last: float | None = None
 
-    def mark(self, calls_before: int) -> None:
+    def mark(self, calls: int) -> None:
         """Called at each block's start (and once after the last block, after a settle)."""
         now = cpu_seconds(self.pid)
         if self.last is not None:
-            self.into.append((now - self.last[0]) / calls_before)
-        self.last = (now, calls_before)
+            self.into.append((now - self.last) / calls)
+        self.last = now
 
 
 def checkout(ref: str, scratch: Path) -> Path:
@@ -269,7 +269,7 @@ def main() -> None:
         return statistics.median(t[which] for t in times)
 
     def cpu(values: list[float]) -> float:
-        return sum(values) / len(values)  # the whole run's CPU per call: bursts land in one block or the next
+        return statistics.fmean(values)  # the whole run's: a median of blocks would miss the rarer bursts
 
     for variant in variants:
         cells = [variant.label]
@@ -281,8 +281,8 @@ def main() -> None:
             cells += [f"{cpu(used) * 1e6:.0f} us", f"{cpu(used) / cpu(used_off):.3f}"]
         print("| " + " | ".join(cells) + " |")
     cpu_spread = [max(v) / min(v) for v in (off.mcp_cpu, off.a2a_cpu)]
-    print(f"\nCPU per call: the tern process's (all threads), over the whole run / calls; off's blocks, "
-          f"highest / lowest: mcp {cpu_spread[0]:.3f}, A2A {cpu_spread[1]:.3f}")
+    print(f"\nCPU per call: the tern process's (all threads), the whole run's / its calls (blocks "
+          f"end to end); off's blocks, highest / lowest: mcp {cpu_spread[0]:.3f}, A2A {cpu_spread[1]:.3f}")
     spread = [max(t[0] for t in v) / min(t[0] for t in v) for v in (off.mcp_times, off.a2a_times)]
     print(f"\noff against itself, slowest block median / fastest: mcp {spread[0]:.3f}, A2A {spread[1]:.3f}")
     on = variants[1]
