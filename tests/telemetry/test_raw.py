@@ -98,3 +98,18 @@ def test_a_secret_registered_after_its_value_was_cached_is_masked_from_then_on()
         assert secret.encode() not in Queue.encoded[-1] and b"[redacted]" in Queue.encoded[-1]
     finally:
         tracing.uninstall()
+
+
+def test_the_official_decoder_reads_every_cached_span(decode_otlp):
+    recorder = Recorder(Sampler(1.0), known_secrets=[SECRET])
+    raw = RawEncoder(recorder, ENCODER)
+    spans = []
+    for name, kind, parent, attributes, failed in CASES * 2:  # the second round from the cache
+        parent = {"local": CONTEXT, "remote": REMOTE, None: None}[parent]
+        spans.append(raw.encode(name, kind, CONTEXT, parent, T0, T0 + 7, attributes, failed))
+    (view,) = decode_otlp(ENCODER.request(spans))
+    assert view["same_bytes"]
+    decoded = view["resource_spans"][0]["scope_spans"][0]["spans"]
+    assert [s["name"] for s in decoded[:2]] == ["tools/call echo", "invoke_agent echo"]
+    assert len(decoded) == 2 * len(CASES)
+    assert decoded[2]["status"]["code"] == 2 and decoded[2]["parent_span_id"] == REMOTE.span_id.hex()
