@@ -5,7 +5,7 @@ one shared object whose methods do nothing, ``extract`` and ``inject`` return at
 and ``runtime.telemetry`` is never imported, so a call pays a function call and a
 global read. On, the exporter shell (``runtime.net.telemetry_export``) installs a
 ``Tracer``: an ended span is kept raw in a bounded queue, and the shell's task later
-bounds and masks it (the sans-IO ``Recorder``) and encodes it, off the call path.
+bounds, masks and encodes it (the sans-IO ``RawEncoder``), off the call path.
 
 The current span's context lives in a ``ContextVar`` (trio copies the context into each
 task it starts), so a tool call, an MCP request or an A2A call finds its parent without
@@ -112,8 +112,8 @@ class Tracer:
     dict) in ``raw``, a deque bounded in spans and in an estimate of its bytes, and
     dropped, counted, past either (``_Active.__exit__``, inline: it runs on every call).
     ``drain`` does the rest off the call path, from the exporter's task: the sans-IO
-    ``Recorder`` bounds and masks (rebuilt when a secret was registered since) and
-    ``queue.put`` encodes. ``wake`` (the shell's) is called when a batch waits."""
+    ``RawEncoder`` bounds, masks and encodes (its cache rebuilt when a secret was
+    registered since) into ``queue``. ``wake`` (the shell's) is called when a batch waits."""
 
     _OVERHEAD = 256  # bytes of a raw span besides its strings, about
 

@@ -50,8 +50,8 @@ class BatchQueue:
         return span.recording and self.put_encoded(self.encoder.span(span))
 
     def put_encoded(self, encoded: bytes) -> bool:
-        """Queues a span already encoded (``OtlpEncoder.span`` or ``raw_span``); False when
-        dropped (counted)."""
+        """Queues a span already encoded (``OtlpEncoder.span``, ``RawEncoder.encode``); False
+        when dropped (counted)."""
         size = len(encoded)
         if len(self._queue) >= self.max_spans or self.bytes + size > self.max_bytes or size > self.batch_bytes:
             self.dropped += 1

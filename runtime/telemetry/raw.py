@@ -3,9 +3,10 @@ repeat cached.
 
 Most of a span repeats call after call: its name and attributes such as the tool, agent
 and operation names. Masking, bounding and encoding such a piece costs more than the rest
-of the span, so the finished bytes of each name and each (key, string value) are kept in
-a dict of at most ``MAX_ENTRIES`` (cleared when full; values over ``MAX_CACHED_CHARS``
-are not kept), and a span is mostly a join of cached bytes, its ids and its times. The
+of the span, so the finished bytes of each name, each key and each (key, string value)
+are kept in dicts of at most ``MAX_ENTRIES`` (emptied when full; values over
+``MAX_CACHED_CHARS`` are not kept), and a span is mostly a join of cached bytes, its ids
+and its times. The
 cache holds one set of secrets' masking: the tracer makes a new ``RawEncoder`` when a
 secret is registered. A span the cache cannot encode exactly as the ``Recorder`` would
 (more attributes than the limit, a key a secret changed) takes the Recorder's way.

@@ -67,8 +67,9 @@ def test_raw_spans_encode_as_the_recorder_does_first_and_from_the_cache(name, ki
 def test_the_cache_is_bounded_in_entries_and_in_what_it_keeps():
     raw = RawEncoder(Recorder(Sampler(1.0)), ENCODER)
     for i in range(3 * MAX_ENTRIES):
-        raw.encode(f"op {i}", 1, CONTEXT, None, T0, T0, {"id": str(i), "long": "x" * 1000 + str(i)}, "")
-    assert 0 < len(raw._attributes) <= MAX_ENTRIES and 0 < len(raw._names) <= MAX_ENTRIES
+        raw.encode(f"op {i}", 1, CONTEXT, None, T0, T0, {"id": str(i), f"key {i}": 1, "long": "x" * 1000 + str(i)},
+                   "")
+    assert all(0 < len(cache) <= MAX_ENTRIES for cache in (raw._attributes, raw._names, raw._keys))
     assert all(len(value) <= MAX_CACHED_CHARS for _, value in raw._attributes)
 
 
