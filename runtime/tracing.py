@@ -5,7 +5,7 @@ one shared object whose methods do nothing, ``extract`` and ``inject`` return at
 and ``runtime.telemetry`` is never imported, so a call pays a function call and a
 global read. On, the exporter shell (``runtime.net.telemetry_export``) installs a
 ``Tracer``: an ended span is kept raw in a bounded queue, and the shell's task later
-bounds and masks it (the sans-IO ``Recorder``) and encodes it, off the call path.
+bounds, masks and encodes it (the sans-IO ``RawEncoder``), off the call path.
 
 The current span's context lives in a ``ContextVar`` (trio copies the context into each
 task it starts), so a tool call, an MCP request or an A2A call finds its parent without
@@ -112,8 +112,8 @@ class Tracer:
     dict) in ``raw``, a deque bounded in spans and in an estimate of its bytes, and
     dropped, counted, past either (``_Active.__exit__``, inline: it runs on every call).
     ``drain`` does the rest off the call path, from the exporter's task: the sans-IO
-    ``Recorder`` bounds and masks (rebuilt when a secret was registered since) and
-    ``queue.put`` encodes. ``wake`` (the shell's) is called when a batch waits."""
+    ``RawEncoder`` bounds, masks and encodes (its cache rebuilt when a secret was
+    registered since) into ``queue``. ``wake`` (the shell's) is called when a batch waits."""
 
     _OVERHEAD = 256  # bytes of a raw span besides its strings, about
 
@@ -121,10 +121,11 @@ class Tracer:
                  wake: Any = None) -> None:
         from collections import deque
 
-        from runtime.telemetry import context, spans
+        from runtime.telemetry import context, raw, spans
 
         self._context = context
         self._spans = spans
+        self._raw = raw
         self._SpanContext, self._SAMPLED, self._RANDOM = context.SpanContext, context.SAMPLED, context.RANDOM
         self.sampler = sampler
         self.queue = queue
@@ -134,7 +135,7 @@ class Tracer:
         self.raw_bytes = 0
         self.dropped = 0  # ended spans with no room in the raw queue
         self._version = -1
-        self._recorder: Any = None
+        self._encoder: Any = None
 
     def begin(self, parent: Any) -> Any:
         """The new span's context: under ``parent`` (a SpanContext) or a new trace. (An id
@@ -147,22 +148,18 @@ class Tracer:
         return self._SpanContext(parent.trace_id, span_id, parent.flags, parent.state)  # parent-based sampling
 
     def drain(self, limit: int) -> int:
-        """Bounds, masks and encodes up to ``limit`` raw spans into ``queue``; how many."""
+        """Bounds, masks and encodes up to ``limit`` raw spans into ``queue``; how many. The
+        encoder (its cache of masked pieces) is rebuilt when a secret was registered since."""
         if self._version != log.secrets_version():
             self._version = log.secrets_version()
-            self._recorder = self._spans.Recorder(self.sampler, known_secrets=log.registered_secrets())
-        recorder, spans, queue = self._recorder, self._spans, self.queue
-        error, unset = spans.StatusCode.ERROR, spans.StatusCode.UNSET
+            recorder = self._spans.Recorder(self.sampler, known_secrets=log.registered_secrets())
+            self._encoder = self._raw.RawEncoder(recorder, self.queue.encoder)
+        encode, put, raw = self._encoder.encode, self.queue.put_encoded, self.raw
         done = 0
-        while self.raw and done < limit:
-            name, kind, context, parent, start, end, attributes, failed, size = self.raw.popleft()
+        while raw and done < limit:
+            name, kind, context, parent, start, end, attributes, failed, size = raw.popleft()
             self.raw_bytes -= size
-            span = spans.Span(context, recorder.text(name, recorder.limits.max_name_chars), spans.SpanKind(kind),
-                              start, parent_id=parent.span_id if parent is not None else b"",
-                              parent_remote=parent is not None and parent.remote)
-            recorder.update(span, attributes)
-            recorder.end(span, end, error if failed else unset, failed)
-            queue.put(span)
+            put(encode(name, kind, context, parent, start, end, attributes, failed))
             done += 1
         return done
 

@@ -29,7 +29,7 @@ class Batch(msgspec.Struct, frozen=True, gc=False):
 class BatchQueue:
     def __init__(self, encoder: OtlpEncoder, *, max_spans: int = 2048, max_bytes: int = 4 << 20,
                  batch_spans: int = 512, batch_bytes: int = 1 << 20) -> None:
-        self._encoder = encoder
+        self.encoder = encoder
         self.max_spans, self.max_bytes = max_spans, max_bytes
         self.batch_spans, self.batch_bytes = batch_spans, batch_bytes
         self._queue: deque[bytes] = deque()
@@ -47,9 +47,11 @@ class BatchQueue:
     def put(self, span: Span) -> bool:
         """Queues an ended span. False when it is not queued: unsampled (nothing to send) or
         dropped (counted)."""
-        if not span.recording:
-            return False
-        encoded = self._encoder.span(span)
+        return span.recording and self.put_encoded(self.encoder.span(span))
+
+    def put_encoded(self, encoded: bytes) -> bool:
+        """Queues a span already encoded (``OtlpEncoder.span``, ``RawEncoder.encode``); False
+        when dropped (counted)."""
         size = len(encoded)
         if len(self._queue) >= self.max_spans or self.bytes + size > self.max_bytes or size > self.batch_bytes:
             self.dropped += 1
@@ -69,7 +71,7 @@ class BatchQueue:
             size += len(encoded)
             taken.append(encoded)
         self.bytes -= size
-        return Batch(self._encoder.request(taken), len(taken))
+        return Batch(self.encoder.request(taken), len(taken))
 
     def lost(self, batch: Batch) -> None:
         """Counts a batch that will not be sent (refused, timed out, collector down)."""

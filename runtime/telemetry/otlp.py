@@ -20,10 +20,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Mapping
 
-from runtime.telemetry.context import format_tracestate
+from runtime.telemetry.context import SpanContext, format_tracestate
 from runtime.telemetry.spans import AttrValue, Event, Span, StatusCode
 
-__all__ = ["CONTENT_TYPE", "TRACES_PATH", "RETRYABLE_STATUSES", "OtlpEncoder"]
+__all__ = ["CONTENT_TYPE", "TRACES_PATH", "RETRYABLE_STATUSES", "OtlpEncoder", "span_bytes", "name_field",
+           "key_field", "attribute_field"]
 
 CONTENT_TYPE = "application/x-protobuf"
 TRACES_PATH = "/v1/traces"
@@ -76,9 +77,14 @@ _S_STATUS, _S_FLAGS = _tag(15, _LEN), _tag(16, _FIXED32)
 # Event: time_unix_nano=1 name=2 attributes=3 dropped_attributes_count=4; Status: message=2 code=3
 _E_TIME, _E_NAME, _E_ATTR, _E_DROPPED = _tag(1, _FIXED64), _tag(2, _LEN), _tag(3, _LEN), _tag(4, _VARINT)
 _ST_MESSAGE, _ST_CODE = _tag(2, _LEN), _tag(3, _VARINT)
+_TRACE_ID_PREFIX, _SPAN_ID_PREFIX = _S_TRACE_ID + _varint(16), _S_SPAN_ID + _varint(8)  # ids have fixed lengths
+_START_TAG, _END_TAG = _S_START[0], _S_END[0]
+_pack_times = struct.Struct("<BQBQ").pack  # start and end: each a one-byte tag and a fixed64
 
 
 def _any_value(value: AttrValue) -> bytes:
+    if type(value) is str:  # the most common kind first
+        return _field(_ANY_STR, _utf8(value))
     if isinstance(value, bool):
         return _ANY_BOOL + (b"\x01" if value else b"\x00")
     if isinstance(value, int):
@@ -91,9 +97,7 @@ def _any_value(value: AttrValue) -> bytes:
 
 
 def _attributes(tag: bytes, attributes: Mapping[str, AttrValue]) -> bytes:
-    return b"".join(
-        _field(tag, _field(_T1, _utf8(key)) + _field(_T2, _any_value(value))) for key, value in attributes.items()
-    )
+    return b"".join(_field(tag, key_field(key) + _field(_T2, _any_value(value))) for key, value in attributes.items())
 
 
 def _event(event: Event) -> bytes:
@@ -105,26 +109,50 @@ def _event(event: Event) -> bytes:
 
 
 def _span(span: Span) -> bytes:
-    context = span.context
-    parts = [_field(_S_TRACE_ID, context.trace_id), _field(_S_SPAN_ID, context.span_id)]
-    if context.state:
-        parts.append(_field(_S_STATE, _utf8(format_tracestate(context.state))))
-    if span.parent_id:
-        parts.append(_field(_S_PARENT, span.parent_id))
-    parts += [_field(_S_NAME, _utf8(span.name)), _S_KIND + _varint(span.kind),
-              _S_START + _pack_fixed64(span.start_ns), _S_END + _pack_fixed64(span.end_ns),
-              _attributes(_S_ATTR, span.attributes)]
-    if span.dropped_attributes:
-        parts.append(_S_DROPPED_ATTRS + _varint(span.dropped_attributes))
-    parts += [_field(_S_EVENT, _event(event)) for event in span.events]
-    if span.dropped_events:
-        parts.append(_S_DROPPED_EVENTS + _varint(span.dropped_events))
-    if span.status is not StatusCode.UNSET:
-        status = _field(_ST_MESSAGE, _utf8(span.status_message)) if span.status_message else b""
-        parts.append(_field(_S_STATUS, status + _ST_CODE + _varint(span.status)))
-    flags = (context.flags & 0xFF) | _HAS_IS_REMOTE | (_IS_REMOTE if span.parent_remote else 0)
-    parts.append(_S_FLAGS + _pack_fixed32(flags))
-    return b"".join(parts)
+    attributes = b"".join(attribute_field(key_field(key), value) for key, value in span.attributes.items())
+    return span_bytes(span.context, span.parent_id, span.parent_remote, name_field(span.name), span.kind,
+                      span.start_ns, span.end_ns, attributes, span.dropped_attributes,
+                      b"".join(_field(_S_EVENT, _event(event)) for event in span.events), span.dropped_events,
+                      span.status, span.status_message)
+
+
+def name_field(name: str) -> bytes:
+    """A span's name as its field (``Span.name``): a piece ``span_bytes`` takes, cacheable."""
+    return _field(_S_NAME, _utf8(name))
+
+
+def key_field(key: str) -> bytes:
+    """An attribute's key as its field (``KeyValue.key``), for ``attribute_field``; cacheable."""
+    return _field(_T1, _utf8(key))
+
+
+def attribute_field(key: bytes, value: AttrValue) -> bytes:
+    """One attribute (``key`` from ``key_field``) as its field (``Span.attributes``): a piece
+    ``span_bytes`` takes, cacheable."""
+    return _field(_S_ATTR, key + _field(_T2, _any_value(value)))
+
+
+def span_bytes(context: SpanContext, parent_id: bytes, parent_remote: bool, name: bytes, kind: int, start_ns: int,
+               end_ns: int, attributes: bytes, dropped_attributes: int = 0, events: bytes = b"",
+               dropped_events: int = 0, status: int = StatusCode.UNSET, status_message: str = "") -> bytes:
+    """A ``Span`` message as a ``ScopeSpans.spans`` field, ready to be joined into a request,
+    from its pieces, already bounded and masked: ``name`` from ``name_field``,
+    ``attributes`` and ``events`` as encoded fields. One join: it runs for every span."""
+    span = b"".join((
+        _TRACE_ID_PREFIX, context.trace_id, _SPAN_ID_PREFIX, context.span_id,
+        _field(_S_STATE, _utf8(format_tracestate(context.state))) if context.state else b"",
+        _field(_S_PARENT, parent_id) if parent_id else b"",
+        name, _S_KIND, _varint(kind), _pack_times(_START_TAG, start_ns, _END_TAG, end_ns), attributes,
+        _S_DROPPED_ATTRS + _varint(dropped_attributes) if dropped_attributes else b"",
+        events,
+        _S_DROPPED_EVENTS + _varint(dropped_events) if dropped_events else b"",
+        _status(status, status_message) if status != StatusCode.UNSET else b"",
+        _S_FLAGS, _pack_fixed32((context.flags & 0xFF) | _HAS_IS_REMOTE | (_IS_REMOTE if parent_remote else 0))))
+    return _T2 + _varint(len(span)) + span
+
+
+def _status(status: int, message: str) -> bytes:
+    return _field(_S_STATUS, (_field(_ST_MESSAGE, _utf8(message)) if message else b"") + _ST_CODE + _varint(status))
 
 
 class OtlpEncoder:
@@ -138,7 +166,7 @@ class OtlpEncoder:
 
     def span(self, span: Span) -> bytes:
         """The span as a ``ScopeSpans.spans`` field, ready to be joined into a request."""
-        return _field(_T2, _span(span))
+        return _span(span)
 
     def request(self, spans: Iterable[bytes]) -> bytes:
         """An ``ExportTraceServiceRequest`` holding the encoded ``spans``: the POST body."""

@@ -167,21 +167,31 @@ class Recorder:
         """``value`` masked, then cut to ``limit`` characters. Only the part that can reach the
         cut is masked: a secret overlapping the first ``limit`` characters lies wholly
         within the first ``limit + longest`` of them."""
-        head = value[: limit + self._longest]
-        return self._redactor.redact(head)[:limit]
+        if len(value) < MIN_SECRET_LEN:  # too short to hold a secret (an id, a count)
+            return value[:limit]
+        return self._redactor.redact(value[: limit + self._longest])[:limit]
+
+    def key(self, key: object) -> str | None:
+        """An attribute's key as kept (masked), or None when it is dropped (not a string,
+        empty, too long)."""
+        if not isinstance(key, str) or not key or len(key) > self.limits.max_key_chars:
+            return None
+        return self._redactor.redact(key)
 
     def _put(self, into: dict[str, AttrValue], key: object, value: object, max_count: int) -> int:
         """1 if the attribute was dropped (no room, a bad key or a value of no OTLP kind), else 0."""
-        if not isinstance(key, str) or not key or len(key) > self.limits.max_key_chars:
-            return 1
-        key = self._redactor.redact(key)
-        kept = self._value(value)
+        key = self.key(key)
+        kept = self.value(value) if key is not None else None
         if kept is None or (key not in into and len(into) >= max_count):
             return 1
-        into[key] = kept
+        into[key] = kept  # type: ignore[index]
         return 0
 
-    def _value(self, value: object) -> AttrValue | None:
+    def value(self, value: object) -> AttrValue | None:
+        """An attribute's value as kept (strings masked and cut, arrays bounded), or None
+        when it is of no OTLP kind."""
+        if type(value) is str:  # the most common kind first
+            return self.text(value, self.limits.max_value_chars)
         if isinstance(value, (bool, float)):
             return value
         if isinstance(value, int):
