@@ -114,7 +114,8 @@ def picture(browser, client: httpx.Client, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--pyz", type=Path, help="serve from this built tern.pyz (default: the source tree)")
+    parser.add_argument("--pyz", type=lambda p: Path(p).resolve(),
+                        help="serve from this built tern.pyz (default: the source tree)")
     parser.add_argument("--screenshot", type=Path, help="then save a picture of the overview here")
     args = parser.parse_args()
     sync_playwright = support.import_playwright(peers.playwright_site_packages())
