@@ -35,6 +35,14 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
+def send_chat(page, agent: str, message: str):
+    """Picks ``agent``, sends ``message``; the transcript (``role=log``)."""
+    page.get_by_label("Agent", exact=True).select_option(agent)
+    page.get_by_label("Message", exact=True).fill(message)
+    page.get_by_role("button", name="Send", exact=True).click()
+    return page.get_by_role("log", name="Conversation")
+
+
 def test_overview_shows_the_running_daemon(watched, dashboard):
     page = open_page(watched, dashboard, "Overview")
     nav = page.get_by_role("navigation", name="Dashboard")
@@ -72,20 +80,14 @@ def test_overview_restart_button_reconnects_the_server(watched, dashboard):
 
 def test_chat_round_trip_with_the_echo_agent(watched, dashboard):
     page = open_page(watched, dashboard, "Chat")
-    page.get_by_label("Agent", exact=True).select_option("echo")
-    page.get_by_label("Message", exact=True).fill("hello from the browser")
-    page.get_by_role("button", name="Send", exact=True).click()
-    log = page.get_by_role("log", name="Conversation")
+    log = send_chat(page, "echo", "hello from the browser")
     expect(log.get_by_text("hello from the browser")).to_have_count(2)  # what was sent, and the echo
     shot(page, "chat")
 
 
 def test_chat_shows_the_tool_call_a_model_makes(watched, dashboard):
     page = open_page(watched, dashboard, "Chat")
-    page.get_by_label("Agent", exact=True).select_option("helper")
-    page.get_by_label("Message", exact=True).fill("what time is it?")
-    page.get_by_role("button", name="Send", exact=True).click()
-    log = page.get_by_role("log", name="Conversation")
+    log = send_chat(page, "helper", "what time is it?")
     expect(log).to_contain_text(re.compile(r"time_now\s*ok"))  # the tool call item: its name and outcome
     expect(log).to_contain_text(re.compile(r"the tool said: \d{4}-\d\d-\d\dT"))
     shot(page, "chat-tool")
@@ -98,10 +100,7 @@ def test_chat_shows_the_tool_call_a_model_makes(watched, dashboard):
 
 def test_an_approval_asked_in_the_chat_is_answered_inline(watched, dashboard):
     page = open_page(watched, dashboard, "Chat")
-    page.get_by_label("Agent", exact=True).select_option("scribe")
-    page.get_by_label("Message", exact=True).fill("write it down")
-    page.get_by_role("button", name="Send", exact=True).click()
-    log = page.get_by_role("log", name="Conversation")
+    log = send_chat(page, "scribe", "write it down")
     approve = log.get_by_role("button", name="Approve once")
     expect(approve).to_have_count(1)
     assert not (dashboard.state / "workspaces" / "scribe" / "from-chat.txt").exists()

@@ -19,6 +19,12 @@ def sign_in_form(page):
     return page.get_by_role("form", name="Sign in")
 
 
+def sign_in(page, key: str) -> None:
+    form = sign_in_form(page)
+    form.get_by_label("API key").fill(key)
+    form.get_by_role("button", name="Sign in").click()
+
+
 def test_without_the_key_the_page_shows_the_form_and_no_data(watched, keyed):
     url, _ = keyed
     watched.allowed.extend(REFUSED)
@@ -42,8 +48,7 @@ def test_a_wrong_key_is_refused(watched, keyed):
     page = watched.page
     page.goto(url + "/#/overview")
     form = sign_in_form(page)
-    form.get_by_label("API key").fill(key + "-wrong")
-    form.get_by_role("button", name="Sign in").click()
+    sign_in(page, key + "-wrong")
     expect(page.get_by_role("alert")).to_be_visible()
     expect(form).to_be_visible()
     assert "writer" not in page.locator("body").inner_text()
@@ -59,8 +64,7 @@ def test_the_right_key_signs_in_and_sign_out_forgets_it(watched, keyed):
     page.on("websocket", lambda socket: addresses.append(socket.url))
     page.goto(url + "/#/overview")
     form = sign_in_form(page)
-    form.get_by_label("API key").fill(key)
-    form.get_by_role("button", name="Sign in").click()
+    sign_in(page, key)
     expect(form).to_have_count(0)
     main = page.locator("#main")
     expect(main).to_contain_text("writer")
@@ -87,11 +91,8 @@ def test_a_hostile_key_is_refused_without_breaking_the_page(watched, keyed, wron
     watched.allowed.extend(REFUSED)
     page = watched.page
     page.goto(url + "/#/overview")
-    form = sign_in_form(page)
-    form.get_by_label("API key").fill(wrong)
-    form.get_by_role("button", name="Sign in").click()
+    sign_in(page, wrong)
     expect(page.get_by_role("alert")).to_be_visible()
     assert page.locator("#main img").count() == 0
-    form.get_by_label("API key").fill(key)
-    form.get_by_role("button", name="Sign in").click()
+    sign_in(page, key)
     expect(page.locator("#main")).to_contain_text("writer")
