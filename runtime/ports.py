@@ -25,7 +25,10 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import msgspec
 
+from runtime.config.keys import Caller
+
 __all__ = [
+    "Caller",
     "Tool", "ToolResult", "ToolContext", "AgentReply", "Handler", "TextSink",
     "Run", "ToolPort", "AgentPort", "EventPort", "Subscription", "ToolSource",
     "Approval", "Ask", "ApprovalPort", "ContentPort", "Sample", "TaskView", "TaskPort",

@@ -95,6 +95,7 @@ def find_problems(config: Config) -> list[str]:
         problems.append("server: set api_key or api_key_env, not both")
     if bool(config.server.tls_cert) != bool(config.server.tls_key):
         problems.append("server: tls_cert and tls_key go together")
+    problems += _key_problems(config.server)
     problems += _positive(config.server, "server", ("max_body_bytes", "max_header_bytes", "max_connections",
                                                     "request_head_timeout_secs", "keep_alive_timeout_secs",
                                                     "write_timeout_secs", "rate_limit_burst"))
@@ -169,6 +170,30 @@ def find_problems(config: Config) -> list[str]:
     problems += _governance_problems(config)
     problems += _scripts_problems(config)
     problems += _telemetry_problems(config)
+    return problems
+
+
+def _key_problems(server: msgspec.Struct) -> list[str]:
+    """``[[server.keys]]`` and mTLS: names, one source per key, known scopes."""
+    from runtime.config.keys import NAME_PATTERN, SCOPES
+
+    problems = _duplicates([k.name for k in server.keys], "server.keys", "name")
+    for i, key in enumerate(server.keys):
+        where = f"server.keys[{i}]"
+        if not NAME_PATTERN.fullmatch(key.name) or key.name in ("admin", "local"):
+            problems.append(f'{where}.name: expected 1-64 of a-z 0-9 _ . - (not "admin" or "local"), got {key.name!r}')
+        sources = [n for n in ("key_env", "key", "key_sha256") if getattr(key, n)]
+        if len(sources) > 1 or not sources and not key.tls_subject:
+            problems.append(f"{where}: set exactly one of key_env, key, key_sha256 (or only tls_subject)")
+        if key.key_sha256 and not re.fullmatch(r"[0-9a-fA-F]{64}", key.key_sha256):
+            problems.append(f"{where}.key_sha256: expected 64 hex digits (the SHA-256 of the key)")
+        unknown = sorted(set(key.scopes) - set(SCOPES))
+        if unknown:
+            problems.append(f"{where}.scopes: unknown {', '.join(unknown)}; expected some of {', '.join(SCOPES)}")
+    if (server.tls_client_ca or server.tls_client_required) and not server.tls_cert:
+        problems.append("server: tls_client_ca and tls_client_required need tls_cert and tls_key (a TLS listener)")
+    if server.tls_client_required and not server.tls_client_ca:
+        problems.append("server: tls_client_required needs tls_client_ca")
     return problems
 
 

@@ -21,6 +21,21 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=
 # --- [server] -----------------------------------------------------------------------
 
 
+class KeyConfig(_Section):
+    """``[[server.keys]]``: one named key and what it may do (docs/security-model.md).
+    Exactly one of ``key_env``, ``key``, ``key_sha256`` (hex SHA-256 of the key: the file
+    holds no secret); none is allowed with ``tls_subject`` (a client certificate only).
+    Empty ``scopes``: message (``agents``) and its own tasks."""
+
+    name: str
+    key_env: str = ""
+    key: str = ""
+    key_sha256: str = ""
+    scopes: list[str] = []
+    agents: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    tls_subject: str = ""  # a verified client certificate with this subject (RFC 4514) is this key
+
+
 class ServerConfig(_Section):
     """The daemon's HTTP server (A2A, POST /mcp, the API).
 
@@ -53,6 +68,9 @@ class ServerConfig(_Section):
     shutdown_grace_secs: float = 10.0
     tls_cert: str = ""
     tls_key: str = ""
+    tls_client_ca: str = ""  # PEM: clients may present a certificate signed by it (mTLS)
+    tls_client_required: bool = False  # refuse TLS clients without a good certificate
+    keys: list[KeyConfig] = []
     cors_origins: list[str] = []
     allowed_hosts: list[str] = []
 

@@ -120,7 +120,22 @@ def _ssl_context(config: Config) -> ssl.SSLContext | None:
         context.load_cert_chain(server.tls_cert, server.tls_key)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"[server] tls_cert/tls_key: cannot load them: {exc}") from None
+    if server.tls_client_ca:  # mTLS: a certificate signed by this CA names a key (tls_subject)
+        try:
+            context.load_verify_locations(server.tls_client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"[server] tls_client_ca: cannot load it: {exc}") from None
+        context.verify_mode = ssl.CERT_REQUIRED if server.tls_client_required else ssl.CERT_OPTIONAL
     return context
+
+
+def key_table(config: Config) -> Any:
+    """Every key the daemon accepts: ``api_key``, ``[[server.keys]]`` and the stored
+    ``tern keys`` (read at boot and on reload; a ``key_env`` that is not set is a ConfigError)."""
+    from runtime.config.keys import KeyTable
+    from runtime.host.keystore import read_keys
+
+    return KeyTable.build(api_key(config), config.server.keys, read_keys(config))
 
 
 def _url(host: str, port: int, tls: bool) -> str:
@@ -145,7 +160,15 @@ def reload_config(node: Any, path: Path | None) -> dict[str, Any]:
         node.kernel.events.publish("config.reload_failed", {"error": str(exc)})
         raise
     try:
+        keys = key_table(config)
+    except ConfigError as exc:
+        log.error("reload refused, the running config is kept: %s", exc)
+        node.kernel.events.publish("config.reload_failed", {"error": str(exc)})
+        raise
+    try:
         report = node.reload(config)
+        if getattr(node, "access", None) is not None:
+            node.access.keys = keys
     except Exception as exc:  # a bug in applying it must not take the daemon down with it
         log.error("reload failed part way: %s: %s; restart tern serve to be sure of its config",
                   type(exc).__name__, exc, exc_info=True)
@@ -238,13 +261,16 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
                              lambda: agents.budgets.limit_samples())
     access = Access(key, allow_unauthenticated_remote=config.server.allow_unauthenticated_remote,
                     loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
-                    cors_origins=config.server.cors_origins, local_token=local_token, key_hint=key_hint(config))
+                    cors_origins=config.server.cors_origins, local_token=local_token, key_hint=key_hint(config),
+                    keys=key_table(config))
+    node.access = access  # a reload swaps its keys
     limiter = RateLimiter(config.server.rate_limit_per_sec, config.server.rate_limit_burst)
     if node.a2a is not None:
         engine = node.a2a.engine
         metrics.add_gauge_source("tern_a2a_tasks", "A2A tasks in the store, per state", ("state",),
                                  lambda: [((state,), float(n)) for state, n in engine.counts().items()])
-    server = HttpServer(config.server, build_router(node, metrics=metrics, secured=bool(key)), access, limiter=limiter,
+    server = HttpServer(config.server, build_router(node, metrics=metrics, secured=access.has_key), access,
+                        limiter=limiter,
                         metrics=metrics, ssl_context=tls)
     discovery: Path | None = None
     try:

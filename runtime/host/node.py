@@ -40,6 +40,7 @@ class Node:
                 tasks = McpTaskBridge(self.a2a)
             self.mcp_server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals,
                                         content=kernel.content, tasks=tasks)
+        self.access: Any = None  # the daemon's httpd Access: a reload swaps its keys
         self.http_bound: tuple[str, int] | None = None  # once the daemon listens: the cards' fallback URL
         self.a2a_endpoint: Any = None  # the A2A routes, once mounted (host/api.py)
         self.config_path: Path | None = None  # the file the daemon was started with (None: the bundled default)

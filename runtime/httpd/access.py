@@ -1,16 +1,20 @@
-"""Who may call: the API key, the loopback rule, Host and Origin checks, CORS.
+"""Who may call: the keys, the loopback rule, Host and Origin checks, CORS.
 
-- A key (``api_key`` or the variable named by ``api_key_env``) is accepted as
+- A key (``api_key`` or the variable named by ``api_key_env``: the caller ``admin``; or
+  one of ``[[server.keys]]`` and the stored ``tern keys``: ``runtime.config.keys``) is accepted as
   ``Authorization: Bearer KEY`` (the scheme is case-insensitive, as RFC 7235 says) or
   ``X-API-Key: KEY``, compared in constant time. A browser's WebSocket (``/api/events``)
   cannot send headers, so there the key may come as the subprotocol
   ``tern.key.<base64url(key)>`` beside ``tern.events`` (the one the server selects).
   Never from a query string: a request that tries gets a 401 saying so, and query
-  strings are never logged.
+  strings are never logged. A TLS client certificate the server verified against
+  ``tls_client_ca`` whose subject is a key's ``tls_subject`` is that key.
+- ``authenticate`` answers the ``Caller``; the server then checks the route's scope
+  (403 naming it). Who owns what is the handlers' business (not found, never 403).
 - With no key configured, only tern's own OS user gets in: a loopback client whose
   socket belongs to our uid (``net/peer.py``, looked up once per connection by the
   server), or one presenting the local token (``local-token`` in the state directory,
-  0600: where the peer's uid cannot be told). Another local user gets a 401, a remote
+  0600: where the peer's uid cannot be told): the caller ``local``. Another local user gets a 401, a remote
   client a 403, unless ``allow_unauthenticated_remote`` is set (then anyone gets in,
   and boot logs a warning).
 - DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 sends
@@ -26,12 +30,14 @@ import hmac
 import ipaddress
 from urllib.parse import urlsplit
 
+from runtime.config.keys import LOCAL, Caller, KeyTable
 from runtime.httpd.messages import HttpError, Request
 
-__all__ = ["Access", "client_key", "is_loopback", "peer_is_owner"]
+__all__ = ["Access", "certificate_subject", "client_key", "is_loopback", "peer_is_owner"]
 
 _QUERY_KEYS = ("api_key=", "apikey=", "key=", "token=", "access_token=")
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
+ANONYMOUS = Caller("anonymous", frozenset({"admin"}))  # allow_unauthenticated_remote with no key: anyone
 
 
 def is_loopback(host: str) -> bool:
@@ -63,6 +69,33 @@ def _subprotocol_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
                 except (binascii.Error, ValueError):
                     return b"\0invalid"  # never matches
     return None
+
+
+_RDN_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
+              "stateOrProvinceName": "ST", "localityName": "L", "streetAddress": "STREET", "domainComponent": "DC",
+              "userId": "UID", "emailAddress": "1.2.840.113549.1.9.1"}
+
+
+def _escape_rdn(value: str) -> str:
+    """An attribute value escaped as RFC 4514 section 2.4 says."""
+    out = "".join("\\" + c if c in ',+"\\<>;' else c for c in value)
+    if out[:1] in ("#", " "):
+        out = "\\" + out
+    if out.endswith(" "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+def certificate_subject(cert: dict | None) -> str | None:
+    """A verified peer certificate's subject as an RFC 4514 string (last RDN first, as
+    ``openssl x509 -nameopt RFC2253`` and ``cryptography``'s ``rfc4514_string()`` print
+    it); None when the client sent no certificate (the TLS layer has already refused
+    one that does not verify)."""
+    if not cert or "subject" not in cert:
+        return None
+    rdns = ["+".join(f"{_RDN_NAMES.get(name, name)}={_escape_rdn(value)}" for name, value in rdn)
+            for rdn in cert["subject"]]
+    return ",".join(reversed(rdns))
 
 
 def client_key(host: str, ipv6_prefix: int = 64) -> str:
@@ -107,10 +140,11 @@ def peer_is_owner(peer: tuple[str, int], local: tuple[str, int]) -> bool:
 class Access:
     def __init__(self, api_key: str, *, allow_unauthenticated_remote: bool = False, loopback_listener: bool = True,
                  allowed_hosts: list[str] | None = None, cors_origins: list[str] | None = None,
-                 local_token: str = "", key_hint: str = "") -> None:
+                 local_token: str = "", key_hint: str = "", keys: KeyTable | None = None) -> None:
         """``key_hint``: where tern's own clients take the key from (``TERN_API_KEY``, say),
-        named in every 401 so a refused person learns what to set, never the key."""
-        self._key = api_key.encode() if api_key else b""
+        named in every 401 so a refused person learns what to set, never the key.
+        ``keys``: every accepted key (default: ``api_key`` alone)."""
+        self.keys = keys if keys is not None else KeyTable.build(api_key, [])
         self._hint = f" ({key_hint})" if key_hint else ""
         self._local_token = local_token.encode() if local_token else b""
         self.allow_unauthenticated_remote = allow_unauthenticated_remote
@@ -120,30 +154,36 @@ class Access:
 
     @property
     def has_key(self) -> bool:
-        return bool(self._key)
+        return len(self.keys) > 0
 
     @property
     def needs_peer_owner(self) -> bool:
         """Whether a loopback request's answer depends on who owns the client socket."""
-        return not self._key and not self.allow_unauthenticated_remote
+        return not self.has_key and not self.allow_unauthenticated_remote
 
-    def authenticate(self, request: Request, client_is_loopback: bool, same_user: bool = False) -> None:
-        """Raise HttpError(401/403) unless the request may use a key-protected route.
-        ``same_user``: the client socket belongs to tern's own OS user."""
+    def authenticate(self, request: Request, client_is_loopback: bool, same_user: bool = False,
+                     subject: str | None = None) -> Caller:
+        """The caller, or HttpError(401/403) if the request may not use a key-protected
+        route. ``same_user``: the client socket belongs to tern's own OS user;
+        ``subject``: the verified client certificate's subject (RFC 4514), if any."""
         if request.query and any(k in request.query.lower() for k in _QUERY_KEYS):
             raise HttpError(401, "API keys are not accepted in the query string; "
                             "send Authorization: Bearer KEY or X-API-Key: KEY")
-        if not self._key:
+        if subject is not None and self._presented(request) is None:
+            by_certificate = self.keys.by_subject(subject)
+            if by_certificate is not None:
+                return by_certificate
+        if not self.has_key:
             if self.allow_unauthenticated_remote:
-                return
+                return ANONYMOUS
             if not client_is_loopback:
                 raise HttpError(403, "this tern has no API key configured, so it serves loopback clients only; "
                                 "set [server] api_key_env to serve remote clients")
             if same_user:
-                return
+                return LOCAL
             presented = self._presented(request)
             if self._local_token and presented is not None and hmac.compare_digest(presented, self._local_token):
-                return
+                return LOCAL
             raise HttpError(401, "this tern has no API key configured, so it serves only its own OS user: "
                             "this connection is not known to be theirs (send the local token from the "
                             "state directory's local-token file as Authorization: Bearer TOKEN, or give this "
@@ -154,9 +194,17 @@ class Access:
         if presented is None:
             raise HttpError(401, f"an API key is required: Authorization: Bearer KEY or X-API-Key: KEY{self._hint}",
                             [(b"www-authenticate", b'Bearer realm="tern"')])
-        if not hmac.compare_digest(presented, self._key):
+        caller = self.keys.match(presented)
+        if caller is None:
             raise HttpError(401, f"the API key is not valid{self._hint}",
                             [(b"www-authenticate", b'Bearer error="invalid_token"')])
+        return caller
+
+    @staticmethod
+    def check_scope(caller: Caller, scope: str | None, path: str) -> None:
+        """403 unless ``caller`` holds the route's ``scope`` (None: any caller)."""
+        if scope is not None and not caller.allows(scope):
+            raise HttpError(403, f"the key {caller.name!r} lacks the scope {scope!r} that {path} needs")
 
     @staticmethod
     def _presented(request: Request) -> bytes | None:

@@ -66,7 +66,8 @@ def error_headers(exc: TernError) -> list[tuple[bytes, bytes]]:
 class Request:
     """One parsed request. ``headers`` are h11's: lower-case names, raw bytes values."""
 
-    __slots__ = ("method", "path", "query", "headers", "body", "client", "params", "route", "number", "state")
+    __slots__ = ("method", "path", "query", "headers", "body", "client", "params", "route", "number", "state",
+                 "caller")
 
     def __init__(self, method: str, path: str, query: str, headers: list[tuple[bytes, bytes]],
                  client: tuple[str, int], number: int = 0) -> None:
@@ -79,7 +80,8 @@ class Request:
         self.params: dict[str, str] = {}
         self.route: Any = None
         self.number = number
-        self.state: dict[str, Any] = {}  # what middleware learned (e.g. who authenticated)
+        self.state: dict[str, Any] = {}  # what middleware learned
+        self.caller: Any = None  # the authenticated ``runtime.config.keys.Caller`` (None: a public route)
 
     @property
     def request_id(self) -> str:

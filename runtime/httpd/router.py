@@ -2,7 +2,7 @@
 
 Static paths are one dict lookup (the hot path: ``/health``, ``/mcp``); only paths
 with parameters are matched segment by segment. Each route carries its policy: whether
-it needs the API key, its rate-limit cost, whether the Host/Origin checks apply,
+it needs the API key and which scope of it (``scope``), its rate-limit cost, whether the Host/Origin checks apply,
 whether it is a WebSocket endpoint, and whether a client that disconnects while the
 handler runs cancels it (``watch_disconnect``: for long calls whose answer no one
 would read once the client is gone).
@@ -23,11 +23,11 @@ Handler = Callable[[Request], Awaitable[Any]]
 
 class Route:
     __slots__ = ("method", "path", "handler", "auth", "cost", "guard_origin", "websocket", "watch_disconnect",
-                 "summary")
+                 "summary", "scope")
 
     def __init__(self, method: str, path: str, handler: Handler, *, auth: bool = True, cost: float = 1.0,
                  guard_origin: bool = True, websocket: bool = False, watch_disconnect: bool = False,
-                 summary: str = "") -> None:
+                 summary: str = "", scope: str | None = None) -> None:
         self.method = method
         self.path = path  # the template, e.g. /api/agents/{name}/message; also the metrics label
         self.handler = handler
@@ -37,6 +37,7 @@ class Route:
         self.websocket = websocket
         self.watch_disconnect = watch_disconnect
         self.summary = summary
+        self.scope = scope  # the key scope it needs (runtime.config.keys.SCOPES); None: any caller, or per operation
 
 
 class Router:

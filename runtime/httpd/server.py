@@ -48,7 +48,7 @@ import trio
 from runtime import tracing
 from runtime.config import ServerConfig
 from runtime.errors import TernError, single_leaf
-from runtime.httpd.access import Access, client_key, is_loopback, peer_is_owner
+from runtime.httpd.access import Access, certificate_subject, client_key, is_loopback, peer_is_owner
 from runtime.httpd.metrics import method_label
 from runtime.httpd.messages import HttpError, Request, Response, StreamResponse, error_body, error_headers
 from runtime.httpd.router import Route, Router
@@ -137,12 +137,13 @@ class _Connection:
     """
 
     __slots__ = ("stream", "client", "key", "loopback", "h11", "timer", "phase", "deadline", "fd", "sock",
-                 "same_user")
+                 "same_user", "subject")
 
     def __init__(self, stream: trio.SocketStream, client: tuple[str, int], key: str, max_header_bytes: int) -> None:
         self.stream: trio.abc.Stream = stream  # an SSLStream over it once TLS is on
         self.sock = stream.socket
         self.same_user: bool | None = None  # the client socket is our OS user's: looked up once, when needed
+        self.subject: str | None = None  # the verified TLS client certificate's subject (RFC 4514), if any
         self.fd = -1  # plain TCP only: the socket's fd, for the direct first write (HttpServer._send)
         self.client = client
         self.key = key  # the rate limit's and the per-client cap's key (access.client_key)
@@ -280,6 +281,7 @@ class HttpServer:
                     conn.stream = tls
                     conn.expire_in("handshake", self._first_wait())
                     await tls.do_handshake()
+                    conn.subject = certificate_subject(tls.getpeercert())
                 elif os.name != "nt":  # TLS: every byte must go through the SSLStream instead
                     conn.fd = stream.socket.fileno()
                 await self._requests(conn)
@@ -436,7 +438,9 @@ class HttpServer:
             if route.auth:
                 if conn.same_user is None and conn.loopback and self.access.needs_peer_owner:
                     conn.same_user = self._peer_is_owner(conn)
-                self.access.authenticate(request, conn.loopback, conn.same_user is True)
+                request.caller = self.access.authenticate(request, conn.loopback, conn.same_user is True,
+                                                          conn.subject)
+                self.access.check_scope(request.caller, route.scope, route.path)
             if route.websocket:
                 status = 101
                 await self._websocket(conn, request)
@@ -483,11 +487,12 @@ class HttpServer:
 
     @staticmethod
     def _access(request: Request, status: int, seconds: float) -> None:
-        """The access log line: method, path, status, duration, client. Never the query
-        string (a key sent there is refused, and must not be kept either), never a
-        header; the path is cut to 200 characters (the log escapes control characters)."""
-        access_log.info("%s %s %d %.1f ms %s", request.method[:16], request.path[:200], status, seconds * 1000,
-                        request.client[0])
+        """The access log line: method, path, status, duration, client, and the key's name
+        (``-`` before or without one). Never the query string (a key sent there is refused,
+        and must not be kept either), never a header, never a key; the path is cut to 200
+        characters (the log escapes control characters)."""
+        access_log.info("%s %s %d %.1f ms %s %s", request.method[:16], request.path[:200], status, seconds * 1000,
+                        request.client[0], request.caller.name if request.caller is not None else "-")
 
     @staticmethod
     def _peer_is_owner(conn: _Connection) -> bool:

@@ -1,0 +1,117 @@
+"""Who a caller is and what it may do: ``Caller``, the scopes, and the keys that grant them.
+
+A key is compared as its SHA-256 digest against every configured key's digest with
+``hmac.compare_digest``, all of them every time, so the time taken says nothing about
+which key (if any) matched. ``api_key`` is the key named ``admin`` (every scope); with no
+key configured tern's own OS user is ``local`` (every scope). A key with no ``scopes``
+may message every agent and use its own tasks: ``message`` and ``tasks``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+from dataclasses import dataclass
+
+from runtime.errors import ConfigError
+
+__all__ = ["Caller", "SCOPES", "DEFAULT_SCOPES", "ADMIN", "LOCAL", "KeyTable", "digest", "NAME_PATTERN"]
+
+SCOPES = ("message", "tasks", "approvals", "mcp", "metrics", "audit", "events", "card", "admin")
+DEFAULT_SCOPES = frozenset({"message", "tasks"})
+NAME_PATTERN = re.compile(r"[a-z0-9_.-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An authenticated caller: the key's name (never the key), its scopes, and the
+    agents ``message`` lets it reach (None: every agent)."""
+
+    name: str  # key name; "admin" for api_key; "local" for tern's own user / local-token
+    scopes: frozenset[str]
+    agents: frozenset[str] | None = None
+
+    def allows(self, scope: str) -> bool:
+        return "admin" in self.scopes or scope in self.scopes
+
+    def may_message(self, agent: str) -> bool:
+        if not self.allows("message"):
+            return False
+        return "admin" in self.scopes or self.agents is None or agent in self.agents
+
+    def owns(self, owner: str) -> bool:
+        """Whether a thing recorded as ``owner``'s is this caller's to see: its own, or
+        anything for the admin scope."""
+        return "admin" in self.scopes or hmac.compare_digest(owner.encode(), self.name.encode())
+
+
+ADMIN = Caller("admin", frozenset({"admin"}))
+LOCAL = Caller("local", frozenset({"admin"}))
+
+
+def digest(key: str | bytes) -> bytes:
+    return hashlib.sha256(key.encode() if isinstance(key, str) else key).digest()
+
+
+def _caller_of(name: str, scopes: list[str], agents: list[str]) -> Caller:
+    return Caller(name, frozenset(scopes) if scopes else DEFAULT_SCOPES,
+                  None if not agents or "*" in agents else frozenset(agents))
+
+
+class KeyTable:
+    """Every key this tern accepts, as digests: ``api_key`` (admin), ``[[server.keys]]``
+    and the keys ``tern keys add`` stored. Built at boot and on reload."""
+
+    def __init__(self) -> None:
+        self._digests: list[tuple[bytes, Caller]] = []
+        self._subjects: dict[str, Caller] = {}
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def add(self, key_digest: bytes, caller: Caller) -> None:
+        self._digests.append((key_digest, caller))
+
+    def add_subject(self, subject: str, caller: Caller) -> None:
+        self._subjects[subject] = caller
+
+    def match(self, presented: bytes) -> Caller | None:
+        """The caller whose key this is: one SHA-256 and one comparison per configured key,
+        whichever matches (constant time in which key)."""
+        wanted = digest(presented)
+        found = None
+        for key_digest, caller in self._digests:
+            if hmac.compare_digest(wanted, key_digest) and found is None:
+                found = caller
+        return found
+
+    def by_subject(self, subject: str) -> Caller | None:
+        return self._subjects.get(subject)
+
+    @classmethod
+    def build(cls, api_key: str, keys: list, stored: list | None = None) -> KeyTable:
+        """From the config's ``api_key`` (already read from its variable), its
+        ``[[server.keys]]`` entries and the stored ``(name, sha256_hex, scopes, agents)``
+        rows. A ``key_env`` that is not set is a ``ConfigError`` naming it."""
+        table = cls()
+        if api_key:
+            table.add(digest(api_key), ADMIN)
+        for entry in keys:
+            caller = _caller_of(entry.name, entry.scopes, entry.agents)
+            if entry.key_env:
+                value = os.environ.get(entry.key_env, "")
+                if not value:
+                    raise ConfigError(f"server.keys {entry.name!r}: key_env names {entry.key_env}, "
+                                      "which is not set")
+                table.add(digest(value), caller)
+            elif entry.key:
+                table.add(digest(entry.key), caller)
+            elif entry.key_sha256:
+                table.add(bytes.fromhex(entry.key_sha256), caller)
+            if entry.tls_subject:
+                table.add_subject(entry.tls_subject, caller)
+        for name, hexdigest, scopes, agents in stored or []:
+            table.add(bytes.fromhex(hexdigest), _caller_of(name, scopes, agents))
+        return table
