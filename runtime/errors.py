@@ -197,6 +197,12 @@ class UnknownApproval(TernError):
     http_status = 404
 
 
+class UnknownConversation(TernError):
+    """No conversation has this id, or none the caller's key may see."""
+
+    http_status = 404
+
+
 class ApprovalClosed(TernError):
     """The approval request was already approved, denied, or expired: it takes no decision."""
 

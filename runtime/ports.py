@@ -81,6 +81,7 @@ class ToolContext(msgspec.Struct, frozen=True):
     log: Any = None
     ask: Any = None
     sample: Any = None
+    owner: Any = None  # the Caller the run is for (agent_send passes it on: conversations stay its own)
 
 
 class AgentReply(msgspec.Struct, frozen=True):
@@ -114,6 +115,7 @@ class Approval(msgspec.Struct, frozen=True):
     reason: str = ""
     decided_at: float = 0.0
     form: dict[str, Any] | None = None  # a question's form (see kernel.forms): it is answered, not just approved
+    key: str = "admin"  # the key name whose run asked: it may answer (and the scope "approvals" any)
 
 
 #: A caller's way to put a pending approval to a person (an MCP client's elicitation, an
@@ -169,18 +171,19 @@ Sample = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 class ApprovalPort(Protocol):
     """Pending tool-call approvals and MCP servers' questions, and the one way to decide them."""
 
-    def list(self, state: str | None = "pending") -> list[Approval]: ...
+    def list(self, state: str | None = "pending", who: Caller | None = None) -> list[Approval]: ...
 
-    def get(self, approval_id: str) -> Approval:
-        """Raises ``UnknownApproval``."""
+    def get(self, approval_id: str, who: Caller | None = None) -> Approval:
+        """Raises ``UnknownApproval`` (also for one ``who`` may not answer)."""
         ...
 
     def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
                by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
-               cancel: bool = False) -> Approval:
+               cancel: bool = False, who: Caller | None = None) -> Approval:
         """Approve or deny a pending request (a form's approval carries its ``answer``,
         its denial may ``cancel``). Raises ``UnknownApproval``, ``ApprovalClosed`` and,
-        for an answer that does not fit the form, ``UsageError``."""
+        for an answer that does not fit the form, ``UsageError``. ``who``: only a request
+        of its own key's runs, unless it has the scope ``approvals`` (None: any)."""
         ...
 
 
@@ -205,7 +208,7 @@ class ToolPort(Protocol):
 
     def run(self, agent: Any = None, *, progress: TextSink | None = None,
             log: Callable[[str, str], None] | None = None, ask: Ask | None = None,
-            sample: Sample | None = None) -> Run: ...
+            sample: Sample | None = None, owner: Caller | None = None) -> Run: ...
 
     async def call(self, name: str, arguments: Any = None, *, run: Any = None,
                    timeout_secs: float | None = None, caller: str = "") -> ToolResult: ...
@@ -219,7 +222,10 @@ class AgentPort(Protocol):
     async def send(self, name: str, message: str, *, context_id: str | None = None,
                    on_text: TextSink | None = None, on_log: Callable[[str, str], None] | None = None,
                    env: dict[str, str] | None = None, ask: Ask | None = None,
-                   sample: Sample | None = None) -> AgentReply: ...
+                   sample: Sample | None = None, owner: Caller | None = None) -> AgentReply:
+        """``owner``: the caller it runs for; it may resume only its own conversations
+        (``UnknownConversation`` otherwise), which record its name (None: "admin")."""
+        ...
 
     def admit(self, name: str) -> None:
         """Whether ``name`` may take a message now under its ``requests_per_minute``
@@ -313,16 +319,17 @@ class TaskPort(Protocol):
     (MCP's tasks extension): the same task the A2A methods show and cancel."""
 
     def start(self, agent: str, message: str, *, caller: str, context_id: str | None = None,
-              ask: Ask | None = None, sample: Sample | None = None) -> TaskView:
+              ask: Ask | None = None, sample: Sample | None = None, who: Caller | None = None) -> TaskView:
         """A new task: ``message`` to ``agent`` (in conversation ``context_id``), run
-        with the caller's ``ask`` and ``sample``. Raises a TernError when the store has
-        no room or the agent's budget says no."""
+        with the caller's ``ask`` and ``sample``, owned by ``who``. Raises a TernError
+        when the store has no room or the agent's budget says no."""
         ...
 
-    def view(self, task_id: str) -> TaskView:
-        """Raises a TernError for a task the engine does not know (never, or evicted)."""
+    def view(self, task_id: str, who: Caller | None = None) -> TaskView:
+        """Raises a TernError for a task the engine does not know (never, or evicted), or
+        one ``who`` does not own."""
         ...
 
-    def cancel(self, task_id: str) -> None:
+    def cancel(self, task_id: str, who: Caller | None = None) -> None:
         """Stop the task's work; a task already finished stays as it is."""
         ...

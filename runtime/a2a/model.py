@@ -68,6 +68,7 @@ class Task(msgspec.Struct, kw_only=True):
     dialect: str = ""  # the dialect it was created in: tasks/get answers 0.1 tasks in 0.1
     reply: Message | None = None  # the agent answered with a Message, not a task result
     asking: bool = False  # input-required is a question of work still running (see TaskReport.ask)
+    owner: str = "admin"  # the key name that created it (docs/security-model.md); tasks stored before keys: admin
 
     @property
     def terminal(self) -> bool:

@@ -155,6 +155,16 @@ def _approval_id(request: Request) -> str:
     return approval_id
 
 
+def _may_message(request: Request) -> str:
+    """The agent the path names, if the caller's key may message it (403 otherwise)."""
+    from runtime.wire.limits import check_name
+
+    name = check_name(request.params["name"], "the agent name")
+    if not request.caller.may_message(name):
+        raise HttpError(403, f"the key {request.caller.name!r} may not message the agent {name!r}")
+    return name
+
+
 def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> Router:
     """Every route; ``secured``: an API key is configured (the A2A cards say so)."""
     router = Router()
@@ -197,7 +207,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         body = request.json(_CallIn)
 
         async def work(feed: _Feed) -> tuple[str, Any]:
-            run = kernel.pipeline.run(ask=_stream_ask(feed))
+            run = kernel.pipeline.run(ask=_stream_ask(feed), owner=request.caller)
             result = await kernel.call_tool(name, body.arguments, timeout_secs=body.timeout_secs,
                                             caller=f"api:{request.client[0]}", run=run)
             return "result", result
@@ -224,31 +234,35 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
     async def agent_message(request: Request) -> Response:
         from runtime.errors import AgentError
-        from runtime.wire.limits import check_id, check_name
+        from runtime.wire.limits import check_id
 
-        name = check_name(request.params["name"], "the agent name")
+        name = _may_message(request)
         body = request.json(_MessageIn)
         check_id(body.context_id, "context_id")  # 400 naming the bound (the kernel checks again)
         try:  # an UnknownAgent answers itself: 404 and its message
-            reply = await kernel.agents.send(name, body.message, context_id=body.context_id)
+            reply = await kernel.agents.send(name, body.message, context_id=body.context_id, owner=request.caller)
         except AgentError as exc:
             raise HttpError(502, f"the agent could not answer: {exc}") from None
         return json_response(reply)
 
     async def agent_stream(request: Request) -> Response:
-        from runtime.wire.limits import check_id, check_name
+        from runtime.wire.limits import check_id
 
-        name = check_name(request.params["name"], "the agent name")
+        name = _may_message(request)
         body = request.json(_MessageIn)
         check_id(body.context_id, "context_id")
         kernel.agents.admit(name)  # unknown (404) or out of budget (429) before the stream starts
+        if body.context_id and kernel.conversations is not None \
+                and not kernel.conversations.visible(body.context_id, request.caller):
+            raise HttpError(404, f"no conversation has the id {body.context_id!r} (see `tern conversations`)")
 
         async def work(feed: _Feed) -> tuple[str, Any]:
             from runtime.errors import AgentError
 
             try:
                 reply = await kernel.agents.send(name, body.message, context_id=body.context_id, on_text=feed.text,
-                                                 ask=_stream_ask(feed), on_tool=lambda event: feed.put("tool", event))
+                                                 ask=_stream_ask(feed), on_tool=lambda event: feed.put("tool", event),
+                                                 owner=request.caller)
             except AgentError as exc:
                 raise HttpError(502, f"the agent could not answer: {exc}") from None
             return "reply", reply
@@ -257,14 +271,15 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
     async def conversation_list(request: Request) -> Response:
         store = kernel.conversations
-        return json_response({"conversations": store.list() if store is not None else []})
+        return json_response({"conversations": store.list(who=request.caller) if store is not None else []})
 
     async def conversation_get(request: Request) -> Response:
         from runtime.wire.limits import check_id
 
         context_id = request.params["id"]
         check_id(context_id, "the conversation id")
-        messages = await kernel.conversations.history(context_id) if kernel.conversations is not None else []
+        messages = await kernel.conversations.history(context_id, who=request.caller) \
+            if kernel.conversations is not None else []
         if not messages:
             raise HttpError(404, f"no conversation has the id {context_id!r} (see `tern conversations`)")
         return json_response({"context_id": context_id, "messages": messages})
@@ -274,7 +289,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
         context_id = request.params["id"]
         check_id(context_id, "the conversation id")
-        gone = kernel.conversations.delete(context_id) if kernel.conversations is not None else 0
+        gone = kernel.conversations.delete(context_id, request.caller) if kernel.conversations is not None else 0
         if not gone:
             raise HttpError(404, f"no conversation has the id {context_id!r} (see `tern conversations`)")
         return json_response({"context_id": context_id, "messages": gone})
@@ -307,22 +322,24 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         state = parse_qs(request.query).get("state", ["pending"])[0]
         if state not in _APPROVAL_STATES:
             raise HttpError(400, f"state must be one of {', '.join(_APPROVAL_STATES)}")
-        listed = approvals.list(None if state == "all" else state)
+        listed = approvals.list(None if state == "all" else state, who=request.caller)
         return json_response({"approvals": [msgspec.structs.asdict(a) for a in listed]})
 
     async def approval_get(request: Request) -> Response:
-        return json_response(approvals.get(_approval_id(request)))  # UnknownApproval answers 404 itself
+        return json_response(approvals.get(_approval_id(request), request.caller))  # UnknownApproval: 404
 
     async def approval_decide(request: Request) -> Response:
         approval_id = _approval_id(request)
         body = request.json(_DecisionIn)
-        who = f"{'terminal:' if body.channel == 'terminal' else ''}api:{request.client[0]}"
-        return json_response(_decide(approval_id, body, who))
+        by = f"{'terminal:' if body.channel == 'terminal' else ''}api:{request.client[0]}"
+        return json_response(_decide(approval_id, body, by, request.caller))
 
-    def _decide(approval_id: str, body: _DecisionIn, who: str) -> Any:
-        """404 unknown, 409 already decided or expired, 400 an answer that does not fit the form."""
+    def _decide(approval_id: str, body: _DecisionIn, by: str, who: Any) -> Any:
+        """404 unknown (or not ``who``'s to answer), 409 already decided or expired, 400 an
+        answer that does not fit the form."""
         return approvals.decide(approval_id, body.decision == "approve", scope=body.scope, reason=body.reason,
-                                by=who, channel=body.channel, answer=body.answer, cancel=body.decision == "cancel")
+                                by=by, channel=body.channel, answer=body.answer, cancel=body.decision == "cancel",
+                                who=who)
 
     async def echo(request: Request) -> Response:
         request.json()  # validate: a load test must not be able to echo garbage
@@ -375,7 +392,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
                 if not isinstance(approval_id, str):
                     raise HttpError(400, "a decision names its approval: id (ap_...)")
                 body = msgspec.convert({"channel": "websocket", **message}, _DecisionIn)
-                decided = _decide(approval_id, body, f"websocket:{request.client[0]}")
+                decided = _decide(approval_id, body, f"websocket:{request.client[0]}", request.caller)
                 reply = {"type": "decided", "id": approval_id, "approval": msgspec.to_builtins(decided)}
             except (TernError, msgspec.ValidationError, msgspec.DecodeError) as exc:
                 reply = {"type": "error", "id": approval_id if isinstance(approval_id, str) else None,
@@ -385,30 +402,34 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     router.add("GET", "/health", health, auth=False, guard_origin=False, summary="liveness")
     router.add("GET", "/api/status", status, summary="version, uptime, agents, MCP server states, A2A peers")
     router.add("GET", "/api/tools", tools, summary="every tool agents can call")
-    router.add("POST", "/api/tools/{name}/call", tool_call, cost=5.0,
+    router.add("POST", "/api/tools/{name}/call", tool_call, cost=5.0, scope="admin",
                summary="call one tool through the pipeline; the answer is an SSE stream (approval, result)")
     router.add("GET", "/api/mcp/servers", mcp_servers, summary="configured and connected MCP servers")
-    router.add("POST", "/api/mcp/servers/{name}/restart", mcp_restart, cost=5.0,
+    router.add("POST", "/api/mcp/servers/{name}/restart", mcp_restart, cost=5.0, scope="admin",
                summary="reconnect one MCP server now; a failed one is revived with a fresh restart budget")
     router.add("GET", "/api/agents", agents, summary="configured agents")
-    router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, watch_disconnect=True,
+    router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, watch_disconnect=True, scope="message",
                summary="send an agent a message")
-    router.add("POST", "/api/agents/{name}/stream", agent_stream, cost=5.0,
+    router.add("POST", "/api/agents/{name}/stream", agent_stream, cost=5.0, scope="message",
                summary="send an agent a message; the answer is an SSE stream (text, tool, approval, reply)")
-    router.add("GET", "/api/conversations", conversation_list, summary="conversations, most recent first")
-    router.add("GET", "/api/conversations/{id}", conversation_get, summary="one conversation's messages, oldest first")
-    router.add("DELETE", "/api/conversations/{id}", conversation_delete, summary="forget one conversation")
-    router.add("GET", "/api/audit", audit_tail, cost=5.0,
+    router.add("GET", "/api/conversations", conversation_list, scope="tasks",
+               summary="conversations, most recent first")
+    router.add("GET", "/api/conversations/{id}", conversation_get, scope="tasks",
+               summary="one conversation's messages, oldest first")
+    router.add("DELETE", "/api/conversations/{id}", conversation_delete, scope="tasks",
+               summary="forget one conversation")
+    router.add("GET", "/api/audit", audit_tail, cost=5.0, scope="audit",
                summary="the last audit records (?n=20&agent=GLOB&tool=GLOB&outcome=O...), raw JSON lines")
-    router.add("GET", "/api/audit/verify", audit_verify, cost=20.0, summary="check the audit log's hash chain")
+    router.add("GET", "/api/audit/verify", audit_verify, cost=20.0, scope="audit",
+               summary="check the audit log's hash chain")
     router.add("GET", "/api/approvals", approval_list, summary="tool calls waiting for a person (?state=...)")
     router.add("GET", "/api/approvals/{id}", approval_get, summary="one approval request")
     router.add("POST", "/api/approvals/{id}", approval_decide,
                summary='decide a pending approval: {"decision": "approve"|"deny", "scope": "once"|"always"|"args"}')
     router.add("POST", "/api/echo", echo, summary="answer the JSON body back (load tests, client checks)")
     router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
-    router.add("GET", "/api/events", events, websocket=True, summary="kernel events over a WebSocket")
-    router.add("GET", "/metrics", prometheus, summary="Prometheus metrics")
+    router.add("GET", "/api/events", events, websocket=True, scope="events", summary="kernel events over a WebSocket")
+    router.add("GET", "/metrics", prometheus, scope="metrics", summary="Prometheus metrics")
     from runtime.host import dashboard_api, dashboard_routes
 
     dashboard_routes.add_routes(router)

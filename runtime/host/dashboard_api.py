@@ -61,14 +61,14 @@ def add_routes(router: Router, node: Node) -> None:
             limit = min(max(int(query.get("limit", ["50"])[0]), 0), MAX_TASKS)
         except ValueError:
             raise HttpError(400, "limit must be a whole number") from None
-        found = tasks.list(context_id=context_id, state=state)  # newest first
+        found = tasks.list(context_id=context_id, state=state, who=request.caller)  # newest first: the caller's own
         return json_response({"tasks": [_summary(t) for t in found[:limit]], "total": len(found)})
 
     async def task_get(request: Request) -> Response:
         from runtime.a2a.server.engine import TaskNotFound
 
         try:
-            task = engine().get(task_id(request))
+            task = engine().get(task_id(request), request.caller)
         except TaskNotFound as exc:
             raise HttpError(404, exc.message) from None
         return json_response(msgspec.to_builtins(task))
@@ -77,7 +77,7 @@ def add_routes(router: Router, node: Node) -> None:
         from runtime.a2a.server.engine import TaskNotCancelable, TaskNotFound
 
         try:
-            task = engine().cancel(task_id(request))
+            task = engine().cancel(engine().get(task_id(request), request.caller).id)
         except TaskNotFound as exc:
             raise HttpError(404, exc.message) from None
         except TaskNotCancelable as exc:
@@ -107,11 +107,13 @@ def add_routes(router: Router, node: Node) -> None:
         name = check_name(request.params["name"], "the MCP server name")
         return json_response({"authorization_url": await logins.start(name)})
 
-    router.add("GET", "/api/tasks", task_list, summary="A2A tasks, newest first (?state=&context_id=&limit=)")
-    router.add("GET", "/api/tasks/{id}", task_get, summary="one A2A task: status, history, artifacts")
-    router.add("POST", "/api/tasks/{id}/cancel", task_cancel, cost=5.0, summary="cancel one A2A task")
-    router.add("GET", "/api/config", config_get, summary="the running config, secrets masked, and its file")
-    router.add("POST", "/api/config/reload", config_reload, cost=20.0,
+    router.add("GET", "/api/tasks", task_list, scope="tasks",
+               summary="A2A tasks, newest first (?state=&context_id=&limit=)")
+    router.add("GET", "/api/tasks/{id}", task_get, scope="tasks", summary="one A2A task: status, history, artifacts")
+    router.add("POST", "/api/tasks/{id}/cancel", task_cancel, cost=5.0, scope="tasks", summary="cancel one A2A task")
+    router.add("GET", "/api/config", config_get, scope="admin",
+               summary="the running config, secrets masked, and its file")
+    router.add("POST", "/api/config/reload", config_reload, cost=20.0, scope="admin",
                summary="re-read the config file and apply it (422 and the one-line error if it does not load)")
-    router.add("POST", "/api/mcp/servers/{name}/login", mcp_login, cost=5.0,
+    router.add("POST", "/api/mcp/servers/{name}/login", mcp_login, cost=5.0, scope="admin",
                summary="start an OAuth login for one MCP server; answers the URL a person opens")

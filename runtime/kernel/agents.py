@@ -43,8 +43,8 @@ import trio
 from runtime import tracing
 from runtime.wire.depth import loads as json_loads
 from runtime.config import AgentConfig, Config
-from runtime.errors import AgentError, BudgetExceeded, TernError, UnknownAgent
-from runtime.ports import AgentReply
+from runtime.errors import AgentError, BudgetExceeded, TernError, UnknownAgent, UnknownConversation
+from runtime.ports import AgentReply, Caller
 from runtime.kernel.budgets import Budgets
 from runtime.kernel.conversations import Conversations
 from runtime.kernel.pipeline import ToolPipeline
@@ -96,7 +96,8 @@ class Agents:
                    on_text: Callable[[str], None] | None = None,
                    on_log: Callable[[str, str], None] | None = None,
                    env: dict[str, str] | None = None, ask: Any = None,
-                   on_tool: Callable[[dict[str, Any]], None] | None = None, sample: Any = None) -> AgentReply:
+                   on_tool: Callable[[dict[str, Any]], None] | None = None, sample: Any = None,
+                   owner: Caller | None = None) -> AgentReply:
         """Answer one message; for an agent that remembers, the exchange is committed to
         its conversation before the reply is returned. ``on_text`` gets output as it comes (model text, a
         command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
@@ -104,10 +105,15 @@ class Agents:
         approval to the person behind the caller (``runtime.ports.Ask``); ``on_tool`` hears
         each tool call of the run start and end (``pipeline.Run.on_tool``); ``sample`` runs a
         model turn on the caller's MCP client (``runtime.ports.Sample``), for an llm agent
-        whose model is ``provider = "mcp-sampling"``."""
+        whose model is ``provider = "mcp-sampling"``. ``owner`` is the caller it runs for:
+        another key's ``context_id`` is not found (``UnknownConversation``), and the
+        exchange, its tool calls and approvals carry its name (None: "admin")."""
         check_name(name, "the agent name")
         check_id(context_id, "context_id")
         agent = self.get(name)
+        key = owner.name if owner is not None else "admin"
+        if context_id and self.conversations is not None and not self.conversations.visible(context_id, owner):
+            raise UnknownConversation(f"no conversation has the id {context_id!r} (see `tern conversations`)")
         context_id = context_id or os.urandom(16).hex()  # as random as uuid4().hex, 4x cheaper
         started = time.perf_counter()
         outcome = "error"
@@ -116,7 +122,8 @@ class Agents:
                               {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
                                "gen_ai.conversation.id": context_id}):
                 self.budgets.take(name)
-                text = await self._answer(agent, message, context_id, on_text, on_log, env, ask, on_tool, sample)
+                text = await self._answer(agent, message, context_id, on_text, on_log, env, ask, on_tool, sample,
+                                          owner)
             outcome = "ok"
         except BudgetExceeded:
             outcome = "budget_exceeded"
@@ -127,28 +134,28 @@ class Agents:
             ms = round((time.perf_counter() - started) * 1000, 3)
             if self.pipeline.audit is not None:
                 self.pipeline.audit.record("agent_message", agent=name, context_id=context_id, outcome=outcome,
-                                           ms=ms, chars_in=len(message))
+                                           ms=ms, chars_in=len(message), key=key)
             if self.publish is not None:
                 self.publish("agent.message", {"agent": name, "context_id": context_id, "outcome": outcome, "ms": ms,
                                                "chars_in": len(message)})
         if self.conversations is not None and agent.kind in REMEMBERING_KINDS:
             await self.conversations.append(context_id, Conversations.message("user", name, message),
-                                            Conversations.message("agent", name, text))
+                                            Conversations.message("agent", name, text), owner=key)
         return AgentReply(name, context_id, text)
 
     async def _answer(self, agent: AgentConfig, message: str, context_id: str,
                       on_text: Callable[[str], None] | None,
                       on_log: Callable[[str, str], None] | None,
                       env: dict[str, str] | None = None, ask: Any = None, on_tool: Any = None,
-                      sample: Any = None) -> str:
+                      sample: Any = None, owner: Caller | None = None) -> str:
         if agent.kind == "llm":
-            return await self._llm(agent, message, context_id, on_text, ask, on_tool, sample)
+            return await self._llm(agent, message, context_id, on_text, ask, on_tool, sample, owner)
         if agent.kind == "echo":
             return message
         if agent.kind == "command":
             return await self._command(agent, message, on_text, on_log, env)
         if agent.kind == "tool":
-            return await self._tool(agent, message, context_id, ask, on_tool)
+            return await self._tool(agent, message, context_id, ask, on_tool, owner)
         if agent.kind == "remote":
             return await self._remote(agent, message, context_id)
         raise AgentError(f"agent {agent.name!r} is of kind {agent.kind!r}, which does not run in this build yet")
@@ -215,7 +222,7 @@ class Agents:
 
     async def _llm(self, agent: AgentConfig, message: str, context_id: str,
                    on_text: Callable[[str], None] | None, ask: Any = None, on_tool: Any = None,
-                   sample: Any = None) -> str:
+                   sample: Any = None, owner: Caller | None = None) -> str:
         from runtime.kernel.llm import ChatClient, LlmError
         from runtime.kernel.pipeline import allowed
 
@@ -236,7 +243,7 @@ class Agents:
             for t in self.pipeline.registry.tools()
             if agent.tools and allowed(agent, t.name)
         ]
-        run = self.pipeline.run(agent, ask=ask, context_id=context_id, on_tool=on_tool, sample=sample)
+        run = self.pipeline.run(agent, ask=ask, context_id=context_id, on_tool=on_tool, sample=sample, owner=owner)
         self.budgets.watch_run(agent.name, run.loop_guard)
         if agent.model.provider == "mcp-sampling":
             from runtime.kernel.llm_sampling import SamplingClient
@@ -317,7 +324,7 @@ class Agents:
                 self.publish("model.call", event)
 
     async def _tool(self, agent: AgentConfig, message: str, context_id: str = "", ask: Any = None,
-                    on_tool: Any = None) -> str:
+                    on_tool: Any = None, owner: Caller | None = None) -> str:
         from runtime.kernel.policy import is_read_only
 
         if not agent.tool:
@@ -328,7 +335,7 @@ class Agents:
         allowed = (
             agent if agent.tool in agent.tools else msgspec.structs.replace(agent, tools=[*agent.tools, agent.tool])
         )
-        run = self.pipeline.run(allowed, ask=ask, context_id=context_id, on_tool=on_tool)
+        run = self.pipeline.run(allowed, ask=ask, context_id=context_id, on_tool=on_tool, owner=owner)
         result = await self.pipeline.call(agent.tool, arguments, run=run, caller=f"agent:{agent.name}")
         guessed = _guessed_optional(arguments, message, tool.input_schema if tool is not None else {})
         if result.is_error and guessed and tool is not None and is_read_only(tool):

@@ -40,7 +40,7 @@ import trio
 
 from runtime.errors import ApprovalClosed, UnknownApproval, UsageError
 from runtime.log import get_logger
-from runtime.ports import Approval, Ask
+from runtime.ports import Approval, Ask, Caller
 
 __all__ = ["Approvals", "SCOPES", "POLL_SECS"]
 
@@ -58,15 +58,16 @@ CREATE TABLE IF NOT EXISTS requests (
     expires REAL NOT NULL, state TEXT NOT NULL, scope TEXT NOT NULL DEFAULT '',
     decided_by TEXT NOT NULL DEFAULT '', channel TEXT NOT NULL DEFAULT '', reason TEXT NOT NULL DEFAULT '',
     decided_at REAL NOT NULL DEFAULT 0, owner TEXT NOT NULL, form TEXT NOT NULL DEFAULT '',
-    answer TEXT NOT NULL DEFAULT '');
+    answer TEXT NOT NULL DEFAULT '', key_name TEXT NOT NULL DEFAULT 'admin');
 CREATE INDEX IF NOT EXISTS requests_pending ON requests (state, agent);
 CREATE TABLE IF NOT EXISTS rules (
     agent TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL, decision TEXT NOT NULL,
     created REAL NOT NULL, decided_by TEXT NOT NULL, PRIMARY KEY (agent, tool, digest));
 """
 _COLUMNS = ("id, agent, tool, arguments, caller, context_id, created, expires, state, scope, decided_by, channel, "
-            "reason, decided_at, form")
-_ADDED = ("form", "answer")  # columns a file made by an older tern lacks
+            "reason, decided_at, form, key_name")
+_ADDED = {"form": "''", "answer": "''", "key_name": "'admin'"}  # columns a file made by an older tern lacks (and their
+# defaults: a request made before keys had names is the admin's)
 _decode = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder(order="sorted").encode
 
@@ -111,9 +112,9 @@ class Approvals:
         self.owner = _process_token(os.getpid()) or f"{os.getpid()}:"
         self._db = open_db(self.path, _SCHEMA, timeout=5.0, isolation_level=None) if self.path else self._memory_db()
         have = {row[1] for row in self._db.execute("PRAGMA table_info(requests)")}
-        for column in _ADDED:
+        for column, default in _ADDED.items():
             if column not in have:
-                self._db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+                self._db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT {default}")
         self._waiters: dict[str, trio.Event] = {}
         self._decided_here: set[str] = set()
         self.expire_orphans()
@@ -129,18 +130,25 @@ class Approvals:
 
     # --- reading ----------------------------------------------------------------------
 
-    def list(self, state: str | None = "pending") -> list[Approval]:
-        """Requests, newest first (``state`` None: every state), at most ``LIST_LIMIT``."""
+    def list(self, state: str | None = "pending", who: Caller | None = None) -> list[Approval]:
+        """Requests, newest first (``state`` None: every state), at most ``LIST_LIMIT``;
+        only those ``who`` may answer when given (see ``answerable``)."""
         self._expire_due()
-        where, params = ("WHERE state = ?", (state,)) if state else ("", ())
+        clauses, params = (["state = ?"], [state]) if state else ([], [])
+        if who is not None and not who.allows("approvals"):
+            clauses.append("key_name = ?")
+            params.append(who.name)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._db.execute(f"SELECT {_COLUMNS} FROM requests {where} ORDER BY created DESC LIMIT {LIST_LIMIT}",
                                 params).fetchall()
         return [_approval(row) for row in rows]
 
-    def get(self, approval_id: str) -> Approval:
+    def get(self, approval_id: str, who: Caller | None = None) -> Approval:
+        """One request; ``UnknownApproval`` for an id that never was, or one ``who`` may
+        not answer (the same error: no caller learns of another's)."""
         self._expire_due()
         row = self._db.execute(f"SELECT {_COLUMNS} FROM requests WHERE id = ?", (approval_id,)).fetchone()
-        if row is None:
+        if row is None or who is not None and not answerable(who, row[-1]):
             raise UnknownApproval(f"no approval request has the id {approval_id!r} (see `tern approvals`)")
         return _approval(row)
 
@@ -157,11 +165,12 @@ class Approvals:
 
     async def request(self, agent: str, tool: str, arguments: Any, digest: str, *, caller: str = "",
                       context_id: str = "", reason: str = "", ask: Ask | None = None,
-                      form: dict[str, Any] | None = None) -> Approval:
+                      form: dict[str, Any] | None = None, key: str = "admin") -> Approval:
         """Open a request and wait for its end; returns it approved, denied or expired.
         ``ask`` (the caller's way to ask a person) runs meanwhile. If the waiting call
         is cancelled, the request is expired on the way out. ``form`` (checked by
-        ``forms.check_form``) makes it a question: see ``take_answer``."""
+        ``forms.check_form``) makes it a question: see ``take_answer``. ``key``: the
+        key name whose run asks (it may answer; see ``answerable``)."""
         now = self.clock()
         waiting = self._db.execute("SELECT count(*) FROM requests WHERE state = 'pending' AND agent = ?",
                                    (agent,)).fetchone()[0]
@@ -179,9 +188,10 @@ class Approvals:
         expires = now + self.timeout_secs
         try:
             self._db.execute("INSERT INTO requests (id, agent, tool, arguments, digest, caller, context_id, created, "
-                             "expires, state, owner, form) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                             "expires, state, owner, form, key_name) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
                              (approval_id, agent, tool, shown, digest, caller, context_id, now, expires, self.owner,
-                              msgspec.json.encode(form).decode() if form is not None else ""))  # fields in order
+                              msgspec.json.encode(form).decode() if form is not None else "", key))  # fields in order
         except sqlite3.Error as exc:  # a full disk: no request, so no yes: the call is refused
             from runtime.storage import failed
 
@@ -253,12 +263,14 @@ class Approvals:
 
     def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
                by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
-               cancel: bool = False) -> Approval:
+               cancel: bool = False, who: Caller | None = None) -> Approval:
         """Approve or deny a pending request. A form's approval carries ``answer`` (its
         field values; UsageError if they do not fit the form, and it stays pending);
         its denial declines, or with ``cancel`` cancels."""
         if scope not in SCOPES:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+        if who is not None:
+            self.get(approval_id, who)  # UnknownApproval for another key's request
         reason = reason[:1000]
         result = self._form_result(approval_id, approve, scope, answer, cancel)
         now = self.clock()
@@ -283,6 +295,8 @@ class Approvals:
                              "VALUES (?, ?, ?, ?, ?, ?)",
                              (approval.agent, approval.tool, digest, "allow" if approve else "deny", now, by[:200]))
         extra = {"answer": _digest(result)} if result else {}
+        if who is not None:
+            extra["key"] = who.name
         self._audit("approval_resolved", id=approval_id, agent=approval.agent, tool=approval.tool, outcome=state,
                     scope=scope, decided_by=by, channel=channel, reason=reason, **extra)
         for observe in self.observers:
@@ -393,11 +407,17 @@ def _digest(value: Any) -> str:
     return digest(value)
 
 
+def answerable(who: Caller, key: str) -> bool:
+    """Whether ``who`` may answer a request its key ``key``'s run made: its own, or any
+    with the scope ``approvals`` (or ``admin``)."""
+    return who.allows("approvals") or who.owns(key)
+
+
 def _approval(row: tuple) -> Approval:
     (id_, agent, tool, arguments, caller, context_id, created, expires, state, scope, decided_by, channel, reason,
-     decided_at, form) = row
+     decided_at, form, key) = row
     return Approval(id_, agent, tool, _decode.decode(arguments), caller, context_id, created, expires, state, scope,
-                    decided_by, channel, reason, decided_at, _decode.decode(form) if form else None)
+                    decided_by, channel, reason, decided_at, _decode.decode(form) if form else None, key)
 
 
 def describe(approval: Approval, *, width: int = 200) -> str:

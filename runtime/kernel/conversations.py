@@ -22,6 +22,7 @@ import msgspec
 import trio
 
 from runtime.log import get_logger
+from runtime.ports import Caller
 from runtime.storage import failed, open_db
 
 __all__ = ["Conversations", "Message"]
@@ -39,10 +40,13 @@ CREATE TABLE IF NOT EXISTS messages (
     role TEXT NOT NULL,
     agent TEXT NOT NULL,
     content TEXT NOT NULL,
-    time REAL NOT NULL
+    time REAL NOT NULL,
+    owner TEXT NOT NULL DEFAULT 'admin'
 );
 CREATE INDEX IF NOT EXISTS messages_by_context ON messages (context_id, seq);
 """
+# A file made before keys had owners lacks the column: its conversations become the admin's.
+_ADD_OWNER = "ALTER TABLE messages ADD COLUMN owner TEXT NOT NULL DEFAULT 'admin'"
 
 
 class Message(msgspec.Struct, frozen=True):
@@ -74,15 +78,17 @@ class Conversations:
             db = open_db(self.path, _SCHEMA, timeout=10.0, check_same_thread=False)
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run off the event loop (append)
+            if "owner" not in {row[1] for row in db.execute("PRAGMA table_info(messages)")}:
+                db.execute(_ADD_OWNER)
             self._db = db
         return self._db
 
-    def _append(self, context_id: str, messages: list[Message]) -> None:
+    def _append(self, context_id: str, messages: list[Message], owner: str) -> None:
         db = self._connect()
         with db:  # one transaction: both sides of an exchange, or neither
             db.executemany(
-                "INSERT INTO messages (context_id, role, agent, content, time) VALUES (?, ?, ?, ?, ?)",
-                [(context_id, m.role, m.agent, m.content, m.time) for m in messages],
+                "INSERT INTO messages (context_id, role, agent, content, time, owner) VALUES (?, ?, ?, ?, ?, ?)",
+                [(context_id, m.role, m.agent, m.content, m.time, owner) for m in messages],
             )
             self._trim(db, context_id)
 
@@ -112,12 +118,29 @@ class Conversations:
         )
         return [Message(*row) for row in reversed(rows)]
 
-    async def append(self, context_id: str, *messages: Message) -> None:
+    def owner(self, context_id: str) -> str | None:
+        """Whose conversation it is (the key name that started it); None: there is none."""
+        try:
+            row = self._connect().execute("SELECT owner FROM messages WHERE context_id = ? LIMIT 1",
+                                          (context_id,)).fetchone()
+        except (sqlite3.Error, OSError) as exc:
+            raise failed("the conversation could not be read", exc) from None
+        return row[0] if row else None
+
+    def visible(self, context_id: str, who: Caller | None) -> bool:
+        """Whether ``who`` may see (or go on with) ``context_id``: its own, one that does
+        not exist yet, or any for an admin (None: any)."""
+        if who is None:
+            return True
+        owner = self.owner(context_id)
+        return owner is None or who.owns(owner)
+
+    async def append(self, context_id: str, *messages: Message, owner: str = "admin") -> None:
         # On the event loop itself: a WAL commit without fsync is ~0.03 ms, far less than a
         # hop to a worker thread. The one slow part, the checkpoint (it fsyncs), runs in a
         # worker thread on its own connection every CHECKPOINT_EVERY appends.
         try:
-            self._append(context_id, list(messages))
+            self._append(context_id, list(messages), owner)
         except (sqlite3.Error, OSError) as exc:
             raise failed("the conversation was not saved", exc) from None
         self._appends += 1
@@ -127,20 +150,26 @@ class Conversations:
             except (sqlite3.Error, OSError) as exc:
                 log.warning("conversations: housekeeping of %s failed (%s); retried later", self.path, exc)
 
-    async def history(self, context_id: str, limit: int = MAX_MESSAGES) -> list[Message]:
+    async def history(self, context_id: str, limit: int = MAX_MESSAGES, who: Caller | None = None) -> list[Message]:
+        """The last ``limit`` messages, oldest first; none when ``who`` may not see it."""
+        if not self.visible(context_id, who):
+            return []
         try:
             return self._history(context_id, limit)
         except (sqlite3.Error, OSError) as exc:
             raise failed("the conversation could not be read", exc) from None
 
-    def list(self, limit: int = 500) -> list[dict[str, object]]:
+    def list(self, limit: int = 500, who: Caller | None = None) -> list[dict[str, object]]:
         """The conversations, most recently used first (at most ``limit``): id, agent (of
         the last message), message count, first and last time, and the opening user
-        message cut to 80 characters (what a person recognises a conversation by)."""
+        message cut to 80 characters (what a person recognises a conversation by).
+        Only ``who``'s own when given (an admin's: all)."""
+        mine = who is not None and not who.allows("admin")
         try:
             rows = self._connect().execute(
-                "SELECT context_id, count(*), min(time), max(time), max(seq) FROM messages GROUP BY context_id "
-                "ORDER BY max(seq) DESC LIMIT ?", (limit,)).fetchall()
+                "SELECT context_id, count(*), min(time), max(time), max(seq) FROM messages "
+                f"{'WHERE owner = ? ' if mine else ''}GROUP BY context_id "
+                "ORDER BY max(seq) DESC LIMIT ?", (*((who.name,) if mine else ()), limit)).fetchall()
             listed = []
             for context_id, count, first, last, newest in rows:
                 agent = self._db.execute("SELECT agent FROM messages WHERE seq = ?", (newest,)).fetchone()  # type: ignore[union-attr]
@@ -154,8 +183,11 @@ class Conversations:
         except (sqlite3.Error, OSError) as exc:
             raise failed("the conversations could not be read", exc) from None
 
-    def delete(self, context_id: str) -> int:
-        """Forget one conversation; how many messages went (0: there was none)."""
+    def delete(self, context_id: str, who: Caller | None = None) -> int:
+        """Forget one conversation; how many messages went (0: there was none, or not
+        one ``who`` may see)."""
+        if not self.visible(context_id, who):
+            return 0
         try:
             db = self._connect()
             with db:

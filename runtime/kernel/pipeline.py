@@ -38,7 +38,7 @@ from runtime.kernel.audit import AuditLog, digest
 from runtime.kernel.policy import Policy
 from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
                                    secret_env_values, truncate)
-from runtime.ports import CALL_CLOCK, CallClock, Tool, ToolContext, ToolResult
+from runtime.ports import CALL_CLOCK, CallClock, Caller, Tool, ToolContext, ToolResult
 from runtime.kernel.registry import ToolRegistry
 from runtime.kernel.schema import validate
 
@@ -52,13 +52,15 @@ class Run:
     loop guard, what untrusted content it has seen, and whether its caller gave up."""
 
     def __init__(self, agent: AgentConfig | None = None, *, max_calls: int = 50,
-                 context: ToolContext | None = None, context_id: str = "", on_tool: Any = None) -> None:
+                 context: ToolContext | None = None, context_id: str = "", on_tool: Any = None,
+                 key: str = "admin") -> None:
         self.agent = agent
         #: ``on_tool(event)`` hears each call of this run start and end (``tern run`` shows them as they
         #: happen): {"phase": "start", "tool", "arguments"} then {"phase": "end", "tool", "outcome", "ms"}
         self.on_tool = on_tool
         self.context = context or ToolContext(agent=agent.name if agent else "")
         self.context_id = context_id  # the conversation, for approval requests
+        self.key = key  # the key name it runs for: its audit records and approval requests carry it
         self.loop_guard = LoopGuard(max_calls=max_calls)
         self.taint = TaintTracker()
         self.cancelled = False
@@ -149,7 +151,7 @@ class ToolPipeline:
         return await self.registry.wait_for(name)
 
     def run(self, agent: AgentConfig | None = None, *, progress: Any = None, log: Any = None, ask: Any = None,
-            context_id: str = "", on_tool: Any = None, sample: Any = None) -> Run:
+            context_id: str = "", on_tool: Any = None, sample: Any = None, owner: Caller | None = None) -> Run:
         """A new run for ``agent`` (None: an operator), with its tool context: the agent's
         workspace (default ``<state dir>/workspaces/<agent>``), and the caller's
         ``progress``/``log``/``ask``/``sample`` callbacks (see ToolContext)."""
@@ -168,9 +170,10 @@ class ToolPipeline:
             def log(level: str, text: str) -> None:
                 shown_log(level, self.redact(text))
         context = ToolContext(agent=agent.name if agent else "", workspace=workspace, state_dir=state,
-                              progress=progress, log=log, ask=ask, sample=sample)
+                              progress=progress, log=log, ask=ask, sample=sample, owner=owner)
         return Run(agent, max_calls=(agent and agent.max_tool_calls_per_run) or self.config.tools.max_calls_per_run,
-                   context=context, context_id=context_id, on_tool=on_tool)
+                   context=context, context_id=context_id, on_tool=on_tool,
+                   key=owner.name if owner is not None else "admin")
 
     async def call(self, name: str, arguments: dict[str, Any] | None = None, *, run: Run | None = None,
                    timeout_secs: float | None = None, caller: str = "") -> ToolResult:
@@ -222,7 +225,8 @@ class ToolPipeline:
                 why = {} if outcome in ("ok", "tool_error") else {"error": result.text}
                 if result.task:  # it ran as this upstream task (an MCP server's tasks)
                     why["task"] = result.task
-                audit.record("tool_call", agent=run.agent.name if run.agent else None, caller=caller, tool=name,
+                audit.record("tool_call", agent=run.agent.name if run.agent else None, caller=caller, key=run.key,
+                             tool=name,
                              arguments=digest(arguments), outcome=outcome, ms=round(seconds * 1000, 3),
                              untrusted=untrusted, **why)
             return result
@@ -319,7 +323,7 @@ class ToolPipeline:
             try:
                 approval = await approvals.request(agent, name, arguments, arguments_digest, caller=caller,
                                                    context_id=run.context_id, reason=verdict.reason,
-                                                   ask=run.context.ask)
+                                                   ask=run.context.ask, key=run.key)
             except TernError as exc:
                 return _refused(f"{name} was not run: {exc}"), "denied"
             finally:

@@ -39,7 +39,7 @@ def register_agent_tools(registry: ToolRegistry, agents: Callable[[], Any]) -> N
                           structured=[{"name": a.name, "kind": a.kind, "description": a.description} for a in hosted])
 
     async def agent_send(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        from runtime.errors import AgentError, BudgetExceeded, UnknownAgent
+        from runtime.errors import AgentError, BudgetExceeded, UnknownAgent, UnknownConversation
 
         name = arguments["agent"]
         if name == context.agent:
@@ -52,8 +52,8 @@ def register_agent_tools(registry: ToolRegistry, agents: Callable[[], Any]) -> N
         try:
             reply = await agents().send(name, arguments["message"], context_id=arguments.get("context_id"),
                                         on_text=context.progress, on_log=context.log, ask=context.ask,
-                                        sample=context.sample)
-        except (UnknownAgent, AgentError, BudgetExceeded) as exc:  # the sentence, for the model or MCP client
+                                        sample=context.sample, owner=context.owner)
+        except (UnknownAgent, UnknownConversation, AgentError, BudgetExceeded) as exc:  # the sentence, for the model
             return ToolResult(str(exc), is_error=True)
         finally:
             _depth.reset(token)

@@ -10,7 +10,9 @@ one task engine (``A2aService``). Routes (``P`` = ``[a2a] listen_path``):
 - the seed's REST (``rest.py``): ``POST P/tasks/send``, ``GET P/tasks/{id}``,
   ``POST P/tasks/{id}/cancel``.
 
-Everything but the cards needs the key (task contents are private).
+Everything but the cards needs a key (task contents are private), with the scope
+``message`` to send (and the agent among the key's), ``tasks`` for the rest; JSON-RPC
+checks per method (``handler.permit``). A caller sees only its own tasks.
 """
 
 from __future__ import annotations
@@ -77,23 +79,31 @@ class A2aEndpoint:
         router.add("POST", f"{path}/{{agent}}", self.jsonrpc.rpc,
                    summary="A2A JSON-RPC for one agent (also at its URL + /)")
         base = f"{path}/{{agent}}/rest"
-        router.add("POST", f"{base}/message:send", http.send, summary="A2A 1.0 HTTP+JSON: SendMessage")
-        router.add("POST", f"{base}/message:stream", http.stream, summary="A2A 1.0 HTTP+JSON: SendStreamingMessage")
-        router.add("GET", f"{base}/tasks", http.list, summary="A2A 1.0 HTTP+JSON: ListTasks")
-        router.add("GET", f"{base}/tasks/{{op}}", http.task, summary="A2A 1.0 HTTP+JSON: GetTask, SubscribeToTask")
-        router.add("POST", f"{base}/tasks/{{op}}", http.task, summary="A2A 1.0 HTTP+JSON: CancelTask, SubscribeToTask")
+        router.add("POST", f"{base}/message:send", http.send, scope="message", summary="A2A 1.0 HTTP+JSON: SendMessage")
+        router.add("POST", f"{base}/message:stream", http.stream, scope="message",
+                   summary="A2A 1.0 HTTP+JSON: SendStreamingMessage")
+        router.add("GET", f"{base}/tasks", http.list, scope="tasks", summary="A2A 1.0 HTTP+JSON: ListTasks")
+        router.add("GET", f"{base}/tasks/{{op}}", http.task, scope="tasks",
+                   summary="A2A 1.0 HTTP+JSON: GetTask, SubscribeToTask")
+        router.add("POST", f"{base}/tasks/{{op}}", http.task, scope="tasks",
+                   summary="A2A 1.0 HTTP+JSON: CancelTask, SubscribeToTask")
         configs = f"{base}/tasks/{{op}}/pushNotificationConfigs"
-        router.add("POST", configs, http.push, summary="A2A 1.0 HTTP+JSON: CreateTaskPushNotificationConfig")
-        router.add("GET", configs, http.push, summary="A2A 1.0 HTTP+JSON: ListTaskPushNotificationConfigs")
+        router.add("POST", configs, http.push, scope="tasks",
+                   summary="A2A 1.0 HTTP+JSON: CreateTaskPushNotificationConfig")
+        router.add("GET", configs, http.push, scope="tasks",
+                   summary="A2A 1.0 HTTP+JSON: ListTaskPushNotificationConfigs")
         router.add(
-            "GET", f"{configs}/{{config}}", http.push, summary="A2A 1.0 HTTP+JSON: GetTaskPushNotificationConfig"
+            "GET", f"{configs}/{{config}}", http.push, scope="tasks",
+            summary="A2A 1.0 HTTP+JSON: GetTaskPushNotificationConfig"
         )
         router.add(
-            "DELETE", f"{configs}/{{config}}", http.push, summary="A2A 1.0 HTTP+JSON: DeleteTaskPushNotificationConfig"
+            "DELETE", f"{configs}/{{config}}", http.push, scope="tasks",
+            summary="A2A 1.0 HTTP+JSON: DeleteTaskPushNotificationConfig"
         )
         router.add(
             "GET", f"{base}/extendedAgentCard", http.extended_card, summary="A2A 1.0 HTTP+JSON: GetExtendedAgentCard"
         )
-        router.add("POST", f"{path}/tasks/send", rest.send, summary="A2A (seed REST): send a task")
-        router.add("GET", f"{path}/tasks/{{id}}", rest.get, summary="A2A (seed REST): a task")
-        router.add("POST", f"{path}/tasks/{{id}}/cancel", rest.cancel, summary="A2A (seed REST): cancel a task")
+        router.add("POST", f"{path}/tasks/send", rest.send, scope="message", summary="A2A (seed REST): send a task")
+        router.add("GET", f"{path}/tasks/{{id}}", rest.get, scope="tasks", summary="A2A (seed REST): a task")
+        router.add("POST", f"{path}/tasks/{{id}}/cancel", rest.cancel, scope="tasks",
+                   summary="A2A (seed REST): cancel a task")

@@ -41,6 +41,7 @@ from runtime import tracing
 from runtime.a2a import protocol
 from runtime.a2a.model import (INTERRUPTED, Artifact, ArtifactEvent, Event, Message, StatusEvent, Task, new_id)
 from runtime.errors import RpcError, TernError
+from runtime.ports import Caller
 from runtime.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 __all__ = [
@@ -158,6 +159,12 @@ class TaskReport:
     def __init__(self, engine: TaskEngine, entry: _Entry) -> None:
         self._engine, self._entry = engine, entry
 
+    @property
+    def who(self) -> Caller:
+        """The caller whose message this turn answers (for a task loaded from the store,
+        its owner with no scopes: it may go on with its own conversation only)."""
+        return self._entry.who or Caller(self._entry.task.owner, frozenset())
+
     def status(self, state: str, text: str | None = None) -> None:
         task = self._entry.task
         if state not in ("submitted", "working") or (state == task.state and not text):
@@ -243,7 +250,7 @@ Answer = Callable[[Message, str], str | None]
 
 
 class _Entry:
-    __slots__ = ("task", "scope", "subscribers", "changed", "running", "size", "status_size", "answer")
+    __slots__ = ("task", "scope", "subscribers", "changed", "running", "size", "status_size", "answer", "who")
 
     def __init__(self, task: Task, size: int = TASK_OVERHEAD) -> None:
         self.task = task
@@ -254,6 +261,7 @@ class _Entry:
         self.changed = trio.Event()
         self.running = False
         self.answer: Answer | None = None  # the running work asked the client (TaskReport.ask)
+        self.who: Caller | None = None  # who sent the message the work now answers
 
 
 class TaskEngine:
@@ -290,9 +298,11 @@ class TaskEngine:
 
     # --- Reading ----------------------------------------------------------------------------
 
-    def get(self, task_id: str) -> Task:
+    def get(self, task_id: str, who: Caller | None = None) -> Task:
+        """The task; ``TaskNotFound`` if there is none, or ``who`` (when given) does not own
+        it and is no admin: the same error either way, so no caller learns another's ids."""
         entry = self._tasks.get(task_id)
-        if entry is None:
+        if entry is None or who is not None and not who.owns(entry.task.owner):
             raise TaskNotFound(f"task {task_id!r} not found (it never existed, or was evicted)")
         return entry.task
 
@@ -302,12 +312,14 @@ class TaskEngine:
             counts[entry.task.state] = counts.get(entry.task.state, 0) + 1
         return counts
 
-    def list(self, *, context_id: str | None = None, state: str | None = None) -> list[Task]:
-        """Newest status first."""
+    def list(self, *, context_id: str | None = None, state: str | None = None,
+             who: Caller | None = None) -> list[Task]:
+        """Newest status first; only ``who``'s own when given (an admin's: all)."""
         found = [
             e.task
             for e in self._tasks.values()
             if (context_id is None or e.task.context_id == context_id) and (state is None or e.task.state == state)
+            and (who is None or who.owns(e.task.owner))
         ]
         return sorted(found, key=lambda t: t.timestamp, reverse=True)
 
@@ -347,15 +359,16 @@ class TaskEngine:
     # --- Starting and continuing ------------------------------------------------------------
 
     def send(self, agent: str, message: Message, *, task_id: str | None = None, dialect: str = "",
-             caller: str = "") -> Task:
+             caller: str = "", who: Caller | None = None) -> Task:
         """Start a task for ``message`` (or continue the one its ``task_id`` names) and
         return it; the agent work runs in the background. ``task_id`` names a new task
         (0.1 clients choose their ids); otherwise the engine makes one up. ``caller``
-        says who sent it, for an answer to a question of the work's (``TaskReport.ask``)."""
+        says who sent it, for an answer to a question of the work's (``TaskReport.ask``);
+        ``who`` owns a new task, and may continue only its own (None: the owner "admin")."""
         assert self._nursery is not None, "TaskEngine.run() first"
         if message.task_id:
             entry = self._tasks.get(message.task_id)
-            if entry is None:
+            if entry is None or who is not None and not who.owns(entry.task.owner):
                 raise TaskNotFound(f"task {message.task_id!r} not found (it never existed, or was evicted)")
             task = entry.task
             if message.context_id and message.context_id != task.context_id:
@@ -374,7 +387,8 @@ class TaskEngine:
             if task_id is not None and task_id in self._tasks:
                 raise InvalidTaskRequest(f"task {task_id!r} exists already")
             self._refuse_if_unsaved()
-            task = Task(id=task_id or new_id(), context_id=message.context_id or new_id(), agent=agent, dialect=dialect)
+            task = Task(id=task_id or new_id(), context_id=message.context_id or new_id(), agent=agent, dialect=dialect,
+                        owner=who.name if who is not None else "admin")
             message.context_id, message.task_id = task.context_id, task.id
             size = TASK_OVERHEAD + len(task.id) + len(task.context_id) + len(agent) + size_of(message)
             self._check_task_size(task, size, "the message")
@@ -383,6 +397,7 @@ class TaskEngine:
             self.bytes += size
             self._tasks[task.id] = entry
         task.history.append(message)
+        entry.who = who
         if task.state != "submitted":
             self._set(entry, "submitted", None)
         else:

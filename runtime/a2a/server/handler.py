@@ -7,7 +7,12 @@ put to ``admit(agent)`` (``AgentPort.admit``): a spent budget raises ``BudgetExc
 before any task exists, which no binding answers itself, so the HTTP server does, for
 every binding alike: 429 with ``Retry-After``. A message that answers a question of a
 task's running work (an approval) starts no work, so it is not put to ``admit``: the
-turn it unblocks was admitted when it began."""
+turn it unblocks was admitted when it began.
+
+Who may do what (docs/security-model.md): ``who`` (the request's ``Caller``) needs the
+scope ``message`` and the agent for a send or a stream, ``tasks`` for the rest (403
+otherwise), and sees only its own tasks (an admin: all): another's task id is answered
+as not found, the same error as an id that never existed."""
 
 from __future__ import annotations
 
@@ -25,10 +30,11 @@ from runtime.a2a.server.engine import A2aError, TaskEngine, TaskNotFound, Unsupp
 from runtime.a2a.server.push import PushNotifier
 from runtime.a2a.server.request import check_ids, history_length, string, task_id
 from runtime.errors import RpcError
-from runtime.httpd.messages import StreamResponse
+from runtime.httpd.messages import HttpError, StreamResponse
+from runtime.ports import Caller
 from runtime.wire.jsonrpc import INVALID_PARAMS
 
-__all__ = ["A2aHandler", "Frame", "ANSWERED", "error_of"]
+__all__ = ["A2aHandler", "Frame", "ANSWERED", "error_of", "permit"]
 
 BLOCKING_WAIT_SECS = 300.0  # a blocking send returns the task as it is after this long
 
@@ -52,40 +58,47 @@ class A2aHandler:
         self.push = push
         self.admit = admit
 
-    async def call(self, method: str, params: dict[str, Any], agent: str, frame: Frame, *, caller: str = "") -> Any:
+    async def call(self, method: str, params: dict[str, Any], agent: str, frame: Frame, *, caller: str = "",
+                   who: Caller | None = None) -> Any:
         """``method`` (a key of ``protocol.METHODS``) for ``agent``; a stream is framed by
         ``frame``. ``caller`` names who sent it (``request.caller_of``): a message that
-        answers a question of a task's work (an approval) is decided in its name."""
+        answers a question of a task's work (an approval) is decided in its name. ``who``
+        is the authenticated caller (None: a test's, with every right)."""
         row = protocol.METHODS[method]
         dialect, op = row.dialect, row.op
         check_ids(params)
+        permit(who, op, agent)
         if op == "send":
-            return await self.send(params, agent, dialect, caller=caller)
+            return await self.send(params, agent, dialect, caller=caller, who=who)
         if op == "stream":
-            return self._stream(self._start_with_push(params, agent, dialect, caller), dialect, frame, new=True)
+            return self._stream(self._start_with_push(params, agent, dialect, caller, who), dialect, frame, new=True)
         if op == "resubscribe":
-            task = self.engine.get(task_id(params))
+            task = self.engine.get(task_id(params), who)
             if task.terminal:
                 raise UnsupportedOperation(f"task {task.id} is {task.state}: nothing more will happen to it")
             return self._stream(task, _answering(row, task), frame)
         if op == "get":
-            task = self.engine.get(task_id(params))
+            task = self.engine.get(task_id(params), who)
             return dialects.render_task(task, _answering(row, task), history_length=history_length(params))
         if op == "cancel":
-            task = self.engine.cancel(task_id(params))
+            task = self.engine.cancel(self.engine.get(task_id(params), who).id)
             return dialects.render_task(task, _answering(row, task))
         if op == "list":
-            return self._list(params)
+            return self._list(params, who)
         if op == "extended_card":
             raise RpcError(protocol.EXTENDED_CARD_NOT_CONFIGURED, "this agent has no extended card")
+        if who is not None:  # a push config of another's task: not found, like the task
+            named = params.get("taskId") or params.get("id")
+            self.engine.get(named if isinstance(named, str) else "", who)
         if dialect == "1.0":  # the 1.0 push methods name their params differently
             return self._push_10(op, params)
         return self._push_03(op, params)
 
     # --- Sending ----------------------------------------------------------------------------
 
-    async def send(self, params: dict[str, Any], agent: str, dialect: str, *, caller: str = "") -> Any:
-        task = self._start_with_push(params, agent, dialect, caller)
+    async def send(self, params: dict[str, Any], agent: str, dialect: str, *, caller: str = "",
+                   who: Caller | None = None) -> Any:
+        task = self._start_with_push(params, agent, dialect, caller, who)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
         if protocol.is_blocking(dialect, configuration):
             with trio.move_on_after(BLOCKING_WAIT_SECS):
@@ -98,11 +111,12 @@ class A2aHandler:
                                         if isinstance(length, int) and length >= 0 else None)
         return dialects.wrap_result(rendered, "task", dialect)
 
-    def _start(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "") -> Task:
+    def _start(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "",
+               who: Caller | None = None) -> Task:
         check_ids(params)  # again: the seed's REST route calls send() directly
         message = dialects.parse_message(params.get("message"))
         names_task = TRAITS[dialect].client_names_task
-        if self.admit is not None and not self._answers(params.get("id") if names_task else message.task_id):
+        if self.admit is not None and not self._answers(params.get("id") if names_task else message.task_id, who):
             self.admit(agent)  # a spent budget: no task, no work
         if names_task:  # the client chooses the task id; sessionId is the context
             named = params.get("id")
@@ -111,23 +125,24 @@ class A2aHandler:
             if isinstance(params.get("sessionId"), str):
                 message.context_id = params["sessionId"]
             try:
-                self.engine.get(named)
+                self.engine.get(named)  # another's: the send below says not found
                 message.task_id = named
             except TaskNotFound:
-                return self.engine.send(agent, message, task_id=named, dialect=dialect, caller=caller)
-        return self.engine.send(agent, message, dialect=dialect, caller=caller)
+                return self.engine.send(agent, message, task_id=named, dialect=dialect, caller=caller, who=who)
+        return self.engine.send(agent, message, dialect=dialect, caller=caller, who=who)
 
-    def _answers(self, named: Any) -> bool:
+    def _answers(self, named: Any, who: Caller | None) -> bool:
         """Whether a message on the task ``named`` answers its running work's question."""
         if not isinstance(named, str) or not named:
             return False
         try:
-            return self.engine.get(named).asking
+            return self.engine.get(named, who).asking
         except TaskNotFound:
             return False
 
-    def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "") -> Task:
-        task = self._start(params, agent, dialect, caller)
+    def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "",
+                         who: Caller | None = None) -> Task:
+        task = self._start(params, agent, dialect, caller, who)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
         webhook = (configuration.get("taskPushNotificationConfig") or configuration.get("pushNotificationConfig")
                    or params.get("pushNotification"))
@@ -177,10 +192,10 @@ class A2aHandler:
 
     # --- Listing and push configs -----------------------------------------------------------
 
-    def _list(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _list(self, params: dict[str, Any], who: Caller | None) -> dict[str, Any]:
         state = params.get("status")
         tasks = self.engine.list(context_id=params.get("contextId") or None,
-                                 state=dialects.parse_state(state) if state else None)
+                                 state=dialects.parse_state(state) if state else None, who=who)
         size = params.get("pageSize") if isinstance(params.get("pageSize"), int) else 50
         size = max(1, min(size, 100))
         try:
@@ -220,6 +235,19 @@ class A2aHandler:
             return self.push.list(task_id(params), "0.3")
         self.push.delete(task_id(params), string(params, "pushNotificationConfigId"))
         return None
+
+
+def permit(who: Caller | None, op: str, agent: str) -> None:
+    """403 unless ``who`` may do ``op``: a send or a stream needs ``message`` and the agent,
+    the card its own route's scope, anything else ``tasks``."""
+    if who is None or op == "extended_card":
+        return
+    if op in ("send", "stream"):
+        if not who.may_message(agent):
+            raise HttpError(403, f"the key {who.name!r} may not message the agent {agent!r} (scope 'message', "
+                                 "agents)")
+    elif not who.allows("tasks"):
+        raise HttpError(403, f"the key {who.name!r} lacks the scope 'tasks' that reading tasks needs")
 
 
 def _answering(row: protocol.Method, task: Task) -> str:

@@ -35,7 +35,8 @@ class HttpJsonBinding:
         agent = self.agent_of(request)
         try:
             require_1x(request, f"the HTTP+JSON binding ({method})")
-            result = await self.handler.call(method, params, agent, _frame, caller=caller_of(request))
+            result = await self.handler.call(method, params, agent, _frame, caller=caller_of(request),
+                                             who=request.caller)
         except ANSWERED as exc:
             return _error(*error_of(exc))
         if isinstance(result, StreamResponse):

@@ -56,7 +56,7 @@ class JsonRpcBinding:
             if traits.version:
                 require_1x(request, message.method)
             result = await self.handler.call(message.method, params, agent, _framer(message.id),
-                                             caller=caller_of(request))
+                                             caller=caller_of(request), who=request.caller)
         except ANSWERED as exc:
             code, text = error_of(exc)
             if isinstance(exc, A2aError) and row is not None and row.op == "resubscribe" \

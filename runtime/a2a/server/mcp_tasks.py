@@ -13,7 +13,7 @@ from typing import Any
 
 from runtime.a2a.model import Message, Task, text_of
 from runtime.a2a.server.engine import TaskNotCancelable
-from runtime.ports import Ask, Sample, TaskView
+from runtime.ports import Ask, Caller, Sample, TaskView
 
 __all__ = ["McpTaskBridge"]
 
@@ -26,23 +26,23 @@ class McpTaskBridge:
         self.engine = service.engine
 
     def start(self, agent: str, message: str, *, caller: str, context_id: str | None = None,
-              ask: Ask | None = None, sample: Sample | None = None) -> TaskView:
+              ask: Ask | None = None, sample: Sample | None = None, who: Caller | None = None) -> TaskView:
         self.service.agents.admit(agent)  # budgets, before any work exists (BudgetExceeded)
         task = self.engine.send(agent, Message(role="user", parts=[{"text": message}], context_id=context_id),
-                                caller=caller)
+                                caller=caller, who=who)
         if ask is not None or sample is not None:  # before the work starts: it runs once this task yields
             self.service.lent[task.id] = (ask, sample)
         return view(task)
 
-    def view(self, task_id: str) -> TaskView:
-        task = self.engine.get(task_id)  # TaskNotFound
+    def view(self, task_id: str, who: Caller | None = None) -> TaskView:
+        task = self.engine.get(task_id, who)  # TaskNotFound (also another key's)
         if task.terminal:
             self.service.lent.pop(task.id, None)
         return view(task)
 
-    def cancel(self, task_id: str) -> None:
+    def cancel(self, task_id: str, who: Caller | None = None) -> None:
         try:
-            self.engine.cancel(task_id)  # TaskNotFound for an unknown id
+            self.engine.cancel(self.engine.get(task_id, who).id)  # TaskNotFound for an unknown id, or another's
         except TaskNotCancelable:
             pass  # finished already: cancelling it again changes nothing
         self.service.lent.pop(task_id, None)

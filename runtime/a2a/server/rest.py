@@ -6,7 +6,7 @@ from __future__ import annotations
 from runtime.a2a import dialects
 from runtime.a2a.dialects import BadMessage
 from runtime.a2a.server.engine import A2aError, TaskNotFound
-from runtime.a2a.server.handler import A2aHandler
+from runtime.a2a.server.handler import A2aHandler, permit
 from runtime.a2a.server.request import caller_of
 from runtime.httpd.messages import HttpError, Request, Response, json_response
 
@@ -23,7 +23,9 @@ class SeedRest:
         if not isinstance(body, dict):
             raise HttpError(400, "expected a JSON object with id and message")
         try:
-            return json_response(await self.handler.send(body, self.agent, "0.1", caller=caller_of(request)))
+            permit(request.caller, "send", self.agent)
+            return json_response(await self.handler.send(body, self.agent, "0.1", caller=caller_of(request),
+                                                         who=request.caller))
         except BadMessage as exc:
             raise HttpError(400, str(exc)) from None
         except A2aError as exc:
@@ -31,14 +33,16 @@ class SeedRest:
 
     async def get(self, request: Request) -> Response:
         try:
-            task = self.handler.engine.get(request.params["id"])
+            permit(request.caller, "get", self.agent)
+            task = self.handler.engine.get(request.params["id"], request.caller)
         except TaskNotFound as exc:
             raise HttpError(404, str(exc)) from None
         return json_response(dialects.render_task(task, "0.1"))
 
     async def cancel(self, request: Request) -> Response:
         try:
-            task = self.handler.engine.cancel(request.params["id"])
+            permit(request.caller, "cancel", self.agent)
+            task = self.handler.engine.cancel(self.handler.engine.get(request.params["id"], request.caller).id)
         except TaskNotFound as exc:
             raise HttpError(404, str(exc)) from None
         except A2aError as exc:

@@ -48,7 +48,7 @@ def agent_runner(agents: AgentPort, approvals: ApprovalPort | None = None, *, ca
         try:
             lent_model = {"sample": sample} if sample is not None else {}
             reply = await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, ask=ask,
-                                      **lent_model)
+                                      owner=report.who, **lent_model)
         except BudgetExceeded as exc:
             return Outcome(state="rejected", text=str(exc))
         except (AgentError, UnknownAgent) as exc:
@@ -98,7 +98,8 @@ async def _events_agent(agents: AgentPort, task: Task, message: Message, report:
             problems.append(str(exc))
 
     try:
-        await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, on_text=on_line, env=env)
+        await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, on_text=on_line, env=env,
+                          owner=report.who)
     except BudgetExceeded as exc:
         return Outcome(state="rejected", text=str(exc))
     except AgentError as exc:

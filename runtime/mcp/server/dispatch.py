@@ -40,7 +40,7 @@ from runtime.config import Config
 from runtime.errors import RpcError, TernTimeout
 from runtime.wire.limits import check_name
 from runtime.log import get_logger
-from runtime.ports import ApprovalPort, ContentPort, EventPort, TaskPort, ToolPort
+from runtime.ports import ApprovalPort, Caller, ContentPort, EventPort, TaskPort, ToolPort
 from runtime.mcp.server.catalog import HANDSHAKE_ONLY, METHODS as CATALOG_METHODS, Catalog
 from runtime.mcp.server.asking import Asker, decide, elicitation, wants_form
 from runtime.mcp.server.ask_call import AskStates, ask_handshake, ask_modern, conclude, error_result
@@ -80,8 +80,9 @@ Notify = Callable[[dict[str, Any]], Awaitable[None]]
 class Peer:
     """One client as the server sees it: a stdio connection or an HTTP MCP session."""
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, caller: Caller | None = None) -> None:
         self.label = label  # for the audit record: "mcp:stdio", "mcp:http:127.0.0.1"
+        self.caller = caller  # the key the HTTP session was opened with (None: stdio, tern's own user)
         self.initialized = False  # an initialize request was answered
         self.version = ""
         self.log_level: str | None = None  # handshake era, set by logging/setLevel
@@ -267,7 +268,7 @@ class McpServer:
                                    if (support := self.exposure.task_support(tool["name"])) != "forbidden" else tool
                                    for tool in result["tools"]]
         elif method in TASK_METHODS and self.tasks is not None:
-            result = self.tasks.request(method, params, meta.get(META_CAPABILITIES), peer.by())
+            result = self.tasks.request(method, params, meta.get(META_CAPABILITIES), peer.by(), peer.caller)
             if isinstance(result.get("result"), dict):  # the inlined result, as tools/call would have answered
                 result["result"].update(resultType="complete", _meta={META_SERVER_INFO: self.server_info})
         elif method == "tools/call":
@@ -399,7 +400,8 @@ class McpServer:
         if modern is None and notify is not None and can_sample(peer.capabilities):
             sample = HandshakeSampler(peer, notify)
         run = self.tools.run(None, progress=reporter.progress if reporter and reporter.token is not None else None,
-                             log=reporter.log if reporter and log_level else None, ask=ask, sample=sample)
+                             log=reporter.log if reporter and log_level else None, ask=ask, sample=sample,
+                             owner=peer.caller)
         peer.inflight[request_id] = run
         try:
             if reporter is None:
@@ -459,7 +461,7 @@ class McpServer:
             raise TernTimeout(f"the client did not answer a model turn within {SAMPLE_TIMEOUT_SECS:g} s")
 
         return self.tasks.start(agent.name, message, context_id, peer.label, lender,
-                                sample if can_sample(capabilities) else None)
+                                sample if can_sample(capabilities) else None, who=peer.caller)
 
     def _ask_task(self, ask: Ask, arguments: dict[str, Any], params: dict[str, Any],
                   capabilities: Any) -> dict[str, Any] | None:
@@ -562,7 +564,7 @@ class McpServer:
                 return await parked.sample(fit(request, capabilities))
 
             parked.run = self.tools.run(None, progress=parked.progress, log=parked.log, ask=parked.ask,
-                                        sample=sample if can_sample(capabilities) else None)
+                                        sample=sample if can_sample(capabilities) else None, owner=peer.caller)
 
             async def call() -> dict[str, Any]:
                 return await self.exposure.call(name, arguments, caller=peer.label, run=parked.run)

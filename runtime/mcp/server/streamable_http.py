@@ -69,9 +69,10 @@ class McpHttpEndpoint:
         self.sessions: OrderedDict[str, Peer] = OrderedDict()
 
     def add_routes(self, router: Any) -> None:
-        router.add("POST", "/mcp", self.post, summary="MCP (Streamable HTTP, both eras): tern's agents as tools")
-        router.add("GET", "/mcp", self.get, summary="MCP: a session's server-to-client SSE stream")
-        router.add("DELETE", "/mcp", self.delete, summary="MCP: end a session")
+        router.add("POST", "/mcp", self.post, scope="mcp",
+                   summary="MCP (Streamable HTTP, both eras): tern's agents as tools")
+        router.add("GET", "/mcp", self.get, scope="mcp", summary="MCP: a session's server-to-client SSE stream")
+        router.add("DELETE", "/mcp", self.delete, scope="mcp", summary="MCP: end a session")
 
     # --- POST -----------------------------------------------------------------------------
 
@@ -130,7 +131,7 @@ class McpHttpEndpoint:
             )
         if message.method not in MODERN_METHODS and not (message.method in TASK_METHODS and self.server.tasks):
             return _rpc_error(404, jsonrpc.METHOD_NOT_FOUND, f"method not found: {message.method}", msg_id)
-        peer = Peer(f"mcp:http:{request.client[0]}")
+        peer = Peer(f"mcp:http:{request.client[0]}", request.caller)
         return await self._answer(message, peer, wants_sse, wants_json, headers=[])
 
     @staticmethod
@@ -282,7 +283,10 @@ class McpHttpEndpoint:
                 msg_id,
             )
         peer = self.sessions.get(session_id)
-        if peer is not None and self._expired(peer):
+        if peer is not None and request.caller is not None and peer.caller is not None \
+                and peer.caller.name != request.caller.name:
+            peer = None  # another key's session: not found, as if it never was (the session stays its own)
+        elif peer is not None and self._expired(peer):
             del self.sessions[session_id]
             peer.cancel_all()
             peer = None
@@ -303,7 +307,7 @@ class McpHttpEndpoint:
                 return None, ""
             del self.sessions[idle]
         session_id = secrets.token_urlsafe(24)
-        peer = Peer(f"mcp:http:{request.client[0]}")
+        peer = Peer(f"mcp:http:{request.client[0]}", request.caller)
         self.sessions[session_id] = peer
         return peer, session_id
 

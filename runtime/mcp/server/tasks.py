@@ -35,7 +35,7 @@ from runtime.mcp.server.ask_task import PREFIX, AskTask
 from runtime.mcp.server.asking import decide, elicitation
 from runtime.mcp.server.asks import Ask
 from runtime.mcp.server.mrtr import Parked
-from runtime.ports import ApprovalPort, TaskPort, TaskView
+from runtime.ports import ApprovalPort, Caller, TaskPort, TaskView
 from runtime.wire import jsonrpc
 
 __all__ = ["McpTasks", "EXTENSION", "TASK_METHODS", "declared", "missing_tasks"]
@@ -88,11 +88,12 @@ class McpTasks:
         return created
 
     def start(self, agent: str, message: str, context_id: str | None, caller: str, lender: Parked,
-              sample: Any) -> dict[str, Any]:
-        """The ``CreateTaskResult`` of a new task (``lender.ask``/``sample`` lent to it)."""
+              sample: Any, who: Caller | None = None) -> dict[str, Any]:
+        """The ``CreateTaskResult`` of a new task (``lender.ask``/``sample`` lent to it),
+        owned by ``who`` (the HTTP session's key)."""
         try:
             view = self.port.start(agent, message, caller=caller, context_id=context_id, ask=lender.ask,
-                                   sample=sample)
+                                   sample=sample, who=who)
         except RpcError:
             raise
         except TernError as exc:  # a budget, a full store: said as the tool's error, as a sync call would
@@ -100,7 +101,8 @@ class McpTasks:
         self.lenders[view.id] = lender
         return {"resultType": "task", **self._envelope(view, lender)}
 
-    def request(self, method: str, params: dict[str, Any], capabilities: Any, by: str) -> dict[str, Any]:
+    def request(self, method: str, params: dict[str, Any], capabilities: Any, by: str,
+                who: Caller | None = None) -> dict[str, Any]:
         if not declared(capabilities):
             raise missing_tasks()
         task_id = params.get("taskId")
@@ -109,12 +111,12 @@ class McpTasks:
         if task_id.startswith(PREFIX):
             return self._ask_request(method, task_id, params)
         try:
-            view = self.port.view(task_id)
+            view = self.port.view(task_id, who)
         except TernError:
             raise RpcError(jsonrpc.INVALID_PARAMS, f"unknown task {task_id[:100]!r}") from None
         lender = self.lenders.get(task_id)
         if method == "tasks/cancel":
-            self.port.cancel(task_id)
+            self.port.cancel(task_id, who)
             return {}
         if method == "tasks/update":
             responses = params.get("inputResponses")
