@@ -67,7 +67,7 @@ class GuardedTools:
         return self.get(name)
 
     def run(self, agent: Any = None, *, progress: Any = None, log: Any = None, ask: Any = None,
-            sample: Any = None) -> GuardedRun:
+            sample: Any = None, owner: Any = None) -> GuardedRun:
         self.runs.append(GuardedRun(progress, log, ask))
         return self.runs[-1]
 

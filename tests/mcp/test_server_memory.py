@@ -58,7 +58,7 @@ class FakeTools:
         return self.get(name)
 
     def run(self, agent: Any = None, *, progress: Any = None, log: Any = None, ask: Any = None,
-            sample: Any = None) -> FakeRun:
+            sample: Any = None, owner: Any = None) -> FakeRun:
         self.runs.append(FakeRun(progress))
         return self.runs[-1]
 
