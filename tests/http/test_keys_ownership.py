@@ -63,7 +63,8 @@ async def test_an_old_conversations_file_becomes_the_admins(tmp_path):
     db = sqlite3.connect(path)
     db.executescript("CREATE TABLE messages (context_id TEXT NOT NULL, seq INTEGER PRIMARY KEY AUTOINCREMENT, "
                      "role TEXT NOT NULL, agent TEXT NOT NULL, content TEXT NOT NULL, time REAL NOT NULL);"
-                     "INSERT INTO messages (context_id, role, agent, content, time) VALUES ('old', 'user', 'a', 'hi', 1);")
+                     "INSERT INTO messages (context_id, role, agent, content, time) "
+                     "VALUES ('old', 'user', 'a', 'hi', 1);")
     db.commit()
     db.close()
     store = Conversations(path)
