@@ -1,6 +1,6 @@
 """A daemon-like server with several named keys, for the key, scope and ownership tests:
 ``alice`` and ``bob`` (no scopes: message and their own tasks), ``ops`` (approvals),
-``echo-only`` (may message the agent ``echo`` alone), one key per scope
+``echo-only`` (may message the agent ``echo`` alone), ``mcp-b`` (a second ``mcp``), one key per scope
 (``only-<scope>``), and the ``api_key`` (``admin``)."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from runtime.httpd.server import HttpServer
 
 ADMIN = "admin-key-0123456789abcdef"
 KEYS = {"alice": "alice-key-0123456789", "bob": "bob-key-0123456789abc", "ops": "ops-key-0123456789abcd",
-        "echo-only": "echo-only-key-012345678", **{f"only-{s}": f"only-{s}-key-0123456789" for s in SCOPES}}
-SCOPED = {"ops": ["approvals"], **{f"only-{s}": [s] for s in SCOPES}}
+        "echo-only": "echo-only-key-012345678", "mcp-b": "mcp-b-key-0123456789",
+        **{f"only-{s}": f"only-{s}-key-0123456789" for s in SCOPES}}
+SCOPED = {"ops": ["approvals"], "mcp-b": ["mcp"], **{f"only-{s}": [s] for s in SCOPES}}
 
 
 def key_configs() -> list[KeyConfig]:
