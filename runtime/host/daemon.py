@@ -129,13 +129,14 @@ def _ssl_context(config: Config) -> ssl.SSLContext | None:
     return context
 
 
-def key_table(config: Config) -> Any:
-    """Every key the daemon accepts: ``api_key``, ``[[server.keys]]`` and the stored
+def key_table(config: Config, running: Config | None = None) -> Any:
+    """Every key the daemon accepts: ``api_key`` (the ``running`` config's at a reload: it
+    changes at restart, as the rest of ``[server]``), ``[[server.keys]]`` and the stored
     ``tern keys`` (read at boot and on reload; a ``key_env`` that is not set is a ConfigError)."""
     from runtime.config.keys import KeyTable
     from runtime.host.keystore import read_keys
 
-    return KeyTable.build(api_key(config), config.server.keys, read_keys(config))
+    return KeyTable.build(api_key(running or config), config.server.keys, read_keys(running or config))
 
 
 def _url(host: str, port: int, tls: bool) -> str:
@@ -155,20 +156,16 @@ def reload_config(node: Any, path: Path | None) -> dict[str, Any]:
     try:
         config = load_config(str(path)).config if path is not None else \
             parse_config(bundled_config_text(), BUNDLED_LABEL, None)
-    except ConfigError as exc:
-        log.error("reload refused, the running config is kept: %s", exc)
-        node.kernel.events.publish("config.reload_failed", {"error": str(exc)})
-        raise
-    try:
-        keys = key_table(config)
+        keys = key_table(config, running=node.config) if node.access is not None else None
     except ConfigError as exc:
         log.error("reload refused, the running config is kept: %s", exc)
         node.kernel.events.publish("config.reload_failed", {"error": str(exc)})
         raise
     try:
         report = node.reload(config)
-        if getattr(node, "access", None) is not None:
+        if keys is not None:  # [[server.keys]] and the stored keys apply now; the rest of [server] at restart
             node.access.keys = keys
+            report["not_applied"] = [name for name in report["not_applied"] if name != "[server] keys"]
     except Exception as exc:  # a bug in applying it must not take the daemon down with it
         log.error("reload failed part way: %s: %s; restart tern serve to be sure of its config",
                   type(exc).__name__, exc, exc_info=True)
