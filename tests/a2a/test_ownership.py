@@ -3,9 +3,15 @@ id is answered exactly as an id that never existed, and the admin key sees all."
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 
+from tests import peers
+from tests.a2a.test_sdk_peers import serve
 from tests.http.keyed import client, start
+from tests.test_cli import ROOT
 
 V10 = {"A2A-Version": "1.0"}
 REST = "/a2a/echo/rest"
@@ -118,3 +124,26 @@ async def test_http_json_rest_and_the_api_hide_anothers_task(url):
         assert (await bob.get("/a2a/tasks/seed-1")).status_code == 404
         assert (await bob.post("/a2a/tasks/seed-1/cancel")).status_code == 404
         assert (await alice.get("/a2a/tasks/seed-1")).json()["id"] == "seed-1"
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+def test_the_a2a_sdk_client_sees_only_its_own_tasks(tmp_path, binding):
+    """The official a2a-sdk 1.x client, as two keys of one `tern serve`."""
+    python = str(peers.require(peers.a2a_sdk_python))
+    config_keys = ('api_key = "admin-sdk-key-0123"\n[[server.keys]]\nname = "alice"\nkey = "alice-sdk-key-01234"\n'
+                   '[[server.keys]]\nname = "bob"\nkey = "bob-sdk-key-0123456"\n')
+    process, url = serve(tmp_path, extra=config_keys)
+    try:
+        done = subprocess.run([python, "tests/fixtures/a2a_sdk_owner_client.py", url, "alice-sdk-key-01234",
+                               "bob-sdk-key-0123456", "admin-sdk-key-0123"], capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL,
+                              env={"A2A_BINDING": binding, "PATH": "/usr/bin:/bin"},
+                              cwd=str(ROOT))
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["a_got"] is True
+    assert seen["b_get"] == seen["b_get_unknown"] == seen["b_cancel"] != "no error"
+    assert seen["b_listed"] == [] and seen["a_listed"] == [seen["task"]] and seen["task"] in seen["admin_listed"]

@@ -23,9 +23,10 @@ def a2a_python():
     return str(peers.require(peers.a2a_sdk_python))
 
 
-def serve(tmp, **env):
+def serve(tmp, extra="", **env):
+    """``tern serve`` with the echo agent over A2A; ``extra`` TOML goes right after [server]."""
     config = tmp / "config.toml"
-    config.write_text(f'[server]\nlisten = "127.0.0.1:0"\n[state]\ndir = "{tmp / "state"}"\n'
+    config.write_text(f'[server]\nlisten = "127.0.0.1:0"\n{extra}[state]\ndir = "{tmp / "state"}"\n'
                       '[a2a]\nenabled = true\ndefault_agent = "echo"\n[[agents]]\nname = "echo"\nkind = "echo"\n')
     log = tmp / "serve.log"
     process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", str(config), "serve"],
