@@ -197,7 +197,7 @@ class Approvals:
 
             raise failed("approval request not recorded", exc) from None
         approval = self.get(approval_id)
-        self._audit("approval_requested", id=approval_id, agent=agent, tool=tool, caller=caller,
+        self._audit("approval_requested", id=approval_id, agent=agent, tool=tool, caller=caller, key=key,
                     context_id=context_id, arguments=digest, reason=reason)
         self._event("approval_requested", approval)
         for observe in self.observers:

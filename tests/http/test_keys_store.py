@@ -71,6 +71,16 @@ def test_a_broken_store_is_moved_aside(setup, garbage):
     assert tern("--config", config, "keys", "add", "fresh").returncode == 0  # and a new one is started
 
 
+def test_a_store_others_may_write_is_not_used(setup, caplog):
+    """Another user who could write the file could add a key: it is refused, loudly."""
+    tmp_path, config = setup
+    assert tern("--config", config, "keys", "add", "desk").returncode == 0
+    store = tmp_path / "state" / KEYS_FILE
+    os.chmod(store, 0o622)
+    assert read_keys(load_config(config).config) == []
+    assert any("key store" in r.getMessage() for r in caplog.records)
+
+
 def test_the_key_table(monkeypatch):
     monkeypatch.setenv("CI_KEY", "from-the-environment")
     table = KeyTable.build("the-admin-key", [
