@@ -195,8 +195,9 @@ class Access:
             raise HttpError(401, f"an API key is required: Authorization: Bearer KEY or X-API-Key: KEY{self._hint}",
                             [(b"www-authenticate", b'Bearer realm="tern"')])
         caller = self.keys.match(presented)
-        if caller is None and self._local_token and hmac.compare_digest(presented, self._local_token):
-            caller = LOCAL  # named keys but no api_key: tern's own clients still send the local token
+        if caller is None and client_is_loopback and self._local_token \
+                and hmac.compare_digest(presented, self._local_token):
+            caller = LOCAL  # named keys but no api_key: tern's own clients (on loopback) still send the local token
         if caller is None:
             raise HttpError(401, f"the API key is not valid{self._hint}",
                             [(b"www-authenticate", b'Bearer error="invalid_token"')])

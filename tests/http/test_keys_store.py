@@ -121,7 +121,8 @@ def test_a_reload_takes_a_stored_key(setup):
 
 
 def test_named_keys_without_an_api_key_still_take_the_local_token():
-    """tern's own clients send the local token when the config has no api_key."""
+    """tern's own clients send the local token when the config has no api_key (on loopback
+    only, as without keys)."""
     from runtime.config.keys import LOCAL
     from runtime.httpd.access import Access
     from runtime.httpd.messages import HttpError, Request
@@ -132,7 +133,9 @@ def test_named_keys_without_an_api_key_still_take_the_local_token():
     def sent(value: str) -> Request:
         return Request("GET", "/api/status", "", [(b"authorization", f"Bearer {value}".encode())], ("10.0.0.1", 1))
 
-    assert access.authenticate(sent(token), False) is LOCAL
+    assert access.authenticate(sent(token), True) is LOCAL
+    with pytest.raises(HttpError):
+        access.authenticate(sent(token), False)
     assert access.authenticate(sent("ci-key"), False).name == "ci"
     with pytest.raises(HttpError) as refused:
         access.authenticate(sent("guess"), False)
