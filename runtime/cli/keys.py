@@ -15,14 +15,13 @@ from runtime.cli.common import Commands, needs_subcommand, print_json
 
 
 def add_commands(commands: Commands) -> None:
-    from runtime.config.keys import SCOPES
-
     keys = commands.add("keys", needs_subcommand, "add, list and remove named API keys and their scopes")
     group = commands.group(keys, "keys_command")
     add = group.add("add", cmd_add, "make a key (printed once; only its hash is kept)")
     add.add_argument("name", help="the key's name, as the audit and access logs show it")
     add.add_argument("--scopes", default="", metavar="S,S",
-                     help=f"comma-separated, of {', '.join(SCOPES)} (default: message,tasks)")
+                     help="comma-separated: message tasks approvals mcp metrics audit events card admin "
+                          "(default: message,tasks)")
     add.add_argument("--agents", default="*", metavar="A,A", help="the agents it may message (default: every one)")
     listing = group.add("list", cmd_list, "list the keys: names, scopes, agents (never a key)")
     listing.add_argument("--json", action="store_true", help="print JSON")
