@@ -59,6 +59,8 @@ def find_warnings(config: Config) -> list[str]:
     unset key variables and programs that are not installed (yet: a server may be
     installed after the config is written, so never an error)."""
     warnings = missing_key_warnings(config)
+    warnings += [f'server.keys[{i}].key_env: "{key.key_env}" is not set, so tern serve will not start'
+                 for i, key in enumerate(config.server.keys) if key.key_env and not os.environ.get(key.key_env)]
     for i, server in enumerate(config.mcp_servers):
         transport = server.transport
         if server.enabled and isinstance(transport, StdioTransport) and transport.command.strip() \

@@ -140,3 +140,20 @@ def test_named_keys_without_an_api_key_still_take_the_local_token():
     with pytest.raises(HttpError) as refused:
         access.authenticate(sent("guess"), False)
     assert refused.value.http_status == 401
+
+
+def test_config_check_warns_of_an_unset_key_variable(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[[server.keys]]\nname = "ci"\nkey_env = "TERN_TEST_UNSET_KEY"\n')
+    checked = tern("config", "check", str(path))
+    assert 'server.keys[0].key_env: "TERN_TEST_UNSET_KEY" is not set' in checked.stdout + checked.stderr
+    served = tern("--config", str(path), "serve", "--listen", "127.0.0.1:0")
+    assert served.returncode == 2 and "key_env names TERN_TEST_UNSET_KEY, which is not set" in served.stderr
+    assert len(served.stderr.strip().splitlines()) == 1, served.stderr
+
+
+def test_the_help_names_every_scope():
+    from runtime.config.keys import SCOPES
+
+    shown = " ".join(tern("keys", "add", "--help").stdout.split())
+    assert all(scope in shown for scope in SCOPES)
