@@ -147,3 +147,15 @@ def test_the_a2a_sdk_client_sees_only_its_own_tasks(tmp_path, binding):
     assert seen["a_got"] is True
     assert seen["b_get"] == seen["b_get_unknown"] == seen["b_cancel"] != "no error"
     assert seen["b_listed"] == [] and seen["a_listed"] == [seen["task"]] and seen["task"] in seen["admin_listed"]
+
+
+def test_a_stored_task_keeps_its_owner_and_an_old_one_is_the_admins():
+    import msgspec
+
+    from runtime.a2a.model import Task
+
+    mine = msgspec.json.decode(msgspec.json.encode(Task(id="t1", context_id="c1", agent="echo", owner="alice")),
+                               type=Task)
+    assert mine.owner == "alice"
+    old = msgspec.json.decode(b'{"id": "t0", "context_id": "c0", "agent": "echo", "state": "completed"}', type=Task)
+    assert old.owner == "admin"
