@@ -42,7 +42,11 @@ def masked(config: Config) -> dict[str, Any]:
             return SECRET_MASK
         return node
 
-    return walk(msgspec.to_builtins(config), "")
+    data = walk(msgspec.to_builtins(config), "")
+    for entry in data.get("server", {}).get("keys", []):  # [[server.keys]] key = "...": a literal key
+        if entry.get("key"):
+            entry["key"] = SECRET_MASK
+    return data
 
 
 def dump_toml(data: dict[str, Any]) -> str:

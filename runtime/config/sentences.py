@@ -29,7 +29,8 @@ def toml_syntax(message: str) -> str:
     return f"TOML syntax error: {message}"
 
 
-_SECRET_KEY = re.compile(r"(?i)(api_key$|token|secret|password|authorization|^headers$)")
+# ^keys$: everything under [[server.keys]] (a key may be written there)
+_SECRET_KEY = re.compile(r"(?i)(api_key$|token|secret|password|authorization|^headers$|^keys$)")
 _MSGSPEC_ERROR = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _PATH_PART = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(\d+)\]|\[\'([^']*)\'\]")
 

@@ -157,3 +157,13 @@ def test_the_help_names_every_scope():
 
     shown = " ".join(tern("keys", "add", "--help").stdout.split())
     assert all(scope in shown for scope in SCOPES)
+
+
+def test_a_literal_key_is_masked_wherever_the_config_is_shown(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[[server.keys]]\nname = "ci"\nkey = "literal-secret-key-123"\n')
+    shown = tern("config", "show", "--config", str(path))
+    assert shown.returncode == 0 and "literal-secret-key-123" not in shown.stdout and '"ci"' in shown.stdout
+    path.write_text('[[server.keys]]\nname = "ci"\nkey = "literal-secret-key-123"\nscopes = "oops"\n')
+    bad = tern("config", "check", str(path))
+    assert bad.returncode == 2 and "literal-secret-key-123" not in bad.stderr + bad.stdout
