@@ -95,6 +95,8 @@ class KeyTable:
         """From the config's ``api_key`` (already read from its variable), its
         ``[[server.keys]]`` entries and the stored ``(name, sha256_hex, scopes, agents)``
         rows. A ``key_env`` that is not set is a ``ConfigError`` naming it."""
+        from runtime.log import register_secret
+
         table = cls()
         if api_key:
             table.add(digest(api_key), ADMIN)
@@ -105,8 +107,10 @@ class KeyTable:
                 if not value:
                     raise ConfigError(f"server.keys {entry.name!r}: key_env names {entry.key_env}, "
                                       "which is not set")
+                register_secret(value)  # masked in every log line, should one ever quote it
                 table.add(digest(value), caller)
             elif entry.key:
+                register_secret(entry.key)
                 table.add(digest(entry.key), caller)
             elif entry.key_sha256:
                 table.add(bytes.fromhex(entry.key_sha256), caller)
