@@ -121,3 +121,20 @@ async def test_the_logs_name_the_key_never_the_key_itself(served, caplog):
     assert sent and sent[-1]["key"] == "alice", records[-3:]
     everything = audit.path.read_text() + "\n".join(lines)
     assert KEYS["alice"] not in everything and ADMIN not in everything
+
+
+def test_an_old_approvals_file_becomes_the_admins(tmp_path):
+    """A file from before keys (no key_name column) gains it: its requests are the admin's."""
+    path = tmp_path / "approvals.sqlite3"
+    Approvals(path).close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE requests DROP COLUMN key_name")
+    db.execute("INSERT INTO requests (id, agent, tool, arguments, digest, caller, context_id, created, expires, state, "
+               "owner) VALUES ('ap_old', 'bot', 'shell_exec', '{}', 'd', 'agent:bot', '', 1, 2, 'denied', 'x')")
+    db.commit()
+    db.close()
+    approvals = Approvals(path)
+    assert approvals.get("ap_old").key == "admin"
+    assert approvals.list(None, who=ALICE) == [] and [a.id for a in approvals.list(None, who=OPS)] == ["ap_old"]
+    with pytest.raises(UnknownApproval):
+        approvals.get("ap_old", ALICE)
