@@ -132,9 +132,13 @@ def parse_token_response(status: int, body: bytes, now: float, *, issuer: str, r
     """A token endpoint answer as ``Tokens`` (absolute expiry; a refresh answer without
     a new refresh token keeps the old one); AuthError for an error or a bad shape, or
     for a DPoP-bound token when the request carried no proof (``dpop``)."""
-    doc = json_object(body, "the token response")
     if status != 200:
-        raise AuthError(f"the token endpoint refused (HTTP {status}): {error_text(doc)}")
+        try:
+            why = error_text(json_object(body, "the answer"))
+        except AuthError:  # an HTML error page, say: its status is what counts
+            why = "no OAuth error in the answer"
+        raise AuthError(f"the token endpoint refused (HTTP {status}): {why}")
+    doc = json_object(body, "the token response")
     token = doc.get("access_token")
     if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
         raise AuthError("the token response has no usable access_token")
