@@ -175,7 +175,7 @@ class TokenCache:
         try:
             return oauth.parse_token_response(status, answer, trio.current_time(), issuer="", resource="")
         except oauth.AuthError as exc:
-            raise oauth.AuthError(f"token endpoint {_short(spec.token_url)}: {exc}") from None
+            raise oauth.AuthError(f"{_short(spec.token_url)}: {exc}") from None
 
     async def _auth_method(self, spec: ClientCredentials) -> str:
         """Basic, unless the authorization server's metadata lists only ``client_secret_post``."""
