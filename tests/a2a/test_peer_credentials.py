@@ -377,3 +377,71 @@ async def test_the_a2a_sdk_server_accepts_the_token_and_refuses_without(nursery,
         remote = await client.discover(sdk_bearer_url)
         with pytest.raises(A2aClientError, match="HTTP 401"):
             await client.send(remote, "sneaking in")
+
+
+# --- Push webhooks that need a token -------------------------------------------------------------
+
+
+def test_a_webhook_prefix_matches_its_origin_and_path_only():
+    from runtime.a2a.server.push import matches
+
+    prefix = "https://hooks.example.com/tern"
+    assert matches(prefix, "https://hooks.example.com/tern/task-1")
+    assert matches(prefix, "https://HOOKS.example.com:443/tern")
+    assert matches("https://hooks.example.com", "https://hooks.example.com/any/where")
+    for other in ("https://hooks.example.com.evil.net/tern/x", "http://hooks.example.com/tern/x",
+                  "https://hooks.example.com:8443/tern/x", "https://hooks.example.com/ternx",
+                  "https://user@evil.net/tern", "https://[::1/tern"):
+        assert not matches(prefix, other), other
+
+
+async def test_pushes_carry_a_client_credentials_token_from_config(nursery, tmp_path, monkeypatch):
+    from runtime.config import AgentConfig, PushWebhook
+    from runtime.host.api import build_router
+    from runtime.host.node import Node
+    from runtime.httpd.access import Access
+    from runtime.httpd.server import HttpServer
+    from tests.a2a.test_server import V10, message, rpc
+
+    endpoint = TokenEndpoint()
+    _, token_url = await token_server(nursery, endpoint)
+    received = []
+
+    def hook(request: Request):
+        if not endpoint.valid(request.headers.get("authorization", "")) \
+                or request.headers["authorization"] == "Bearer tok-1":  # the first token is revoked
+            return json_answer(401, {})
+        received.append(msgspec.json.decode(request.body))
+        return json_answer(200, {})
+
+    hooks = Scripted({"/hook": hook, "/theirs": lambda r: (received.append(r.headers["authorization"]),
+                                                           json_answer(200, {}))[1]})
+    hooks_base = await hooks.serve(nursery)
+    monkeypatch.setenv("HOOK_SECRET", SECRET)
+    config = Config(agents=[AgentConfig(name="echo", kind="echo")], state=StateConfig(dir=str(tmp_path)),
+                    a2a=A2aConfig(enabled=True, default_agent="echo", push_webhooks=[PushWebhook(
+                        url_prefix=hooks_base, auth=PeerAuth(kind="client_credentials", token_url=token_url,
+                                                             client_id="tern", client_secret_env="HOOK_SECRET"))]))
+    node = Node(config)
+    await nursery.start(node.run)
+    server = HttpServer(config.server, build_router(node, secured=False), Access(""))
+    bound = await nursery.start(server.serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{bound[0][1]}/a2a"
+    import httpx
+
+    async with httpx.AsyncClient(headers=V10) as client:
+        await client.post(url, json=rpc("SendMessage", {"message": message("push me"), "configuration": {
+            "taskPushNotificationConfig": {"url": hooks_base + "/hook"}}}))
+        with trio.fail_after(10):
+            while len(received) < 3:
+                await trio.sleep(0.02)
+        assert [h.get("authorization") for h in (r.headers for r in hooks.to("/hook"))][:2] == \
+            ["Bearer tok-1", "Bearer tok-2"]
+        assert endpoint.issued.keys() == {"tok-1", "tok-2"}  # one token for all the events after the refresh
+        # a registration with credentials of its own keeps them
+        await client.post(url, json=rpc("SendMessage", {"message": message("theirs"), "configuration": {
+            "taskPushNotificationConfig": {"url": hooks_base + "/theirs",
+                                           "authentication": {"scheme": "Bearer", "credentials": "their-own"}}}}))
+        with trio.fail_after(10):
+            while "Bearer their-own" not in received:
+                await trio.sleep(0.02)
