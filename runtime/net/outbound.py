@@ -24,7 +24,7 @@ from runtime.errors import TernTimeout
 from runtime.net.guard import AddressPolicy, BlockedAddress, resolve_checked
 from runtime.net.tls import ssl_context
 
-__all__ = ["GuardedBackend", "make_client"]
+__all__ = ["GuardedBackend", "make_client", "reason"]
 
 _RESOLVE_TIMEOUT = 10.0
 
@@ -130,3 +130,15 @@ def make_client(policy: AddressPolicy, *, timeout: float = 30.0,
         follow_redirects=False,
         trust_env=False,
     )
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong with a connection, in words: a TLS refusal is often an empty
+    ``httpx`` error whose cause is the ``ssl.SSLError`` (a server that wanted a client
+    certificate says so only in its alert)."""
+    chain: BaseException | None = exc
+    while chain is not None:
+        if isinstance(chain, ssl.SSLError):
+            return f"TLS: {chain.reason or chain}"
+        chain = chain.__cause__ or chain.__context__
+    return str(exc) or type(exc).__name__

@@ -36,7 +36,7 @@ from runtime.errors import ProtocolError, TernError
 from runtime.log import get_logger, log_wire, shorten
 from runtime.net.credentials import Credential
 from runtime.net.guard import AddressPolicy, BlockedAddress, check_url
-from runtime.net.outbound import make_client
+from runtime.net.outbound import make_client, reason
 from runtime.wire.sse import SseDecoder
 
 __all__ = ["A2aClient", "RemoteAgent", "A2aClientError", "A2aTimeout", "Result", "StreamEvent", "reply_text",
@@ -390,8 +390,7 @@ def _transport_error(exc: httpx.HTTPError, url: str) -> TernError:
         chain = chain.__cause__ or chain.__context__
     if isinstance(exc, httpx.TimeoutException):
         return A2aTimeout(f"{url}: timed out ({type(exc).__name__})")
-    text = str(exc) or type(exc).__name__
-    return A2aClientError(f"cannot reach {url}: {text}")
+    return A2aClientError(f"cannot reach {url}: {reason(exc)}")
 
 
 def _traced(headers: dict[str, str]) -> dict[str, str]:
