@@ -445,3 +445,10 @@ async def test_pushes_carry_a_client_credentials_token_from_config(nursery, tmp_
         with trio.fail_after(10):
             while "Bearer their-own" not in received:
                 await trio.sleep(0.02)
+
+
+def test_configured_headers_are_trusted_over_the_cards_list():
+    bearer_only = {"securitySchemes": {"b": {"type": "http", "scheme": "bearer"}}, "security": [{"b": []}]}
+    with pytest.raises(A2aClientError, match="'b' \\(HTTP bearer\\)"):
+        choose(bearer_only, "p")
+    assert choose(bearer_only, "p", headers=frozenset({"x-api-key"})).kind == "none"

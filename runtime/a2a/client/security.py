@@ -17,8 +17,10 @@ The first alternative the config can meet wins:
   header itself among the configured ``headers``;
 - mutual TLS: a configured client certificate.
 
-A card with requirements tern cannot meet is refused with one line naming the schemes.
-A card with none leaves the config as it is.
+A card with requirements tern cannot meet is refused with one line naming the schemes,
+unless the entry configures headers of its own (credentials the card may not describe:
+tern itself takes ``X-API-Key`` while its card names only bearer); those, and ``auth``,
+are then sent as configured. A card with no requirements leaves the config as it is.
 """
 
 from __future__ import annotations
@@ -170,6 +172,8 @@ def choose(card: dict[str, Any], owner: str, *, auth: str = "", token_url: str =
         if all(plan is not None for plan in plans):
             carrying = [plan for plan in plans if plan is not None and plan.kind != "none"]
             return carrying[0] if carrying else Plan(auth or "none", scheme=plans[0].scheme if plans[0] else "")
+    if headers:  # the owner chose headers the card may not describe (tern takes X-API-Key; its card says bearer)
+        return Plan(auth or "none")
     wanted = " or ".join(" and ".join(scheme.describe() for scheme in alternative) for alternative in alternatives[:4])
     have = f'auth kind = "{auth}"' if auth else "no auth"
     raise A2aClientError(f"{owner}: its agent card asks for the security scheme {wanted}, and tern has no "
