@@ -489,20 +489,15 @@ def client_cert_problems(config: Config) -> list[str]:
         try:  # an encrypted key would ask for a password on the terminal: a callback refuses instead
             ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(entry.tls_client_cert, entry.tls_client_key,
                                                                     password=_no_password)
-        except (OSError, ssl.SSLError, _Encrypted) as exc:
-            why = ("the key is encrypted (tern takes an unencrypted PEM key, readable by it only)"
-                   if isinstance(exc, _Encrypted) else getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             problems.append(f"{where}: cannot load the client certificate {entry.tls_client_cert} with the key "
                             f"{entry.tls_client_key}: {why}")
     return problems
 
 
-class _Encrypted(Exception):
-    """The client key asks for a password."""
-
-
 def _no_password() -> bytes:
-    raise _Encrypted
+    raise ValueError("the key is encrypted (tern takes an unencrypted PEM key, readable by it only)")
 
 
 def _url_problem(url: str, where: str) -> list[str]:
