@@ -254,10 +254,14 @@ def kernel_less(tmp_path, base: str, **entry) -> ExternalAgents:
     return ExternalAgents(config, OPEN)
 
 
-async def test_the_cards_oauth2_scheme_names_the_token_endpoint(nursery, tmp_path, monkeypatch):
-    endpoint = TokenEndpoint()
-    server, url = await token_server(nursery, endpoint)
-    schemes = {"oauth": {"oauth2SecurityScheme": {"flows": {"clientCredentials": {
+@pytest.mark.parametrize("post_only", [False, True], ids=["basic", "post-from-metadata"])
+async def test_the_cards_oauth2_scheme_names_the_token_endpoint(nursery, tmp_path, monkeypatch, post_only):
+    endpoint = TokenEndpoint(post_only=post_only)
+    server = Scripted({"/token": endpoint, "/.well-known/oauth-authorization-server": lambda r: json_answer(
+        200, {"issuer": "x", "token_endpoint_auth_methods_supported": ["client_secret_post"]})})
+    url = await server.serve(nursery) + "/token"
+    metadata = {"oauth2MetadataUrl": server.base + "/.well-known/oauth-authorization-server"} if post_only else {}
+    schemes = {"oauth": {"oauth2SecurityScheme": {**metadata, "flows": {"clientCredentials": {
         "tokenUrl": url, "scopes": {"a2a.send": "send messages"}}}}}}
     peer = Peer(lambda h: endpoint.valid(h.get("authorization", "")),
                 lambda base: card(base, schemes, [{"schemes": {"oauth": {"list": ["a2a.send"]}}}]))
@@ -268,7 +272,7 @@ async def test_the_cards_oauth2_scheme_names_the_token_endpoint(nursery, tmp_pat
     await nursery.start(agents.run)
     reply = await agents.send("peer", "hi")
     assert reply.text == "hello, friend"
-    assert parse_qs(server.requests[0].body.decode())["scope"] == ["a2a.send"]  # the requirement's scopes
+    assert parse_qs(server.to("/token")[0].body.decode())["scope"] == ["a2a.send"]  # the requirement's scopes
     assert SECRET in registered_secrets()  # masked in every log line
 
 
