@@ -201,16 +201,21 @@ def _resolve_paths(config: Config, base_dir: Path | None) -> Config:
             agent, workspace=absolute(agent.workspace) or str(state_dir / "workspaces" / agent.name))
         for agent in config.agents
     ]
+
     def certs(entry: Any) -> Any:  # a client certificate and key, for one peer
         return msgspec.structs.replace(entry, tls_client_cert=absolute(entry.tls_client_cert),
                                        tls_client_key=absolute(entry.tls_client_key))
 
-    servers = [
-        msgspec.structs.replace(s, transport=msgspec.structs.replace(s.transport, cwd=absolute(s.transport.cwd)))
-        if isinstance(s.transport, StdioTransport) and s.transport.cwd
-        else s if isinstance(s.transport, StdioTransport) else msgspec.structs.replace(s, transport=certs(s.transport))
-        for s in config.mcp_servers
-    ]
+    def mcp_paths(entry: Any) -> Any:
+        transport = entry.transport
+        if not isinstance(transport, StdioTransport):
+            return msgspec.structs.replace(entry, transport=certs(transport))
+        if transport.cwd:
+            return msgspec.structs.replace(entry, transport=msgspec.structs.replace(transport,
+                                                                                     cwd=absolute(transport.cwd)))
+        return entry
+
+    servers = [mcp_paths(s) for s in config.mcp_servers]
     a2a = msgspec.structs.replace(config.a2a, external_agents=[certs(a) for a in config.a2a.external_agents],
                                   push_webhooks=[certs(h) for h in config.a2a.push_webhooks])
     server = msgspec.structs.replace(config.server, tls_cert=absolute(config.server.tls_cert),

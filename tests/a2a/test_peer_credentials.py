@@ -245,6 +245,10 @@ async def test_a_401_drops_the_token_and_retries_once_with_a_fresh_one(nursery, 
             await client.send(remote, "hi")
         assert [h["authorization"] for h in peer.seen[2:]] == ["Bearer tok-2", "Bearer tok-3"]
         assert cache.fetches == 3
+        # a stream is sent again the same way, once
+        events = [event async for event in client.stream(remote, "streamed")]
+        assert events[0].parts[0]["text"] == "hello, friend"
+        assert [h["authorization"] for h in peer.seen[4:]] == ["Bearer tok-3", "Bearer tok-4"]
 
 
 def kernel_less(tmp_path, base: str, **entry) -> ExternalAgents:
