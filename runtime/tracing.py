@@ -20,7 +20,9 @@ from __future__ import annotations
 from contextvars import ContextVar
 from random import getrandbits as _getrandbits
 from time import time_ns as _time_ns
-from typing import Any
+from typing import Any, ClassVar
+
+import msgspec
 
 from runtime import log
 
@@ -79,7 +81,7 @@ def span(name: str, kind: int = INTERNAL, attributes: dict[str, object] | None =
         if type(current) is _Active and current.covers == merge:
             current.covers = None  # once: a tool called inside it is a span of its own
             return _Merged(current, attributes)
-    return _Active(tracer, name, kind, attributes, parent, covers)
+    return _Active(tracer, name, kind, attributes if attributes is not None else {}, parent, covers)
 
 
 def enabled() -> bool:
@@ -176,20 +178,30 @@ class Tracer:
 _SAMPLED, _RANDOM = 0x01, 0x02  # the W3C flags (runtime.telemetry.context's, not imported while off)
 
 
-class _Active:
+class _Active(msgspec.Struct, gc=False):
     """A span in progress, and its context for the spans and peers under it (the same
     fields as a ``SpanContext``: ``trace_id``, ``span_id``, ``flags``, ``state``,
-    ``remote``): one object a span, kept plainly until the exporter encodes it."""
+    ``remote``): one object a span, kept plainly until the exporter encodes it. Not
+    tracked by the garbage collector (it holds no cycle: a span refers to its parent,
+    never to a child), so the spans waiting for the exporter make no collections run."""
 
-    __slots__ = ("_tracer", "name", "kind", "attributes", "parent", "covers", "trace_id", "span_id", "flags",
-                 "state", "start", "end", "failed", "size", "recording", "_token")
-    remote = False  # made here, not parsed from a peer
-
-    def __init__(self, tracer: Tracer, name: str, kind: int, attributes: dict[str, object] | None,
-                 parent: Any, covers: str | None) -> None:
-        self._tracer, self.name, self.kind, self.parent, self.covers = tracer, name, kind, parent, covers
-        self.attributes = attributes if attributes is not None else {}  # the caller's new dict, kept
-        self.failed = ""
+    tracer: Any
+    name: str
+    kind: int
+    attributes: Any  # the caller's new dict, kept
+    parent: Any
+    covers: Any
+    trace_id: bytes = b""
+    span_id: bytes = b""
+    flags: int = 0
+    state: Any = ()
+    start: int = 0
+    end: int = 0
+    failed: str = ""
+    size: int = 0
+    recording: int = 0
+    token: Any = None
+    remote: ClassVar[bool] = False  # made here, not parsed from a peer
 
     def __enter__(self) -> _Active:
         parent = self.parent
@@ -197,22 +209,23 @@ class _Active:
             parent = self.parent = _current.get()
         if parent is None:  # a root: a new trace, the sampler decides (an id of 0 is invalid: ``or 1``)
             self.trace_id = trace_id = (_getrandbits(128) or 1).to_bytes(16, "big")
-            self.flags = _RANDOM | (_SAMPLED if self._tracer.sampler.sampled(None, trace_id) else 0)
+            self.flags = _RANDOM | (_SAMPLED if self.tracer.sampler.sampled(None, trace_id) else 0)
             self.state = ()
         else:  # a child follows its parent (parent-based sampling)
             self.trace_id, self.flags, self.state = parent.trace_id, parent.flags, parent.state
         self.span_id = (_getrandbits(64) or 1).to_bytes(8, "big")
         self.recording = self.flags & _SAMPLED
-        self._token = _current.set(self)
+        self.token = _current.set(self)
         self.start = _time_ns()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self.end = _time_ns()
         try:
-            _current.reset(self._token)
+            _current.reset(self.token)
         except ValueError:  # left in another context (an async generator's): nothing to restore
             pass
+        self.token = None
         if not self.recording:
             return
         if exc_type is not None:
@@ -222,7 +235,7 @@ class _Active:
         for value in attributes.values():
             if type(value) is str:
                 size += len(value)
-        tracer = self._tracer
+        tracer = self.tracer
         raw = tracer.raw
         if len(raw) >= tracer.max_spans or tracer.raw_bytes + size > tracer.max_bytes:
             tracer.dropped += 1
