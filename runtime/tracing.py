@@ -232,9 +232,12 @@ class _Active(msgspec.Struct, gc=False):
             self.error(exc_type.__name__, str(exc) or exc_type.__name__)
         attributes = self.attributes
         size = Tracer._OVERHEAD + len(self.name) + len(self.failed) + 48 * len(attributes)  # keys are short
-        for value in attributes.values():
-            if type(value) is str:
-                size += len(value)
+        try:  # the values' characters: most spans hold only strings, counted in C
+            size += len("".join(attributes.values()))
+        except TypeError:  # a number or an array among them: strings one by one
+            for value in attributes.values():
+                if type(value) is str:
+                    size += len(value)
         tracer = self.tracer
         raw = tracer.raw
         if len(raw) >= tracer.max_spans or tracer.raw_bytes + size > tracer.max_bytes:
