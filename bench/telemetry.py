@@ -1,9 +1,11 @@
 """Telemetry cost: per echo call through ``tern mcp`` and per A2A ``SendMessage`` to ``tern
 serve``, with traces off, on (every span sampled and exported to a loopback collector that
 answers 200), on with ``--ratio`` of the traces sampled, and, for "off costs nothing", the
-code of another git ref (default ``main``) with the same config. From the repo root:
+code of another git ref (default ``main``) with the same config (``--base-on``: that code
+with traces on, for a before and after side by side). From the repo root:
 
     python bench/telemetry.py [--calls 300] [--blocks 9] [--warmup 100] [--ratio 0.1] [--base main] [--no-base]
+                              [--base-on]
 
 All variants run at once, one process each; the client alternates blocks of ``--calls``
 sequential calls between them (off, on, sampled, base, off, ...), so drift in machine
@@ -208,6 +210,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--base", default="main", help="the git ref whose code runs the base variant")
     parser.add_argument("--no-base", action="store_true")
+    parser.add_argument("--base-on", action="store_true", help="the base ref with traces on (before/after), not off")
     parser.add_argument("--on-extra", default="", help="more [telemetry] lines for the on variants")
     parser.add_argument("--ratio", type=float, default=0.1,
                         help="a variant with this sampling_ratio besides the fully sampled one (1: none)")
@@ -224,7 +227,8 @@ def main() -> None:
             variants.append(Variant(f"on, {args.ratio:g} sampled", ROOT, on + f"sampling_ratio = {args.ratio}\n",
                                     scratch))
         if not args.no_base:
-            variants.append(Variant(f"{args.base} (off)", checkout(args.base, scratch), "", scratch))
+            variants.append(Variant(f"{args.base} ({'on' if args.base_on else 'off'})", checkout(args.base, scratch),
+                                    on if args.base_on else "", scratch))
         sessions, servers, clients = [], [], []
         try:
             for variant in variants:
