@@ -126,12 +126,11 @@ class Tracer:
     bytes, and is dropped, counted, past either (``_Active.__exit__``, inline: it runs on
     every call). ``drain`` does the rest off the call path, from the exporter's task: the
     sans-IO ``RawEncoder`` bounds, masks and encodes (its cache rebuilt when a secret was
-    registered since) into ``queue``. ``wake`` (the shell's) is called when ``wake_spans``
-    spans wait."""
+    registered since) into ``queue``. ``wake`` (the shell's) is called when a batch waits."""
 
     _OVERHEAD = 256  # bytes of a raw span besides its strings, about
 
-    def __init__(self, sampler: Any, queue: Any, *, max_spans: int, max_bytes: int, wake_spans: int,
+    def __init__(self, sampler: Any, queue: Any, *, max_spans: int, max_bytes: int, batch_spans: int,
                  wake: Any = None) -> None:
         from collections import deque
 
@@ -142,7 +141,7 @@ class Tracer:
         self._raw = raw
         self.sampler = sampler
         self.queue = queue
-        self.max_spans, self.max_bytes, self.wake_spans = max_spans, max_bytes, wake_spans
+        self.max_spans, self.max_bytes, self.batch_spans = max_spans, max_bytes, batch_spans
         self.wake = wake
         self.raw: deque[_Active] = deque()
         self.raw_bytes = 0
@@ -247,7 +246,7 @@ class _Active(msgspec.Struct, gc=False):
         self.size = size
         raw.append(self)
         tracer.raw_bytes += size
-        if len(raw) == tracer.wake_spans and tracer.wake is not None:
+        if len(raw) == tracer.batch_spans and tracer.wake is not None:
             tracer.wake()
 
     def set(self, key: str, value: object) -> None:

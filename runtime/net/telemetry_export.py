@@ -40,7 +40,6 @@ FLUSH_SECS = 3.0
 MAX_RETRY_AFTER_SECS = 5.0
 MAX_ANSWER_BYTES = 64 << 10
 CHUNK = 32  # spans encoded between two checkpoints: about 1 ms
-DRAIN_SPANS = 128  # ended spans that wake the task to encode them: few, so they are encoded while still in cache
 
 
 def traces_url(endpoint: str) -> str:
@@ -68,8 +67,8 @@ class Exporter:
         self.queue = BatchQueue(encoder, max_spans=config.max_queue_spans, max_bytes=config.max_queue_bytes,
                                 batch_spans=config.batch_spans, batch_bytes=min(1 << 20, config.max_queue_bytes))
         self.tracer = tracing.Tracer(Sampler(config.sampling_ratio), self.queue, max_spans=config.max_queue_spans,
-                                     max_bytes=config.max_queue_bytes,
-                                     wake_spans=min(DRAIN_SPANS, config.batch_spans), wake=self._wake)
+                                     max_bytes=config.max_queue_bytes, batch_spans=config.batch_spans,
+                                     wake=self._wake)
         self.exported = 0  # spans the collector took
         self.failed = 0  # requests that lost their batch
         self._ready = trio.Event()
@@ -94,29 +93,24 @@ class Exporter:
                 self._client = client
                 task_status.started()
                 try:
-                    due = trio.current_time() + self.delay
                     while True:
-                        if len(self.tracer.raw) < self.tracer.wake_spans:  # else a wake came and went
-                            with trio.move_on_at(due):
+                        if len(self.tracer.raw) < self.queue.batch_spans:  # else a wake came and went
+                            with trio.move_on_after(self.delay):
                                 await self._ready.wait()
                         self._ready = trio.Event()
-                        late = trio.current_time() >= due  # the delay passed: what waits leaves, full or not
-                        await self._export(partial=late)
-                        if late:
-                            due = trio.current_time() + self.delay
+                        await self._export()
                 finally:
                     with trio.CancelScope(shield=True), trio.move_on_after(FLUSH_SECS):
-                        await self._export(retry=False, partial=True)
+                        await self._export(retry=False)
         finally:
             tracing.uninstall()
 
-    async def _export(self, *, retry: bool = True, partial: bool = False) -> None:
+    async def _export(self, *, retry: bool = True) -> None:
         """The spans ended before this started (not those ending meanwhile: a steady stream
         of calls would keep it running beside them), masked, bounded and encoded ``CHUNK``
-        at a time with a checkpoint between chunks, and sent a full batch at a time, then,
-        when ``partial`` (the delay passed, or shutdown), the rest. Woken every
-        ``DRAIN_SPANS`` ended spans, or after the delay: the spans are encoded while their
-        objects are still in the CPU's cache, and leave in large, rare requests."""
+        at a time with a checkpoint between chunks, and sent a full batch at a time, then
+        the rest. Woken once a batch is full, or after the delay, so this work comes in
+        bursts, between which calls pay nothing for it."""
         pending = len(self.tracer.raw)
         while pending > 0:
             done = self.tracer.drain(min(CHUNK, pending))
@@ -126,7 +120,7 @@ class Exporter:
             if self.queue.ready:
                 await self._send(self.queue.take(), retry=retry)  # type: ignore[arg-type]
             await trio.lowlevel.checkpoint()
-        while (self.queue.ready or partial) and (batch := self.queue.take()) is not None:
+        while (batch := self.queue.take()) is not None:
             await self._send(batch, retry=retry)
 
     async def _send(self, batch: Batch, *, retry: bool = True) -> None:

@@ -13,7 +13,7 @@ class Queue:
 
 
 def tracer() -> tracing.Tracer:
-    made = tracing.Tracer(Sampler(1.0), Queue(), max_spans=100, max_bytes=1 << 20, wake_spans=100)
+    made = tracing.Tracer(Sampler(1.0), Queue(), max_spans=100, max_bytes=1 << 20, batch_spans=100)
     tracing.install(made)
     return made
 

@@ -84,7 +84,7 @@ def test_a_secret_registered_after_its_value_was_cached_is_masked_from_then_on()
             self.encoded.append(encoded)
             return True
 
-    tracer = tracing.Tracer(Sampler(1.0), Queue(), max_spans=100, max_bytes=1 << 20, wake_spans=100)
+    tracer = tracing.Tracer(Sampler(1.0), Queue(), max_spans=100, max_bytes=1 << 20, batch_spans=100)
     tracing.install(tracer)
     try:
         for _ in range(2):
