@@ -20,7 +20,7 @@ body.
 
 - ``tern mcp``: one stdio session per variant (no daemon: the in-process kernel),
   ``tools/call tern_agent_echo {"message": "hi"}``, newline JSON in, one line out.
-  Spans per call: tools/call (SERVER), execute_tool, invoke_agent.
+  Spans per call: tools/call (SERVER, covering the pipeline's execute_tool), invoke_agent.
 - A2A: ``tern serve`` with an echo agent, JSON-RPC ``SendMessage`` (blocking, A2A 1.0) on
   one keep-alive connection (bench/a2a_server.py's client). Spans per call: the HTTP
   request (SERVER), the A2A task, invoke_agent.
