@@ -28,11 +28,11 @@ body.
 Target (issue 18): on at most 5% more time per call than off; off: no measurable cost
 (off against the base ref within the noise of off against itself).
 
-Last figures (``--calls 200 --blocks 21 --ratio 0``, 2-core dev box, two runs): off
-against ``main`` within -6% to +8% everywhere (noise). On, all sampled, to off: echo
-through ``tern mcp`` x1.11-1.12 median, x1.23 mean, x1.33-1.34 CPU (+45 to +48 us);
-A2A ``SendMessage`` x1.04-1.07 median, x1.07-1.11 mean, x1.10-1.12 CPU. Target not met
-on this box; docs/tracing.md says where the microseconds go.
+Last figures (``--calls 200 --blocks 21``, 2-core dev box shared with other test runs,
+two to six runs): off against ``main`` within -2% to +5% (noise). On, all sampled, to
+off: echo through ``tern mcp`` x1.11-1.16 median, x1.23-1.31 CPU (+32 to +45 us);
+A2A ``SendMessage`` x1.08-1.10 median, x1.15-1.19 CPU. Target not met on this box;
+docs/tracing.md says where the microseconds go.
 """
 
 from __future__ import annotations
