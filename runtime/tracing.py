@@ -281,9 +281,7 @@ class _Merged:
     def __enter__(self) -> _Active:
         span = self._span
         if self._attributes and span.recording:
-            kept = span.attributes
-            for key, value in self._attributes.items():
-                kept.setdefault(key, value)
+            span.attributes = {**self._attributes, **span.attributes}  # the covering span's own win
         return span
 
     def __exit__(self, *exc: object) -> None:
