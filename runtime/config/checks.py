@@ -128,6 +128,11 @@ def find_problems(config: Config) -> list[str]:
             problems += _sampling_problems(server.sampling, f"{where}.sampling", config.agents)
     for i, agent in enumerate(config.a2a.external_agents):
         problems += _url_problem(agent.url, f"a2a.external_agents[{i}].url")
+        if agent.card_jwks_url:
+            problems += _url_problem(agent.card_jwks_url, f"a2a.external_agents[{i}].card_jwks_url")
+        if agent.card_jwks_url and agent.card_public_key:
+            problems.append(f"a2a.external_agents[{i}]: set card_public_key (a pinned key) or card_jwks_url "
+                            "(a trusted key set), not both")
     problems += _duplicates([a.name for a in config.a2a.external_agents], "a2a.external_agents", "name")
     if config.a2a.public_url:
         problems += _url_problem(config.a2a.public_url, "a2a.public_url")

@@ -269,6 +269,10 @@ class ExternalAgent(_Section):
     url: str
     enabled: bool = True
     headers: dict[str, str] = {}
+    # Signed cards (docs/signed-cards.md): the peer's card must carry a valid signature by this
+    # key (a public JWK, inline JSON or a file) or by a key of this JWKS (fetched, cached).
+    card_public_key: str = ""
+    card_jwks_url: str = ""
 
 
 class A2aConfig(_Section):
@@ -296,6 +300,9 @@ class A2aConfig(_Section):
     # The card at /.well-known/agent-card.json carries the 0.3 fields (url, protocolVersion,
     # ...) next to the 1.0 ones, as the SDKs serve it; false serves a strict 1.0 card.
     card_03_fields: bool = True
+    # The Ed25519 key tern signs its cards with (a private JWK or PKCS#8 PEM file, 0600);
+    # empty: <state dir>/card-signing-key.jwk, made at first use.
+    card_signing_key: str = ""
 
 
 # --- [[agents]] --------------------------------------------------------------------------
