@@ -11,6 +11,8 @@ logged, boot never waits) and again on first use if that failed. It then serves 
 
 Every request goes through tern's guarded HTTP client (metadata and link-local
 addresses refused, DNS pinned per connection); header values may use ``${VAR}``.
+A peer with ``card_public_key`` or ``card_jwks_url`` must serve a card signed by
+that key (``card_trust.py``); a bad pinned key fails that peer only.
 """
 
 from __future__ import annotations
@@ -69,11 +71,12 @@ class ExternalAgents:
             for peer in self.peers.values():
                 try:
                     headers = expand_headers(peer.entry.headers, f"a2a.external_agents '{peer.entry.name}'")
-                except TernError as exc:  # an unset ${VAR}: this peer only
+                    trust = card_trust(peer.entry)
+                except TernError as exc:  # an unset ${VAR}, an unusable pinned key: this peer only
                     peer.state, peer.error = "failed", str(exc)
                     continue
                 peer.client = await stack.enter_async_context(
-                    A2aClient(policy=self.policy, timeout=self.timeout, headers=headers))
+                    A2aClient(policy=self.policy, timeout=self.timeout, headers=headers, trust=trust))
             async with trio.open_nursery() as nursery:
                 task_status.started()
                 for peer in self.peers.values():
@@ -131,6 +134,29 @@ class ExternalAgents:
             }
             for name, peer in self.peers.items()
         ]
+
+
+def card_trust(entry: ExternalAgent) -> Any:
+    """How this peer's card signatures are checked: its pinned key (inline JWK JSON or a
+    file of one), its trusted JWKS URL, or neither."""
+    from runtime.a2a.client.card_trust import CardTrust
+    from runtime.crypto.jwk import KeyError_, public_key
+    from runtime.wire.depth import loads
+
+    text = entry.card_public_key.strip()
+    if not text:
+        return CardTrust(jwks_url=entry.card_jwks_url)
+    where = f"a2a.external_agents '{entry.name}' card_public_key"
+    try:
+        if not text.startswith("{"):
+            with open(text, "rb") as handle:
+                text = handle.read(64 * 1024).decode("utf-8")
+        document = loads(text)
+        if isinstance(document, dict) and isinstance(document.get("keys"), list) and len(document["keys"]) == 1:
+            document = document["keys"][0]  # a JWKS holding the one key
+        return CardTrust(pinned=public_key(document))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError_) as exc:
+        raise TernError(f"{where}: {exc}") from None
 
 
 def register_tools(registry: Any, external: ExternalAgents) -> None:
