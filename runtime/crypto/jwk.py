@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = ["PublicKey", "SigningKey", "KeyError_", "b64url", "unb64url", "public
 MAX_KEYS = 16  # keys read from one JWKS
 _MAX_MEMBER = 1400  # base64url characters of one member (an 8192-bit modulus is 1366)
 _PRIVATE = ("d", "p", "q", "dp", "dq", "qi", "k")
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class KeyError_(ValueError):
@@ -37,7 +39,7 @@ def b64url(data: bytes) -> str:
 def unb64url(text: Any, what: str = "a value", limit: int = _MAX_MEMBER) -> bytes:
     if not isinstance(text, str) or not text or len(text) > limit:
         raise KeyError_(f"{what} is missing, not a string or longer than {limit} characters")
-    if "=" in text or "+" in text or "/" in text:
+    if not _B64URL.fullmatch(text):
         raise KeyError_(f"{what} is not unpadded base64url")
     try:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
@@ -106,7 +108,7 @@ def public_key(jwk: Any) -> PublicKey:
             raise KeyError_("the P-256 key is not a point of the curve")
         name, material, public = "ES256", point, {"kty": "EC", "crv": "P-256", "x": jwk["x"], "y": jwk["y"]}
     elif kty == "RSA":
-        n = int.from_bytes(unb64url(jwk.get("n"), "the RSA modulus"), "big")
+        n = int.from_bytes(unb64url(jwk.get("n"), "the RSA modulus", 4 * _MAX_MEMBER), "big")  # room to say its size
         e = int.from_bytes(unb64url(jwk.get("e"), "the RSA exponent", 12), "big")
         why = rsa.check_key(n, e)
         if why:
