@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from runtime.crypto import jws
 from runtime.crypto.jwk import PublicKey, SigningKey
+from runtime.errors import ProtocolError
 from runtime.wire.jcs import CanonicalError, canonicalize
 
 __all__ = ["CardSignature", "CardRefused", "MAX_SIGNATURES", "signed_view", "payloads", "sign_card",
@@ -33,7 +34,7 @@ _SCHEME_WRAPPERS = {"apiKey": "apiKeySecurityScheme", "http": "httpAuthSecurityS
                     "mutualTLS": "mtlsSecurityScheme"}
 
 
-class CardRefused(ValueError):
+class CardRefused(ProtocolError, ValueError):
     """The card's signatures do not hold; the text says why (every reason, once)."""
 
 

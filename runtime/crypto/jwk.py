@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.crypto import ed25519, p256, rsa
+from runtime.errors import ProtocolError
 from runtime.wire.jcs import canonicalize
 
-__all__ = ["PublicKey", "SigningKey", "KeyError_", "b64url", "unb64url", "public_key", "signing_key",
+__all__ = ["PublicKey", "SigningKey", "BadKey", "b64url", "unb64url", "public_key", "signing_key",
            "generate", "thumbprint", "MAX_KEYS"]
 
 MAX_KEYS = 16  # keys read from one JWKS
@@ -28,7 +29,7 @@ _PRIVATE = ("d", "p", "q", "dp", "dq", "qi", "k")
 _B64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 
-class KeyError_(ValueError):
+class BadKey(ProtocolError, ValueError):
     """A JWK tern cannot use; the text says why."""
 
 
@@ -38,13 +39,13 @@ def b64url(data: bytes) -> str:
 
 def unb64url(text: Any, what: str = "a value", limit: int = _MAX_MEMBER) -> bytes:
     if not isinstance(text, str) or not text or len(text) > limit:
-        raise KeyError_(f"{what} is missing, not a string or longer than {limit} characters")
+        raise BadKey(f"{what} is missing, not a string or longer than {limit} characters")
     if not _B64URL.fullmatch(text):
-        raise KeyError_(f"{what} is not unpadded base64url")
+        raise BadKey(f"{what} is not unpadded base64url")
     try:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
-        raise KeyError_(f"{what} is not base64url") from None
+        raise BadKey(f"{what} is not base64url") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,40 +86,40 @@ def thumbprint(jwk: dict[str, str]) -> str:
 
 
 def public_key(jwk: Any) -> PublicKey:
-    """A verification key from a public JWK; :class:`KeyError_` says why not."""
+    """A verification key from a public JWK; :class:`BadKey` says why not."""
     if not isinstance(jwk, dict):
-        raise KeyError_("a JWK must be a JSON object")
+        raise BadKey("a JWK must be a JSON object")
     if any(member in jwk for member in _PRIVATE):
-        raise KeyError_("the JWK holds a private key member: publish only the public key")
+        raise BadKey("the JWK holds a private key member: publish only the public key")
     kty, alg = jwk.get("kty"), jwk.get("alg")
     use = jwk.get("use")
     if use is not None and use != "sig":
-        raise KeyError_(f"the JWK is for {str(use)[:20]!r}, not signatures")
+        raise BadKey(f"the JWK is for {str(use)[:20]!r}, not signatures")
     if kty == "OKP" and jwk.get("crv") == "Ed25519":
         x = unb64url(jwk.get("x"), "the key's x")
         if len(x) != 32:
-            raise KeyError_("an Ed25519 key is 32 bytes")
+            raise BadKey("an Ed25519 key is 32 bytes")
         name, material, public = "EdDSA", x, {"kty": "OKP", "crv": "Ed25519", "x": jwk["x"]}
     elif kty == "EC" and jwk.get("crv") == "P-256":
         raw_x, raw_y = unb64url(jwk.get("x"), "the key's x"), unb64url(jwk.get("y"), "the key's y")
         if len(raw_x) != 32 or len(raw_y) != 32:
-            raise KeyError_("a P-256 coordinate is 32 bytes")
+            raise BadKey("a P-256 coordinate is 32 bytes")
         point = (int.from_bytes(raw_x, "big"), int.from_bytes(raw_y, "big"))
         if not p256.on_curve(*point):
-            raise KeyError_("the P-256 key is not a point of the curve")
+            raise BadKey("the P-256 key is not a point of the curve")
         name, material, public = "ES256", point, {"kty": "EC", "crv": "P-256", "x": jwk["x"], "y": jwk["y"]}
     elif kty == "RSA":
         n = int.from_bytes(unb64url(jwk.get("n"), "the RSA modulus", 4 * _MAX_MEMBER), "big")  # room to say its size
         e = int.from_bytes(unb64url(jwk.get("e"), "the RSA exponent", 12), "big")
         why = rsa.check_key(n, e)
         if why:
-            raise KeyError_(why)
+            raise BadKey(why)
         name, material, public = "RS256", (n, e), {"kty": "RSA", "n": jwk["n"], "e": jwk["e"]}
     else:
-        raise KeyError_(f"a {str(kty)[:10]!r} key on {str(jwk.get('crv'))[:10]!r}: tern verifies Ed25519 (EdDSA), "
+        raise BadKey(f"a {str(kty)[:10]!r} key on {str(jwk.get('crv'))[:10]!r}: tern verifies Ed25519 (EdDSA), "
                         "P-256 (ES256) and RSA (RS256) keys")
     if alg is not None and alg != name:
-        raise KeyError_(f"the JWK says alg {str(alg)[:20]!r}, but the key is for {name}")
+        raise BadKey(f"the JWK says alg {str(alg)[:20]!r}, but the key is for {name}")
     kid = jwk.get("kid")
     return PublicKey(name, kid if isinstance(kid, str) else thumbprint(public), material, public)
 
@@ -126,13 +127,13 @@ def public_key(jwk: Any) -> PublicKey:
 def signing_key(jwk: Any) -> SigningKey:
     """tern's key pair from a private OKP/Ed25519 JWK (``d`` is the seed)."""
     if not isinstance(jwk, dict) or jwk.get("kty") != "OKP" or jwk.get("crv") != "Ed25519":
-        raise KeyError_("the card signing key must be an Ed25519 JWK (kty OKP, crv Ed25519)")
+        raise BadKey("the card signing key must be an Ed25519 JWK (kty OKP, crv Ed25519)")
     seed = unb64url(jwk.get("d"), "the key's d")
     if len(seed) != 32:
-        raise KeyError_("an Ed25519 private key is 32 bytes")
+        raise BadKey("an Ed25519 private key is 32 bytes")
     pair = _pair(seed)
     if "x" in jwk and jwk["x"] != pair.public.jwk["x"]:
-        raise KeyError_("the key's x is not the public key of its d")
+        raise BadKey("the key's x is not the public key of its d")
     return pair
 
 

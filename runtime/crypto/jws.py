@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.crypto import ed25519
-from runtime.crypto.jwk import KeyError_, PublicKey, SigningKey, b64url, unb64url
+from runtime.crypto.jwk import BadKey, PublicKey, SigningKey, b64url, unb64url
+from runtime.errors import ProtocolError
 from runtime.wire.depth import loads as json_loads
 from runtime.wire.jcs import canonicalize
 
@@ -22,7 +23,7 @@ MAX_HEADER = 4096  # base64url characters of a protected header
 MAX_SIGNATURE = 1400  # an RS256 signature with an 8192-bit key is 1366
 
 
-class BadJws(ValueError):
+class BadJws(ProtocolError, ValueError):
     """A signature that cannot be checked; the text says why."""
 
 
@@ -31,7 +32,7 @@ def protected_header(protected: Any) -> dict[str, Any]:
     try:
         raw = unb64url(protected, "the protected header", MAX_HEADER)
         header = json_loads(raw)
-    except KeyError_ as exc:
+    except BadKey as exc:
         raise BadJws(str(exc)) from None
     except (ValueError, UnicodeDecodeError):
         raise BadJws("the protected header is not JSON") from None
@@ -56,7 +57,7 @@ def verify(key: PublicKey, protected: str, payload: bytes, signature: Any) -> bo
         raise BadJws(f"the signature says {header['alg']} but the key is for {key.alg}")
     try:
         raw = unb64url(signature, "the signature", MAX_SIGNATURE)
-    except KeyError_ as exc:
+    except BadKey as exc:
         raise BadJws(str(exc)) from None
     return key.verify(f"{protected}.{b64url(payload)}".encode("ascii"), raw)
 

@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any
 
+from runtime.errors import ProtocolError
+
 __all__ = ["canonicalize", "CanonicalError", "MAX_DEPTH"]
 
 MAX_DEPTH = 64
@@ -22,7 +24,7 @@ _ESCAPES.update({chr(c): f"\\u{c:04x}" for c in range(0x20) if chr(c) not in _ES
 _NEEDS_ESCAPE = re.compile(r'[\x00-\x1f"\\]')
 
 
-class CanonicalError(ValueError):
+class CanonicalError(ProtocolError, ValueError):
     """The value has no RFC 8785 form."""
 
 

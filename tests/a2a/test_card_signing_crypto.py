@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from runtime.crypto import ed25519, jwk, jws
-from runtime.crypto.jwk import KeyError_, b64url
+from runtime.crypto.jwk import BadKey, b64url
 from runtime.wire.jcs import CanonicalError, canonicalize, number
 from tests import peers
 
@@ -158,7 +158,7 @@ def _rsa(bits: int, e: int = 65537) -> dict[str, str]:
     ("not an object", "JSON object"),
 ])
 def test_bad_keys_refused_with_a_reason(bad: object, why: str) -> None:
-    with pytest.raises(KeyError_, match=why):
+    with pytest.raises(BadKey, match=why):
         jwk.public_key(bad)
 
 

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import trio
 
 from runtime.a2a.signatures import CardRefused, CardSignature, check, payloads, signatures_of, uncovered_endpoints
-from runtime.crypto.jwk import MAX_KEYS, KeyError_, PublicKey, public_key
+from runtime.crypto.jwk import MAX_KEYS, BadKey, PublicKey, public_key
 from runtime.errors import TernError
 
 __all__ = ["CardTrust", "CardRefused", "TTL_SECS", "REFRESH_SECS", "MAX_JWKS_BYTES", "JWKS_PATH"]
@@ -120,7 +120,7 @@ class CardTrust:
             kid = entry.get("kid") if isinstance(entry, dict) else None
             try:
                 key = public_key(entry)
-            except KeyError_ as exc:
+            except BadKey as exc:
                 if isinstance(kid, str):
                     fresh.unusable[kid] = str(exc)
                 continue

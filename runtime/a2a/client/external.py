@@ -140,7 +140,7 @@ def card_trust(entry: ExternalAgent) -> Any:
     """How this peer's card signatures are checked: its pinned key (inline JWK JSON or a
     file of one), its trusted JWKS URL, or neither."""
     from runtime.a2a.client.card_trust import CardTrust
-    from runtime.crypto.jwk import KeyError_, public_key
+    from runtime.crypto.jwk import BadKey, public_key
     from runtime.wire.depth import loads
 
     text = entry.card_public_key.strip()
@@ -155,7 +155,7 @@ def card_trust(entry: ExternalAgent) -> Any:
         if isinstance(document, dict) and isinstance(document.get("keys"), list) and len(document["keys"]) == 1:
             document = document["keys"][0]  # a JWKS holding the one key
         return CardTrust(pinned=public_key(document))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError_) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, BadKey) as exc:
         raise TernError(f"{where}: {exc}") from None
 
 

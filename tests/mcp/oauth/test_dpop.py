@@ -19,7 +19,7 @@ import trio
 
 from runtime.config import HttpTransport, OAuthConfig
 from runtime.crypto import p256
-from runtime.mcp.client.oauth import dpop, grant, jwt
+from runtime.mcp.client.oauth import dpop, grant
 from runtime.mcp.client.oauth.challenge import parse_www_authenticate
 from runtime.mcp.client.oauth.model import AsMetadata, AuthError, Client, Tokens
 from runtime.mcp.client.oauth.shell import OAuthSession
