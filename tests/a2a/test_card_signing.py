@@ -324,3 +324,50 @@ def test_external_agent_pinned_key_forms(tmp_path):
                         (str(tmp_path / "missing"), "No such file")]:
         with pytest.raises(TernError, match=reason):
             card_trust(ExternalAgent(name="p", url="http://p", card_public_key=bad))
+
+
+async def test_external_agents_with_a_trusted_key_set_and_a_wrong_pinned_key(nursery, tmp_path):
+    """Through the kernel: a peer whose card is signed by a key of its trusted JWKS
+    works; a peer pinned to another key is refused at discovery with the reason, and a
+    peer whose pinned key cannot be used fails alone; boot waits for none of them."""
+    import trio
+
+    from runtime.kernel.kernel import Kernel
+
+    _, server = await start(nursery, tmp_path / "server", key="")
+    stranger = json.dumps(jwk.generate().public.jwk)
+    config = Config(state=StateConfig(dir=str(tmp_path / "client")),
+                    agents=[AgentConfig(name="good", kind="remote", remote="trusted"),
+                            AgentConfig(name="bad", kind="remote", remote="pinned")],
+                    a2a=A2aConfig(discovery_timeout_secs=5, external_agents=[
+                        ExternalAgent(name="trusted", url=server, card_jwks_url=server + "/.well-known/jwks.json"),
+                        ExternalAgent(name="pinned", url=server, card_public_key=stranger),
+                        ExternalAgent(name="broken", url=server, card_public_key='{"kty": "none"}')]))
+    kernel = Kernel(config)
+    with trio.fail_after(1):
+        await nursery.start(kernel.run)
+    assert (await kernel.agents.send("good", "signed and checked")).text == "signed and checked"
+    from runtime.errors import AgentError
+
+    with pytest.raises(AgentError, match="is refused: no valid signature"):
+        await kernel.agents.send("bad", "hi")
+    states = {s["name"]: s for s in kernel.external.statuses()}
+    assert states["trusted"]["state"] == "ready" and states["pinned"]["state"] == "failed"
+    assert states["broken"]["state"] == "failed" and "card_public_key" in states["broken"]["error"]
+
+
+def test_config_of_card_keys(tmp_path):
+    from runtime.config.load import parse_config
+    from runtime.errors import ConfigError
+
+    both = ('[a2a]\n[[a2a.external_agents]]\nname = "p"\nurl = "http://p"\ncard_public_key = "k.jwk"\n'
+            'card_jwks_url = "https://p/jwks.json"\n')
+    with pytest.raises(ConfigError, match="not both"):
+        parse_config(both, "test", tmp_path)
+    with pytest.raises(ConfigError, match="card_jwks_url: expected an http"):
+        parse_config('[[a2a.external_agents]]\nname = "p"\nurl = "http://p"\ncard_jwks_url = "file:///etc/x"\n',
+                     "test", tmp_path)
+    config = parse_config('[a2a]\ncard_signing_key = "keys/card.jwk"\n[[a2a.external_agents]]\nname = "p"\n'
+                          'url = "http://p"\ncard_public_key = "peer.jwk"\n', "test", tmp_path)
+    assert config.a2a.card_signing_key == str(tmp_path / "keys" / "card.jwk")
+    assert config.a2a.external_agents[0].card_public_key == str(tmp_path / "peer.jwk")
