@@ -371,3 +371,48 @@ def test_config_of_card_keys(tmp_path):
                           'url = "http://p"\ncard_public_key = "peer.jwk"\n', "test", tmp_path)
     assert config.a2a.card_signing_key == str(tmp_path / "keys" / "card.jwk")
     assert config.a2a.external_agents[0].card_public_key == str(tmp_path / "peer.jwk")
+
+
+def test_from_the_built_pyz(pyz, tmp_path):
+    """The pyz (no crypto package, no native code but msgspec) makes its key, serves
+    signed cards and the JWKS, and its own client checks them: ``tern a2a discover``."""
+    import signal
+    import socket
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "config.toml"
+    config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n[state]\ndir = "{tmp_path / "state"}"\n'
+                      '[a2a]\nenabled = true\n[[agents]]\nname = "echo"\nkind = "echo"\n')
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "TERN_CACHE_DIR": str(tmp_path / "cache"),
+           "TMPDIR": str(tmp_path), "LANG": "C.UTF-8"}
+    log = tmp_path / "serve.log"
+    with log.open("w") as sink:
+        daemon = subprocess.Popen([sys.executable, "-I", str(pyz), "serve", "--config", str(config)], env=env,
+                                  cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink)
+    try:
+        deadline = time.monotonic() + 60
+        while "serving on" not in log.read_text() and time.monotonic() < deadline:
+            assert daemon.poll() is None, log.read_text()
+            time.sleep(0.05)
+        base = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(base + "/.well-known/jwks.json", timeout=10) as answer:
+            [key] = json.load(answer)["keys"]
+        assert (tmp_path / "state" / KEY_FILE).stat().st_mode & 0o777 == 0o600
+        discovered = subprocess.run([sys.executable, "-I", str(pyz), "a2a", "discover", base, "--config", str(config)],
+                                    env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert discovered.returncode == 0 and "echo" in discovered.stdout, discovered
+        with urllib.request.urlopen(base + "/.well-known/agent-card.json", timeout=10) as answer:
+            card = json.load(answer)
+        assert json.loads(jwk.unb64url(card["signatures"][0]["protected"]))["kid"] == key["kid"]
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
