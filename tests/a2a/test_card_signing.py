@@ -311,6 +311,15 @@ async def test_signing_key_file(nursery, tmp_path):
         load_key(tmp_path / "missing.jwk", generate=False)
 
 
+def test_without_a_state_directory_the_key_stays_in_memory(tmp_path, monkeypatch):
+    from runtime.a2a.server.card_signing import CardSigner
+
+    monkeypatch.chdir(tmp_path)
+    signer = CardSigner(Config(a2a=A2aConfig(enabled=True)))
+    assert signer.sign({"name": "x"})["signatures"] and signer.jwks()["keys"][0]["kid"] == signer.key().public.kid
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_external_agent_pinned_key_forms(tmp_path):
     key = jwk.generate().public.jwk
     inline = card_trust(ExternalAgent(name="p", url="http://p", card_public_key=json.dumps(key)))

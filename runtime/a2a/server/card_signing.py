@@ -5,7 +5,8 @@ The key is Ed25519 (JWS ``EdDSA``, RFC 8037), read at first use from ``[a2a]
 card_signing_key`` (a private JWK or a PKCS#8 PEM file) or from
 ``<state dir>/card-signing-key.jwk``, which tern makes then if it does not exist:
 0600, written to a temporary file and linked into place, so two processes starting
-at once end with one key. A key file that is a symlink or readable by group or
+at once end with one key (with no state directory at all, the key lives in memory for
+the process). A key file that is a symlink or readable by group or
 others is refused: whoever reads it can sign as this tern. The ``kid`` is the key's
 RFC 7638 thumbprint. A card is signed once per content (a bounded cache), not per
 request.
@@ -43,14 +44,15 @@ log = get_logger("a2a")
 class CardSigner:
     def __init__(self, config: Config) -> None:
         configured = config.a2a.card_signing_key
-        self.path = Path(configured) if configured else Path(config.state.dir) / KEY_FILE
+        state = config.state.dir
+        self.path = Path(configured) if configured else Path(state) / KEY_FILE if state else None
         self.generate = not configured
         self._key: jwk.SigningKey | None = None
         self._signed: OrderedDict[bytes, list[dict[str, str]]] = OrderedDict()
 
     def key(self) -> jwk.SigningKey:
-        if self._key is None:
-            self._key = load_key(self.path, generate=self.generate)
+        if self._key is None:  # no state directory (an embedded kernel): a key for this process only
+            self._key = load_key(self.path, generate=self.generate) if self.path else jwk.generate()
         return self._key
 
     def jwks(self) -> dict[str, Any]:
