@@ -57,6 +57,10 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _requirements(legacy: Any) -> list[dict[str, Any]]:
     return [{"schemes": {name: {"list": scopes} for name, scopes in entry.items()}}
             for entry in legacy if isinstance(entry, dict)] if isinstance(legacy, list) else []
@@ -69,7 +73,7 @@ def signed_view(card: dict[str, Any]) -> dict[str, Any]:
     if view.pop("supportsAuthenticatedExtendedCard", None) and isinstance(view.get("capabilities", {}), dict):
         view.setdefault("capabilities", {}).setdefault("extendedAgentCard", True)
     url, binding = view.pop("url", None), view.pop("preferredTransport", "JSONRPC")
-    version, extra = view.pop("protocolVersion", "0.3.0"), view.pop("additionalInterfaces", None) or []
+    version, extra = view.pop("protocolVersion", "0.3.0"), _list(view.pop("additionalInterfaces", None))
     if "supportedInterfaces" not in view and url:
         view["supportedInterfaces"] = [{"url": url, "protocolBinding": binding, "protocolVersion": version}] + [
             {"url": i.get("url"), "protocolBinding": i.get("transport"), "protocolVersion": version}
@@ -77,7 +81,7 @@ def signed_view(card: dict[str, Any]) -> dict[str, Any]:
     legacy = view.pop("security", None)
     if "securityRequirements" not in view and legacy is not None:
         view["securityRequirements"] = _requirements(legacy)
-    for skill in view.get("skills") or []:
+    for skill in _list(view.get("skills")):
         if isinstance(skill, dict):
             legacy = skill.pop("security", None)
             if "securityRequirements" not in skill and legacy is not None:
@@ -157,7 +161,7 @@ def check(forms: list[tuple[bytes, dict[str, Any]]], signature: CardSignature, k
 
 def uncovered_endpoints(card: dict[str, Any], signed: dict[str, Any]) -> list[str]:
     """The card's 0.3 endpoint URLs that its signed form does not name."""
-    named = {i.get("url") for i in signed.get("supportedInterfaces") or [] if isinstance(i, dict)}
-    named.add(signed.get("url"))
-    urls = [card.get("url")] + [i.get("url") for i in card.get("additionalInterfaces") or [] if isinstance(i, dict)]
+    named = [i.get("url") for i in _list(signed.get("supportedInterfaces")) if isinstance(i, dict)]
+    named.append(signed.get("url"))
+    urls = [card.get("url")] + [i.get("url") for i in _list(card.get("additionalInterfaces")) if isinstance(i, dict)]
     return [str(u)[:200] for u in urls if u and u not in named]

@@ -425,3 +425,58 @@ def test_from_the_built_pyz(pyz, tmp_path):
         finally:
             if daemon.poll() is None:
                 daemon.kill()
+
+
+async def test_key_set_fetch_is_bounded_against_hostile_servers(nursery):
+    """A JWKS server that never answers costs the client's timeout; one that sends too
+    much is cut at 64 KiB; one that answers HTML is refused: each a reason, not a hang."""
+    from functools import partial
+
+    import trio
+
+    from runtime.a2a.client.requests import A2aTimeout
+
+    async def handle(stream):
+        request = await stream.receive_some(4096)
+        if b"GET /silent" in request:
+            await trio.sleep_forever()
+        body = b'{"keys": [' + b'{"kty": "OKP"},' * 10_000 + b'{}]}' if b"/huge" in request else b"<html>"
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n" + body)
+        await stream.aclose()
+
+    listeners = await nursery.start(partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+    base = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    async with A2aClient(policy=LOOPBACK, timeout=0.5) as client:
+        with trio.fail_after(5), pytest.raises(A2aTimeout, match="no answer within 0.5 s"):
+            await client._fetch_jwks(base + "/silent")
+        with pytest.raises(A2aClientError, match="larger than 65536 bytes"):
+            await client._fetch_jwks(base + "/huge")
+        with pytest.raises(A2aClientError, match="not JSON"):
+            await client._fetch_jwks(base + "/html")
+
+
+@pytest.mark.parametrize("field", ["url", "additionalInterfaces", "supportedInterfaces", "skills", "security",
+                                   "securitySchemes", "capabilities", "supportsAuthenticatedExtendedCard",
+                                   "protocolVersion", "preferredTransport", "signatures"])
+async def test_hostile_card_fields_are_refused_not_crashed(field, autojump_clock):
+    """Whatever a peer puts in a field (wrong types, huge numbers, deep nesting), the
+    check ends in a refusal with a reason (or the card as it is), never another error."""
+    from runtime.a2a.client.card_trust import CardRefused
+    from runtime.a2a.signatures import sign_card
+
+    key = jwk.generate()
+    card = sign_card({"name": "x", "supportedInterfaces": [{"url": "http://p/a", "protocolBinding": "JSONRPC",
+                                                            "protocolVersion": "1.0"}]}, key)
+
+    async def fetch(url):
+        return {"keys": [key.public.jwk]}
+
+    nested: object = "deep"
+    for _ in range(100):
+        nested = [nested]
+    for value in (None, 5, 2**80, 1.5, "text", True, [], {}, [1, "a", None], {"a": [1]}, nested,
+                  [{"url": 5, "transport": []}], {"bearer": 5}, {"b": {"type": "apiKey", "in": "header"}}):
+        try:
+            await CardTrust(pinned=key.public).verify({**card, field: value}, "http://p/card.json", fetch)
+        except CardRefused:
+            pass
