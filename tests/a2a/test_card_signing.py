@@ -269,6 +269,13 @@ async def test_extended_card_needs_the_key_and_the_card_scope(nursery, tmp_path)
         assert old.json()["result"]["name"] == "echo" and old.json()["result"]["signatures"]
         wrong = await client.get(url + "/a2a/echo/rest/extendedAgentCard", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401
+    _, open_url = await start(nursery, tmp_path / "open", key="")  # no key: no one is authenticated
+    async with httpx.AsyncClient(headers={"A2A-Version": "1.0"}) as client:
+        card = (await client.get(open_url + "/.well-known/agent-card.json")).json()
+        assert "extendedAgentCard" not in card["capabilities"] and "supportsAuthenticatedExtendedCard" not in card
+        answer = await client.post(open_url + "/a2a/echo", json=body)
+        assert answer.json()["error"]["code"] == -32007
+        assert (await client.get(open_url + "/a2a/echo/rest/extendedAgentCard")).status_code == 400
     # named keys (request.caller) gate it on the "card" scope
     assert may_read_extended_card(SimpleNamespace(caller=SimpleNamespace(allows=lambda s: s == "card")))
     assert not may_read_extended_card(SimpleNamespace(caller=SimpleNamespace(allows=lambda s: s == "tasks")))

@@ -14,10 +14,12 @@ from collections.abc import Callable
 
 import msgspec
 
+from runtime.a2a.protocol import EXTENDED_CARD_NOT_CONFIGURED
 from runtime.a2a.server.card_signing import CardSigner
 from runtime.a2a.server.cards import base_url, card, extended_card, legacy_card
 from runtime.a2a.server.request import may_read_extended_card
 from runtime.config import AgentConfig, Config
+from runtime.errors import RpcError
 from runtime.httpd.messages import HttpError, Request, Response
 
 __all__ = ["CardRoutes"]
@@ -73,7 +75,11 @@ class CardRoutes:
         return self._cached(request, self.signer.jwks())
 
     def extended(self, request: Request, agent: str) -> dict[str, Any]:
-        """``GetExtendedAgentCard``: for callers whose key has the "card" scope."""
+        """``GetExtendedAgentCard``: for callers whose key has the "card" scope. A tern with
+        no key authenticates no one, so it has no extended card (the public card says so)."""
+        if not self.secured:
+            raise RpcError(EXTENDED_CARD_NOT_CONFIGURED, "this tern has no API key, so it has no authenticated "
+                           "extended card")
         if not may_read_extended_card(request):
             raise HttpError(403, 'this key may not read the extended agent card (it needs the "card" scope)')
         return self.signer.sign(extended_card(self.config, self.agent(agent), self._base(request),

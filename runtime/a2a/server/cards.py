@@ -82,7 +82,7 @@ def card(config: Config, agent: AgentConfig, base: str, *, secured: bool) -> dic
                                 {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}],
         "provider": {"organization": "tern", "url": base},
         "version": __version__,
-        "capabilities": {"streaming": True, "pushNotifications": True, "extendedAgentCard": True},
+        "capabilities": {"streaming": True, "pushNotifications": True},
         "defaultInputModes": ["text/plain", "application/json"],
         "defaultOutputModes": ["text/plain"],
         "skills": skills(agent),
@@ -90,9 +90,11 @@ def card(config: Config, agent: AgentConfig, base: str, *, secured: bool) -> dic
     compat = config.a2a.card_03_fields
     if compat:  # 0.3 compatibility fields, as the SDKs serve them alongside 1.0
         out.update({"url": url, "preferredTransport": "JSONRPC", "protocolVersion": "0.3.0",
-                    "additionalInterfaces": [{"url": url, "transport": "JSONRPC"}],
-                    "supportsAuthenticatedExtendedCard": True})
-    if secured:
+                    "additionalInterfaces": [{"url": url, "transport": "JSONRPC"}]})
+    if secured:  # a caller can authenticate: the extended card is theirs to read (card_routes.py)
+        out["capabilities"]["extendedAgentCard"] = True
+        if compat:
+            out["supportsAuthenticatedExtendedCard"] = True
         scheme: dict[str, Any] = {"httpAuthSecurityScheme": {"scheme": "Bearer"}}
         # the 0.3 keys repeat the 1.0 ones exactly: a verifier maps them back before it checks the signature
         out["securitySchemes"] = {"bearer": {**scheme, "type": "http", "scheme": "Bearer"} if compat else scheme}
