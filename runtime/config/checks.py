@@ -135,6 +135,11 @@ def find_problems(config: Config) -> list[str]:
         problems += _client_cert_pair(agent, f"a2a.external_agents[{i}]")
         if agent.auth is not None:
             problems += _peer_auth_problems(agent.auth, f"a2a.external_agents[{i}].auth", card=True)
+        if agent.card_jwks_url:
+            problems += _url_problem(agent.card_jwks_url, f"a2a.external_agents[{i}].card_jwks_url")
+        if agent.card_jwks_url and agent.card_public_key:
+            problems.append(f"a2a.external_agents[{i}]: set card_public_key (a pinned key) or card_jwks_url "
+                            "(a trusted key set), not both")
     for i, hook in enumerate(config.a2a.push_webhooks):
         where = f"a2a.push_webhooks[{i}]"
         problems += _url_problem(hook.url_prefix, f"{where}.url_prefix")

@@ -223,5 +223,9 @@ def _resolve_paths(config: Config, base_dir: Path | None) -> Config:
     tools = msgspec.structs.replace(config.tools,
                                     shell_sandbox_paths=[absolute(p) for p in config.tools.shell_sandbox_paths])
     scripts = msgspec.structs.replace(config.scripts, dir=absolute(config.scripts.dir))
+    external = [msgspec.structs.replace(e, card_public_key=absolute(e.card_public_key))
+                if e.card_public_key and not e.card_public_key.lstrip().startswith("{") else e
+                for e in a2a.external_agents]  # a pinned key: inline JSON, or a file
+    a2a = msgspec.structs.replace(a2a, card_signing_key=absolute(config.a2a.card_signing_key), external_agents=external)
     return msgspec.structs.replace(config, agents=agents, mcp_servers=servers, server=server, tools=tools, a2a=a2a,
                                    scripts=scripts, state=StateConfig(dir=str(state_dir)))

@@ -297,6 +297,10 @@ class ExternalAgent(_Section):
     auth: PeerAuth | None = None
     tls_client_cert: str = ""
     tls_client_key: str = ""
+    # Signed cards (docs/signed-cards.md): the peer's card must carry a valid signature by this
+    # key (a public JWK, inline JSON or a file) or by a key of this JWKS (fetched, cached).
+    card_public_key: str = ""
+    card_jwks_url: str = ""
 
 
 class PushWebhook(_Section):
@@ -335,6 +339,9 @@ class A2aConfig(_Section):
     # The card at /.well-known/agent-card.json carries the 0.3 fields (url, protocolVersion,
     # ...) next to the 1.0 ones, as the SDKs serve it; false serves a strict 1.0 card.
     card_03_fields: bool = True
+    # The Ed25519 key tern signs its cards with (a private JWK or PKCS#8 PEM file, 0600);
+    # empty: <state dir>/card-signing-key.jwk, made at first use.
+    card_signing_key: str = ""
 
 
 # --- [[agents]] --------------------------------------------------------------------------

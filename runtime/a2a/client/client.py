@@ -13,6 +13,7 @@ The I/O shell over ``cards.py`` (finding the card, choosing the dialect) and
 - ``credentials`` (``runtime.net.credentials``) add their headers to every call (not to
   the public card's fetch); a 401 to a call that carried them is retried once if they
   have a fresh token. ``tls``: the peer's own TLS context (a client certificate).
+- A card's signatures are checked by ``trust`` (``card_trust.py``) before it is used.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import trio
 from runtime import __version__, tracing
 from runtime.a2a import protocol
 from runtime.a2a.client import requests
+from runtime.a2a.client.card_trust import MAX_JWKS_BYTES, CardRefused, CardTrust
 from runtime.a2a.client.cards import NoCard, RemoteAgent, card_urls, read_card, remote, short
 from runtime.a2a.client.requests import A2aClientError, A2aTimeout, Result, StreamEvent, reply_text
 from runtime.a2a.model import INTERRUPTED, TERMINAL, Message, Task
@@ -37,6 +39,7 @@ from runtime.log import get_logger, log_wire, shorten
 from runtime.net.credentials import Credential
 from runtime.net.guard import AddressPolicy, BlockedAddress, check_url
 from runtime.net.outbound import make_client, reason
+from runtime.wire.depth import loads as json_loads
 from runtime.wire.sse import SseDecoder
 
 __all__ = ["A2aClient", "RemoteAgent", "A2aClientError", "A2aTimeout", "Result", "StreamEvent", "reply_text",
@@ -59,9 +62,10 @@ class A2aClient:
                  send_timeout: float = 300.0, headers: dict[str, str] | None = None,
                  max_card_bytes: int = MAX_CARD_BYTES, max_response_bytes: int = MAX_RESPONSE_BYTES,
                  max_event_bytes: int = MAX_EVENT_BYTES, credentials: Credential | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, trust: CardTrust | None = None) -> None:
         self.policy = policy
         self.credentials = credentials
+        self.trust = trust or CardTrust()
         self.timeout = timeout
         self.send_timeout = send_timeout
         self.max_card_bytes = max_card_bytes
@@ -100,6 +104,10 @@ class A2aClient:
                     if exc.said:
                         words[exc.said] = None
                     continue
+                try:
+                    await self.trust.verify(card, card_url, self._fetch_jwks)
+                except CardRefused as exc:
+                    raise A2aClientError(f"the agent card at {card_url} is refused: {exc}") from None
                 return remote(card, card_url, dialect)
         said = f" (the server says: {'; '.join(words)})" if words else ""
         raise A2aClientError(f"no A2A agent card at {url}: " + "; ".join(failures) + said)
@@ -118,6 +126,22 @@ class A2aClient:
         except httpx.HTTPError as exc:
             raise _transport_error(exc, card_url) from None
         return read_card(body, card_url, response.headers.get("content-type", "unknown type"))
+
+    async def _fetch_jwks(self, url: str) -> Any:
+        """A JWKS for a card's signatures: guarded, at most ``MAX_JWKS_BYTES``, within the timeout."""
+        check_url(url, self.policy)
+        try:
+            with _deadline(self.timeout, f"reading the key set {url}"):
+                async with self._http.stream("GET", url, headers={"Accept": "application/json"}) as response:
+                    if response.status_code != 200:
+                        raise A2aClientError(f"HTTP {response.status_code}")
+                    body = await _read_capped(response, MAX_JWKS_BYTES, "the key set")
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, url) from None
+        try:
+            return json_loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise A2aClientError("not JSON") from None
 
     # --- Calls ----------------------------------------------------------------------------
 

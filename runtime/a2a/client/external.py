@@ -14,6 +14,8 @@ addresses refused, DNS pinned per connection); header values may use ``${VAR}``.
 Credentials (``auth``) are chosen once the card is read (``security.choose``): the
 card's requirements decide where a token goes, and may name the token endpoint; a
 client certificate (``tls_client_cert``) is this peer's only.
+A peer with ``card_public_key`` or ``card_jwks_url`` must serve a card signed by
+that key (``card_trust.py``); a bad pinned key fails that peer only.
 """
 
 from __future__ import annotations
@@ -78,12 +80,13 @@ class ExternalAgents:
                 try:
                     headers = expand_headers(peer.entry.headers, f"a2a.external_agents '{peer.entry.name}'")
                     tls = client_context(peer.entry.tls_client_cert, peer.entry.tls_client_key)
-                except TernError as exc:  # an unset ${VAR}, a certificate gone: this peer only
+                    trust = card_trust(peer.entry)
+                except TernError as exc:  # an unset ${VAR}, a certificate gone, an unusable pinned key: this peer only
                     peer.state, peer.error = "failed", str(exc)
                     continue
                 peer.header_names = frozenset(name.lower() for name in headers)
                 peer.client = await stack.enter_async_context(
-                    A2aClient(policy=self.policy, timeout=self.timeout, headers=headers, tls=tls))
+                    A2aClient(policy=self.policy, timeout=self.timeout, headers=headers, tls=tls, trust=trust))
             async with trio.open_nursery() as nursery:
                 task_status.started()
                 for peer in self.peers.values():
@@ -159,6 +162,29 @@ class ExternalAgents:
             }
             for name, peer in self.peers.items()
         ]
+
+
+def card_trust(entry: ExternalAgent) -> Any:
+    """How this peer's card signatures are checked: its pinned key (inline JWK JSON or a
+    file of one), its trusted JWKS URL, or neither."""
+    from runtime.a2a.client.card_trust import CardTrust
+    from runtime.crypto.jwk import BadKey, public_key
+    from runtime.wire.depth import loads
+
+    text = entry.card_public_key.strip()
+    if not text:
+        return CardTrust(jwks_url=entry.card_jwks_url)
+    where = f"a2a.external_agents '{entry.name}' card_public_key"
+    try:
+        if not text.startswith("{"):
+            with open(text, "rb") as handle:
+                text = handle.read(64 * 1024).decode("utf-8")
+        document = loads(text)
+        if isinstance(document, dict) and isinstance(document.get("keys"), list) and len(document["keys"]) == 1:
+            document = document["keys"][0]  # a JWKS holding the one key
+        return CardTrust(pinned=public_key(document))
+    except (OSError, UnicodeDecodeError, ValueError, BadKey) as exc:
+        raise TernError(f"{where}: {exc}") from None
 
 
 def register_tools(registry: Any, external: ExternalAgents) -> None:
