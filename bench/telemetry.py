@@ -1,9 +1,11 @@
 """Telemetry cost: per echo call through ``tern mcp`` and per A2A ``SendMessage`` to ``tern
 serve``, with traces off, on (every span sampled and exported to a loopback collector that
 answers 200), on with ``--ratio`` of the traces sampled, and, for "off costs nothing", the
-code of another git ref (default ``main``) with the same config. From the repo root:
+code of another git ref (default ``main``) with the same config (``--base-on``: that code
+with traces on, for a before and after side by side). From the repo root:
 
     python bench/telemetry.py [--calls 300] [--blocks 9] [--warmup 100] [--ratio 0.1] [--base main] [--no-base]
+                              [--base-on]
 
 All variants run at once, one process each; the client alternates blocks of ``--calls``
 sequential calls between them (off, on, sampled, base, off, ...), so drift in machine
@@ -18,7 +20,7 @@ body.
 
 - ``tern mcp``: one stdio session per variant (no daemon: the in-process kernel),
   ``tools/call tern_agent_echo {"message": "hi"}``, newline JSON in, one line out.
-  Spans per call: tools/call (SERVER), execute_tool, invoke_agent.
+  Spans per call: tools/call (SERVER, covering the pipeline's execute_tool), invoke_agent.
 - A2A: ``tern serve`` with an echo agent, JSON-RPC ``SendMessage`` (blocking, A2A 1.0) on
   one keep-alive connection (bench/a2a_server.py's client). Spans per call: the HTTP
   request (SERVER), the A2A task, invoke_agent.
@@ -26,11 +28,11 @@ body.
 Target (issue 18): on at most 5% more time per call than off; off: no measurable cost
 (off against the base ref within the noise of off against itself).
 
-Last figures (``--calls 200 --blocks 21 --ratio 0``, 2-core dev box, two runs): off
-against ``main`` within -6% to +8% everywhere (noise). On, all sampled, to off: echo
-through ``tern mcp`` x1.11-1.12 median, x1.23 mean, x1.33-1.34 CPU (+45 to +48 us);
-A2A ``SendMessage`` x1.04-1.07 median, x1.07-1.11 mean, x1.10-1.12 CPU. Target not met
-on this box; docs/tracing.md says where the microseconds go.
+Last figures (``--calls 200 --blocks 21``, 2-core dev box shared with other test runs,
+two to six runs): off against ``main`` within -2% to +5% (noise). On, all sampled, to
+off: echo through ``tern mcp`` x1.11-1.16 median, x1.23-1.31 CPU (+32 to +45 us);
+A2A ``SendMessage`` x1.08-1.10 median, x1.15-1.19 CPU. Target not met on this box;
+docs/tracing.md says where the microseconds go.
 """
 
 from __future__ import annotations
@@ -208,6 +210,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--base", default="main", help="the git ref whose code runs the base variant")
     parser.add_argument("--no-base", action="store_true")
+    parser.add_argument("--base-on", action="store_true", help="the base ref with traces on (before/after), not off")
     parser.add_argument("--on-extra", default="", help="more [telemetry] lines for the on variants")
     parser.add_argument("--ratio", type=float, default=0.1,
                         help="a variant with this sampling_ratio besides the fully sampled one (1: none)")
@@ -224,7 +227,8 @@ def main() -> None:
             variants.append(Variant(f"on, {args.ratio:g} sampled", ROOT, on + f"sampling_ratio = {args.ratio}\n",
                                     scratch))
         if not args.no_base:
-            variants.append(Variant(f"{args.base} (off)", checkout(args.base, scratch), "", scratch))
+            variants.append(Variant(f"{args.base} ({'on' if args.base_on else 'off'})", checkout(args.base, scratch),
+                                    on if args.base_on else "", scratch))
         sessions, servers, clients = [], [], []
         try:
             for variant in variants:

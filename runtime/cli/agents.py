@@ -168,6 +168,39 @@ def _prompt() -> str | None:
         return None
 
 
+def _prompt_in_thread() -> str | None:
+    """:func:`_prompt` in a helper thread, waited for in short slices. CPython checks for
+    signals only between reads: a Ctrl-C that lands after the prompt is printed but before
+    the read starts would wait for the next key. Waiting here sees it within 0.2 s. Only on
+    a terminal: there input() reads below Python's file locks, so a thread still reading when
+    tern exits cannot hold up the interpreter's shutdown."""
+    import queue
+    import threading
+
+    from runtime.cli.remote import start_without_signals
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return _prompt()
+
+    answer: queue.Queue[tuple[bool, Any]] = queue.Queue(1)
+
+    def read() -> None:
+        try:
+            answer.put((True, _prompt()))
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread as it is
+            answer.put((False, exc))
+
+    start_without_signals(threading.Thread(target=read, name="tern-prompt", daemon=True))
+    while True:
+        try:
+            done, value = answer.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        if done:
+            return value
+        raise value
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     """An interactive conversation: one context, replies streamed; Ctrl-D or /exit ends it."""
     daemon = _daemon(args)
@@ -190,7 +223,7 @@ def _chat_through(daemon: Any, args: argparse.Namespace) -> int:
     else:
         chat.banner()
     while True:
-        line = _prompt()
+        line = _prompt_in_thread()  # Ctrl-C here: exit 130
         action = chat.take(line)
         if action == "leave":
             return 0

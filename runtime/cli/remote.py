@@ -149,6 +149,22 @@ def answer_error(status: int, message: str, url: str, config: Any = None) -> Ter
     return error
 
 
+def start_without_signals(thread: Any) -> None:
+    """Start a helper thread with SIGINT and SIGTERM blocked in it (it inherits this thread's
+    mask). A signal the kernel hands to a helper thread does not wake the main thread from a
+    blocking read: at the chat prompt, Ctrl-C would be lost until the next key."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        thread.start()
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 class Stream:
     """A streamed run's events, read by a thread into a bounded queue: ``next()`` gives
     ``(event, data)``; ("end", None) once the daemon closed the stream, ("lost", why)
@@ -163,7 +179,7 @@ class Stream:
         self._response = response
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue(QUEUE_EVENTS)
         self.closed = False
-        threading.Thread(target=self._read, name="tern-stream", daemon=True).start()
+        start_without_signals(threading.Thread(target=self._read, name="tern-stream", daemon=True))
 
     def _read(self) -> None:
         from runtime.wire.sse import SseDecoder

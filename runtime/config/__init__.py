@@ -21,8 +21,8 @@ from runtime.config.load import (
 from runtime.config.schema import (
     A2aConfig, AccessTier, AgentConfig, AgentPrompt, ApprovalRule, Config, ExternalAgent, GovernanceConfig,
     HttpTransport, McpAsk, McpAskQuestion, McpPreset, McpServerEntry, McpServerExposure, ModelConfig, OAuthConfig,
-    SamplingConfig, ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill, SseTransport, StateConfig,
-    StdioTransport, ToolsConfig, oauth_of,
+    PeerAuth, PushWebhook, SamplingConfig, ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill,
+    SseTransport, StateConfig, StdioTransport, ToolsConfig, oauth_of,
 )
 
 __all__ = [
@@ -41,6 +41,8 @@ __all__ = [
     "McpPreset",
     "A2aConfig",
     "ExternalAgent",
+    "PeerAuth",
+    "PushWebhook",
     "AgentConfig",
     "AgentPrompt",
     "ModelConfig",

@@ -13,11 +13,14 @@ import shutil
 
 import msgspec
 
-from runtime.config.schema import AgentConfig, Config, McpAsk, McpPreset, SamplingConfig, StdioTransport
+from runtime.config.schema import (
+    AgentConfig, Config, McpAsk, McpPreset, PeerAuth, SamplingConfig, StdioTransport,
+)
 from runtime.config.sentences import shorten
 from runtime.config.shell_policy import rule_problems
 
-__all__ = ["MIN_KEY_CHARS", "SCRIPT_NAME", "find_problems", "find_warnings", "key_warning", "missing_key_warnings",
+__all__ = ["MIN_KEY_CHARS", "SCRIPT_NAME", "client_cert_problems",
+           "find_problems", "find_warnings", "key_warning", "missing_key_warnings",
            "parse_listen"]
 
 MIN_KEY_CHARS = 16
@@ -127,10 +130,25 @@ def find_problems(config: Config) -> list[str]:
             problems += _url_problem(transport.url, f"{where}.transport.url")
             if transport.oauth is not None:
                 problems += _oauth_problems(transport.oauth, f"{where}.transport.oauth")
+            problems += _client_cert_pair(transport, f"{where}.transport")
         if server.sampling is not None:
             problems += _sampling_problems(server.sampling, f"{where}.sampling", config.agents)
     for i, agent in enumerate(config.a2a.external_agents):
         problems += _url_problem(agent.url, f"a2a.external_agents[{i}].url")
+        problems += _client_cert_pair(agent, f"a2a.external_agents[{i}]")
+        if agent.auth is not None:
+            problems += _peer_auth_problems(agent.auth, f"a2a.external_agents[{i}].auth", card=True)
+        if agent.card_jwks_url:
+            problems += _url_problem(agent.card_jwks_url, f"a2a.external_agents[{i}].card_jwks_url")
+        if agent.card_jwks_url and agent.card_public_key:
+            problems.append(f"a2a.external_agents[{i}]: set card_public_key (a pinned key) or card_jwks_url "
+                            "(a trusted key set), not both")
+    for i, hook in enumerate(config.a2a.push_webhooks):
+        where = f"a2a.push_webhooks[{i}]"
+        problems += _url_problem(hook.url_prefix, f"{where}.url_prefix")
+        problems += _client_cert_pair(hook, where)
+        if hook.auth is not None:
+            problems += _peer_auth_problems(hook.auth, f"{where}.auth", card=False)
     problems += _duplicates([a.name for a in config.a2a.external_agents], "a2a.external_agents", "name")
     if config.a2a.public_url:
         problems += _url_problem(config.a2a.public_url, "a2a.public_url")
@@ -438,6 +456,80 @@ def _oauth_problems(oauth: msgspec.Struct, where: str) -> list[str]:
     elif oauth.idp_token_endpoint or oauth.idp_client_id or oauth.idp_client_secret_env:
         problems.append(f'{where}.idp_*: only used with grant = "enterprise_managed"')
     return problems
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _peer_auth_problems(auth: PeerAuth, where: str, *, card: bool) -> list[str]:
+    """``auth`` for a peer: each kind with its own fields and no other's. ``card``: the
+    peer's card may name the token endpoint (an A2A agent; a webhook has no card)."""
+    problems = []
+    if auth.kind == "bearer":
+        if not _ENV_NAME.fullmatch(auth.token_env):
+            problems.append(f'{where}.token_env: kind = "bearer" needs the name of the variable holding the token')
+        extra = [k for k in ("token_url", "client_id", "client_secret_env", "scopes", "audience") if getattr(auth, k)]
+        if extra:
+            problems.append(f'{where}: {", ".join(extra)} not used with kind = "bearer"')
+        return problems
+    if auth.token_env:
+        problems.append(f'{where}.token_env: not used with kind = "client_credentials"')
+    if not auth.client_id:
+        problems.append(f'{where}.client_id: kind = "client_credentials" needs the client_id it was issued')
+    if not _ENV_NAME.fullmatch(auth.client_secret_env):
+        problems.append(f'{where}.client_secret_env: kind = "client_credentials" needs the name of the variable '
+                        "holding the client secret")
+    if auth.token_url:
+        if not re.match(r"(?i)^https://[^/\s]+", auth.token_url) and not _loopback_http(auth.token_url):
+            problems.append(f'{where}.token_url: expected an https:// URL (http:// only to loopback), '
+                            f'got "{shorten(auth.token_url)}"')
+    elif not card:
+        problems.append(f"{where}.token_url: needed here (there is no agent card to name it)")
+    return problems
+
+
+def _loopback_http(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    return url.lower().startswith("http://") and (host in ("localhost", "::1") or host.startswith("127."))
+
+
+def _client_cert_pair(entry: msgspec.Struct, where: str) -> list[str]:
+    if bool(entry.tls_client_cert) != bool(entry.tls_client_key):
+        return [f"{where}: tls_client_cert and tls_client_key go together"]
+    return []
+
+
+def client_cert_problems(config: Config) -> list[str]:
+    """Every configured client certificate loads with its key (paths already absolute):
+    a missing, unreadable or mismatched file is a config error now, not a failed
+    handshake later."""
+    import ssl
+
+    entries = [(f"mcp_servers[{i}].transport", s.transport) for i, s in enumerate(config.mcp_servers)
+               if not isinstance(s.transport, StdioTransport)]
+    entries += [(f"a2a.external_agents[{i}]", a) for i, a in enumerate(config.a2a.external_agents)]
+    entries += [(f"a2a.push_webhooks[{i}]", h) for i, h in enumerate(config.a2a.push_webhooks)]
+    problems = []
+    for where, entry in entries:
+        if not entry.tls_client_cert:
+            continue
+        try:  # an encrypted key would ask for a password on the terminal: a callback refuses instead
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(entry.tls_client_cert, entry.tls_client_key,
+                                                                    password=_no_password)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            problems.append(f"{where}: cannot load the client certificate {entry.tls_client_cert} with the key "
+                            f"{entry.tls_client_key}: {why}")
+    return problems
+
+
+def _no_password() -> bytes:
+    raise ValueError("the key is encrypted (tern takes an unencrypted PEM key, readable by it only)")
 
 
 def _url_problem(url: str, where: str) -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from runtime.config.checks import find_problems
+from runtime.config.checks import client_cert_problems, find_problems
 from runtime.config.schema import Config, StateConfig, StdioTransport
 from runtime.config.sentences import explain, toml_syntax
 from runtime.errors import ConfigError
@@ -177,7 +177,10 @@ def parse_config(text: str, label: str, base_dir: Path | None) -> Config:
         raise ConfigError(f"{label}: {explain(str(exc), raw)}") from None
     for problem in find_problems(config):
         raise ConfigError(f"{label}: {problem}")
-    return _resolve_paths(config, base_dir)
+    config = _resolve_paths(config, base_dir)
+    for problem in client_cert_problems(config):
+        raise ConfigError(f"{label}: {problem}")
+    return config
 
 
 def _resolve_paths(config: Config, base_dir: Path | None) -> Config:
@@ -198,15 +201,31 @@ def _resolve_paths(config: Config, base_dir: Path | None) -> Config:
             agent, workspace=absolute(agent.workspace) or str(state_dir / "workspaces" / agent.name))
         for agent in config.agents
     ]
-    servers = [
-        msgspec.structs.replace(s, transport=msgspec.structs.replace(s.transport, cwd=absolute(s.transport.cwd)))
-        if isinstance(s.transport, StdioTransport) and s.transport.cwd else s
-        for s in config.mcp_servers
-    ]
+
+    def certs(entry: Any) -> Any:  # a client certificate and key, for one peer
+        return msgspec.structs.replace(entry, tls_client_cert=absolute(entry.tls_client_cert),
+                                       tls_client_key=absolute(entry.tls_client_key))
+
+    def mcp_paths(entry: Any) -> Any:
+        transport = entry.transport
+        if not isinstance(transport, StdioTransport):
+            return msgspec.structs.replace(entry, transport=certs(transport))
+        if transport.cwd:
+            return msgspec.structs.replace(entry, transport=msgspec.structs.replace(transport,
+                                                                                     cwd=absolute(transport.cwd)))
+        return entry
+
+    servers = [mcp_paths(s) for s in config.mcp_servers]
+    a2a = msgspec.structs.replace(config.a2a, external_agents=[certs(a) for a in config.a2a.external_agents],
+                                  push_webhooks=[certs(h) for h in config.a2a.push_webhooks])
     server = msgspec.structs.replace(config.server, tls_cert=absolute(config.server.tls_cert),
                                      tls_key=absolute(config.server.tls_key))
     tools = msgspec.structs.replace(config.tools,
                                     shell_sandbox_paths=[absolute(p) for p in config.tools.shell_sandbox_paths])
     scripts = msgspec.structs.replace(config.scripts, dir=absolute(config.scripts.dir))
-    return msgspec.structs.replace(config, agents=agents, mcp_servers=servers, server=server, tools=tools,
+    external = [msgspec.structs.replace(e, card_public_key=absolute(e.card_public_key))
+                if e.card_public_key and not e.card_public_key.lstrip().startswith("{") else e
+                for e in a2a.external_agents]  # a pinned key: inline JSON, or a file
+    a2a = msgspec.structs.replace(a2a, card_signing_key=absolute(config.a2a.card_signing_key), external_agents=external)
+    return msgspec.structs.replace(config, agents=agents, mcp_servers=servers, server=server, tools=tools, a2a=a2a,
                                    scripts=scripts, state=StateConfig(dir=str(state_dir)))

@@ -123,11 +123,14 @@ class OAuthConfig(_Section):
 
 
 class HttpTransport(_Section, tag="http", tag_field="type"):
-    """A Streamable HTTP MCP server. Header values may name variables: ``${TOKEN}``."""
+    """A Streamable HTTP MCP server. Header values may name variables: ``${TOKEN}``.
+    ``tls_client_cert``/``tls_client_key``: a client certificate for this server only."""
 
     url: str
     headers: dict[str, str] = {}
     oauth: OAuthConfig | None = None
+    tls_client_cert: str = ""
+    tls_client_key: str = ""
 
 
 class SseTransport(_Section, tag="sse", tag_field="type"):
@@ -136,6 +139,8 @@ class SseTransport(_Section, tag="sse", tag_field="type"):
     url: str
     headers: dict[str, str] = {}
     oauth: OAuthConfig | None = None
+    tls_client_cert: str = ""
+    tls_client_key: str = ""
 
 
 McpTransport = StdioTransport | HttpTransport | SseTransport
@@ -280,13 +285,50 @@ class McpServerExposure(_Section):
 # --- [a2a] -------------------------------------------------------------------------------
 
 
+class PeerAuth(_Section):
+    """``auth = {...}``: the credentials tern presents to an A2A peer or a webhook.
+
+    ``kind = "bearer"``: the token in the variable ``token_env``. ``kind =
+    "client_credentials"``: a token from ``token_url`` (RFC 6749 4.4) for ``client_id``,
+    whose secret is in ``client_secret_env``, with ``scopes`` and ``audience`` if set;
+    cached and refreshed. Without ``token_url`` (or ``scopes``) an A2A peer's card says.
+    """
+
+    kind: Literal["bearer", "client_credentials"]
+    token_env: str = ""
+    token_url: str = ""
+    client_id: str = ""
+    client_secret_env: str = ""
+    scopes: list[str] = []
+    audience: str = ""
+
+
 class ExternalAgent(_Section):
-    """An A2A agent elsewhere, discovered at boot from its card."""
+    """An A2A agent elsewhere, discovered at boot from its card. ``auth`` and the
+    client certificate (``tls_client_cert``/``tls_client_key``, PEM files) are this
+    peer's only; ``kind = "remote"`` agents reach it with them too."""
 
     name: str
     url: str
     enabled: bool = True
     headers: dict[str, str] = {}
+    auth: PeerAuth | None = None
+    tls_client_cert: str = ""
+    tls_client_key: str = ""
+    # Signed cards (docs/signed-cards.md): the peer's card must carry a valid signature by this
+    # key (a public JWK, inline JSON or a file) or by a key of this JWKS (fetched, cached).
+    card_public_key: str = ""
+    card_jwks_url: str = ""
+
+
+class PushWebhook(_Section):
+    """``[[a2a.push_webhooks]]``: credentials for the webhooks clients register whose URL
+    starts with ``url_prefix``, when the registration carries none of its own."""
+
+    url_prefix: str
+    auth: PeerAuth | None = None
+    tls_client_cert: str = ""
+    tls_client_key: str = ""
 
 
 class A2aConfig(_Section):
@@ -311,9 +353,13 @@ class A2aConfig(_Section):
     caller_may_approve: bool = False
     discovery_timeout_secs: float = 30.0
     external_agents: list[ExternalAgent] = []
+    push_webhooks: list[PushWebhook] = []
     # The card at /.well-known/agent-card.json carries the 0.3 fields (url, protocolVersion,
     # ...) next to the 1.0 ones, as the SDKs serve it; false serves a strict 1.0 card.
     card_03_fields: bool = True
+    # The Ed25519 key tern signs its cards with (a private JWK or PKCS#8 PEM file, 0600);
+    # empty: <state dir>/card-signing-key.jwk, made at first use.
+    card_signing_key: str = ""
 
 
 # --- [[agents]] --------------------------------------------------------------------------

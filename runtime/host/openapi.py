@@ -98,6 +98,8 @@ def _a2a_paths(p: str) -> dict[str, Any]:
     return {
         "/.well-known/agent-card.json": card,
         "/.well-known/agent.json": card,
+        "/.well-known/jwks.json": {"get": {"summary": "the public keys A2A agent cards are signed with (JWKS)",
+                                           **public, "responses": _ok("a JWKS")}},
         f"{p}/agents": {"get": {"summary": "A2A: every agent's card ({agents, total})", **public,
                                 "responses": _ok("cards")}},
         f"{p}/{{agent}}/.well-known/agent-card.json": card,
@@ -111,7 +113,7 @@ def _a2a_paths(p: str) -> dict[str, Any]:
                                                            "get": op("ListTaskPushNotificationConfigs")},
         f"{rest}/tasks/{{op}}/pushNotificationConfigs/{{config}}": {"get": op("GetTaskPushNotificationConfig"),
                                                                       "delete": op("DeleteTaskPushNotificationConfig")},
-        f"{rest}/extendedAgentCard": {"get": op("GetExtendedAgentCard")},
+        f"{rest}/extendedAgentCard": {"get": op("GetExtendedAgentCard (the key needs the card scope)")},
         f"{p}/tasks/send": {"post": op("A2A (the seed's REST): send a task, 0.1 shapes")},
         f"{p}/tasks/{{id}}": {"get": op("A2A (the seed's REST): a task")},
         f"{p}/tasks/{{id}}/cancel": {"post": op("A2A (the seed's REST): cancel a task")},

@@ -180,7 +180,7 @@ class ToolPipeline:
         agent_name = run.agent.name if run is not None and run.agent else ""
         with tracing.span(f"execute_tool {name}", tracing.INTERNAL,
                           {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-                           "gen_ai.agent.name": agent_name}) as span:
+                           "gen_ai.agent.name": agent_name}, merge="execute_tool") as span:  # in MCP's tools/call
             run = run or self.run()
             arguments = arguments if arguments is not None else {}
             started = time.perf_counter()

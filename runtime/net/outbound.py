@@ -13,6 +13,7 @@ not from ``runtime/__init__`` or the CLI's top level.
 from __future__ import annotations
 
 import math
+import ssl
 import typing
 
 import httpcore
@@ -23,7 +24,7 @@ from runtime.errors import TernTimeout
 from runtime.net.guard import AddressPolicy, BlockedAddress, resolve_checked
 from runtime.net.tls import ssl_context
 
-__all__ = ["GuardedBackend", "make_client"]
+__all__ = ["GuardedBackend", "make_client", "reason"]
 
 _RESOLVE_TIMEOUT = 10.0
 
@@ -100,10 +101,12 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
 
 def make_client(policy: AddressPolicy, *, timeout: float = 30.0,
-                headers: dict[str, str] | None = None) -> httpx.AsyncClient:
+                headers: dict[str, str] | None = None, tls: ssl.SSLContext | None = None) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` that goes through the SSRF guard and the shared TLS
-    context, follows no redirects and ignores proxy and netrc environment variables."""
-    transport = httpx.AsyncHTTPTransport(verify=ssl_context(), trust_env=False)
+    context (or ``tls``: a peer's own, with its client certificate), follows no
+    redirects and ignores proxy and netrc environment variables."""
+    tls = tls or ssl_context()
+    transport = httpx.AsyncHTTPTransport(verify=tls, trust_env=False)
     # httpx has no public way to pass an httpcore network backend, so swap the pool
     # it built (unused, holds nothing yet). Fail loudly if a new httpx renames it.
     if not isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
@@ -112,7 +115,7 @@ def make_client(policy: AddressPolicy, *, timeout: float = 30.0,
             "runtime.net.outbound.make_client must be updated for this httpx version"
         )
     transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=ssl_context(),
+        ssl_context=tls,
         network_backend=GuardedBackend(policy),
         http1=True,
         http2=False,
@@ -127,3 +130,15 @@ def make_client(policy: AddressPolicy, *, timeout: float = 30.0,
         follow_redirects=False,
         trust_env=False,
     )
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong with a connection, in words: a TLS refusal is often an empty
+    ``httpx`` error whose cause is the ``ssl.SSLError`` (a server that wanted a client
+    certificate says so only in its alert)."""
+    chain: BaseException | None = exc
+    while chain is not None:
+        if isinstance(chain, ssl.SSLError):
+            return f"TLS: {chain.reason or chain}"
+        chain = chain.__cause__ or chain.__context__
+    return str(exc) or type(exc).__name__

@@ -64,7 +64,12 @@ class BatchQueue:
         """The next request: the oldest spans within the batch bounds, or None when empty."""
         if not self._queue:
             return None
-        taken: list[bytes] = []
+        if len(self._queue) <= self.batch_spans and self.bytes <= self.batch_bytes:  # all of it: no loop
+            taken = list(self._queue)
+            self._queue.clear()
+            self.bytes = 0
+            return Batch(self.encoder.request(taken), len(taken))
+        taken = []
         size = 0
         while self._queue and len(taken) < self.batch_spans and size + len(self._queue[0]) <= self.batch_bytes:
             encoded = self._queue.popleft()

@@ -24,7 +24,8 @@ from runtime.telemetry.context import SpanContext, format_tracestate
 from runtime.telemetry.spans import AttrValue, Event, Span, StatusCode
 
 __all__ = ["CONTENT_TYPE", "TRACES_PATH", "RETRYABLE_STATUSES", "OtlpEncoder", "span_bytes", "name_field",
-           "key_field", "attribute_field"]
+           "key_field", "attribute_field",
+           "string_attribute_field"]
 
 CONTENT_TYPE = "application/x-protobuf"
 TRACES_PATH = "/v1/traces"
@@ -78,6 +79,7 @@ _S_STATUS, _S_FLAGS = _tag(15, _LEN), _tag(16, _FIXED32)
 _E_TIME, _E_NAME, _E_ATTR, _E_DROPPED = _tag(1, _FIXED64), _tag(2, _LEN), _tag(3, _LEN), _tag(4, _VARINT)
 _ST_MESSAGE, _ST_CODE = _tag(2, _LEN), _tag(3, _VARINT)
 _TRACE_ID_PREFIX, _SPAN_ID_PREFIX = _S_TRACE_ID + _varint(16), _S_SPAN_ID + _varint(8)  # ids have fixed lengths
+_PARENT_PREFIX = _S_PARENT + _varint(8)
 _START_TAG, _END_TAG = _S_START[0], _S_END[0]
 _pack_times = struct.Struct("<BQBQ").pack  # start and end: each a one-byte tag and a fixed64
 
@@ -126,6 +128,17 @@ def key_field(key: str) -> bytes:
     return _field(_T1, _utf8(key))
 
 
+def string_attribute_field(key: bytes, value: str) -> bytes:
+    """``attribute_field`` for a string value, in fewer steps (most values are strings)."""
+    encoded = value.encode("utf-8", "replace")
+    n = len(encoded)
+    value_field = _ANY_STR + (_ONE_BYTE[n] if n < 0x80 else _varint(n)) + encoded
+    n = len(value_field)
+    pair = key + _T2 + (_ONE_BYTE[n] if n < 0x80 else _varint(n)) + value_field
+    n = len(pair)
+    return _S_ATTR + (_ONE_BYTE[n] if n < 0x80 else _varint(n)) + pair
+
+
 def attribute_field(key: bytes, value: AttrValue) -> bytes:
     """One attribute (``key`` from ``key_field``) as its field (``Span.attributes``): a piece
     ``span_bytes`` takes, cacheable."""
@@ -141,14 +154,15 @@ def span_bytes(context: SpanContext, parent_id: bytes, parent_remote: bool, name
     span = b"".join((
         _TRACE_ID_PREFIX, context.trace_id, _SPAN_ID_PREFIX, context.span_id,
         _field(_S_STATE, _utf8(format_tracestate(context.state))) if context.state else b"",
-        _field(_S_PARENT, parent_id) if parent_id else b"",
+        (_PARENT_PREFIX + parent_id if len(parent_id) == 8 else _field(_S_PARENT, parent_id)) if parent_id else b"",
         name, _S_KIND, _varint(kind), _pack_times(_START_TAG, start_ns, _END_TAG, end_ns), attributes,
         _S_DROPPED_ATTRS + _varint(dropped_attributes) if dropped_attributes else b"",
         events,
         _S_DROPPED_EVENTS + _varint(dropped_events) if dropped_events else b"",
         _status(status, status_message) if status != StatusCode.UNSET else b"",
         _S_FLAGS, _pack_fixed32((context.flags & 0xFF) | _HAS_IS_REMOTE | (_IS_REMOTE if parent_remote else 0))))
-    return _T2 + _varint(len(span)) + span
+    n = len(span)
+    return _T2 + (_ONE_BYTE[n] if n < 0x80 else bytes((n & 0x7F | 0x80, n >> 7)) if n < 0x4000 else _varint(n)) + span
 
 
 def _status(status: int, message: str) -> bytes:

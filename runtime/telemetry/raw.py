@@ -1,4 +1,4 @@
-"""Raw spans (the call path's tuples, ``runtime.tracing``) to OTLP bytes, the pieces that
+"""Raw spans (``runtime.tracing``'s ended spans) to OTLP bytes, the pieces that
 repeat cached.
 
 Most of a span repeats call after call: its name and attributes such as the tool, agent
@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from runtime.telemetry.context import SpanContext
-from runtime.telemetry.otlp import OtlpEncoder, attribute_field, key_field, name_field, span_bytes
+from runtime.telemetry.otlp import (OtlpEncoder, attribute_field, key_field, name_field, span_bytes,
+                                    string_attribute_field)
 from runtime.telemetry.spans import Recorder, Span, SpanKind, StatusCode
 
 __all__ = ["RawEncoder", "MAX_ENTRIES", "MAX_CACHED_CHARS"]
@@ -36,7 +37,7 @@ class RawEncoder:
         self.encoder = encoder
         self._names: dict[str, bytes] = {}
         self._keys: dict[str, object] = {}  # bytes, None (dropped) or _SLOW
-        self._attributes: dict[tuple[str, str], object] = {}  # the same, for (key, string value)
+        self._attributes: dict[tuple[str, str], bytes] = {}  # the kept fields of (key, string value)
 
     def encode(self, name: str, kind: int, context: SpanContext, parent: SpanContext | None, start_ns: int,
                end_ns: int, attributes: Mapping[str, object], failed: str) -> bytes:
@@ -44,22 +45,32 @@ class RawEncoder:
         if len(attributes) > recorder.limits.max_attributes:
             return self._slow(name, kind, context, parent, start_ns, end_ns, attributes, failed)
         cache = self._attributes
-        fields = []
+        try:  # a span's items are the cache's keys: every attribute cached is one lookup, in C
+            fields = list(map(cache.get, attributes.items()))
+        except TypeError:  # an unhashable value (an array): each attribute the long way
+            fields = [None] * len(attributes)
         dropped = 0
-        for key, value in attributes.items():
-            if type(value) is str and len(value) <= MAX_CACHED_CHARS:
-                field = cache.get((key, value), _MISS)  # type: ignore[call-overload]
-                if field is _MISS:
-                    field = cache[(key, value)] = self._field(key, value) if len(cache) < MAX_ENTRIES else \
-                        _cleared(cache, self._field(key, value))
-            else:
+        if None in fields:  # the misses only (often one: an id)
+            items = list(attributes.items())
+            at = fields.index(None)
+            while True:
+                key, value = items[at]
                 field = self._field(key, value)
-            if field is None:
-                dropped += 1
-            elif field is _SLOW:
-                return self._slow(name, kind, context, parent, start_ns, end_ns, attributes, failed)
-            else:
-                fields.append(field)
+                if field is _SLOW:
+                    return self._slow(name, kind, context, parent, start_ns, end_ns, attributes, failed)
+                if field is None:
+                    dropped += 1
+                    fields[at] = b""
+                else:
+                    fields[at] = field
+                    if type(value) is str and len(value) <= MAX_CACHED_CHARS:
+                        if len(cache) >= MAX_ENTRIES:
+                            cache.clear()
+                        cache[(key, value)] = field
+                try:
+                    at = fields.index(None, at + 1)
+                except ValueError:
+                    break
         encoded_name = self._names.get(name)
         if encoded_name is None:
             encoded_name = name_field(recorder.text(name, recorder.limits.max_name_chars))
@@ -87,6 +98,9 @@ class RawEncoder:
                 self._keys[key] = encoded_key
         if encoded_key is None or encoded_key is _SLOW:
             return encoded_key
+        if type(value) is str:  # most values: masked, cut, encoded in the fewest steps
+            recorder = self.recorder
+            return string_attribute_field(encoded_key, recorder.text(value, recorder.limits.max_value_chars))
         kept_value = self.recorder.value(value)
         return None if kept_value is None else attribute_field(encoded_key, kept_value)  # type: ignore[arg-type]
 
@@ -99,9 +113,3 @@ class RawEncoder:
         recorder.update(span, attributes)
         recorder.end(span, end_ns, StatusCode.ERROR if failed else StatusCode.UNSET, failed)
         return self.encoder.span(span)
-
-
-def _cleared(cache: dict, value: object) -> object:
-    """``value``, after emptying the full ``cache`` it is about to enter."""
-    cache.clear()
-    return value

@@ -23,6 +23,7 @@ REST = f"{P}/{{agent}}/rest"
 TABLE = {
     ("get", "/health"): PUBLIC, ("get", "/"): PUBLIC, ("get", "/ui/{file}"): PUBLIC,
     ("get", "/.well-known/agent-card.json"): PUBLIC, ("get", "/.well-known/agent.json"): PUBLIC,
+    ("get", "/.well-known/jwks.json"): PUBLIC,
     ("get", f"{P}/agents"): PUBLIC, ("get", f"{P}/{{agent}}/.well-known/agent-card.json"): PUBLIC,
     ("get", "/api/status"): ANY, ("get", "/api/tools"): ANY, ("get", "/api/mcp/servers"): ANY,
     ("get", "/api/agents"): ANY, ("post", "/api/echo"): ANY, ("get", "/api/openapi.json"): ANY,

@@ -139,6 +139,8 @@ def test_hostile_trace_context_starts_a_new_trace_and_no_secret_leaves(tmp_path,
     calls = {int(dict((k, v[1]) for k, v in s["attributes"])["jsonrpc.request.id"]): s
              for s in spans if s["name"] == "tools/call tern_agent_echo"}
     assert sorted(calls) == [*range(len(HOSTILE_META) + len(BAD_STATE)), 99]
+    assert not any(s["name"].startswith("execute_tool") for s in spans)  # each tools/call span covers its own
+    assert all(dict((k, v[1]) for k, v in s["attributes"])["gen_ai.tool.type"] == "function" for s in calls.values())
     for i, call in calls.items():  # never an error; a refused _meta leaves the span under POST /mcp's trace
         assert call["status"]["code"] == 0
         if i < len(HOSTILE_META):

@@ -10,11 +10,16 @@ The I/O shell over ``cards.py`` (finding the card, choosing the dialect) and
   ``send_timeout`` (tern's own server answers a blocking send after at most 300 s).
 - Every connection goes through the SSRF guard (``runtime.net.outbound.make_client``);
   a URL the guard refuses outright (the metadata service) fails before any connection.
+- ``credentials`` (``runtime.net.credentials``) add their headers to every call (not to
+  the public card's fetch); a 401 to a call that carried them is retried once if they
+  have a fresh token. ``tls``: the peer's own TLS context (a client certificate).
+- A card's signatures are checked by ``trust`` (``card_trust.py``) before it is used.
 """
 
 from __future__ import annotations
 
 import math
+import ssl
 import time
 from typing import Any
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -25,13 +30,16 @@ import trio
 from runtime import __version__, tracing
 from runtime.a2a import protocol
 from runtime.a2a.client import requests
+from runtime.a2a.client.card_trust import MAX_JWKS_BYTES, CardRefused, CardTrust
 from runtime.a2a.client.cards import NoCard, RemoteAgent, card_urls, read_card, remote, short
 from runtime.a2a.client.requests import A2aClientError, A2aTimeout, Result, StreamEvent, reply_text
 from runtime.a2a.model import INTERRUPTED, TERMINAL, Message, Task
 from runtime.errors import ProtocolError, TernError
 from runtime.log import get_logger, log_wire, shorten
+from runtime.net.credentials import Credential
 from runtime.net.guard import AddressPolicy, BlockedAddress, check_url
-from runtime.net.outbound import make_client
+from runtime.net.outbound import make_client, reason
+from runtime.wire.depth import loads as json_loads
 from runtime.wire.sse import SseDecoder
 
 __all__ = ["A2aClient", "RemoteAgent", "A2aClientError", "A2aTimeout", "Result", "StreamEvent", "reply_text",
@@ -48,19 +56,22 @@ class A2aClient:
     """One HTTP connection pool to any number of A2A peers.
 
     Use as ``async with A2aClient() as client:`` (or call :meth:`aclose`). ``headers``
-    go on every request (e.g. ``Authorization``)."""
+    go on every request (e.g. ``Authorization``), ``credentials`` on every call."""
 
     def __init__(self, *, policy: AddressPolicy = AddressPolicy(), timeout: float = 30.0,
                  send_timeout: float = 300.0, headers: dict[str, str] | None = None,
                  max_card_bytes: int = MAX_CARD_BYTES, max_response_bytes: int = MAX_RESPONSE_BYTES,
-                 max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+                 max_event_bytes: int = MAX_EVENT_BYTES, credentials: Credential | None = None,
+                 tls: ssl.SSLContext | None = None, trust: CardTrust | None = None) -> None:
         self.policy = policy
+        self.credentials = credentials
+        self.trust = trust or CardTrust()
         self.timeout = timeout
         self.send_timeout = send_timeout
         self.max_card_bytes = max_card_bytes
         self.max_response_bytes = max_response_bytes
         self.max_event_bytes = max_event_bytes
-        self._http = make_client(policy, timeout=timeout,
+        self._http = make_client(policy, timeout=timeout, tls=tls,
                                  headers={"User-Agent": f"tern/{__version__} A2A", **(headers or {})})
 
     async def __aenter__(self) -> A2aClient:
@@ -93,6 +104,10 @@ class A2aClient:
                     if exc.said:
                         words[exc.said] = None
                     continue
+                try:
+                    await self.trust.verify(card, card_url, self._fetch_jwks)
+                except CardRefused as exc:
+                    raise A2aClientError(f"the agent card at {card_url} is refused: {exc}") from None
                 return remote(card, card_url, dialect)
         said = f" (the server says: {'; '.join(words)})" if words else ""
         raise A2aClientError(f"no A2A agent card at {url}: " + "; ".join(failures) + said)
@@ -111,6 +126,22 @@ class A2aClient:
         except httpx.HTTPError as exc:
             raise _transport_error(exc, card_url) from None
         return read_card(body, card_url, response.headers.get("content-type", "unknown type"))
+
+    async def _fetch_jwks(self, url: str) -> Any:
+        """A JWKS for a card's signatures: guarded, at most ``MAX_JWKS_BYTES``, within the timeout."""
+        check_url(url, self.policy)
+        try:
+            with _deadline(self.timeout, f"reading the key set {url}"):
+                async with self._http.stream("GET", url, headers={"Accept": "application/json"}) as response:
+                    if response.status_code != 200:
+                        raise A2aClientError(f"HTTP {response.status_code}")
+                    body = await _read_capped(response, MAX_JWKS_BYTES, "the key set")
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, url) from None
+        try:
+            return json_loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise A2aClientError("not JSON") from None
 
     # --- Calls ----------------------------------------------------------------------------
 
@@ -185,28 +216,33 @@ class A2aClient:
         limit = self.timeout if timeout is None else timeout
         started = time.perf_counter()
         log_wire("out", method, msg_id, len(body), peer=f"a2a:{agent.name}")
-        with _deadline(limit, f"{agent.name}: {method}"):
-            try:
-                async with self._http.stream(
-                    "POST",
-                    agent.url,
-                    content=body,
-                    headers=_traced(requests.headers(agent.dialect, "application/json, text/event-stream")),
-                    timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
-                ) as response:
-                    if (
-                        response.headers.get("content-type", "").startswith("text/event-stream")
-                        and response.status_code == 200
-                    ):
-                        answer = None  # a peer that streams even a plain call: take its last answer
-                        async for data in self._sse(response, method):
-                            answer = data
-                        raw = b"" if answer is None else answer
-                    else:
-                        raw = await _read_capped(response, self.max_response_bytes, f"{agent.name}'s answer")
-                    status = response.status_code
-            except httpx.HTTPError as exc:
-                raise _transport_error(exc, agent.url) from None
+        for attempt in (1, 2):
+            sent = await self._credential_headers(agent)
+            with _deadline(limit, f"{agent.name}: {method}"):
+                try:
+                    async with self._http.stream(
+                        "POST",
+                        agent.url,
+                        content=body,
+                        headers=_traced({**requests.headers(agent.dialect, "application/json, text/event-stream"),
+                                         **sent}),
+                        timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
+                    ) as response:
+                        if (
+                            response.headers.get("content-type", "").startswith("text/event-stream")
+                            and response.status_code == 200
+                        ):
+                            answer = None  # a peer that streams even a plain call: take its last answer
+                            async for data in self._sse(response, method):
+                                answer = data
+                            raw = b"" if answer is None else answer
+                        else:
+                            raw = await _read_capped(response, self.max_response_bytes, f"{agent.name}'s answer")
+                        status = response.status_code
+                except httpx.HTTPError as exc:
+                    raise _transport_error(exc, agent.url) from None
+            if not await self._retry(status, sent, attempt):
+                break
         log_wire("in", method, msg_id, len(raw), started, peer=f"a2a:{agent.name}")
         if requests.seed_fallback(agent.dialect, method, status):
             return await self._seed_rest(agent, method, params, limit)
@@ -222,7 +258,8 @@ class A2aClient:
                     verb,
                     url,
                     content=body,
-                    headers={"Content-Type": "application/json", "Accept": "application/json"},
+                    headers={"Content-Type": "application/json", "Accept": "application/json",
+                             **await self._credential_headers(agent)},
                     timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
                 ) as response:
                     raw = await _read_capped(response, self.max_response_bytes, f"{agent.name}'s answer")
@@ -248,14 +285,19 @@ class A2aClient:
                 # generator's yields would be the consumer's current span too.
                 with tracing.span(f"a2a {method}", tracing.CLIENT,
                                   {"a2a.method.name": method, "server.address": agent.name}):
-                    request = self._http.build_request(
-                        "POST",
-                        agent.url,
-                        content=body,
-                        headers=_traced(requests.headers(agent.dialect, "text/event-stream")),
-                        timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
-                    )
-                    response = await self._http.send(request, stream=True)
+                    for attempt in (1, 2):
+                        sent = await self._credential_headers(agent)
+                        request = self._http.build_request(
+                            "POST",
+                            agent.url,
+                            content=body,
+                            headers=_traced({**requests.headers(agent.dialect, "text/event-stream"), **sent}),
+                            timeout=httpx.Timeout(limit, connect=min(limit, 10.0)),
+                        )
+                        response = await self._http.send(request, stream=True)
+                        if not await self._retry(response.status_code, sent, attempt):
+                            break
+                        await response.aclose()
         except httpx.HTTPError as exc:
             raise _transport_error(exc, agent.url) from None
         try:
@@ -292,6 +334,21 @@ class A2aClient:
                 if events is not None:
                     await events.aclose()
                 await response.aclose()
+
+    async def _credential_headers(self, agent: RemoteAgent) -> dict[str, str]:
+        """The credentials' headers for a call to ``agent`` (none without credentials)."""
+        if self.credentials is None:
+            return {}
+        try:
+            return await self.credentials.headers()
+        except TernError as exc:  # the token endpoint failed, a variable is unset: the call fails, named
+            raise A2aClientError(f"{agent.name}: no credentials: {exc}") from None
+
+    async def _retry(self, status: int, sent: dict[str, str], attempt: int) -> bool:
+        """Whether to send a call again: it was refused (401) with credentials that have a
+        fresh token now, and this was the first try."""
+        return status == 401 and bool(sent) and attempt == 1 and self.credentials is not None \
+            and await self.credentials.refused(sent)
 
     async def _sse(self, response: httpx.Response, method: str) -> AsyncGenerator[bytes, None]:
         decoder = SseDecoder(self.max_event_bytes)
@@ -357,8 +414,7 @@ def _transport_error(exc: httpx.HTTPError, url: str) -> TernError:
         chain = chain.__cause__ or chain.__context__
     if isinstance(exc, httpx.TimeoutException):
         return A2aTimeout(f"{url}: timed out ({type(exc).__name__})")
-    text = str(exc) or type(exc).__name__
-    return A2aClientError(f"cannot reach {url}: {text}")
+    return A2aClientError(f"cannot reach {url}: {reason(exc)}")
 
 
 def _traced(headers: dict[str, str]) -> dict[str, str]:

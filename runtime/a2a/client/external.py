@@ -11,6 +11,11 @@ logged, boot never waits) and again on first use if that failed. It then serves 
 
 Every request goes through tern's guarded HTTP client (metadata and link-local
 addresses refused, DNS pinned per connection); header values may use ``${VAR}``.
+Credentials (``auth``) are chosen once the card is read (``security.choose``): the
+card's requirements decide where a token goes, and may name the token endpoint; a
+client certificate (``tls_client_cert``) is this peer's only.
+A peer with ``card_public_key`` or ``card_jwks_url`` must serve a card signed by
+that key (``card_trust.py``); a bad pinned key fails that peer only.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class _Peer:
         self.state = "discovering"
         self.lock = trio.Lock()
         self.since = time.time()
+        self.header_names: frozenset[str] = frozenset()
 
 
 class ExternalAgents:
@@ -60,20 +66,27 @@ class ExternalAgents:
         self.on_event = on_event
         self.timeout = config.a2a.discovery_timeout_secs
         self.peers = {entry.name: _Peer(entry) for entry in config.a2a.external_agents if entry.enabled}
+        self.tokens: Any = None  # the TokenCache every peer's client-credentials tokens come from
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         from runtime.a2a.client.client import A2aClient
+        from runtime.net.credentials import TokenCache
         from runtime.net.headers import expand_headers
+        from runtime.net.tls import client_context
 
         async with AsyncExitStack() as stack:
+            self.tokens = await stack.enter_async_context(TokenCache(self.policy, timeout_secs=self.timeout))
             for peer in self.peers.values():
                 try:
                     headers = expand_headers(peer.entry.headers, f"a2a.external_agents '{peer.entry.name}'")
-                except TernError as exc:  # an unset ${VAR}: this peer only
+                    tls = client_context(peer.entry.tls_client_cert, peer.entry.tls_client_key)
+                    trust = card_trust(peer.entry)
+                except TernError as exc:  # an unset ${VAR}, a certificate gone, an unusable pinned key: this peer only
                     peer.state, peer.error = "failed", str(exc)
                     continue
+                peer.header_names = frozenset(name.lower() for name in headers)
                 peer.client = await stack.enter_async_context(
-                    A2aClient(policy=self.policy, timeout=self.timeout, headers=headers))
+                    A2aClient(policy=self.policy, timeout=self.timeout, headers=headers, tls=tls, trust=trust))
             async with trio.open_nursery() as nursery:
                 task_status.started()
                 for peer in self.peers.values():
@@ -86,7 +99,9 @@ class ExternalAgents:
             if peer.remote is not None:
                 return peer.remote
             try:
-                peer.remote = await peer.client.discover(peer.entry.url, timeout=self.timeout)
+                remote = await peer.client.discover(peer.entry.url, timeout=self.timeout)
+                peer.client.credentials = self._credentials(peer, remote.card)
+                peer.remote = remote
             except (TernError, OSError) as exc:
                 peer.state, peer.error, peer.since = "failed", str(exc), time.time()
                 log.warning("A2A agent '%s' at %s: discovery failed: %s", peer.entry.name, peer.entry.url, exc)
@@ -96,6 +111,22 @@ class ExternalAgents:
             if self.on_event is not None:
                 self.on_event("a2a.peer", {"name": peer.entry.name, "state": peer.state, "error": peer.error})
             return peer.remote
+
+    def _credentials(self, peer: _Peer, card: dict[str, Any]) -> Any:
+        """What ``peer`` gets on every call, as its card asks and its entry allows; None
+        for nothing beyond its headers and certificate. TernError when the card asks for
+        credentials the entry does not have."""
+        from runtime.a2a.client.security import choose
+        from runtime.net.credentials import credential_for
+
+        entry, owner = peer.entry, f"A2A agent '{peer.entry.name}'"
+        plan = choose(card, owner, auth=entry.auth.kind if entry.auth else "",
+                      token_url=entry.auth.token_url if entry.auth else "", headers=peer.header_names,
+                      has_cert=bool(entry.tls_client_cert))
+        if plan.kind == "none" or entry.auth is None:
+            return None
+        return credential_for(entry.auth, owner, self.tokens, header=plan.header, token_url=plan.token_url,
+                              scopes=plan.scopes, metadata_url=plan.metadata_url)
 
     async def send(self, name: str, text: str, *, context_id: str | None = None) -> RemoteReply:
         """One blocking exchange with the named peer (discovering it first if needed)."""
@@ -131,6 +162,29 @@ class ExternalAgents:
             }
             for name, peer in self.peers.items()
         ]
+
+
+def card_trust(entry: ExternalAgent) -> Any:
+    """How this peer's card signatures are checked: its pinned key (inline JWK JSON or a
+    file of one), its trusted JWKS URL, or neither."""
+    from runtime.a2a.client.card_trust import CardTrust
+    from runtime.crypto.jwk import BadKey, public_key
+    from runtime.wire.depth import loads
+
+    text = entry.card_public_key.strip()
+    if not text:
+        return CardTrust(jwks_url=entry.card_jwks_url)
+    where = f"a2a.external_agents '{entry.name}' card_public_key"
+    try:
+        if not text.startswith("{"):
+            with open(text, "rb") as handle:
+                text = handle.read(64 * 1024).decode("utf-8")
+        document = loads(text)
+        if isinstance(document, dict) and isinstance(document.get("keys"), list) and len(document["keys"]) == 1:
+            document = document["keys"][0]  # a JWKS holding the one key
+        return CardTrust(pinned=public_key(document))
+    except (OSError, UnicodeDecodeError, ValueError, BadKey) as exc:
+        raise TernError(f"{where}: {exc}") from None
 
 
 def register_tools(registry: Any, external: ExternalAgents) -> None:

@@ -21,7 +21,7 @@ from runtime import __version__
 from runtime.config import AgentConfig, Config
 from runtime.log import get_logger
 
-__all__ = ["base_url", "agent_url", "card", "legacy_card", "skills"]
+__all__ = ["base_url", "agent_url", "card", "extended_card", "legacy_card", "skills"]
 
 _UNSPECIFIED = {"0.0.0.0", "::", "[::]", ""}
 _LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]"}
@@ -91,12 +91,30 @@ def card(config: Config, agent: AgentConfig, base: str, *, secured: bool) -> dic
     if compat:  # 0.3 compatibility fields, as the SDKs serve them alongside 1.0
         out.update({"url": url, "preferredTransport": "JSONRPC", "protocolVersion": "0.3.0",
                     "additionalInterfaces": [{"url": url, "transport": "JSONRPC"}]})
-    if secured:
+    if secured:  # a caller can authenticate: the extended card is theirs to read (card_routes.py)
+        out["capabilities"]["extendedAgentCard"] = True
+        if compat:
+            out["supportsAuthenticatedExtendedCard"] = True
         scheme: dict[str, Any] = {"httpAuthSecurityScheme": {"scheme": "Bearer"}}
-        out["securitySchemes"] = {"bearer": {**scheme, "type": "http", "scheme": "bearer"} if compat else scheme}
+        # the 0.3 keys repeat the 1.0 ones exactly: a verifier maps them back before it checks the signature
+        out["securitySchemes"] = {"bearer": {**scheme, "type": "http", "scheme": "Bearer"} if compat else scheme}
         out["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
         if compat:
             out["security"] = [{"bearer": []}]
+    return out
+
+
+def extended_card(config: Config, agent: AgentConfig, base: str, *, secured: bool) -> dict[str, Any]:
+    """The authenticated extended card: the public one plus what the agent may use (its
+    tool allowlist, the one tool of a ``tool`` agent, the peer of a ``remote`` one), one
+    skill each (``tool:<pattern>``, ``agent:<peer>``), for callers trusted to see how it works."""
+    out = card(config, agent, base, secured=secured)
+    uses = [("tool", pattern) for pattern in [*agent.tools, *([agent.tool] if agent.tool else [])]]
+    uses += [("agent", agent.remote)] if agent.remote else []
+    out["skills"] = out["skills"] + [
+        {"id": f"{kind}:{name}", "name": name, "tags": [kind],
+         "description": f"{agent.name} may call the {'tools matching' if kind == 'tool' else 'A2A agent'} {name}"}
+        for kind, name in uses]
     return out
 
 

@@ -3,7 +3,8 @@ one task engine (``A2aService``). Routes (``P`` = ``[a2a] listen_path``):
 
 - cards (``card_routes.py``): ``/.well-known/agent-card.json`` (1.0 + 0.3 fields) and
   ``/.well-known/agent.json`` (0.1) for ``[a2a] default_agent``;
-  ``P/{agent}/.well-known/agent-card.json``; ``GET P/agents`` (the seed's ``{agents, total}``).
+  ``P/{agent}/.well-known/agent-card.json``; ``GET P/agents`` (the seed's ``{agents, total}``);
+  ``/.well-known/jwks.json`` (the key the cards are signed with).
 - JSON-RPC (``jsonrpc.py``) at each card's URL, ``P/{agent}`` (with or without the
   trailing slash: the 1.0 TCK posts to ``<url>/``), and at ``P`` for the default agent.
 - the 1.0 HTTP+JSON binding (``http_json.py``) under ``P/{agent}/rest``.
@@ -45,8 +46,8 @@ class A2aEndpoint:
         self.default_agent = config.a2a.default_agent or (config.agents[0].name if config.agents else "")
         handler = A2aHandler(service.engine, service.push, admit=service.agents.admit)
         self.cards = CardRoutes(config, self.agent, self.default_agent, secured=secured, bound=bound)
-        self.jsonrpc = JsonRpcBinding(handler, self.agent_of)
-        self.http_json = HttpJsonBinding(handler, self.agent_of)
+        self.jsonrpc = JsonRpcBinding(handler, self.agent_of, self.cards.extended)
+        self.http_json = HttpJsonBinding(handler, self.agent_of, self.cards.extended)
         self.rest = SeedRest(handler, self.default_agent)
 
     def reconfigure(self, config: Config) -> None:
@@ -71,6 +72,7 @@ class A2aEndpoint:
         router.add("GET", "/.well-known/agent-card.json", cards.default_card, **public, summary="A2A agent card (1.0)")
         router.add("GET", "/.well-known/agent.json", cards.default_legacy_card, **public,
                    summary="A2A agent card (0.1 shape)")
+        router.add("GET", "/.well-known/jwks.json", cards.jwks, **public, summary="the keys A2A cards are signed with")
         router.add("GET", f"{path}/agents", cards.list_agents, **public, summary="A2A: every agent's card")
         router.add("GET", f"{path}/{{agent}}/.well-known/agent-card.json", cards.agent_card, **public,
                    summary="A2A: one agent's card")

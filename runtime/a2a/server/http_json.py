@@ -27,16 +27,21 @@ Answer = Response | StreamResponse
 class HttpJsonBinding:
     """``agent_of(request)`` names the agent the request's path is for."""
 
-    def __init__(self, handler: A2aHandler, agent_of: Callable[[Request], str]) -> None:
+    def __init__(self, handler: A2aHandler, agent_of: Callable[[Request], str],
+                 extended_card: Callable[[Request, str], Any] | None = None) -> None:
         self.handler = handler
         self.agent_of = agent_of
+        self.extended = extended_card
 
     async def _call(self, request: Request, method: str, params: dict[str, Any]) -> Answer:
         agent = self.agent_of(request)
         try:
             require_1x(request, f"the HTTP+JSON binding ({method})")
-            result = await self.handler.call(method, params, agent, _frame, caller=caller_of(request),
-                                             who=request.caller)
+            if method == "GetExtendedAgentCard" and self.extended is not None:
+                result = self.extended(request, agent)
+            else:
+                result = await self.handler.call(method, params, agent, _frame, caller=caller_of(request),
+                                                 who=request.caller)
         except ANSWERED as exc:
             return _error(*error_of(exc))
         if isinstance(result, StreamResponse):

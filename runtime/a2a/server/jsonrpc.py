@@ -26,9 +26,11 @@ __all__ = ["JsonRpcBinding"]
 class JsonRpcBinding:
     """``agent_of(request)`` names the agent the request's path is for."""
 
-    def __init__(self, handler: A2aHandler, agent_of: Callable[[Request], str]) -> None:
+    def __init__(self, handler: A2aHandler, agent_of: Callable[[Request], str],
+                 extended_card: Callable[[Request, str], Any] | None = None) -> None:
         self.handler = handler
         self.agent_of = agent_of
+        self.extended = extended_card
 
     async def rpc(self, request: Request) -> Response | StreamResponse:
         agent = self.agent_of(request)
@@ -55,8 +57,11 @@ class JsonRpcBinding:
                 raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {message.method}")
             if traits.version:
                 require_1x(request, message.method)
-            result = await self.handler.call(message.method, params, agent, _framer(message.id),
-                                             caller=caller_of(request), who=request.caller)
+            if row.op == "extended_card" and self.extended is not None:
+                result = self.extended(request, agent)
+            else:
+                result = await self.handler.call(message.method, params, agent, _framer(message.id),
+                                                 caller=caller_of(request), who=request.caller)
         except ANSWERED as exc:
             code, text = error_of(exc)
             if isinstance(exc, A2aError) and row is not None and row.op == "resubscribe" \

@@ -15,12 +15,18 @@ status and artifact event to.
   registered as log secrets: a registered value masks every log line it appears in,
   and a caller could otherwise blank out any text it likes (``ERROR``, its own address,
   a task id) from tern's logs, and grow that set without end.
+- A webhook whose registration carries no credentials of its own, at an origin and path
+  under a ``[[a2a.push_webhooks]]`` ``url_prefix``, gets that entry's: a bearer token or
+  a client-credentials token (A2A lets the server obtain a token for the schemes the
+  client names; these say from where), and its client certificate. A 401 to a token of
+  tern's drops it and the event is sent once more with a fresh one.
 """
 
 from __future__ import annotations
 
 import itertools
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import trio
@@ -81,10 +87,39 @@ class _Config:
         return {"taskId": self.task_id, "pushNotificationConfig": config}
 
 
+class _Hook:
+    """A ``[[a2a.push_webhooks]]`` entry once running: its HTTP client (its own with a
+    client certificate), its credential, or why it has none."""
+
+    def __init__(self, entry: Any) -> None:
+        self.entry = entry
+        self.client: Any = None
+        self.credential: Any = None
+        self.error = ""
+
+
+def _origin_and_path(url: str) -> tuple[tuple[str, str, int | None], str]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return (scheme, (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(scheme)), parts.path
+
+
+def matches(prefix: str, url: str) -> bool:
+    """Whether ``url`` is under ``prefix``: the same origin (never a longer host name that
+    starts alike) and a path at or below the prefix's."""
+    try:
+        (origin, path), (want, under) = _origin_and_path(url), _origin_and_path(prefix)
+    except ValueError:
+        return False
+    under = under.rstrip("/")
+    return origin == want and (not under or path == under or path.startswith(under + "/"))
+
+
 class PushNotifier:
-    def __init__(self, engine: TaskEngine, policy: Any) -> None:
+    def __init__(self, engine: TaskEngine, policy: Any, webhooks: Any = ()) -> None:
         self.engine = engine
         self.policy = policy
+        self.hooks = [_Hook(entry) for entry in webhooks]
         self._configs: dict[str, dict[str, _Config]] = {}
         self._ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
@@ -94,10 +129,27 @@ class PushNotifier:
         engine.listeners.append(self._on_event)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        from runtime.net.outbound import make_client
+        from contextlib import AsyncExitStack
 
-        async with make_client(self.policy, timeout=TIMEOUT_SECS) as client:
-            self._client = client
+        from runtime.errors import TernError
+        from runtime.net.credentials import TokenCache, credential_for
+        from runtime.net.outbound import make_client
+        from runtime.net.tls import client_context
+
+        async with AsyncExitStack() as stack:
+            self._client = await stack.enter_async_context(make_client(self.policy, timeout=TIMEOUT_SECS))
+            cache = await stack.enter_async_context(TokenCache(self.policy, timeout_secs=TIMEOUT_SECS))
+            for hook in self.hooks:
+                owner = f"a2a.push_webhooks '{hook.entry.url_prefix}'"
+                try:
+                    hook.client = self._client if not hook.entry.tls_client_cert else await stack.enter_async_context(
+                        make_client(self.policy, timeout=TIMEOUT_SECS,
+                                    tls=client_context(hook.entry.tls_client_cert, hook.entry.tls_client_key)))
+                    if hook.entry.auth is not None:
+                        hook.credential = credential_for(hook.entry.auth, owner, cache)
+                except TernError as exc:  # a variable unset, a certificate gone: its webhooks fail, named
+                    hook.error = str(exc)
+                    log.error("%s", exc)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 task_status.started()
@@ -179,27 +231,50 @@ class PushNotifier:
             async for event in config.receive:
                 await self._post(config, _encoder.encode(dialects.render_event(event, config.dialect)))
 
+    def _hook_for(self, url: str) -> _Hook | None:
+        """The ``[[a2a.push_webhooks]]`` entry for ``url``: the longest prefix it is under."""
+        found = [hook for hook in self.hooks if matches(hook.entry.url_prefix, url)]
+        return max(found, key=lambda hook: len(hook.entry.url_prefix), default=None)
+
     async def _post(self, config: _Config, body: bytes) -> None:
         import httpx
+
+        from runtime.errors import TernError
 
         headers = {"Content-Type": "application/json"}
         if config.token:
             headers["X-A2A-Notification-Token"] = config.token
+        hook = self._hook_for(config.url)
+        if hook is not None and hook.error:
+            self.failed += 1
+            log.warning("webhook %s for task %s: not sent: %s", config.url, config.task_id, hook.error)
+            return
+        client = hook.client if hook is not None and hook.client is not None else self._client
+        # The registration's own credentials win; else the entry's, if it has any.
+        credential = hook.credential if hook is not None and not config.auth.get("credentials") else None
         if config.auth.get("credentials"):
             headers["Authorization"] = f"{config.auth.get('scheme') or 'Bearer'} {config.auth['credentials']}"
         delay = 0.5
-        for attempt in range(1, ATTEMPTS + 1):
+        refreshed = False
+        attempt = 0
+        while attempt < ATTEMPTS:
+            attempt += 1
             why = ""
             try:
+                sent = await credential.headers() if credential is not None else {}
                 with trio.fail_after(TIMEOUT_SECS):
-                    response = await self._client.post(config.url, content=body, headers=headers)
+                    response = await client.post(config.url, content=body, headers={**headers, **sent})
                 if response.status_code < 300:
                     self.delivered += 1
                     return
                 why = f"HTTP {response.status_code}"
+                if response.status_code == 401 and credential is not None and not refreshed \
+                        and await credential.refused(sent):
+                    refreshed, attempt = True, attempt - 1  # once, with a fresh token, at once
+                    continue
                 if response.status_code < 500 and response.status_code != 429:
                     break  # the webhook refuses it: retrying will not help
-            except (httpx.HTTPError, trio.TooSlowError, OSError) as exc:
+            except (httpx.HTTPError, trio.TooSlowError, OSError, TernError) as exc:
                 why = str(exc) or type(exc).__name__
             if attempt < ATTEMPTS:
                 await trio.sleep(delay)

@@ -108,3 +108,11 @@ def caller_of(request: Request) -> str:
     as the HTTP API's are ``api:<address>``): the key, when there is one, is shared by
     every client, so the address is what tells callers apart."""
     return f"a2a:{request.client[0]}"
+
+
+def may_read_extended_card(request: Request) -> bool:
+    """Whether this caller may read the authenticated extended card: its key's "card"
+    scope (``request.caller``, with named keys); without them, every caller the route's
+    key check let in (the one key means every scope)."""
+    caller = getattr(request, "caller", None)
+    return caller is None or caller.allows("card")

@@ -170,7 +170,7 @@ class A2aService:
             self.engine.refusal = store.fault
             self.engine.load(store.load(max_tasks=a2a.max_tasks, max_bytes=a2a.max_store_bytes,
                                         max_task_bytes=a2a.max_task_bytes))
-        self.push = PushNotifier(self.engine, AddressPolicy.from_security(config.security))
+        self.push = PushNotifier(self.engine, AddressPolicy.from_security(config.security), a2a.push_webhooks)
         if events is not None:  # every task's state changes on the kernel's bus ("a2a.task"; `tern events`)
             self.engine.listeners.append(_publisher(events))
 

@@ -24,6 +24,7 @@ from runtime.mcp.client.session import TransportClosed
 from runtime.mcp.client.oauth.model import AuthError, AuthRequired
 from runtime.mcp.client.streamable_http import AUTH_TRIES, HttpTransportBase
 from runtime.net.guard import check_url
+from runtime.net.outbound import reason
 from runtime.wire import jsonrpc
 from runtime.wire.sse import SseDecoder
 
@@ -105,7 +106,7 @@ class LegacySseTransport(HttpTransportBase):
                 self._ended = "the event stream ended"
             except httpx.HTTPError as exc:
                 if not started:
-                    raise ConnectionLost(f"MCP server '{self.name}': cannot reach {self.url}: {exc}") from None
+                    raise ConnectionLost(f"MCP server '{self.name}': cannot reach {self.url}: {reason(exc)}") from None
                 self._ended = f"the event stream broke: {exc}"
             except AuthError as exc:
                 if not started:

@@ -41,7 +41,8 @@ from runtime.mcp.protocol import META_VERSION
 from runtime.net.guard import AddressPolicy, check_url
 from runtime import tracing
 from runtime.net.headers import expand_headers
-from runtime.net.outbound import make_client
+from runtime.net.outbound import make_client, reason
+from runtime.net.tls import client_context
 from runtime.wire import framing, jsonrpc
 from runtime.wire.depth import too_deep
 from runtime.wire.sse import SseDecoder
@@ -109,10 +110,11 @@ class HttpTransportBase:
         self._state_dir, self._authorizer, self._environ = state_dir, authorizer, environ
         self.oauth: Any = None  # an OAuthSession once started, if the server is configured for OAuth
         self._bearer: str | None = None  # the Authorization header every request carries
+        self._client_cert = (getattr(config, "tls_client_cert", ""), getattr(config, "tls_client_key", ""))
 
     def _open_client(self) -> httpx.AsyncClient:
         """The guarded HTTP client, and the OAuth session on it if configured."""
-        self._client = make_client(self.policy, timeout=self.timeout_secs)
+        self._client = make_client(self.policy, timeout=self.timeout_secs, tls=client_context(*self._client_cert))
         if self._oauth_config is not None:
             from runtime.mcp.client.oauth.shell import OAuthSession
             from runtime.mcp.client.oauth.store import TokenStore
@@ -328,9 +330,9 @@ class StreamableHttpTransport(HttpTransportBase):
                 except _NoAnswer as exc:
                     await self._fail(request, str(exc))
                 except httpx.TransportError as exc:
-                    await self._fail(request, f"cannot reach {self.url}: {exc or type(exc).__name__}")
+                    await self._fail(request, f"cannot reach {self.url}: {reason(exc)}")
                     if isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)):
-                        self._break(f"cannot reach {self.url}: {exc}")
+                        self._break(f"cannot reach {self.url}: {reason(exc)}")
                 except (ProtocolError, AuthError) as exc:  # e.g. an oversized SSE event, a failed login
                     await self._fail(request, str(exc))
                     if isinstance(exc, AuthRequired):

@@ -325,19 +325,22 @@ class McpServer:
     async def _call(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Notify | None,
                     log_level: str | None, *, modern: dict[str, Any] | None = None) -> dict[str, Any]:
         """``_call_tool`` traced as a SERVER span, under the caller's ``_meta.traceparent``
-        (else the current span: POST /mcp's)."""
+        (else the current span: POST /mcp's). It covers the pipeline's ``execute_tool`` span
+        of the call (the MCP conventions: one span, not two)."""
         if not tracing.enabled():
             return await self._call_tool(request_id, params, peer, notify, log_level, modern=modern)
         name = params.get("name")
         meta = params.get("_meta")
         parent = tracing.extract(meta.get("traceparent"), meta.get("tracestate")) if isinstance(meta, dict) else None
-        with tracing.span(f"tools/call {name}" if isinstance(name, str) else "tools/call", tracing.SERVER,
+        named = isinstance(name, str)
+        with tracing.span(f"tools/call {name}" if named else "tools/call", tracing.SERVER,
                           {"mcp.method.name": "tools/call", "gen_ai.operation.name": "execute_tool",
-                           "jsonrpc.request.id": str(request_id)}, parent=parent) as span:
-            if isinstance(name, str):
+                           "jsonrpc.request.id": str(request_id)}, parent=parent,
+                          covers="execute_tool") as span:
+            if named:
                 span.set("gen_ai.tool.name", name)
             result = await self._call_tool(request_id, params, peer, notify, log_level, modern=modern)
-            if result.get("isError") is True:
+            if result.get("isError") is True and not span.failed:  # the pipeline's outcome says more
                 span.error("tool_error")
             return result
 

@@ -18,7 +18,8 @@ import pytest
 import trio
 
 from runtime.config import HttpTransport, OAuthConfig
-from runtime.mcp.client.oauth import dpop, grant, jwt
+from runtime.crypto import p256
+from runtime.mcp.client.oauth import dpop, grant
 from runtime.mcp.client.oauth.challenge import parse_www_authenticate
 from runtime.mcp.client.oauth.model import AsMetadata, AuthError, Client, Tokens
 from runtime.mcp.client.oauth.shell import OAuthSession
@@ -41,7 +42,7 @@ def verified(proof: str) -> tuple[dict, dict]:
     point = (int.from_bytes(base64.urlsafe_b64decode(header["jwk"]["x"] + "="), "big"),
              int.from_bytes(base64.urlsafe_b64decode(header["jwk"]["y"] + "="), "big"))
     raw = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
-    assert jwt.verify_es256(point, f"{head}.{claims}".encode(), raw), "the proof's signature does not verify"
+    assert p256.verify_es256(point, f"{head}.{claims}".encode(), raw), "the proof's signature does not verify"
     return header, _part(claims)
 
 

@@ -9,6 +9,7 @@ import base64
 import msgspec
 import pytest
 
+from runtime.crypto import p256
 from runtime.mcp.client.oauth import jwt
 from runtime.mcp.client.oauth.model import AuthError
 
@@ -45,7 +46,7 @@ def test_openssl_keys_load_and_sign(pem):
     body = msgspec.json.decode(base64.urlsafe_b64decode(claims + "=="))
     assert (body["iss"], body["sub"], body["aud"], body["exp"] - body["iat"]) == (
         "client-1", "client-1", "https://as.example", 300)
-    assert jwt.verify_es256((x, y), f"{header}.{claims}".encode(), base64.urlsafe_b64decode(signature + "=="))
+    assert p256.verify_es256((x, y), f"{header}.{claims}".encode(), base64.urlsafe_b64decode(signature + "=="))
     assert "d=" not in repr(key) and str(key.d) not in repr(key)
 
 

@@ -30,14 +30,17 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import msgspec
 
-from runtime.mcp.client.oauth.model import AsMetadata, AuthError, Client, ResourceMetadata, Tokens
+from runtime.mcp.client.oauth.model import AsMetadata, ResourceMetadata
+from runtime.wire.oauth import (
+    MAX_TOKEN_RESPONSE_BYTES, REFRESH_MARGIN_SECS, AuthError, Client, auth_method, error_text, json_object,
+    needs_refresh, parse_token_response, token_request,
+)
 
 __all__ = ["Pkce", "AuthorizationRequest", "choose_scope", "client_for", "registration_body", "parse_registration",
            "authorization_request", "code_from_redirect", "token_request", "parse_token_response",
            "needs_refresh", "step_up_scope", "oauth_error", "check_assertion", "exchange_request",
            "parse_exchange_response", "MAX_STEP_UPS", "REFRESH_MARGIN_SECS", "JWT_BEARER"]
 
-MAX_TOKEN_RESPONSE_BYTES = 64 * 1024
 MAX_ASSERTION_CHARS = 16 * 1024  # a JWT for a grant; cloud workload tokens are 1-2 KiB
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"  # RFC 7523 authorization grant
 TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # RFC 8693
@@ -45,7 +48,6 @@ ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
 ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
 _JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 MAX_STEP_UPS = 2  # re-authorizations for wider scope before the request fails (the spec wants a limit)
-REFRESH_MARGIN_SECS = 60.0
 CLIENT_NAME = "tern"
 
 
@@ -100,13 +102,7 @@ def step_up_scope(current: str, challenge_scope: str) -> str:
 
 
 def _auth_method(server: AsMetadata, has_secret: bool) -> str:
-    supported = server.token_endpoint_auth_methods_supported or ["client_secret_basic"]  # RFC 8414 default
-    if not has_secret:
-        return "none"
-    for method in ("client_secret_basic", "client_secret_post"):
-        if method in supported:
-            return method
-    return "client_secret_basic"
+    return auth_method(server.token_endpoint_auth_methods_supported, has_secret)
 
 
 def client_for(server: AsMetadata, issuer: str, *, client_id: str = "", client_secret: str = "",
@@ -145,9 +141,9 @@ def registration_body(server: AsMetadata, redirect_uri: str, scope: str, grant: 
 
 def parse_registration(status: int, body: bytes, server: AsMetadata, issuer: str, redirect_uri: str) -> Client:
     """A registration answer as a ``Client``; AuthError for a refusal or a malformed one."""
-    doc = _json_object(body, "the client registration answer")
+    doc = json_object(body, "the client registration answer")
     if status not in (200, 201):
-        raise AuthError(f"client registration refused (HTTP {status}): {_oauth_error(doc)}")
+        raise AuthError(f"client registration refused (HTTP {status}): {error_text(doc)}")
     client_id = doc.get("client_id")
     if not isinstance(client_id, str) or not client_id:
         raise AuthError("the client registration answer has no client_id")
@@ -206,81 +202,6 @@ def code_from_redirect(pending: AuthorizationRequest, redirect: str) -> str:
     return code
 
 
-def _client_auth(client: Client, form: dict[str, str], headers: dict[str, str]) -> None:
-    """``client_id`` always goes in the form too: it identifies, the secret authenticates,
-    and some servers (the official Python SDK's) want it there even with Basic. (A
-    jwt-bearer grant may have none: its assertion names the client.)"""
-    if client.client_id:
-        form["client_id"] = client.client_id
-    if client.auth_method == "client_secret_basic" and client.client_secret:
-        pair = f"{quote(client.client_id, safe='')}:{quote(client.client_secret, safe='')}"  # RFC 6749 §2.3.1
-        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-        return
-    if client.auth_method == "client_secret_post" and client.client_secret:
-        form["client_secret"] = client.client_secret
-
-
-def token_request(client: Client, grant: str, fields: dict[str, str]) -> tuple[bytes, dict[str, str]]:
-    """A token endpoint request body and headers: ``grant`` (authorization_code,
-    refresh_token, client_credentials) with its ``fields``, the client authenticated
-    its way."""
-    form = {"grant_type": grant, **{k: v for k, v in fields.items() if v}}
-    headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
-    _client_auth(client, form, headers)
-    return urlencode(form).encode("ascii"), headers
-
-
-def _json_object(body: bytes, what: str) -> dict[str, Any]:
-    if len(body) > MAX_TOKEN_RESPONSE_BYTES:
-        raise AuthError(f"{what} is larger than {MAX_TOKEN_RESPONSE_BYTES} bytes")
-    try:
-        doc = msgspec.json.decode(body) if body.strip() else {}
-    except msgspec.DecodeError:
-        raise AuthError(f"{what} is not JSON") from None
-    if not isinstance(doc, dict):
-        raise AuthError(f"{what} is not a JSON object")
-    return doc
-
-
-def _oauth_error(doc: dict[str, Any]) -> str:
-    error = doc.get("error")
-    text = str(error)[:100] if error else "no error code"
-    if isinstance(doc.get("error_description"), str):
-        text += f" ({doc['error_description'][:200]})"
-    return text
-
-
-def parse_token_response(status: int, body: bytes, now: float, *, issuer: str, resource: str,
-                         previous: Tokens | None = None, dpop: bool = False) -> Tokens:
-    """A token endpoint answer as ``Tokens`` (absolute expiry; a refresh answer without
-    a new refresh token keeps the old one); AuthError for an error or a bad shape, or
-    for a DPoP-bound token when the request carried no proof (``dpop``)."""
-    doc = _json_object(body, "the token response")
-    if status != 200:
-        raise AuthError(f"the token endpoint refused (HTTP {status}): {_oauth_error(doc)}")
-    token = doc.get("access_token")
-    if not isinstance(token, str) or not token or len(token) > 16384:
-        raise AuthError("the token response has no usable access_token")
-    token_type = doc.get("token_type", "Bearer")
-    kind = token_type.lower() if isinstance(token_type, str) else ""
-    if kind == "dpop" and not dpop:
-        raise AuthError("the token response has token_type DPoP although tern sent no DPoP proof: refused")
-    if kind not in ("bearer", "dpop"):
-        raise AuthError(f"the token response has token_type {str(token_type)[:40]!r}; tern sends Bearer and "
-                        "DPoP tokens only")
-    expires_in = doc.get("expires_in")
-    if isinstance(expires_in, str) and expires_in.isdigit():
-        expires_in = int(expires_in)
-    expires_at = now + expires_in if isinstance(expires_in, (int, float)) and not isinstance(expires_in, bool) \
-        and expires_in > 0 else 0.0
-    refresh = doc.get("refresh_token") if isinstance(doc.get("refresh_token"), str) else ""
-    if not refresh and previous is not None:
-        refresh = previous.refresh_token
-    scope = doc.get("scope") if isinstance(doc.get("scope"), str) else (previous.scope if previous else "")
-    return Tokens(access_token=token, token_type="DPoP" if kind == "dpop" else "Bearer", refresh_token=refresh or "",
-                  scope=scope or "", expires_at=float(expires_at), obtained_at=now, issuer=issuer, resource=resource)
-
-
 def oauth_error(status: int, body: bytes) -> str:
     """The ``error`` code of a refusal from a token endpoint ("" if it is none or unreadable)."""
     if status < 400 or len(body) > MAX_TOKEN_RESPONSE_BYTES:
@@ -317,23 +238,11 @@ def exchange_request(idp_client: Client, id_token: str, audience: str, resource:
 
 def parse_exchange_response(status: int, body: bytes) -> str:
     """The ID-JAG in the IdP's answer; AuthError for a refusal or another token type."""
-    doc = _json_object(body, "the identity provider's token exchange answer")
+    doc = json_object(body, "the identity provider's token exchange answer")
     if status != 200:
-        raise AuthError(f"the identity provider refused the token exchange (HTTP {status}): {_oauth_error(doc)}")
+        raise AuthError(f"the identity provider refused the token exchange (HTTP {status}): {error_text(doc)}")
     if doc.get("issued_token_type") != ID_JAG_TYPE:
         raise AuthError(f"the identity provider issued {str(doc.get('issued_token_type'))[:80]!r}, "
                         "not an ID-JAG")
     return check_assertion(doc.get("access_token") if isinstance(doc.get("access_token"), str) else "",
                            "the ID-JAG from the identity provider")
-
-
-def needs_refresh(tokens: Tokens, now: float) -> bool:
-    """Whether to refresh before the next request: it expires within a minute (or
-    within half its lifetime, for a short-lived one, so it is not refreshed on every
-    request)."""
-    if not tokens.expires_at:
-        return False
-    margin = REFRESH_MARGIN_SECS
-    if tokens.obtained_at:
-        margin = min(margin, (tokens.expires_at - tokens.obtained_at) / 2)
-    return now >= tokens.expires_at - margin

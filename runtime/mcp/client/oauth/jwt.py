@@ -1,6 +1,6 @@
 """``private_key_jwt`` client authentication (RFC 7523 §2.2) with ES256, sans-IO and
 with no crypto library: tern's runtime depends on none, so the P-256 arithmetic is
-here, small and checked against RFC 6979's test vectors.
+its own (``runtime/crypto/p256.py``), checked against RFC 6979's test vectors.
 
 The nonce is deterministic (RFC 6979), so a weak random source can never leak the
 key. The arithmetic is plain Python integers, not constant-time: a process that can
@@ -18,19 +18,13 @@ import secrets
 
 import msgspec
 
+from runtime.crypto.p256 import N, multiply_g
 from runtime.mcp.client.oauth.model import AuthError
 
 __all__ = ["EcKey", "load_private_key", "sign_es256", "client_assertion", "ASSERTION_TYPE"]
 
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 
-# NIST P-256 (SEC 2 secp256r1)
-P = 0xFFFFFFFF00000001000000000000000000000000FFFFFFFFFFFFFFFFFFFFFFFF
-A = P - 3
-B = 0x5AC635D8AA3A93E7B3EBBD55769886BC651D06B0CC53B0F63BCE3C3E27D2604B
-N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
-G = (0x6B17D1F2E12C4247F8BCE6E563A440F277037D812DEB33A0F4A13945D898C296,
-     0x4FE342E2FE1A7F9B8EE7EB4A7C0F9E162BCE33576B315ECECBB6406837BF51F5)
 _EC_PUBLIC_KEY = bytes.fromhex("2a8648ce3d0201")  # OID 1.2.840.10045.2.1
 _P256 = bytes.fromhex("2a8648ce3d030107")  # OID 1.2.840.10045.3.1.7
 
@@ -42,92 +36,8 @@ class EcKey(msgspec.Struct, frozen=True):
         return "EcKey(P-256, private)"
 
 
-def _add(p1: tuple[int, int, int] | None, p2: tuple[int, int, int] | None) -> tuple[int, int, int] | None:
-    """Jacobian point addition (None is the point at infinity)."""
-    if p1 is None:
-        return p2
-    if p2 is None:
-        return p1
-    x1, y1, z1 = p1
-    x2, y2, z2 = p2
-    z1z1, z2z2 = z1 * z1 % P, z2 * z2 % P
-    u1, u2 = x1 * z2z2 % P, x2 * z1z1 % P
-    s1, s2 = y1 * z2 * z2z2 % P, y2 * z1 * z1z1 % P
-    if u1 == u2:
-        return _double(p1) if s1 == s2 else None
-    h, r = (u2 - u1) % P, (s2 - s1) % P
-    hh = h * h % P
-    hhh = h * hh % P
-    v = u1 * hh % P
-    x3 = (r * r - hhh - 2 * v) % P
-    y3 = (r * (v - x3) - s1 * hhh) % P
-    return x3, y3, h * z1 * z2 % P
-
-
-def _double(p1: tuple[int, int, int] | None) -> tuple[int, int, int] | None:
-    if p1 is None or p1[1] == 0:
-        return None
-    x, y, z = p1
-    yy = y * y % P
-    s = 4 * x * yy % P
-    zz = z * z % P
-    m = (3 * x * x + A * zz * zz) % P
-    x3 = (m * m - 2 * s) % P
-    return x3, (m * (s - x3) - 8 * yy * yy) % P, 2 * y * z % P
-
-
-def _multiply(k: int, point: tuple[int, int] = G) -> tuple[int, int]:
-    result: tuple[int, int, int] | None = None
-    addend: tuple[int, int, int] | None = (point[0], point[1], 1)
-    while k:
-        if k & 1:
-            result = _add(result, addend)
-        addend = _double(addend)
-        k >>= 1
-    return _to_xy(result)
-
-
-_WINDOW = 4
-_G_TABLE: list[list[tuple[int, int, int] | None]] = []
-
-
-def _multiply_g(k: int) -> tuple[int, int]:
-    """``k`` times the generator with a table of its multiples (``_WINDOW`` bits a row,
-    built once, about 30 ms): 64 additions instead of 256 doublings and ~128 additions,
-    which makes a signature (one per DPoP proof, so one per request) about 4x cheaper."""
-    if not _G_TABLE:
-        base: tuple[int, int, int] | None = (G[0], G[1], 1)
-        for _ in range(256 // _WINDOW):
-            row: list[tuple[int, int, int] | None] = [None]
-            for _ in range((1 << _WINDOW) - 1):
-                row.append(_affine(_add(row[-1], base)))
-            _G_TABLE.append(row)
-            for _ in range(_WINDOW):
-                base = _double(base)
-    result: tuple[int, int, int] | None = None
-    for row in _G_TABLE:
-        result = _add(result, row[k & ((1 << _WINDOW) - 1)])
-        k >>= _WINDOW
-    return _to_xy(result)
-
-
-def _affine(point: tuple[int, int, int] | None) -> tuple[int, int, int] | None:
-    if point is None:
-        return None
-    x, y = _to_xy(point)
-    return x, y, 1
-
-
-def _to_xy(point: tuple[int, int, int] | None) -> tuple[int, int]:
-    if point is None:
-        raise ValueError("point at infinity")
-    x, y, z = point
-    zi = pow(z, -1, P)
-    return x * zi * zi % P, y * zi * zi * zi % P
-
-
 def public_point(key: EcKey) -> tuple[int, int]:
-    return _multiply_g(key.d)
+    return multiply_g(key.d)
 
 
 def _bits2int(data: bytes) -> int:
@@ -157,31 +67,13 @@ def sign_es256(key: EcKey, message: bytes) -> bytes:
     digest = hashlib.sha256(message).digest()
     e = _bits2int(digest) % N
     for k in _nonces(key.d, digest):
-        r = _multiply_g(k)[0] % N
+        r = multiply_g(k)[0] % N
         if r == 0:
             continue
         s = pow(k, -1, N) * (e + r * key.d) % N
         if s:
             return r.to_bytes(32, "big") + s.to_bytes(32, "big")
     raise AssertionError("unreachable")
-
-
-def verify_es256(point: tuple[int, int], message: bytes, signature: bytes) -> bool:
-    """Check a signature (for the tests and for a key's self-check on load)."""
-    if len(signature) != 64:
-        return False
-    r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
-    if not (1 <= r < N and 1 <= s < N):
-        return False
-    e = _bits2int(hashlib.sha256(message).digest()) % N
-    w = pow(s, -1, N)
-    p1 = _multiply(e * w % N)
-    p2 = _multiply(r * w % N, point)
-    total = _add((p1[0], p1[1], 1), (p2[0], p2[1], 1))
-    if total is None:
-        return False
-    x, _, z = total
-    return x * pow(z * z, -1, P) % P % N == r
 
 
 # --- PEM/DER ------------------------------------------------------------------------

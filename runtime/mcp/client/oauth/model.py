@@ -8,16 +8,9 @@ from typing import Any
 
 import msgspec
 
-from runtime.errors import TernError
+from runtime.wire.oauth import AuthError, Client, Tokens
 
 __all__ = ["AuthError", "AuthRequired", "NotOAuth", "AsMetadata", "ResourceMetadata", "Client", "Tokens", "Grant"]
-
-
-class AuthError(TernError):
-    """The OAuth flow with an MCP server's authorization server failed; the text says
-    which step and why. Never contains a token or a secret."""
-
-    http_status = 502
 
 
 class AuthRequired(AuthError):
@@ -55,40 +48,6 @@ class AsMetadata(msgspec.Struct, frozen=True):
     authorization_response_iss_parameter_supported: bool = False
     client_id_metadata_document_supported: bool = False
     dpop_signing_alg_values_supported: list[str] = []
-
-
-class Client(msgspec.Struct):
-    """The client's identity at one authorization server (``issuer``): registered,
-    pre-registered or a metadata document URL."""
-
-    issuer: str
-    client_id: str
-    client_secret: str = ""
-    auth_method: str = "none"  # none | client_secret_basic | client_secret_post | private_key_jwt
-    redirect_uri: str = ""
-    how: str = "dcr"  # config | cimd | dcr
-
-
-class Tokens(msgspec.Struct):
-    """A token response, with its expiry made absolute (``expires_at`` 0: unknown).
-    ``token_type`` "DPoP": bound to the server's DPoP key, sent only with a proof."""
-
-    access_token: str
-    token_type: str = "Bearer"  # Bearer | DPoP
-    refresh_token: str = ""
-    scope: str = ""
-    expires_at: float = 0.0
-    obtained_at: float = 0.0
-    issuer: str = ""
-    resource: str = ""
-
-    def __repr__(self) -> str:  # never print a token by accident
-        return f"Tokens(issuer={self.issuer!r}, scope={self.scope!r}, expires_at={self.expires_at})"
-
-    @property
-    def header(self) -> str:
-        """The ``Authorization`` header value: a DPoP-bound token never goes as Bearer."""
-        return f"{self.token_type} {self.access_token}"
 
 
 class Grant(msgspec.Struct, frozen=True):
