@@ -96,7 +96,8 @@ class Agents:
                    on_text: Callable[[str], None] | None = None,
                    on_log: Callable[[str, str], None] | None = None,
                    env: dict[str, str] | None = None, ask: Any = None,
-                   on_tool: Callable[[dict[str, Any]], None] | None = None, sample: Any = None) -> AgentReply:
+                   on_tool: Callable[[dict[str, Any]], None] | None = None, sample: Any = None,
+                   caller: str = "") -> AgentReply:
         """Answer one message; for an agent that remembers, the exchange is committed to
         its conversation before the reply is returned. ``on_text`` gets output as it comes (model text, a
         command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
@@ -104,7 +105,8 @@ class Agents:
         approval to the person behind the caller (``runtime.ports.Ask``); ``on_tool`` hears
         each tool call of the run start and end (``pipeline.Run.on_tool``); ``sample`` runs a
         model turn on the caller's MCP client (``runtime.ports.Sample``), for an llm agent
-        whose model is ``provider = "mcp-sampling"``."""
+        whose model is ``provider = "mcp-sampling"``; ``caller`` names who sent it in the audit record and
+        the event (``trigger:NAME``; empty: not said)."""
         check_name(name, "the agent name")
         check_id(context_id, "context_id")
         agent = self.get(name)
@@ -127,10 +129,10 @@ class Agents:
             ms = round((time.perf_counter() - started) * 1000, 3)
             if self.pipeline.audit is not None:
                 self.pipeline.audit.record("agent_message", agent=name, context_id=context_id, outcome=outcome,
-                                           ms=ms, chars_in=len(message))
+                                           ms=ms, chars_in=len(message), **({"caller": caller} if caller else {}))
             if self.publish is not None:
                 self.publish("agent.message", {"agent": name, "context_id": context_id, "outcome": outcome, "ms": ms,
-                                               "chars_in": len(message)})
+                                               "chars_in": len(message), **({"caller": caller} if caller else {})})
         if self.conversations is not None and agent.kind in REMEMBERING_KINDS:
             await self.conversations.append(context_id, Conversations.message("user", name, message),
                                             Conversations.message("agent", name, text))
