@@ -186,7 +186,7 @@ def _telemetry_problems(config: Config) -> list[str]:
 
 
 _TRIGGER_NAME = re.compile(r"[a-z0-9_-]{1,64}")
-_EVERY = re.compile(r"(?:\d+(?:\.\d+)?[smhd])+")
+_EVERY = re.compile(r"(?=\d)(?:\d{1,6}d)?(?:\d{1,6}h)?(?:\d{1,6}m)?(?:\d{1,8}s)?")  # as schedule.parse_every
 _CRON_NAMES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
@@ -228,7 +228,7 @@ def _trigger_problems(config: Config) -> list[str]:
             elif trigger.cron and not (trigger.cron.strip() in _CRON_NAMES or len(trigger.cron.split()) == 5):
                 problems.append(f'{where}.cron: expected five fields (minute hour day month weekday) or one of '
                                 f'{", ".join(_CRON_NAMES)}, got "{shorten(trigger.cron)}"')
-            elif trigger.every and not _EVERY.fullmatch(trigger.every.replace(" ", "")):
+            elif trigger.every and not _EVERY.fullmatch(trigger.every.strip().lower()):
                 problems.append(f'{where}.every: expected a duration such as "90s", "5m" or "1h30m", '
                                 f'got "{shorten(trigger.every)}"')
             try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import secrets
+from collections import deque
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,14 +55,20 @@ def capacity(trigger: TriggerConfig) -> int:
 
 
 class _State:
-    """A trigger's runs in this process: admitted ones, the slot they wait for, failures."""
+    """A trigger's runs in this process: those running, those waiting (first in, first
+    run: trio does not start tasks in order), failures in a row."""
 
     def __init__(self, trigger: TriggerConfig, saved: dict[str, Any]) -> None:
-        self.active = 0
-        self.slots = trio.Semaphore(trigger.max_parallel if trigger.overlap == "parallel" else 1)
+        self.running = 0
+        self.slots = trigger.max_parallel if trigger.overlap == "parallel" else 1
+        self.waiting: deque[tuple[str, dict[str, Any], str]] = deque()
         self.failures = int(saved["failures"])
         self.paused = bool(saved["paused"])
         self.paused_reason = str(saved["paused_reason"])
+
+    @property
+    def active(self) -> int:
+        return self.running + len(self.waiting)
 
 
 class TriggerRunner:
@@ -102,9 +109,17 @@ class TriggerRunner:
             raise TriggerBusy(f"trigger {name!r} cannot run yet: the triggers are not started")
         run_id = new_run_id()
         self.store.start(run_id, name, source)
-        state.active += 1
-        self._nursery.start_soon(self._run, trigger, run_id, dict(context), source)
+        state.waiting.append((run_id, dict(context), source))
+        self._start_waiting(trigger)
         return run_id
+
+    def _start_waiting(self, trigger: TriggerConfig) -> None:
+        """Start the waiting runs there are slots for, oldest first."""
+        state = self._states[trigger.name]
+        while state.waiting and state.running < state.slots and self._nursery is not None:
+            run_id, context, source = state.waiting.popleft()
+            state.running += 1
+            self._nursery.start_soon(self._run, trigger, run_id, context, source)
 
     # --- what the API and the CLI read --------------------------------------------------
 
@@ -156,6 +171,7 @@ class TriggerRunner:
         """Run every schedule and watch until cancelled; runs started by ``fire`` live here too."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(trio.sleep_forever)  # webhooks and manual runs need it with no task of its own
             for trigger in self.triggers.values():
                 if trigger.kind != "webhook":
                     nursery.start_soon(self._supervise, trigger)
@@ -231,19 +247,19 @@ class TriggerRunner:
     async def _run(self, trigger: TriggerConfig, run_id: str, context: dict[str, Any], source: str) -> None:
         state = self._states[trigger.name]
         try:
-            async with state.slots:
-                if state.paused:  # paused while this run waited in the queue
-                    why = f"trigger {trigger.name!r} was paused while this run waited"
-                    self.store.end(run_id, "skipped", error=why)
-                    self._ended(trigger, run_id, source, "skipped", why)
-                    return
-                await self._execute(trigger, run_id, context, source)
+            if state.paused:  # paused while this run waited in the queue
+                why = f"trigger {trigger.name!r} was paused while this run waited"
+                self.store.end(run_id, "skipped", error=why)
+                self._ended(trigger, run_id, source, "skipped", why)
+                return
+            await self._execute(trigger, run_id, context, source)
         except BaseException:
             if trio.current_effective_deadline() == -math.inf:  # tern is stopping: say so now, not at the next boot
                 self.store.end(run_id, "failed", error=STOPPED)
             raise
         finally:
-            state.active -= 1
+            state.running -= 1
+            self._start_waiting(trigger)
 
     async def _execute(self, trigger: TriggerConfig, run_id: str, context: dict[str, Any], source: str) -> None:
         from runtime.kernel.triggers.template import render

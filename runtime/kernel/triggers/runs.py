@@ -94,9 +94,13 @@ class RunStore:
         self._write("UPDATE runs SET outcome = 'running', started_at = ? WHERE id = ?", (self.clock(), run_id))
 
     def end(self, run_id: str, outcome: str, *, reply: str = "", error: str = "", sink_error: str = "") -> None:
-        self._write("UPDATE runs SET outcome = ?, ended_at = ?, reply = ?, error = ?, sink_error = ? WHERE id = ?",
-                    (outcome, self.clock(), bounded_reply(reply), error[:MAX_ERROR_CHARS],
-                     sink_error[:MAX_ERROR_CHARS], run_id))
+        """The run's end; when the full record does not fit (a full disk), its outcome without the reply."""
+        if self._write("UPDATE runs SET outcome = ?, ended_at = ?, reply = ?, error = ?, sink_error = ? WHERE id = ?",
+                       (outcome, self.clock(), bounded_reply(reply), error[:MAX_ERROR_CHARS],
+                        sink_error[:MAX_ERROR_CHARS], run_id)):
+            return
+        self._write("UPDATE runs SET outcome = ?, ended_at = ?, error = ? WHERE id = ?",
+                    (outcome, self.clock(), (error or "the reply could not be recorded")[:200], run_id))
 
     def runs(self, trigger: str, limit: int = 50) -> list[dict[str, Any]]:
         """The trigger's runs, newest first, at most ``limit`` (and ``LIST_LIMIT``)."""
