@@ -53,12 +53,15 @@ def test_scan_survives_a_directory_symlink_loop(tmp_path):
     assert sorted(snapshot) == ["a/f.txt"] and not cut
 
 
-def test_scan_skips_special_files_and_names_that_are_not_utf8(tmp_path):
+def test_scan_skips_special_files_and_names_that_cannot_travel_as_text(tmp_path):
     write(tmp_path / "ok.txt")
     os.mkfifo(tmp_path / "pipe")
     with open(os.fsencode(tmp_path) + b"/bad\xff.txt", "w") as file:
         file.write("x")
-    assert sorted(scan(tmp_path, 100)[0]) == ["ok.txt"]
+    for name in ("two\nlines.txt", "esc\x1b[2J.txt", "sep\u2028.txt", "del\x7f.txt"):
+        write(tmp_path / name)
+    write(tmp_path / "caf\u00e9 \u00a0ok.txt")  # non-ASCII text is fine
+    assert sorted(scan(tmp_path, 100)[0]) == ["caf\u00e9 \u00a0ok.txt", "ok.txt"]
 
 
 def test_scan_is_cut_at_max_files_entries(tmp_path):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -38,6 +39,7 @@ Snapshot = dict[str, Stamp]  # path relative to the root, "/"-separated -> stamp
 SCAN_TIMEOUT_SECS = 30.0
 MAX_DEPTH = 32  # directory levels walked below the root: each holds a descriptor open during the scan
 MAX_WAIT_DEBOUNCES = 10
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _log = get_logger("triggers.watch")
 
 
@@ -97,12 +99,13 @@ def _open(name: str, parent: int | None, max_files: int) -> tuple[int, Iterator[
 
 
 def _printable(name: str) -> bool:
-    """A name that can travel as text (a run's message, JSON): valid UTF-8."""
+    """A name that can travel as one line of text in a run's message: valid UTF-8 with no
+    control characters (a file named to forge lines in a prompt starts no run)."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return False
-    return True
+    return not _CONTROL.search(name)
 
 
 def changed(old: Snapshot, new: Snapshot) -> list[str]:
