@@ -8,6 +8,8 @@ import time
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runtime.errors import ConfigError
 from runtime.kernel.triggers.cron import MAX_EXPR_CHARS, parse_cron
@@ -184,3 +186,53 @@ def test_any_hour_started_inside_the_first_occurrence_reaches_the_second():
     assert local(found, NEW_YORK) == ["2026-11-01 01:00 EST", "2026-11-01 01:20 EST",
                                       "2026-11-01 01:40 EST", "2026-11-01 02:00 EST"]
     assert found[0] - first_occurrence == dt.timedelta(minutes=10)
+
+
+# -- against a minute-by-minute oracle of the documented rule ----------------------------
+
+def oracle(cron, tz: dt.tzinfo, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    """Every firing instant in (start, end] found the slow way: each real minute whose wall
+    time matches (a repeated wall time only at its first occurrence, unless the hour is
+    "*"), plus the first instant after a gap that skipped a matching wall time."""
+    def matches(wall: dt.datetime) -> bool:
+        return (wall.minute in cron.minutes and wall.hour in cron.hours and wall.month in cron.months
+                and cron._day_matches(wall.date()))
+
+    found = []
+    moment = start + dt.timedelta(minutes=1)
+    previous = start.astimezone(tz)
+    while moment <= end:
+        wall = moment.astimezone(tz)
+        naive, before = wall.replace(tzinfo=None), previous.replace(tzinfo=None)
+        skipped = naive - before > dt.timedelta(minutes=1)
+        gap = [before + dt.timedelta(minutes=k) for k in range(1, int((naive - before) / dt.timedelta(minutes=1)))]
+        if (matches(naive) and (wall.fold == 0 or cron.any_hour)) or (skipped and any(map(matches, gap))):
+            found.append(moment)
+        previous = wall
+        moment += dt.timedelta(minutes=1)
+    return found
+
+
+# values chosen to land on the transition days (Sundays: 29 March, 25 October, 8 March,
+# 1 November, 5 April, 4 October) and hours
+FIELD = st.sampled_from(["*", "*/7", "0", "30", "0,15,45", "10-40/10", "59"])
+HOUR = st.sampled_from(["*", "*", "*", "*/5", "1", "2", "3", "1-3", "2,14"])
+DAY = st.sampled_from(["*", "*", "*/4", "1", "5", "25-31", "4,8"])
+WEEKDAY = st.sampled_from(["*", "*", "SUN", "0", "1-5", "6,7"])
+LORD_HOWE = ZoneInfo("Australia/Lord_Howe")  # moves its clock by 30 minutes
+AROUND_TRANSITIONS = [(BERLIN, at(2026, 3, 28, 12)), (BERLIN, at(2026, 10, 24, 12)),
+                      (NEW_YORK, at(2026, 3, 7, 12)), (NEW_YORK, at(2026, 10, 31, 12)),
+                      (LORD_HOWE, at(2026, 4, 4, 0)), (LORD_HOWE, at(2026, 10, 3, 0)), (UTC, at(2026, 2, 27, 0))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(minute=FIELD, hour=HOUR, day=DAY, weekday=WEEKDAY, around=st.sampled_from(AROUND_TRANSITIONS))
+def test_next_after_agrees_with_the_oracle_around_transitions(minute, hour, day, weekday, around):
+    zone, start = around
+    cron = parse_cron(f"{minute} {hour} {day} * {weekday}")
+    end = start + dt.timedelta(days=2)
+    expected = oracle(cron, zone, start, end)
+    found, moment = [], start
+    while (moment := cron.next_after(moment, zone)) <= end:
+        found.append(moment)
+    assert found == expected
