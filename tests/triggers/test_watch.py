@@ -116,10 +116,10 @@ def test_changed_reports_created_modified_renamed_and_replaced_but_not_deleted()
 def test_debounce_waits_for_quiet():
     pending = Debounce(2.0)
     assert not pending.due(0.0)
-    pending.add(["b", "a"], 0.0)
-    pending.add([], 1.0)  # a scan with nothing new does not extend the wait
+    pending.add(["b", "a"], 0.0, {"a", "b"})
+    pending.add([], 1.0, {"a", "b"})  # a scan with nothing new does not extend the wait
     assert not pending.due(1.5)
-    pending.add(["c", "a"], 1.5)
+    pending.add(["c", "a"], 1.5, {"a", "b", "c"})
     assert not pending.due(3.0) and pending.due(3.5)
     assert pending.take(10) == ["a", "b", "c"]
     assert not pending.due(100.0) and pending.take(10) == []
@@ -128,16 +128,29 @@ def test_debounce_waits_for_quiet():
 def test_debounce_fires_a_constant_writer_after_the_longest_wait():
     pending = Debounce(1.0)
     now = 0.0
+    present = set()
     while not pending.due(now):
-        pending.add([f"f{now:.1f}"], now)
+        present.add(f"f{now:.1f}")
+        pending.add([f"f{now:.1f}"], now, present)
         now += 0.5
     assert now == MAX_WAIT_DEBOUNCES * 1.0  # due once the first change is ten debounces old
     assert len(pending.take(1000)) == 20
 
 
+def test_debounce_forgets_files_deleted_before_their_run():
+    pending = Debounce(1.0)
+    pending.add(["keep", "tmp"], 0.0, {"keep", "tmp"})
+    pending.add([], 0.5, {"keep"})
+    assert pending.due(1.0) and pending.take(10) == ["keep"]
+    pending.add(["tmp"], 2.0, {"tmp"})
+    pending.add([], 2.5, set())
+    assert not pending.due(10.0)
+
+
 def test_take_is_bounded_and_counts_the_rest():
     pending = Debounce(1.0)
-    pending.add([f"f{index:04}" for index in range(1000)], 0.0)
+    paths = [f"f{index:04}" for index in range(1000)]
+    pending.add(paths, 0.0, set(paths))
     batch = pending.take(100)
     assert batch[:100] == [f"f{index:04}" for index in range(100)] and batch[100:] == ["... and 900 more"]
 

@@ -10,7 +10,7 @@ Polling (not inotify) so it works on every filesystem and host; its parts:
   cut is the same from scan to scan while the tree does not change: no phantom runs).
 - ``changed`` (sans-IO): the paths of two snapshots that are new or differ. A rename
   shows as its new name, a file replaced under the same name as a change (new inode);
-  a deleted file starts no run.
+  a deleted file starts no run (nor does one made and deleted again before its run).
 - ``Debounce`` (sans-IO): changes gather until none has come for ``debounce`` seconds,
   or for at most ``MAX_WAIT_DEBOUNCES`` x ``debounce`` overall so a constant writer still
   gets runs; then one run gets the paths, sorted, at most ``max_paths_per_run`` of them,
@@ -23,7 +23,7 @@ import itertools
 import os
 import re
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from pathlib import Path
 
 import trio
@@ -121,7 +121,11 @@ class Debounce:
         self._paths: dict[str, None] = {}  # insertion-ordered set
         self._first = self._last = 0.0
 
-    def add(self, paths: list[str], now: float) -> None:
+    def add(self, paths: list[str], now: float, present: Collection[str]) -> None:
+        """Gather ``paths`` seen changed at ``now``; forget gathered ones no longer ``present``
+        (a file made and deleted again starts no run, and the set stays within one snapshot)."""
+        for gone in [path for path in self._paths if path not in present]:
+            del self._paths[gone]
         if not paths:
             return
         if not self._paths:
@@ -156,7 +160,7 @@ async def watch_dir(root: Path, *, interval: float, debounce: float, max_files: 
         await trio.sleep(interval)
         fresh = await scanner.scan()
         if fresh is not None:
-            pending.add(changed(snapshot, fresh), trio.current_time())
+            pending.add(changed(snapshot, fresh), trio.current_time(), fresh)
             snapshot = fresh
         if pending.due(trio.current_time()):
             await fire(pending.take(max_paths_per_run))
