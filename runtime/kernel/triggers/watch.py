@@ -3,13 +3,14 @@ changed once they have been quiet for a while.
 
 Polling (not inotify) so it works on every filesystem and host; its parts:
 - ``scan`` (blocking, run in a worker thread with a timeout): every regular file under
-  the root as ``path -> (mtime_ns, size, inode)``, walked in name order with
+  the root as ``path -> (mtime_ns, size, inode)``, walked depth first in name order with
   ``os.scandir``. Symlinks are neither followed nor reported, so a link out of the
   workspace or a directory loop is invisible. At most ``max_files`` entries (files and
-  directories) are read: a bigger tree is cut in name order, logged once.
+  directories) and ``MAX_DEPTH`` levels are read: a bigger tree is cut, logged once (the
+  cut is the same from scan to scan while the tree does not change: no phantom runs).
 - ``changed`` (sans-IO): the paths of two snapshots that are new or differ. A rename
   shows as its new name, a file replaced under the same name as a change (new inode);
-  a deleted file starts no run.
+  a deleted file starts no run (nor does one made and deleted again before its run).
 - ``Debounce`` (sans-IO): changes gather until none has come for ``debounce`` seconds,
   or for at most ``MAX_WAIT_DEBOUNCES`` x ``debounce`` overall so a constant writer still
   gets runs; then one run gets the paths, sorted, at most ``max_paths_per_run`` of them,
@@ -18,39 +19,49 @@ Polling (not inotify) so it works on every filesystem and host; its parts:
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from pathlib import Path
 
 import trio
 
+from runtime.kernel.fs_beneath import DIR_FLAGS
 from runtime.log import get_logger
 
-__all__ = ["Stamp", "Snapshot", "scan", "changed", "Debounce", "watch_dir", "SCAN_TIMEOUT_SECS",
+__all__ = ["Stamp", "Snapshot", "scan", "changed", "Debounce", "watch_dir", "SCAN_TIMEOUT_SECS", "MAX_DEPTH",
            "MAX_WAIT_DEBOUNCES"]
 
 Stamp = tuple[int, int, int]  # mtime_ns, size, inode
 Snapshot = dict[str, Stamp]  # path relative to the root, "/"-separated -> stamp
 SCAN_TIMEOUT_SECS = 30.0
+MAX_DEPTH = 32  # directory levels walked below the root: each holds a descriptor open during the scan
 MAX_WAIT_DEBOUNCES = 10
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _log = get_logger("triggers.watch")
 
 
 def scan(root: Path, max_files: int) -> tuple[Snapshot, bool]:
-    """The regular files under ``root`` and whether the walk was cut at ``max_files`` entries."""
+    """The regular files under ``root`` and whether the walk was cut (``max_files`` entries or
+    ``MAX_DEPTH`` levels). Each directory is opened relative to its parent's descriptor with
+    ``O_NOFOLLOW``, so one swapped for a symlink mid-walk is not entered either."""
     found: Snapshot = {}
     seen = 0
-    pending = [("", str(root))]
-    while pending:
-        prefix, directory = pending.pop()
-        try:
-            with os.scandir(directory) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
-        except OSError:
-            continue  # vanished or unreadable: the next scan sees it again
-        subdirs = []
-        for entry in entries:
+    cut = False
+    try:
+        stack = [("", *_open(str(root), None, max_files))]
+    except OSError:
+        return found, False  # no root (yet), or a symlink: nothing to watch
+    try:
+        while stack:
+            prefix, fd, entries = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                os.close(fd)
+                stack.pop()
+                continue
             seen += 1
             if seen > max_files:
                 return found, True
@@ -60,23 +71,41 @@ def scan(root: Path, max_files: int) -> tuple[Snapshot, bool]:
                 if entry.is_symlink():
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    subdirs.append((prefix + entry.name + "/", entry.path))
+                    if len(stack) >= MAX_DEPTH:
+                        cut = True
+                    else:
+                        stack.append((prefix + entry.name + "/", *_open(entry.name, fd, max_files)))
                 elif entry.is_file(follow_symlinks=False):
                     info = entry.stat(follow_symlinks=False)
                     found[prefix + entry.name] = (info.st_mtime_ns, info.st_size, info.st_ino)
             except OSError:
-                continue
-        pending.extend(reversed(subdirs))
-    return found, False
+                continue  # vanished, swapped or unreadable: the next scan looks again
+        return found, cut
+    finally:
+        for _, fd, _ in stack:
+            os.close(fd)
+
+
+def _open(name: str, parent: int | None, max_files: int) -> tuple[int, Iterator[os.DirEntry]]:
+    """A directory's descriptor and its entries in name order; at most ``max_files + 1`` are read,
+    so a huge directory costs bounded memory (and is cut in the order the system lists it)."""
+    fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+    try:
+        with os.scandir(fd) as listing:
+            return fd, iter(sorted(itertools.islice(listing, max_files + 1), key=lambda entry: entry.name))
+    except OSError:
+        os.close(fd)
+        raise
 
 
 def _printable(name: str) -> bool:
-    """A name that can travel as text (a run's message, JSON): valid UTF-8."""
+    """A name that can travel as one line of text in a run's message: valid UTF-8 with no
+    control characters (a file named to forge lines in a prompt starts no run)."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return False
-    return True
+    return not _CONTROL.search(name)
 
 
 def changed(old: Snapshot, new: Snapshot) -> list[str]:
@@ -92,7 +121,11 @@ class Debounce:
         self._paths: dict[str, None] = {}  # insertion-ordered set
         self._first = self._last = 0.0
 
-    def add(self, paths: list[str], now: float) -> None:
+    def add(self, paths: list[str], now: float, present: Collection[str]) -> None:
+        """Gather ``paths`` seen changed at ``now``; forget gathered ones no longer ``present``
+        (a file made and deleted again starts no run, and the set stays within one snapshot)."""
+        for gone in [path for path in self._paths if path not in present]:
+            del self._paths[gone]
         if not paths:
             return
         if not self._paths:
@@ -127,7 +160,7 @@ async def watch_dir(root: Path, *, interval: float, debounce: float, max_files: 
         await trio.sleep(interval)
         fresh = await scanner.scan()
         if fresh is not None:
-            pending.add(changed(snapshot, fresh), trio.current_time())
+            pending.add(changed(snapshot, fresh), trio.current_time(), fresh)
             snapshot = fresh
         if pending.due(trio.current_time()):
             await fire(pending.take(max_paths_per_run))
@@ -152,8 +185,8 @@ class _Scanner:
             snapshot, cut = result
             if cut and not self._cut_logged:
                 self._cut_logged = True
-                _log.warning("watch %s: more than %d entries; changes past them in name order are not seen",
-                             self.root, self.max_files)
+                _log.warning("watch %s: more than %d entries or %d levels; changes past them are not seen",
+                             self.root, self.max_files, MAX_DEPTH)
             return snapshot
         _log.warning("watch %s: a scan took longer than %.0f s; skipped", self.root, SCAN_TIMEOUT_SECS)
         return None
