@@ -13,6 +13,7 @@ import trio
 
 from runtime.config import Config
 from runtime.kernel.kernel import Kernel
+from runtime.ports import TriggerPort
 
 __all__ = ["Node"]
 
@@ -45,6 +46,8 @@ class Node:
         self.config_path: Path | None = None  # the file the daemon was started with (None: the bundled default)
         #: the daemon's reload (``daemon.reload_config``), for ``POST /api/config/reload``; None: not a daemon
         self.reload_from_file: Callable[[], dict[str, Any]] | None = None
+        #: the daemon's triggers once they run (``POST /hooks/{name}`` fires them); None: not a daemon
+        self.triggers: TriggerPort | None = None
         #: the node's nursery once it runs, for work that outlives a request (an MCP server's OAuth login)
         self.nursery: trio.Nursery | None = None
 
