@@ -11,23 +11,32 @@ import os
 import pytest
 import trio
 
-from runtime.config import A2aConfig, AgentConfig, Config, ExternalAgent, StateConfig, TriggerSink
+from runtime.config import (A2aConfig, AgentConfig, Config, ExternalAgent, SecurityConfig, StateConfig,
+                            TriggerConfig, TriggerSink)
 from runtime.kernel.kernel import Kernel
 from runtime.kernel.triggers.sinks import MAX_REPLY_BYTES, SinkError, deliver
-from runtime.net.guard import AddressPolicy
 
-RUN = {"id": "run_0123456789abcdef", "trigger": "ci", "outcome": "ok", "started_at": "2026-11-25T07:00:00Z"}
+RUN = {"id": "run_0123456789abcdef", "trigger": "ci", "source": "webhook", "outcome": "ok"}
+TRIGGER = TriggerConfig(name="ci", agent="echo", message="{{ body }}", kind="webhook")
+
+
+def make_kernel(tmp_path, *, workspace="ws", security=SecurityConfig()):
+    agent = AgentConfig(name="echo", kind="echo", workspace=str(tmp_path / workspace) if workspace else "")
+    return Kernel(Config(agents=[agent], security=security))
 
 
 @pytest.fixture
 def kernel(tmp_path):
-    return Kernel(Config(state=StateConfig(dir=str(tmp_path / "state")),
-                         agents=[AgentConfig(name="echo", kind="echo")]))
+    return make_kernel(tmp_path)
 
 
-async def to_file(kernel, workspace, path, reply="the reply", **extra):
-    await deliver(TriggerSink(kind="file", path=path), reply=reply, run={**RUN, **extra}, workspace=str(workspace),
-                  agents=kernel.agents, external=None, policy=AddressPolicy())
+async def send(kernel, sink, reply="the reply", *, run=RUN, timeout_secs=10.0):
+    await deliver(sink, reply=reply, run=run, trigger=TRIGGER, kernel=kernel, timeout_secs=timeout_secs)
+
+
+async def to_file(kernel, path, reply="the reply", **extra):
+    """Write to the file sink of the agent whose workspace is ``tmp_path / "ws"``."""
+    await send(kernel, TriggerSink(kind="file", path=path), reply, run={**RUN, **extra})
 
 
 # --- file ---------------------------------------------------------------------------------
@@ -35,27 +44,26 @@ async def to_file(kernel, workspace, path, reply="the reply", **extra):
 
 async def test_the_file_sink_writes_the_rendered_path_atomically(kernel, tmp_path):
     ws = tmp_path / "ws"
-    await to_file(kernel, ws, "reports/{{ trigger }}-{{ run_id }}.md", "# Report\nall good")
+    await to_file(kernel, "reports/{{ trigger }}-{{ run_id }}.md", "# Report\nall good")
     written = ws / "reports" / "ci-run_0123456789abcdef.md"
     assert written.read_text() == "# Report\nall good"
     assert oct(written.stat().st_mode & 0o777) == "0o600"
-    await to_file(kernel, ws, "reports/{{ trigger }}-{{ run_id }}.md", "replaced")
+    await to_file(kernel, "reports/{{ trigger }}-{{ run_id }}.md", "replaced")
     assert written.read_text() == "replaced"
     assert sorted(p.name for p in (ws / "reports").iterdir()) == [written.name]  # no temp file left
 
 
 async def test_the_path_never_sees_a_webhook_body(kernel, tmp_path):
     ws = tmp_path / "ws"
-    await to_file(kernel, ws, "out/{{ body.name }}{{ trigger }}.md", body={"name": "../../escape"})
+    await to_file(kernel, "out/{{ body.name }}{{ trigger }}.md", body={"name": "../../escape"})
     assert (ws / "out" / "ci.md").exists()
 
 
 @pytest.mark.parametrize("path", ["../outside.md", "reports/../../outside.md", "/etc/tern-sink-test", "a\x00b"])
 async def test_a_path_out_of_the_workspace_is_refused(kernel, tmp_path, path):
-    ws = tmp_path / "ws"
     with pytest.raises(SinkError, match="the file sink could not write"):
-        await to_file(kernel, ws, path)
-    assert not (tmp_path / "outside.md").exists()
+        await to_file(kernel, path)
+    assert not (tmp_path / "outside.md").exists() and not os.path.exists("/etc/tern-sink-test")
 
 
 async def test_links_out_of_the_workspace_are_never_followed(kernel, tmp_path):
@@ -65,27 +73,33 @@ async def test_links_out_of_the_workspace_are_never_followed(kernel, tmp_path):
     (outside / "target.md").write_text("precious")
     os.symlink(outside, ws / "reports")
     with pytest.raises(SinkError, match="symlink"):
-        await to_file(kernel, ws, "reports/x.md")
+        await to_file(kernel, "reports/x.md")
     os.symlink(outside / "target.md", ws / "file.md")
     with pytest.raises(SinkError, match="symlink"):
-        await to_file(kernel, ws, "file.md")
+        await to_file(kernel, "file.md")
     os.link(outside / "target.md", ws / "linked.md")
     with pytest.raises(SinkError, match="hard links"):
-        await to_file(kernel, ws, "linked.md")
+        await to_file(kernel, "linked.md")
     assert (outside / "target.md").read_text() == "precious" and sorted(os.listdir(outside)) == ["target.md"]
 
 
 async def test_a_huge_reply_is_cut_to_the_bound(kernel, tmp_path):
     ws = tmp_path / "ws"
-    await to_file(kernel, ws, "big.md", "é" * MAX_REPLY_BYTES)
+    await to_file(kernel, "big.md", "é" * MAX_REPLY_BYTES)
     data = (ws / "big.md").read_bytes()
     assert MAX_REPLY_BYTES <= len(data) <= MAX_REPLY_BYTES + 100 and data.endswith(b"[... truncated by tern]")
     data.decode("utf-8")  # not cut inside a character
 
 
-async def test_no_workspace_is_a_clear_error(kernel):
+async def test_the_time_in_a_path_is_safe_in_a_file_name(kernel, tmp_path):
+    await to_file(kernel, "{{ time }}.md")
+    [written] = os.listdir(tmp_path / "ws")
+    assert len(written) == len("2026-11-25T07-00-05Z.md") and ":" not in written
+
+
+async def test_no_workspace_is_a_clear_error(tmp_path):
     with pytest.raises(SinkError, match="no workspace"):
-        await to_file(kernel, "", "x.md")
+        await to_file(make_kernel(tmp_path, workspace=""), "x.md")
 
 
 # --- webhook ------------------------------------------------------------------------------
@@ -131,9 +145,8 @@ async def receiver(nursery):
     return server
 
 
-async def to_url(kernel, url, *, policy=AddressPolicy(), timeout_secs=10.0, reply="done"):
-    await deliver(TriggerSink(kind="webhook", url=url), reply=reply, run=RUN, workspace="", agents=kernel.agents,
-                  external=None, policy=policy, timeout_secs=timeout_secs)
+async def to_url(kernel, url, *, timeout_secs=10.0, reply="done"):
+    await send(kernel, TriggerSink(kind="webhook", url=url), reply, timeout_secs=timeout_secs)
 
 
 async def test_the_webhook_sink_posts_the_run_as_json(kernel, receiver):
@@ -162,9 +175,10 @@ async def test_metadata_and_link_local_are_refused(kernel, url):
         await to_url(kernel, url)
 
 
-async def test_loopback_is_refused_when_the_policy_says_so(kernel, receiver):
+async def test_loopback_is_refused_when_the_config_says_so(tmp_path, receiver):
+    kernel = make_kernel(tmp_path, security=SecurityConfig(block_loopback=True))
     with pytest.raises(SinkError, match="loopback"):
-        await to_url(kernel, receiver.url("/ok"), policy=AddressPolicy(block_loopback=True))
+        await to_url(kernel, receiver.url("/ok"))
     assert receiver.requests == []
 
 
@@ -186,16 +200,14 @@ async def test_a_refused_connection_names_no_query_token(kernel):
 async def test_the_agent_sink_sends_a_local_agent_the_reply(kernel):
     seen = []
     kernel.agents.publish = lambda kind, data: seen.append((kind, data))
-    await deliver(TriggerSink(kind="agent", agent="echo"), reply="triage this", run=RUN, workspace="",
-                  agents=kernel.agents, external=None, policy=AddressPolicy())
+    await send(kernel, TriggerSink(kind="agent", agent="echo"), "triage this")
     assert [(data["agent"], data.get("caller")) for kind, data in seen if kind == "agent.message"] == [
         ("echo", "trigger:ci")]
 
 
 async def test_an_unknown_agent_is_a_sink_error(kernel):
     with pytest.raises(SinkError, match="no local agent or"):
-        await deliver(TriggerSink(kind="agent", agent="ghost"), reply="x", run=RUN, workspace="",
-                      agents=kernel.agents, external=None, policy=AddressPolicy())
+        await send(kernel, TriggerSink(kind="agent", agent="ghost"))
 
 
 async def test_the_agent_sink_reaches_another_tern_over_a2a(nursery, tmp_path):
@@ -203,13 +215,12 @@ async def test_the_agent_sink_reaches_another_tern_over_a2a(nursery, tmp_path):
 
     server, server_url = await start(nursery, tmp_path / "server")
     client = Kernel(Config(state=StateConfig(dir=str(tmp_path / "client")),
-                           agents=[AgentConfig(name="local", kind="echo")],
+                           agents=[AgentConfig(name="echo", kind="echo")],
                            a2a=A2aConfig(external_agents=[ExternalAgent(name="peer", url=server_url)],
                                          discovery_timeout_secs=5)))
     await nursery.start(client.run)
     with trio.fail_after(20):
-        await deliver(TriggerSink(kind="agent", agent="peer"), reply="the nightly report", run=RUN, workspace="",
-                      agents=client.agents, external=client.external, policy=AddressPolicy())
+        await send(client, TriggerSink(kind="agent", agent="peer"), "the nightly report")
     [task] = server.a2a.engine.list()
     assert task.agent == "echo" and task.state == "completed"
     assert any("the nightly report" in json.dumps(msg, default=str) for msg in

@@ -12,13 +12,14 @@ for the run's ``sink_error``; nothing here can take the runner down.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
 import trio
 
-from runtime.config import TriggerSink
+from runtime.config import TriggerConfig, TriggerSink
 from runtime.errors import TernError
 from runtime.kernel.agents import Agents
 from runtime.kernel.triggers.template import render
@@ -27,6 +28,7 @@ from runtime.net.guard import AddressPolicy
 
 if TYPE_CHECKING:
     from runtime.a2a.client.external import ExternalAgents
+    from runtime.kernel.kernel import Kernel
 
 __all__ = ["SinkError", "deliver", "MAX_REPLY_BYTES"]
 
@@ -41,20 +43,21 @@ class SinkError(TernError):
     http_status = 502
 
 
-async def deliver(sink: TriggerSink, *, reply: str, run: dict[str, Any], workspace: str, agents: Agents,
-                  external: ExternalAgents | None, policy: AddressPolicy, timeout_secs: float = 30.0) -> None:
-    """Deliver ``reply`` of ``run`` (a run record: id, trigger, outcome, started_at) within
-    ``timeout_secs``; raises ``SinkError`` only. ``external``: the ``ExternalAgents`` (None
-    without ``[[a2a.external_agents]]``)."""
+async def deliver(sink: TriggerSink, *, reply: str, run: dict[str, Any], trigger: TriggerConfig, kernel: Kernel,
+                  timeout_secs: float = 30.0) -> None:
+    """Deliver ``reply`` of ``run`` (its record: id, trigger, outcome) for ``trigger``
+    within ``timeout_secs``; raises ``SinkError`` only."""
     reply = _bounded(reply)
     try:
         with trio.fail_after(timeout_secs):
             if sink.kind == "file":
-                await _to_file(sink.path, reply, run, workspace)
+                agent = kernel.agents.get(trigger.agent)
+                await _to_file(sink.path, reply, run, kernel.pipeline.run(agent).context.workspace)
             elif sink.kind == "webhook":
-                await _to_url(sink.url, reply, run, policy, timeout_secs)
+                await _to_url(sink.url, reply, run, AddressPolicy.from_security(kernel.config.security),
+                              timeout_secs)
             else:
-                await _to_agent(sink.agent, reply, run, agents, external)
+                await _to_agent(sink.agent, reply, run, kernel.agents, kernel.external)
     except SinkError:
         raise
     except trio.TooSlowError:
@@ -79,15 +82,15 @@ def _line(exc: BaseException) -> str:
 
 
 async def _to_file(template: str, reply: str, run: dict[str, Any], workspace: str) -> None:
-    """The path template sees only the run's trigger, id and time: never a webhook's body,
-    so no sender chooses the file name."""
+    """The path template sees only the run's trigger, id and the time of delivery: never a
+    webhook's body, so no sender chooses the file name."""
     from runtime.kernel.tools_files import file_write
     from runtime.ports import ToolContext
 
     if not workspace:
         raise SinkError("the file sink has no workspace to write in (set [state] dir or the agent's workspace)")
-    path = render(template, {"trigger": run.get("trigger", ""), "run_id": run.get("id", ""),
-                             "time": run.get("started_at", "")})
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+    path = render(template, {"trigger": run.get("trigger", ""), "run_id": run.get("id", ""), "time": now})
     result = await file_write({"path": path, "content": reply}, ToolContext(workspace=workspace))
     if result.is_error:
         raise SinkError(f"the file sink could not write {path[:200]!r}: {_line(Exception(result.text))}")
