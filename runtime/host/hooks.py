@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
+from runtime.config import TriggerConfig
 from runtime.httpd.messages import HttpError, Request, Response, json_response, retry_after
 from runtime.httpd.ratelimit import RateLimiter
 from runtime.httpd.router import Admission, Router
@@ -37,12 +38,9 @@ class Hooks:
     """The route and its per-trigger state: a rate limiter and a replay cache for each
     webhook trigger that has been called (rebuilt when a reload changes their numbers)."""
 
-    def __init__(self, triggers: Callable[[], TriggerPort | None], *, environ: Mapping[str, str] = os.environ,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, triggers: Callable[[], TriggerPort | None]) -> None:
         """``triggers``: the daemon's triggers once they run (None: none yet, every hook is 404)."""
         self._triggers = triggers
-        self._environ = environ
-        self._clock = clock
         self._limiters: dict[str, tuple[int, RateLimiter]] = {}
         self._replays: dict[str, tuple[float, ReplayCache]] = {}
         self._log_budget = LogBudget()  # refusals are for anyone to cause: a flood must not flood the log
@@ -57,11 +55,11 @@ class Hooks:
             log.warning("%d more webhook refusals were not logged", dropped)
 
     def add_routes(self, router: Router) -> None:
-        router.add("POST", "/hooks/{name}", self.handle, admit=self.admit, cost=1.0,
+        router.add("POST", "/hooks/{name}", self.handle, admit=self.admit,
                    summary="fire a webhook trigger: signed with X-Hub-Signature-256 (secret_env) or the API key; "
                            "202 and the run id")
 
-    def _trigger(self, request: Request) -> Any:
+    def _trigger(self, request: Request) -> TriggerConfig:
         port = self._triggers()
         trigger = port.webhook(request.params["name"]) if port is not None else None
         if trigger is None:
@@ -71,9 +69,8 @@ class Hooks:
     def admit(self, request: Request) -> Admission:
         """404, 503 (a secret that is not set), 429; else whether the key is needed and the body limit."""
         trigger = self._trigger(request)
-        if trigger.secret_env and not self._environ.get(trigger.secret_env):
-            log.warning("webhook %s refused: its secret variable %s is not set", trigger.name, trigger.secret_env)
-            raise HttpError(503, f"this webhook's secret is not set on the server ({trigger.secret_env})")
+        if trigger.secret_env:
+            self._secret(trigger, request)
         rate, limiter = self._limiters.get(trigger.name, (None, None))
         if limiter is None or rate != trigger.rate_limit_per_min:
             per_min = trigger.rate_limit_per_min
@@ -100,20 +97,26 @@ class Hooks:
         try:
             run_id = self._triggers().fire(trigger.name, context, source="webhook")
         except (TriggerBusy, UnknownTrigger) as exc:  # answers with its own status: 409, 503, 404
-            log.info("webhook %s started no run: %s", trigger.name, exc)
+            self._refused(trigger.name, request, exc)
             raise
         return json_response({"run_id": run_id}, 202)
 
-    def _verify(self, trigger: Any, request: Request) -> None:
-        secret = self._environ.get(trigger.secret_env, "")
-        if not secret:  # unset since admit: never an HMAC with an empty key
+    def _secret(self, trigger: TriggerConfig, request: Request) -> str:
+        """The HMAC key; 503 when its variable is unset or empty (never an HMAC with an empty key)."""
+        secret = os.environ.get(trigger.secret_env, "")
+        if not secret:
+            self._refused(trigger.name, request, f"its secret variable {trigger.secret_env} is not set")
             raise HttpError(503, f"this webhook's secret is not set on the server ({trigger.secret_env})")
         register_secret(secret)
+        return secret
+
+    def _verify(self, trigger: TriggerConfig, request: Request) -> None:
+        secret = self._secret(trigger, request)
         header = request.header(SIGNATURE_HEADER.lower().encode())
         timestamp = None
         if trigger.timestamp_header:
             timestamp = request.header(trigger.timestamp_header.lower().encode()) or ""
-        now = self._clock()
+        now = time.time()
         window = trigger.replay_window_secs
         verify_hub_signature(secret.encode(), request.body, header, timestamp=timestamp, now=now, window_secs=window)
         kept, cache = self._replays.get(trigger.name, (None, None))
