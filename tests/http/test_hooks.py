@@ -289,3 +289,35 @@ async def test_a_flood_meets_the_trigger_rate_limit_and_the_server_keeps_serving
     assert retry_after and all(value.isdigit() and 1 <= int(value) <= 60 for value in retry_after)
     assert other.status_code == 202 and health.status_code == 200
     assert len([f for f in port.fired if f[0] == "limited"]) == statuses.count(202)
+
+
+async def test_a_signed_delivery_runs_the_agent_and_reaches_the_file_sink(nursery, hook_env, tmp_path):
+    """The daemon's own runner: the run renders the hostile body literally, the echo
+    agent answers, the reply lands in the workspace file and the run is recorded."""
+    from runtime.config import StateConfig, TriggerSink
+
+    report = trigger("report", secret_env="HOOK_SECRET",
+                     message="PR {{ body.pull_request.number }}: {{ body.pull_request.title }}",
+                     sink=TriggerSink(kind="file", path="reports/{{ trigger }}-{{ run_id }}.md"))
+    cfg = Config(state=StateConfig(dir=str(tmp_path / "state")), triggers=[report],
+                 agents=[AgentConfig(name="echo", kind="echo", workspace=str(tmp_path / "ws"))])
+    node = Node(cfg)
+    await nursery.start(node.run)
+    http = HttpServer(cfg.server, build_router(node), Access(KEY))
+    bound = await nursery.start(http.serve, "127.0.0.1", 0)
+    body = b'{"pull_request":{"number":7,"title":"{{ run_id }} \\u00fcber __class__"}}'
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{bound[0][1]}") as client:
+        answer = await client.post("/hooks/report", content=body, headers={"X-Hub-Signature-256": sign(body)})
+        assert answer.status_code == 202, answer.text
+        run_id = answer.json()["run_id"]
+        replayed = await client.post("/hooks/report", content=body, headers={"X-Hub-Signature-256": sign(body)})
+        assert replayed.status_code == 409
+    written = tmp_path / "ws" / "reports" / f"report-{run_id}.md"
+    with trio.fail_after(10):
+        while not written.exists():
+            await trio.sleep(0.02)
+    assert written.read_text() == "PR 7: {{ run_id }} über __class__"
+    with trio.fail_after(10):
+        while (run := node.triggers.store.runs("report", 1)[0])["outcome"] in ("queued", "running"):
+            await trio.sleep(0.02)
+    assert run["id"] == run_id and run["source"] == "webhook" and run["outcome"] == "ok" and not run["sink_error"]
