@@ -414,6 +414,9 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     dashboard_routes.add_routes(router)
     dashboard_api.add_routes(router, node)
     triggers_api.add_routes(router, node)
+    from runtime.host.hooks import Hooks
+
+    Hooks(lambda: node.triggers).add_routes(router)
     if node.a2a is not None:
         from runtime.a2a.server.endpoint import A2aEndpoint
 

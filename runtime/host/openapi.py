@@ -33,6 +33,7 @@ def document(*, a2a_path: Any = None, mcp: bool = True) -> dict[str, Any]:
     doc = _base()
     doc["paths"].update(_dashboard_paths())
     doc["paths"].update(_trigger_paths())
+    doc["paths"].update(_hook_paths())
     if not mcp:
         del doc["paths"]["/mcp"]
     if a2a_path is not None:
@@ -119,6 +120,23 @@ def _trigger_paths() -> dict[str, Any]:
             "summary": "resume a paused trigger; its failures in a row start again at 0", "parameters": [name],
             "responses": {**_ok("the trigger", listed), "404": _ERROR}}},
     }
+
+
+def _hook_paths() -> dict[str, Any]:
+    """``POST /hooks/{name}``: the key, or (a trigger with ``secret_env``) the signature alone."""
+    signed = {"name": "X-Hub-Signature-256", "in": "header", "required": False,
+              "description": "sha256=<hex HMAC-SHA256 of the body, or of <timestamp>.<body>>",
+              "schema": {"type": "string", "pattern": "^sha256=[0-9a-fA-F]{64}$"}}
+    return {"/hooks/{name}": {"post": {
+        "summary": "fire a webhook trigger: its body (JSON, else text) is {{ body }} in the message; answered at "
+                   "once with the run's id. A trigger with secret_env takes its signature instead of the key",
+        "security": [{"bearer": []}, {"apiKey": []}, {}],
+        "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}, signed],
+        "requestBody": {"required": False, "content": {"application/json": {"schema": {}}, "*/*": {"schema": {}}}},
+        "responses": {"202": {"description": "the run started", "content": {"application/json": {"schema": {
+            "type": "object", "required": ["run_id"], "properties": {"run_id": {"type": "string"}}}}}},
+            "400": _ERROR, "401": _ERROR, "403": _ERROR, "404": _ERROR, "409": _ERROR, "413": _ERROR,
+            "429": _TOO_MANY, "503": _ERROR}}}}
 
 
 def _a2a_paths(p: str) -> dict[str, Any]:
