@@ -81,12 +81,13 @@ class Hooks:
             self._refused(trigger.name, request, "over its rate limit")
             raise HttpError(429, f"this webhook takes at most {trigger.rate_limit_per_min} requests a minute",
                             retry_after(wait))
+        request.state["trigger"] = trigger  # the handler judges by the trigger admitted, not a later lookup
         return Admission(key_required=not trigger.secret_env, max_body_bytes=trigger.max_body_bytes)
 
     async def handle(self, request: Request) -> Response:
         from runtime.errors import TriggerBusy, UnknownTrigger
 
-        trigger = self._trigger(request)  # again: a reload may have changed it while the body came in
+        trigger: TriggerConfig = request.state["trigger"]
         if trigger.secret_env:
             try:
                 self._verify(trigger, request)
