@@ -78,7 +78,7 @@ class TriggerRunner:
                  rng: Any = None) -> None:
         """``wall_clock``: what the schedules read (``clock.WallClock``; tests drive one from
         trio's clock); ``rng``: their jitter's random source."""
-        self.kernel = kernel
+        self.kernel: Kernel = kernel
         config: Config = kernel.config
         state_dir = config.state.dir
         self.store = store or RunStore(Path(state_dir) / "triggers.sqlite3" if state_dir else None)
