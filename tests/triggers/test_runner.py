@@ -270,3 +270,22 @@ def test_a_cron_the_parser_refuses_stops_the_start_naming_the_entry(tmp_path):
                     triggers=[bad])
     with pytest.raises(ConfigError, match=r"triggers\[0\]\.cron: .*61"):
         TriggerRunner(Kernel(config))
+
+
+async def test_the_reply_goes_to_the_sink_and_a_refused_sink_counts_as_a_failure(tmp_path, autojump_clock):
+    from runtime.config import TriggerSink
+
+    filed = TriggerConfig(name="filed", agent="echo", kind="webhook", message="report {{ body.n }}",
+                          sink=TriggerSink(kind="file", path="reports/{{ trigger }}-{{ run_id }}.md"))
+    blocked = TriggerConfig(name="blocked", agent="echo", kind="webhook", message="x", max_failures=1,
+                            sink=TriggerSink(kind="webhook", url="http://169.254.169.254/latest/meta-data"))
+    runner = make(tmp_path, filed, blocked)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        good = await ended(runner, runner.fire("filed", {"body": {"n": 7}}, source="webhook"))
+        bad = await ended(runner, runner.fire("blocked", {}, source="webhook"))
+        nursery.cancel_scope.cancel()
+    written = tmp_path / "workspaces" / "echo" / "reports" / f"filed-{good['id']}.md"
+    assert (good["outcome"], good["sink_error"], written.read_text()) == ("ok", "", "report 7")
+    assert bad["outcome"] == "ok" and "169.254.169.254" in bad["sink_error"]  # the agent answered; delivery failed
+    assert runner.describe("blocked")["paused"]  # a reply that never arrives is a failure like any other
