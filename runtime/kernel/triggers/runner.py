@@ -34,12 +34,11 @@ from runtime.log import get_logger
 if TYPE_CHECKING:
     from runtime.kernel.kernel import Kernel
 
-__all__ = ["TriggerRunner", "MAX_PATHS_PER_RUN", "SINK_TIMEOUT_SECS", "RESTART_SECS"]
+__all__ = ["TriggerRunner", "MAX_PATHS_PER_RUN", "RESTART_SECS"]
 
 log = get_logger("triggers")
 
 MAX_PATHS_PER_RUN = 100  # a watch's run names at most this many files (more start further runs)
-SINK_TIMEOUT_SECS = 60.0  # delivering one reply
 RESTART_SECS = 60.0  # a schedule or watch task that failed unexpectedly is started again after this
 
 
@@ -293,8 +292,7 @@ class TriggerRunner:
 
         run = {"id": run_id, "trigger": trigger.name, "source": source, "outcome": "ok"}
         try:
-            await deliver(trigger.sink, reply=reply, run=run, trigger=trigger, kernel=self.kernel,
-                          timeout_secs=SINK_TIMEOUT_SECS)
+            await deliver(trigger.sink, reply=reply, run=run, trigger=trigger, kernel=self.kernel)
         except TernError as exc:  # SinkError: one line, for the run's sink_error
             return str(exc)
         return ""
