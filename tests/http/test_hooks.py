@@ -6,6 +6,7 @@ never hold the secret or the body."""
 from __future__ import annotations
 
 import hashlib
+import json
 import hmac
 import logging
 import secrets
@@ -321,3 +322,26 @@ async def test_a_signed_delivery_runs_the_agent_and_reaches_the_file_sink(nurser
         while (run := node.triggers.store.runs("report", 1)[0])["outcome"] in ("queued", "running"):
             await trio.sleep(0.02)
     assert run["id"] == run_id and run["source"] == "webhook" and run["outcome"] == "ok" and not run["sink_error"]
+
+
+async def test_the_documented_curl_and_openssl_commands_are_accepted(nursery, monkeypatch):
+    """docs/triggers-webhooks.md's shell examples, run as written (URL aside) against tern."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    if not (shutil.which("curl") and shutil.which("openssl")):
+        pytest.skip("needs curl and openssl")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "triggers-webhooks.md").read_text(encoding="utf-8")
+    plain, stamped = [block for block in re.findall(r"```sh\n(.*?)```", doc, re.S) if "openssl" in block]
+    monkeypatch.setenv("HOOK_SECRET", "a long random secret")  # the value the example exports
+    port, url = await start(nursery)
+    script = (plain.replace("http://127.0.0.1:8080/hooks/ci", f"{url}/hooks/ci") + "echo\n"
+              + stamped.replace("http://127.0.0.1:8080/hooks/ci", f"{url}/hooks/stamped"))
+    with trio.fail_after(30):
+        done = await trio.run_process(["sh", "-c", script], capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.decode().split()]
+    assert [sorted(answer) for answer in answers] == [["run_id"], ["run_id"]]
+    assert [(name, context["body"]["repository"]) for name, context, _ in port.fired] == [
+        ("ci", {"full_name": "acme/api"}), ("stamped", {"full_name": "acme/api"})]
