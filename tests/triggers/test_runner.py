@@ -173,6 +173,7 @@ async def test_a_schedule_fires_on_time_and_a_busy_one_records_skipped_runs(tmp_
     assert runs[1]["source"] == "schedule" and "overlap" in runs[1]["error"]
     assert runs[3]["error"] == STOPPED  # cancelled mid-run at 61 s: said at once, not only at the next boot
     assert runner.store.state("tick")["last_fire"] == (EPOCH + dt.timedelta(seconds=60)).timestamp()
+    assert runner.describe("tick")["next_fire"] == (EPOCH + dt.timedelta(seconds=70)).timestamp()  # from the last
 
 
 async def test_a_triggered_runs_approval_waits_for_nobody_and_is_denied_at_the_timeout(tmp_path, autojump_clock):

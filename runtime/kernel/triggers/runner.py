@@ -145,12 +145,19 @@ class TriggerRunner:
             item["schedule"] = trigger.cron or f"every {trigger.every}"
             item["timezone"] = trigger.timezone
             if not state.paused:
-                item["next_fire"] = self.schedules[name].next_fire(self._now()).timestamp()
+                item["next_fire"] = self._next_fire(name).timestamp()
         elif trigger.kind == "webhook":
             item["path"] = f"/hooks/{name}"
         else:
             item["path"] = trigger.path
         return item
+
+    def _next_fire(self, name: str) -> datetime:
+        """The next scheduled fire (before jitter): after the last one while that is recent, else after now."""
+        schedule, now = self.schedules[name], self._now()
+        last = self.store.state(name)["last_fire"]
+        due = schedule.next_fire(datetime.fromtimestamp(last, timezone.utc)) if last is not None else None
+        return due if due is not None and due > now else schedule.next_fire(now)
 
     def resume(self, name: str) -> dict[str, Any]:
         """Unpause a trigger and forget its failures; its description."""
