@@ -108,3 +108,16 @@ async def test_without_triggers_the_list_is_empty_and_names_are_unknown(nursery,
         assert (await client.get("/api/triggers")).json() == {"triggers": []}
         missing = await client.post("/api/triggers/say/fire")
     assert missing.status_code == 404 and "no triggers are configured" in missing.json()["error"]["message"]
+
+
+def test_a_reload_keeps_the_running_triggers_and_says_so(tmp_path):
+    import msgspec
+
+    agents = [AgentConfig(name="echo", kind="echo")]
+    say = TriggerConfig(name="say", agent="echo", kind="webhook", message="x")
+    node = Node(Config(agents=agents, state=StateConfig(dir=str(tmp_path)), triggers=[say]))
+    changed = msgspec.structs.replace(node.config, triggers=[msgspec.structs.replace(say, message="y")])
+    report = node.reload(changed)
+    assert "[[triggers]]" in report["not_applied"]
+    assert node.config.triggers == [say] and node.kernel.config.triggers == [say]
+    assert "[[triggers]]" not in node.reload(node.config)["not_applied"]

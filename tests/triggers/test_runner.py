@@ -290,3 +290,23 @@ async def test_the_reply_goes_to_the_sink_and_a_refused_sink_counts_as_a_failure
     assert (good["outcome"], good["sink_error"], written.read_text()) == ("ok", "", "report 7")
     assert bad["outcome"] == "ok" and "169.254.169.254" in bad["sink_error"]  # the agent answered; delivery failed
     assert runner.describe("blocked")["paused"]  # a reply that never arrives is a failure like any other
+
+
+async def test_a_watch_that_cannot_start_is_reported_and_tried_again_a_minute_later(tmp_path, autojump_clock):
+    watch = TriggerConfig(name="out", agent="echo", kind="watch", path="out", message="{{ paths }}")
+    runner = make(tmp_path, watch)
+    workspace = tmp_path / "workspaces" / "echo"
+    workspace.mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (workspace / "out").symlink_to(tmp_path / "elsewhere")
+    with runner.kernel.events.subscribe(kinds=["trigger.error"]) as events:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.run)
+            first = await events.next()
+            started = trio.current_time()
+            second = await events.next()
+            assert trio.current_time() - started == pytest.approx(60)
+            nursery.cancel_scope.cancel()
+    assert first["trigger"] == "out" and "leads out of the workspace" in first["error"] and second == {
+        **first, "time": second["time"]}
+    assert runner.store.runs("out") == []
