@@ -129,6 +129,8 @@ def test_a_schedule_and_a_webhook_run_an_agent_that_calls_an_mcp_tool_into_files
             assert triggers["ci"]["last_run"]["id"] == run_id and triggers["tick"]["next_fire"] > time.time() - 5
             shown = tern(pyz, config, "triggers")
             assert "tick" in shown.stdout and "every 2s" in shown.stdout and "POST /hooks/ci" in shown.stdout
+            table = tern(pyz, config, "triggers", "runs", "ci", "-n", "5")
+            assert table.returncode == 0 and f"{hooked}" in table.stdout and "webhook  ok" in table.stdout
             missing = tern(pyz, config, "triggers", "resume", "nope")
             assert missing.returncode == 1 and "no trigger named 'nope'" in missing.stderr
         finally:

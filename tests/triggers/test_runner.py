@@ -310,3 +310,16 @@ async def test_a_watch_that_cannot_start_is_reported_and_tried_again_a_minute_la
     assert first["trigger"] == "out" and "leads out of the workspace" in first["error"] and second == {
         **first, "time": second["time"]}
     assert runner.store.runs("out") == []
+
+
+async def test_a_triggered_run_spends_the_agents_budget_like_any_message(tmp_path, autojump_clock):
+    config = Config(agents=[AgentConfig(name="echo", kind="echo", requests_per_minute=2)],
+                    state=StateConfig(dir=str(tmp_path)), triggers=[
+                        TriggerConfig(name="say", agent="echo", kind="webhook", message="hi", overlap="parallel")])
+    runner = TriggerRunner(Kernel(config))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        outcomes = [(await ended(runner, runner.fire("say", {}, source="webhook")))["outcome"] for _ in range(3)]
+        nursery.cancel_scope.cancel()
+    assert outcomes == ["ok", "ok", "failed"]
+    assert "requests_per_minute" in runner.store.runs("say")[0]["error"]
