@@ -65,3 +65,16 @@ def test_each_mistake_is_one_line_naming_its_key(text, expected):
         load(text)
     message = str(caught.value)
     assert expected in message and "\n" not in message, message
+
+
+def test_the_readmes_triggers_example_loads():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Triggers: ", 1)[1]
+    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    config = parse_config('[[agents]]\nname = "assistant"\nkind = "echo"\n' + block, "README", None)
+    assert [(t.name, t.kind) for t in config.triggers] == [("morning", "schedule"), ("ci", "webhook")]
+    commented = (Path(__file__).resolve().parents[2] / "config.toml").read_text().split("# [[triggers]]", 1)[1]
+    example = "[[triggers]]\n" + "".join(line[2:] + "\n" for line in commented.splitlines() if line.startswith("# "))
+    assert parse_config('[[agents]]\nname = "assistant"\nkind = "echo"\n' + example, "config.toml", None).triggers
