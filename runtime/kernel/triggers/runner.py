@@ -38,7 +38,7 @@ __all__ = ["TriggerRunner", "MAX_PATHS_PER_RUN", "RESTART_SECS"]
 
 log = get_logger("triggers")
 
-MAX_PATHS_PER_RUN = 100  # a watch's run names at most this many files (more start further runs)
+MAX_PATHS_PER_RUN = 100  # a watch's run names at most this many files; the rest are counted in a last entry
 RESTART_SECS = 60.0  # a schedule or watch task that failed unexpectedly is started again after this
 
 
