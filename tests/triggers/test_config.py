@@ -34,6 +34,8 @@ def entry(**fields) -> str:
 
 
 @pytest.mark.parametrize("text, expected", [
+    (entry(message=""), "triggers[0].message: expected a template of 1 to 16384 characters, got 0"),
+    (entry(message="x" * 20_000), "triggers[0].message: expected a template of 1 to 16384 characters, got 20000"),
     (entry(agent="nobody"), 'triggers[0].agent: no agent named "nobody" (agents: echo)'),
     (entry(name="Bad Name"), 'triggers[0].name: expected 1-64 of a-z 0-9 _ -, got "Bad Name"'),
     (entry() + entry(), 'triggers[1].name: "t" is already used by triggers[0]'),
@@ -65,6 +67,13 @@ def test_each_mistake_is_one_line_naming_its_key(text, expected):
         load(text)
     message = str(caught.value)
     assert expected in message and "\n" not in message, message
+
+
+def test_the_message_bound_is_the_templates():
+    from runtime.config.checks import MAX_TRIGGER_MESSAGE_CHARS
+    from runtime.kernel.triggers.template import MAX_TEMPLATE_CHARS
+
+    assert MAX_TRIGGER_MESSAGE_CHARS == MAX_TEMPLATE_CHARS
 
 
 def test_the_readmes_triggers_example_loads():

@@ -60,7 +60,7 @@ class _State:
     def __init__(self, trigger: TriggerConfig, saved: dict[str, Any]) -> None:
         self.running = 0
         self.slots = trigger.max_parallel if trigger.overlap == "parallel" else 1
-        self.waiting: deque[tuple[str, dict[str, Any], str]] = deque()
+        self.waiting: deque[tuple[str, str, str]] = deque()  # (run id, rendered message, source)
         self.failures = int(saved["failures"])
         self.paused = bool(saved["paused"])
         self.paused_reason = str(saved["paused_reason"])
@@ -106,9 +106,18 @@ class TriggerRunner:
             raise TriggerBusy(_busy(trigger))
         if self._nursery is None:
             raise TriggerBusy(f"trigger {name!r} cannot run yet: the triggers are not started")
+        from runtime.kernel.triggers.template import render
+
         run_id = new_run_id()
         self.store.start(run_id, name, source)
-        state.waiting.append((run_id, dict(context), source))
+        try:  # now, so a queued run holds its bounded message, not a webhook's whole body
+            message = render(trigger.message, {"time": self._now().isoformat(), **context, "trigger": name,
+                                               "run_id": run_id})
+        except TernError as exc:
+            self.store.end(run_id, "failed", error=str(exc))
+            self._ended(trigger, run_id, source, "failed", str(exc))
+            return run_id
+        state.waiting.append((run_id, message, source))
         self._start_waiting(trigger)
         return run_id
 
@@ -116,9 +125,9 @@ class TriggerRunner:
         """Start the waiting runs there are slots for, oldest first."""
         state = self._states[trigger.name]
         while state.waiting and state.running < state.slots and self._nursery is not None:
-            run_id, context, source = state.waiting.popleft()
+            run_id, message, source = state.waiting.popleft()
             state.running += 1
-            self._nursery.start_soon(self._run, trigger, run_id, context, source)
+            self._nursery.start_soon(self._run, trigger, run_id, message, source)
 
     # --- what the API and the CLI read --------------------------------------------------
 
@@ -250,7 +259,7 @@ class TriggerRunner:
             self.store.end(run_id, "skipped", error=str(exc))
             self._ended(trigger, run_id, source, "skipped", str(exc))
 
-    async def _run(self, trigger: TriggerConfig, run_id: str, context: dict[str, Any], source: str) -> None:
+    async def _run(self, trigger: TriggerConfig, run_id: str, message: str, source: str) -> None:
         state = self._states[trigger.name]
         try:
             if state.paused:  # paused while this run waited in the queue
@@ -258,7 +267,7 @@ class TriggerRunner:
                 self.store.end(run_id, "skipped", error=why)
                 self._ended(trigger, run_id, source, "skipped", why)
                 return
-            await self._execute(trigger, run_id, context, source)
+            await self._execute(trigger, run_id, message, source)
         except BaseException:
             if trio.current_effective_deadline() == -math.inf:  # tern is stopping: say so now, not at the next boot
                 self.store.end(run_id, "failed", error=STOPPED)
@@ -267,17 +276,13 @@ class TriggerRunner:
             state.running -= 1
             self._start_waiting(trigger)
 
-    async def _execute(self, trigger: TriggerConfig, run_id: str, context: dict[str, Any], source: str) -> None:
-        from runtime.kernel.triggers.template import render
-
+    async def _execute(self, trigger: TriggerConfig, run_id: str, message: str, source: str) -> None:
         name = trigger.name
         self.store.running(run_id)
         self._publish("trigger.run", {"trigger": name, "run_id": run_id, "source": source, "state": "started"})
         outcome, reply, error, sink_error = "failed", "", "", ""
         with trio.move_on_after(trigger.timeout_secs) as scope:
             try:
-                message = render(trigger.message, {"time": self._now().isoformat(), **context, "trigger": name,
-                                                   "run_id": run_id})
                 answer = await self.kernel.agents.send(trigger.agent, message, context_id=run_id,
                                                        caller=f"trigger:{name}")
                 outcome, reply = "ok", answer.text
