@@ -265,6 +265,9 @@ async def test_a_watch_starts_a_run_with_the_new_files_and_refuses_a_link_out(tm
     (root.parent / "out").symlink_to(outside)
     with pytest.raises(ConfigError, match="leads out of the workspace"):
         runner.watch_root(TriggerConfig(name="out", agent="echo", kind="watch", path="out", message="x"))
+    homeless = TriggerRunner(Kernel(Config(agents=[AgentConfig(name="echo", kind="echo")], triggers=[watch])))
+    with pytest.raises(ConfigError, match="no workspace to watch in"):
+        homeless.watch_root(watch)
 
 
 def test_a_cron_the_parser_refuses_stops_the_start_naming_the_entry(tmp_path):

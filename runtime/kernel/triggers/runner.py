@@ -237,7 +237,11 @@ class TriggerRunner:
         """The watched directory, made if missing; ConfigError when it (or a link on its
         way) leads out of the agent's workspace."""
         agent = self.kernel.agents.get(trigger.agent)
-        workspace = Path(self.kernel.pipeline.run(agent).context.workspace or ".")
+        where = self.kernel.pipeline.run(agent).context.workspace
+        if not where:
+            raise ConfigError(f"trigger {trigger.name!r}: agent {agent.name!r} has no workspace to watch in "
+                              "(set [state] dir or the agent's workspace)")
+        workspace = Path(where)
         root = workspace / trigger.path
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         real, inside = os.path.realpath(root), os.path.realpath(workspace)
