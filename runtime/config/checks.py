@@ -185,6 +185,7 @@ def _telemetry_problems(config: Config) -> list[str]:
     return problems
 
 
+MAX_TRIGGER_MESSAGE_CHARS = 16 * 1024  # as kernel.triggers.template.MAX_TEMPLATE_CHARS, which renders it
 _TRIGGER_NAME = re.compile(r"[a-z0-9_-]{1,64}")
 _EVERY = re.compile(r"(?=\d)(?:\d{1,6}d)?(?:\d{1,6}h)?(?:\d{1,6}m)?(?:\d{1,8}s)?")  # as schedule.parse_every
 _CRON_NAMES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
@@ -217,8 +218,9 @@ def _trigger_problems(config: Config) -> list[str]:
         if trigger.agent not in agents:
             problems.append(f'{where}.agent: no agent named "{shorten(trigger.agent)}" '
                             f'(agents: {", ".join(sorted(agents)) or "none"})')
-        if not trigger.message.strip():
-            problems.append(f"{where}.message: must not be empty")
+        if not trigger.message.strip() or len(trigger.message) > MAX_TRIGGER_MESSAGE_CHARS:
+            problems.append(f"{where}.message: expected a template of 1 to {MAX_TRIGGER_MESSAGE_CHARS} characters, "
+                            f"got {len(trigger.message)}")
         for kind, fields in _KIND_FIELDS.items():
             problems += [f'{where}.{name}: only used with kind = "{kind}"' for name in fields
                          if kind != trigger.kind and getattr(trigger, name)]

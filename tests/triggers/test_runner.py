@@ -89,6 +89,8 @@ async def test_queue_runs_one_at_a_time_and_holds_at_most_max_queued(tmp_path, a
         with pytest.raises(TriggerBusy, match="2 waiting"):
             runner.fire("hook", body(), source="webhook")
         assert [runner.store.run(i)["outcome"] for i in ids] == ["queued"] * 3  # none has started yet
+        waiting = runner._states["hook"].waiting  # what a queued run holds: its rendered, bounded message
+        assert [len(message) for _, message, _ in waiting] == [len('{"secs": 5, "fail": false}')] * 2  # 1 started
         ends = []
         for run_id in ids:
             await ended(runner, run_id)
@@ -173,6 +175,7 @@ async def test_a_schedule_fires_on_time_and_a_busy_one_records_skipped_runs(tmp_
     assert runs[1]["source"] == "schedule" and "overlap" in runs[1]["error"]
     assert runs[3]["error"] == STOPPED  # cancelled mid-run at 61 s: said at once, not only at the next boot
     assert runner.store.state("tick")["last_fire"] == (EPOCH + dt.timedelta(seconds=60)).timestamp()
+    assert runner.describe("tick")["next_fire"] == (EPOCH + dt.timedelta(seconds=70)).timestamp()  # from the last
 
 
 async def test_a_triggered_runs_approval_waits_for_nobody_and_is_denied_at_the_timeout(tmp_path, autojump_clock):
@@ -262,6 +265,9 @@ async def test_a_watch_starts_a_run_with_the_new_files_and_refuses_a_link_out(tm
     (root.parent / "out").symlink_to(outside)
     with pytest.raises(ConfigError, match="leads out of the workspace"):
         runner.watch_root(TriggerConfig(name="out", agent="echo", kind="watch", path="out", message="x"))
+    homeless = TriggerRunner(Kernel(Config(agents=[AgentConfig(name="echo", kind="echo")], triggers=[watch])))
+    with pytest.raises(ConfigError, match="no workspace to watch in"):
+        homeless.watch_root(watch)
 
 
 def test_a_cron_the_parser_refuses_stops_the_start_naming_the_entry(tmp_path):
@@ -270,3 +276,55 @@ def test_a_cron_the_parser_refuses_stops_the_start_naming_the_entry(tmp_path):
                     triggers=[bad])
     with pytest.raises(ConfigError, match=r"triggers\[0\]\.cron: .*61"):
         TriggerRunner(Kernel(config))
+
+
+async def test_the_reply_goes_to_the_sink_and_a_refused_sink_counts_as_a_failure(tmp_path, autojump_clock):
+    from runtime.config import TriggerSink
+
+    filed = TriggerConfig(name="filed", agent="echo", kind="webhook", message="report {{ body.n }}",
+                          sink=TriggerSink(kind="file", path="reports/{{ trigger }}-{{ run_id }}.md"))
+    blocked = TriggerConfig(name="blocked", agent="echo", kind="webhook", message="x", max_failures=1,
+                            sink=TriggerSink(kind="webhook", url="http://169.254.169.254/latest/meta-data"))
+    runner = make(tmp_path, filed, blocked)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        good = await ended(runner, runner.fire("filed", {"body": {"n": 7}}, source="webhook"))
+        bad = await ended(runner, runner.fire("blocked", {}, source="webhook"))
+        nursery.cancel_scope.cancel()
+    written = tmp_path / "workspaces" / "echo" / "reports" / f"filed-{good['id']}.md"
+    assert (good["outcome"], good["sink_error"], written.read_text()) == ("ok", "", "report 7")
+    assert bad["outcome"] == "ok" and "169.254.169.254" in bad["sink_error"]  # the agent answered; delivery failed
+    assert runner.describe("blocked")["paused"]  # a reply that never arrives is a failure like any other
+
+
+async def test_a_watch_that_cannot_start_is_reported_and_tried_again_a_minute_later(tmp_path, autojump_clock):
+    watch = TriggerConfig(name="out", agent="echo", kind="watch", path="out", message="{{ paths }}")
+    runner = make(tmp_path, watch)
+    workspace = tmp_path / "workspaces" / "echo"
+    workspace.mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (workspace / "out").symlink_to(tmp_path / "elsewhere")
+    with runner.kernel.events.subscribe(kinds=["trigger.error"]) as events:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(runner.run)
+            first = await events.next()
+            started = trio.current_time()
+            second = await events.next()
+            assert trio.current_time() - started == pytest.approx(60)
+            nursery.cancel_scope.cancel()
+    assert first["trigger"] == "out" and "leads out of the workspace" in first["error"] and second == {
+        **first, "time": second["time"]}
+    assert runner.store.runs("out") == []
+
+
+async def test_a_triggered_run_spends_the_agents_budget_like_any_message(tmp_path, autojump_clock):
+    config = Config(agents=[AgentConfig(name="echo", kind="echo", requests_per_minute=2)],
+                    state=StateConfig(dir=str(tmp_path)), triggers=[
+                        TriggerConfig(name="say", agent="echo", kind="webhook", message="hi", overlap="parallel")])
+    runner = TriggerRunner(Kernel(config))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        outcomes = [(await ended(runner, runner.fire("say", {}, source="webhook")))["outcome"] for _ in range(3)]
+        nursery.cancel_scope.cancel()
+    assert outcomes == ["ok", "ok", "failed"]
+    assert "requests_per_minute" in runner.store.runs("say")[0]["error"]

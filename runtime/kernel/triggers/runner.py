@@ -34,12 +34,11 @@ from runtime.log import get_logger
 if TYPE_CHECKING:
     from runtime.kernel.kernel import Kernel
 
-__all__ = ["TriggerRunner", "MAX_PATHS_PER_RUN", "SINK_TIMEOUT_SECS", "RESTART_SECS"]
+__all__ = ["TriggerRunner", "MAX_PATHS_PER_RUN", "RESTART_SECS"]
 
 log = get_logger("triggers")
 
-MAX_PATHS_PER_RUN = 100  # a watch's run names at most this many files (more start further runs)
-SINK_TIMEOUT_SECS = 60.0  # delivering one reply
+MAX_PATHS_PER_RUN = 100  # a watch's run names at most this many files; the rest are counted in a last entry
 RESTART_SECS = 60.0  # a schedule or watch task that failed unexpectedly is started again after this
 
 
@@ -61,7 +60,7 @@ class _State:
     def __init__(self, trigger: TriggerConfig, saved: dict[str, Any]) -> None:
         self.running = 0
         self.slots = trigger.max_parallel if trigger.overlap == "parallel" else 1
-        self.waiting: deque[tuple[str, dict[str, Any], str]] = deque()
+        self.waiting: deque[tuple[str, str, str]] = deque()  # (run id, rendered message, source)
         self.failures = int(saved["failures"])
         self.paused = bool(saved["paused"])
         self.paused_reason = str(saved["paused_reason"])
@@ -78,7 +77,7 @@ class TriggerRunner:
                  rng: Any = None) -> None:
         """``wall_clock``: what the schedules read (``clock.WallClock``; tests drive one from
         trio's clock); ``rng``: their jitter's random source."""
-        self.kernel = kernel
+        self.kernel: Kernel = kernel
         config: Config = kernel.config
         state_dir = config.state.dir
         self.store = store or RunStore(Path(state_dir) / "triggers.sqlite3" if state_dir else None)
@@ -107,9 +106,18 @@ class TriggerRunner:
             raise TriggerBusy(_busy(trigger))
         if self._nursery is None:
             raise TriggerBusy(f"trigger {name!r} cannot run yet: the triggers are not started")
+        from runtime.kernel.triggers.template import render
+
         run_id = new_run_id()
         self.store.start(run_id, name, source)
-        state.waiting.append((run_id, dict(context), source))
+        try:  # now, so a queued run holds its bounded message, not a webhook's whole body
+            message = render(trigger.message, {"time": self._now().isoformat(), **context, "trigger": name,
+                                               "run_id": run_id})
+        except TernError as exc:
+            self.store.end(run_id, "failed", error=str(exc))
+            self._ended(trigger, run_id, source, "failed", str(exc))
+            return run_id
+        state.waiting.append((run_id, message, source))
         self._start_waiting(trigger)
         return run_id
 
@@ -117,9 +125,9 @@ class TriggerRunner:
         """Start the waiting runs there are slots for, oldest first."""
         state = self._states[trigger.name]
         while state.waiting and state.running < state.slots and self._nursery is not None:
-            run_id, context, source = state.waiting.popleft()
+            run_id, message, source = state.waiting.popleft()
             state.running += 1
-            self._nursery.start_soon(self._run, trigger, run_id, context, source)
+            self._nursery.start_soon(self._run, trigger, run_id, message, source)
 
     # --- what the API and the CLI read --------------------------------------------------
 
@@ -146,12 +154,19 @@ class TriggerRunner:
             item["schedule"] = trigger.cron or f"every {trigger.every}"
             item["timezone"] = trigger.timezone
             if not state.paused:
-                item["next_fire"] = self.schedules[name].next_fire(self._now()).timestamp()
+                item["next_fire"] = self._next_fire(name).timestamp()
         elif trigger.kind == "webhook":
             item["path"] = f"/hooks/{name}"
         else:
             item["path"] = trigger.path
         return item
+
+    def _next_fire(self, name: str) -> datetime:
+        """The next scheduled fire (before jitter): after the last one while that is recent, else after now."""
+        schedule, now = self.schedules[name], self._now()
+        last = self.store.state(name)["last_fire"]
+        due = schedule.next_fire(datetime.fromtimestamp(last, timezone.utc)) if last is not None else None
+        return due if due is not None and due > now else schedule.next_fire(now)
 
     def resume(self, name: str) -> dict[str, Any]:
         """Unpause a trigger and forget its failures; its description."""
@@ -222,7 +237,11 @@ class TriggerRunner:
         """The watched directory, made if missing; ConfigError when it (or a link on its
         way) leads out of the agent's workspace."""
         agent = self.kernel.agents.get(trigger.agent)
-        workspace = Path(self.kernel.pipeline.run(agent).context.workspace or ".")
+        where = self.kernel.pipeline.run(agent).context.workspace
+        if not where:
+            raise ConfigError(f"trigger {trigger.name!r}: agent {agent.name!r} has no workspace to watch in "
+                              "(set [state] dir or the agent's workspace)")
+        workspace = Path(where)
         root = workspace / trigger.path
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         real, inside = os.path.realpath(root), os.path.realpath(workspace)
@@ -244,7 +263,7 @@ class TriggerRunner:
             self.store.end(run_id, "skipped", error=str(exc))
             self._ended(trigger, run_id, source, "skipped", str(exc))
 
-    async def _run(self, trigger: TriggerConfig, run_id: str, context: dict[str, Any], source: str) -> None:
+    async def _run(self, trigger: TriggerConfig, run_id: str, message: str, source: str) -> None:
         state = self._states[trigger.name]
         try:
             if state.paused:  # paused while this run waited in the queue
@@ -252,7 +271,7 @@ class TriggerRunner:
                 self.store.end(run_id, "skipped", error=why)
                 self._ended(trigger, run_id, source, "skipped", why)
                 return
-            await self._execute(trigger, run_id, context, source)
+            await self._execute(trigger, run_id, message, source)
         except BaseException:
             if trio.current_effective_deadline() == -math.inf:  # tern is stopping: say so now, not at the next boot
                 self.store.end(run_id, "failed", error=STOPPED)
@@ -261,17 +280,13 @@ class TriggerRunner:
             state.running -= 1
             self._start_waiting(trigger)
 
-    async def _execute(self, trigger: TriggerConfig, run_id: str, context: dict[str, Any], source: str) -> None:
-        from runtime.kernel.triggers.template import render
-
+    async def _execute(self, trigger: TriggerConfig, run_id: str, message: str, source: str) -> None:
         name = trigger.name
         self.store.running(run_id)
         self._publish("trigger.run", {"trigger": name, "run_id": run_id, "source": source, "state": "started"})
         outcome, reply, error, sink_error = "failed", "", "", ""
         with trio.move_on_after(trigger.timeout_secs) as scope:
             try:
-                message = render(trigger.message, {"time": self._now().isoformat(), **context, "trigger": name,
-                                                   "run_id": run_id})
                 answer = await self.kernel.agents.send(trigger.agent, message, context_id=run_id,
                                                        caller=f"trigger:{name}")
                 outcome, reply = "ok", answer.text
@@ -292,16 +307,10 @@ class TriggerRunner:
         from runtime.kernel.triggers.sinks import deliver
 
         run = {"id": run_id, "trigger": trigger.name, "source": source, "outcome": "ok"}
-        with trio.move_on_after(SINK_TIMEOUT_SECS) as scope:
-            try:
-                await deliver(trigger.sink, reply=reply, run=run, trigger=trigger, kernel=self.kernel)
-            except TernError as exc:
-                return str(exc)
-            except Exception as exc:
-                log.error("trigger %s run %s: the sink failed", trigger.name, run_id, exc_info=True)
-                return f"internal error in the {trigger.sink.kind} sink: {type(exc).__name__}"
-        if scope.cancelled_caught:
-            return f"the {trigger.sink.kind} sink did not finish within {SINK_TIMEOUT_SECS:g} s"
+        try:
+            await deliver(trigger.sink, reply=reply, run=run, trigger=trigger, kernel=self.kernel)
+        except TernError as exc:  # SinkError: one line, for the run's sink_error
+            return str(exc)
         return ""
 
     def _ended(self, trigger: TriggerConfig, run_id: str, source: str, outcome: str, error: str) -> None:
