@@ -336,8 +336,8 @@ async def test_the_documented_curl_and_openssl_commands_are_accepted(nursery, mo
     plain, stamped = [block for block in re.findall(r"```sh\n(.*?)```", doc, re.S) if "openssl" in block]
     monkeypatch.setenv("HOOK_SECRET", "a long random secret")  # the value the example exports
     port, url = await start(nursery)
-    script = (plain.replace("http://127.0.0.1:8080/hooks/ci", f"{url}/hooks/ci") + "echo\n"
-              + stamped.replace("http://127.0.0.1:8080/hooks/ci", f"{url}/hooks/stamped"))
+    script = (plain.replace("http://127.0.0.1:50051/hooks/ci", f"{url}/hooks/ci") + "echo\n"
+              + stamped.replace("http://127.0.0.1:50051/hooks/ci", f"{url}/hooks/stamped"))
     with trio.fail_after(30):
         done = await trio.run_process(["sh", "-c", script], capture_stdout=True, capture_stderr=True, check=False)
     assert done.returncode == 0, done.stderr
