@@ -36,6 +36,9 @@ its code (``runtime.wire.jsonrpc.error_answer``).
     ├── BudgetExceeded     an agent's budget is spent for now: 429 with Retry-After
     ├── UnknownApproval    no approval request has this id: 404
     ├── ApprovalClosed     the approval request was already decided or expired: 409
+    ├── UnknownTrigger     no trigger has this name: 404
+    ├── TriggerBusy        a trigger's overlap policy refuses another run now: 409
+    │   └── TriggerPaused  the trigger is paused after failing too often: 503
     ├── IllegalTransition  a2a.server.engine: a task state change the table forbids (a bug)
     └── A2aClientError     a2a.client.requests: a peer agent failed us
         └── A2aTimeout     (also a TernTimeout)
@@ -64,6 +67,9 @@ __all__ = [
     "BudgetExceeded",
     "UnknownApproval",
     "ApprovalClosed",
+    "UnknownTrigger",
+    "TriggerBusy",
+    "TriggerPaused",
     "single_leaf",
 ]
 
@@ -207,3 +213,21 @@ class ApprovalClosed(TernError):
     """The approval request was already approved, denied, or expired: it takes no decision."""
 
     http_status = 409
+
+
+class UnknownTrigger(TernError):
+    """No ``[[triggers]]`` entry has this name."""
+
+    http_status = 404
+
+
+class TriggerBusy(TernError):
+    """A trigger's overlap policy (skip, a full queue, the parallel bound) refuses a run now."""
+
+    http_status = 409
+
+
+class TriggerPaused(TriggerBusy):
+    """The trigger failed ``max_failures`` times in a row and waits for ``tern triggers resume``."""
+
+    http_status = 503

@@ -32,7 +32,7 @@ __all__ = [
     "Tool", "ToolResult", "ToolContext", "AgentReply", "Handler", "TextSink",
     "Run", "ToolPort", "AgentPort", "EventPort", "Subscription", "ToolSource",
     "Approval", "Ask", "ApprovalPort", "ContentPort", "Sample", "TaskView", "TaskPort",
-    "CallClock", "CALL_CLOCK",
+    "CallClock", "CALL_CLOCK", "TriggerPort",
 ]
 
 Source = Literal["builtin", "mcp", "a2a"]
@@ -332,4 +332,17 @@ class TaskPort(Protocol):
 
     def cancel(self, task_id: str, who: Caller | None = None) -> None:
         """Stop the task's work; a task already finished stays as it is."""
+        ...
+
+
+class TriggerPort(Protocol):
+    """The daemon's triggers, as the webhook route sees them (``kernel.triggers.runner``)."""
+
+    def webhook(self, name: str) -> Any:
+        """The trigger's ``TriggerConfig`` if it exists and is a webhook, else None."""
+        ...
+
+    def fire(self, name: str, context: dict[str, Any], *, source: str) -> str:
+        """Start a run now (it goes on in the background); its id. Raises ``UnknownTrigger``,
+        ``TriggerBusy`` when the overlap policy refuses it, ``TriggerPaused``."""
         ...

@@ -1,8 +1,8 @@
 """The ``tern`` command line: argument parsing and human output only.
 
 One module per command group (``config``, ``serve``, ``mcp``, ``auth``, ``setup``, ``daemon``, ``agents``,
-``conversations``, ``approvals``, ``keys``, ``scripts``, ``a2a``, ``audit``, ``tools``, ``imports``, ``cache``,
-``completion``), each adding
+``conversations``, ``approvals``, ``keys``, ``scripts``, ``a2a``, ``audit``, ``tools``, ``triggers``, ``imports``,
+``cache``, ``completion``), each adding
 its own subcommands with their handlers. The modules import nothing heavy at their top; every handler imports what it
 needs, so ``tern version`` loads nothing but argparse and these modules, and ``tern mcp``
 does not pay for the HTTP stack. Errors reach the user as one line on stderr
@@ -19,14 +19,14 @@ from collections.abc import Sequence
 
 from runtime import __version__
 from runtime.cli import (a2a, agents, approvals, audit, auth, cache, completion, config, conversations, daemon, imports,
-                         keys, mcp, scripts, serve, setup, tools)
+                         keys, mcp, scripts, serve, setup, tools, triggers)
 from runtime.cli.common import Commands, Handler
 
 __all__ = ["main", "build_parser"]
 
 # the order of `tern --help`
 GROUPS = (config, serve, mcp, auth, setup, daemon, agents, conversations, approvals, keys, scripts, a2a, audit, tools,
-          imports, cache, completion)
+          triggers, imports, cache, completion)
 
 
 def _common_options() -> argparse.ArgumentParser:

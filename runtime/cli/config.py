@@ -35,6 +35,9 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     print(f"  agents ({len(config.agents)}): {agents}")
     print(f"  MCP servers ({len(config.mcp_servers)}): {servers}")
     print(f"  A2A peers ({len(config.a2a.external_agents)}): {peers}")
+    if config.triggers:
+        shown = ", ".join(f"{t.name} ({t.kind} -> {t.agent})" for t in config.triggers)
+        print(f"  triggers ({len(config.triggers)}): {shown}")
     print(f"  listen: {config.server.listen}   state: {config.state.dir}")
     weak = key_warning(api_key(config))
     if weak:

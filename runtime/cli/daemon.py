@@ -114,8 +114,17 @@ def _event_line(event: dict[str, Any]) -> str:
         message = f": {event['message']}" if event.get("message") else ""
         return clean(f"{stamp} MCP task {event.get('task')} ({event.get('tool')}): {event.get('status')}{by}{message}")
     if kind == "agent.message":
-        return clean(f"{stamp} agent {event.get('agent')} [{event.get('context_id')}]: {event.get('outcome')} "
+        by = f" from {event['caller']}" if event.get("caller") else ""
+        return clean(f"{stamp} agent {event.get('agent')} [{event.get('context_id')}]{by}: {event.get('outcome')} "
                      f"in {event.get('ms')} ms")
+    if kind == "trigger.run":
+        ended = f" {event.get('outcome')}" + (f": {event['error']}" if event.get("error") else "") \
+            if event.get("state") == "ended" else ""
+        return clean(f"{stamp} trigger {event.get('trigger')} run {event.get('run_id')} ({event.get('source')}): "
+                     f"{event.get('state')}{ended}")
+    if kind == "trigger.paused":
+        return clean(f"{stamp} trigger {event.get('trigger')} PAUSED after {event.get('failures')} failed runs in a "
+                     f"row: {event.get('error')} (tern triggers resume {event.get('trigger')})")
     if kind == "model.call":
         tokens = f", {event['tokens']} tokens" if "tokens" in event else ""
         return clean(f"{stamp} model {event.get('model')} for {event.get('agent')}: {event.get('outcome')} "

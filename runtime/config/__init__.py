@@ -22,11 +22,13 @@ from runtime.config.schema import (
     A2aConfig, AccessTier, AgentConfig, AgentPrompt, ApprovalRule, Config, ExternalAgent, GovernanceConfig,
     HttpTransport, McpAsk, McpAskQuestion, McpPreset, McpServerEntry, McpServerExposure, ModelConfig, OAuthConfig,
     PeerAuth, PushWebhook, SamplingConfig, ScriptsConfig, SecurityConfig, ServerConfig, ShellRule, Skill,
-    SseTransport, StateConfig, StdioTransport, ToolsConfig, oauth_of,
+    SseTransport, StateConfig, StdioTransport, ToolsConfig, TriggerConfig, TriggerSink, oauth_of,
 )
 
 __all__ = [
     "Config",
+    "TriggerConfig",
+    "TriggerSink",
     "ServerConfig",
     "McpServerEntry",
     "StdioTransport",

@@ -190,6 +190,7 @@ def find_problems(config: Config) -> list[str]:
     problems += _governance_problems(config)
     problems += _scripts_problems(config)
     problems += _telemetry_problems(config)
+    problems += _trigger_problems(config)
     return problems
 
 
@@ -227,6 +228,110 @@ def _telemetry_problems(config: Config) -> list[str]:
     problems += _positive(telemetry, "telemetry", ("max_queue_spans", "max_queue_bytes", "batch_spans",
                                                    "export_timeout_secs"))
     return problems
+
+
+MAX_TRIGGER_MESSAGE_CHARS = 16 * 1024  # as kernel.triggers.template.MAX_TEMPLATE_CHARS, which renders it
+_TRIGGER_NAME = re.compile(r"[a-z0-9_-]{1,64}")
+_EVERY = re.compile(r"(?=\d)(?:\d{1,6}d)?(?:\d{1,6}h)?(?:\d{1,6}m)?(?:\d{1,8}s)?")  # as schedule.parse_every
+_CRON_NAMES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
+#: Fields that only one kind of trigger reads: set on another kind, they would be silently ignored.
+_KIND_FIELDS = {"schedule": ("cron", "every"), "webhook": ("secret_env", "timestamp_header"), "watch": ("path",)}
+
+
+def _relative_inside(path: str) -> bool:
+    """A path relative to a workspace that cannot leave it by its spelling ("..", absolute, NUL)."""
+    parts = re.split(r"[\\/]", path)
+    return bool(path.strip()) and not path.startswith(("/", "\\", "~")) and ".." not in parts and "\x00" not in path \
+        and not re.match(r"[A-Za-z]:", path)
+
+
+def _trigger_problems(config: Config) -> list[str]:
+    """``[[triggers]]``: names, the agent, one schedule, a zone that exists, a watch path
+    inside the workspace, and bounds on every queue, rate and size. The cron expression's
+    fields are checked again, fully, when the daemon starts its triggers."""
+    from zoneinfo import ZoneInfo
+
+    problems = _duplicates([t.name for t in config.triggers], "triggers", "name")
+    agents = {a.name for a in config.agents}
+    external = {a.name for a in config.a2a.external_agents}
+    for i, trigger in enumerate(config.triggers):
+        where = f"triggers[{i}]"
+        if not _TRIGGER_NAME.fullmatch(trigger.name):
+            problems.append(f'{where}.name: expected 1-64 of a-z 0-9 _ -, got "{shorten(trigger.name)}"')
+        if trigger.agent not in agents:
+            problems.append(f'{where}.agent: no agent named "{shorten(trigger.agent)}" '
+                            f'(agents: {", ".join(sorted(agents)) or "none"})')
+        if not trigger.message.strip() or len(trigger.message) > MAX_TRIGGER_MESSAGE_CHARS:
+            problems.append(f"{where}.message: expected a template of 1 to {MAX_TRIGGER_MESSAGE_CHARS} characters, "
+                            f"got {len(trigger.message)}")
+        for kind, fields in _KIND_FIELDS.items():
+            problems += [f'{where}.{name}: only used with kind = "{kind}"' for name in fields
+                         if kind != trigger.kind and getattr(trigger, name)]
+        if trigger.kind == "schedule":
+            if bool(trigger.cron) == bool(trigger.every):
+                problems.append(f'{where}: a schedule needs exactly one of cron = "..." or every = "..."')
+            elif trigger.cron and not (trigger.cron.strip() in _CRON_NAMES or len(trigger.cron.split()) == 5):
+                problems.append(f'{where}.cron: expected five fields (minute hour day month weekday) or one of '
+                                f'{", ".join(_CRON_NAMES)}, got "{shorten(trigger.cron)}"')
+            elif trigger.every and not _EVERY.fullmatch(trigger.every.strip().lower()):
+                problems.append(f'{where}.every: expected a duration such as "90s", "5m" or "1h30m", '
+                                f'got "{shorten(trigger.every)}"')
+            try:
+                ZoneInfo(trigger.timezone)
+            except (ValueError, OSError, LookupError):
+                problems.append(f'{where}.timezone: "{shorten(trigger.timezone)}" is not a time zone name '
+                                '(e.g. "UTC", "Europe/Berlin")')
+            if not 0 <= trigger.jitter_secs <= 86_400:
+                problems.append(f"{where}.jitter_secs: expected 0 to 86400, got {trigger.jitter_secs}")
+            if not 1 <= trigger.catch_up_limit <= 1000:
+                problems.append(f"{where}.catch_up_limit: expected 1 to 1000, got {trigger.catch_up_limit}")
+        elif trigger.kind == "webhook":
+            if trigger.secret_env and not _ENV_NAME.fullmatch(trigger.secret_env):
+                problems.append(f'{where}.secret_env: expected the name of an environment variable, '
+                                f'got "{shorten(trigger.secret_env)}"')
+            if trigger.timestamp_header and not _HEADER_NAME.fullmatch(trigger.timestamp_header):
+                problems.append(f'{where}.timestamp_header: expected a header name, '
+                                f'got "{shorten(trigger.timestamp_header)}"')
+            if not 1 <= trigger.replay_window_secs <= 86_400:
+                problems.append(f"{where}.replay_window_secs: expected 1 to 86400, got {trigger.replay_window_secs}")
+            if not 0 < trigger.max_body_bytes <= config.server.max_body_bytes:
+                problems.append(f"{where}.max_body_bytes: expected 1 to server.max_body_bytes "
+                                f"({config.server.max_body_bytes}), got {trigger.max_body_bytes}")
+            if not 1 <= trigger.rate_limit_per_min <= 100_000:
+                problems.append(f"{where}.rate_limit_per_min: expected 1 to 100000, got {trigger.rate_limit_per_min}")
+        else:
+            if not _relative_inside(trigger.path):
+                problems.append(f'{where}.path: expected a directory relative to the agent\'s workspace that stays '
+                                f'inside it (no "..", not absolute), got "{shorten(trigger.path)}"')
+            if not 0.2 <= trigger.interval_secs <= 3600:
+                problems.append(f"{where}.interval_secs: expected 0.2 to 3600, got {trigger.interval_secs}")
+            if not 0 <= trigger.debounce_secs <= 3600:
+                problems.append(f"{where}.debounce_secs: expected 0 to 3600, got {trigger.debounce_secs}")
+            if not 1 <= trigger.max_files <= 1_000_000:
+                problems.append(f"{where}.max_files: expected 1 to 1000000, got {trigger.max_files}")
+        for name, low, high in (("max_queued", 1, 1000), ("max_parallel", 1, 64), ("max_failures", 1, 1000)):
+            if not low <= getattr(trigger, name) <= high:
+                problems.append(f"{where}.{name}: expected {low} to {high}, got {getattr(trigger, name)}")
+        if not 0 < trigger.timeout_secs <= 86_400:
+            problems.append(f"{where}.timeout_secs: expected a number above 0 and at most 86400, "
+                            f"got {trigger.timeout_secs}")
+        if trigger.sink is not None:
+            problems += _sink_problems(trigger.sink, f"{where}.sink", agents | external)
+    return problems
+
+
+def _sink_problems(sink: msgspec.Struct, where: str, agents: set[str]) -> list[str]:
+    if sink.kind == "file" and not _relative_inside(sink.path):
+        return [f'{where}.path: expected a file path relative to the agent\'s workspace that stays inside it '
+                f'(no "..", not absolute), got "{shorten(sink.path)}"']
+    if sink.kind == "webhook":
+        return _url_problem(sink.url, f"{where}.url")
+    if sink.kind == "agent" and sink.agent not in agents:
+        return [f'{where}.agent: expected a local agent or an [[a2a.external_agents]] name, '
+                f'got "{shorten(sink.agent)}"']
+    return []
 
 
 def _governance_problems(config: Config) -> list[str]:

@@ -611,6 +611,59 @@ class TelemetryConfig(_Section):
     export_timeout_secs: float = 10.0
 
 
+# --- [[triggers]] ------------------------------------------------------------------------
+
+
+class TriggerSink(_Section):
+    """``[triggers.sink]``: where a run's reply goes: a ``file`` of the agent's workspace
+    (``path``, a template; links never followed out), a ``webhook`` (``url``, POSTed JSON
+    through the SSRF guard) or an ``agent`` (a local agent or an external A2A agent's name)."""
+
+    kind: Literal["file", "webhook", "agent"]
+    path: str = ""
+    url: str = ""
+    agent: str = ""
+
+
+class TriggerConfig(_Section):
+    """One ``[[triggers]]`` entry: ``agent`` is sent ``message`` (a template) when the
+    trigger fires: on a ``schedule`` (exactly one of ``cron`` or ``every``, in
+    ``timezone``), on a signed ``webhook`` (``POST /hooks/{name}``) or when files change
+    under ``path`` of the agent's workspace (``watch``). Runs overlap per ``overlap``;
+    ``max_failures`` failed runs in a row pause the trigger until ``tern triggers resume``.
+    See docs/triggers.md."""
+
+    name: str
+    agent: str
+    message: str
+    kind: Literal["schedule", "webhook", "watch"]
+    # schedule
+    cron: str = ""
+    every: str = ""
+    timezone: str = "UTC"
+    jitter_secs: float = 0.0
+    catch_up: Literal["none", "one", "all"] = "none"
+    catch_up_limit: int = 10
+    # webhook
+    secret_env: str = ""
+    timestamp_header: str = ""
+    replay_window_secs: float = 300.0
+    max_body_bytes: int = 1 * MiB
+    rate_limit_per_min: int = 60
+    # watch
+    path: str = ""
+    interval_secs: float = 2.0
+    debounce_secs: float = 1.0
+    max_files: int = 10_000
+    # every kind
+    overlap: Literal["skip", "queue", "parallel"] = "skip"
+    max_queued: int = 10
+    max_parallel: int = 4
+    max_failures: int = 5
+    timeout_secs: float = 600.0
+    sink: TriggerSink | None = None
+
+
 class Config(_Section):
     server: ServerConfig = ServerConfig()
     mcp_servers: list[McpServerEntry] = []
@@ -623,3 +676,4 @@ class Config(_Section):
     scripts: ScriptsConfig = ScriptsConfig()
     state: StateConfig = StateConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    triggers: list[TriggerConfig] = []

@@ -430,10 +430,14 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
     router.add("GET", "/api/events", events, websocket=True, scope="events", summary="kernel events over a WebSocket")
     router.add("GET", "/metrics", prometheus, scope="metrics", summary="Prometheus metrics")
-    from runtime.host import dashboard_api, dashboard_routes
+    from runtime.host import dashboard_api, dashboard_routes, triggers_api
 
     dashboard_routes.add_routes(router)
     dashboard_api.add_routes(router, node)
+    triggers_api.add_routes(router, node)
+    from runtime.host.hooks import Hooks
+
+    Hooks(lambda: node.triggers).add_routes(router)
     if node.a2a is not None:
         from runtime.a2a.server.endpoint import A2aEndpoint
 

@@ -256,6 +256,10 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
                              lambda: agents.budgets.used_samples())
     metrics.add_gauge_source("tern_budget_limit", "An agent's configured budget", ("agent", "budget"),
                              lambda: agents.budgets.limit_samples())
+    if node.triggers is not None:
+        node.triggers.observers.append(metrics.add_counter("tern_trigger_runs_total", "Trigger runs by how they "
+                                                           "ended (ok, failed, timeout, skipped)",
+                                                           ("trigger", "outcome")))
     access = Access(key, allow_unauthenticated_remote=config.server.allow_unauthenticated_remote,
                     loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
                     cors_origins=config.server.cors_origins, local_token=local_token, key_hint=key_hint(config),

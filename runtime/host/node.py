@@ -41,6 +41,11 @@ class Node:
             self.mcp_server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals,
                                         content=kernel.content, tasks=tasks)
         self.access: Any = None  # the daemon's httpd Access: a reload swaps its keys
+        self.triggers: Any = None  # a TriggerRunner, with [[triggers]] configured
+        if config.triggers:
+            from runtime.kernel.triggers.runner import TriggerRunner
+
+            self.triggers = TriggerRunner(self.kernel)
         self.http_bound: tuple[str, int] | None = None  # once the daemon listens: the cards' fallback URL
         self.a2a_endpoint: Any = None  # the A2A routes, once mounted (host/api.py)
         self.config_path: Path | None = None  # the file the daemon was started with (None: the bundled default)
@@ -52,7 +57,13 @@ class Node:
     def reload(self, config: Config) -> dict[str, Any]:
         """Apply a changed config (``Kernel.reload``: what it keeps and why), then show
         the new agents to the MCP server's exposure and the A2A cards."""
+        kept = self.config.triggers
         report = self.kernel.reload(config)
+        if config.triggers != kept:  # the runner's tasks and bounds are built at start: kept, and named
+            import msgspec
+
+            self.kernel.config = msgspec.structs.replace(self.kernel.config, triggers=kept)
+            report["not_applied"].append("[[triggers]]")
         self.config = self.kernel.config
         if self.mcp_server is not None:
             self.mcp_server.exposure.reconfigure(self.config)
@@ -74,4 +85,6 @@ class Node:
                 await nursery.start(self.a2a.run)
             if self.mcp_server is not None:
                 await nursery.start(self.mcp_server.run)
+            if self.triggers is not None:
+                await nursery.start(self.triggers.run)
             task_status.started()

@@ -32,6 +32,8 @@ def document(*, a2a_path: Any = None, mcp: bool = True) -> dict[str, Any]:
     ``/mcp`` endpoint when the MCP server is on."""
     doc = _base()
     doc["paths"].update(_dashboard_paths())
+    doc["paths"].update(_trigger_paths())
+    doc["paths"].update(_hook_paths())
     if not mcp:
         del doc["paths"]["/mcp"]
     if a2a_path is not None:
@@ -81,6 +83,60 @@ def _dashboard_paths() -> dict[str, Any]:
             "responses": {**_ok("the URL", {"type": "object", "required": ["authorization_url"]}), "400": _ERROR,
                           "404": _ERROR, "409": _ERROR, "502": _ERROR, "504": _ERROR}}},
     }
+
+
+def _trigger_paths() -> dict[str, Any]:
+    """``tern triggers``: the list, runs, fire and resume (docs/triggers.md)."""
+    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    run = {"type": "object", "required": ["id", "trigger", "source", "started_at", "outcome"],
+           "properties": {"source": {"enum": ["schedule", "webhook", "watch", "manual"]},
+                          "outcome": {"enum": ["queued", "running", "ok", "failed", "timeout", "skipped"]},
+                          "ended_at": {"type": ["number", "null"]}, "reply": {"type": "string"},
+                          "error": {"type": "string"}, "sink_error": {"type": "string"}}}
+    listed = {"type": "object", "required": ["name", "kind", "agent", "paused", "failures", "next_fire", "last_run"]}
+    return {
+        "/api/triggers": {"get": {"summary": "the triggers: kind, agent, paused, failures, next fire, last run",
+                                  "responses": _ok("triggers", {"type": "object", "required": ["triggers"],
+                                                                "properties": {"triggers": {"type": "array",
+                                                                                            "items": listed}}})}},
+        "/api/triggers/{name}/runs": {"get": {
+            "summary": "a trigger's runs, newest first",
+            "parameters": [name, {"name": "limit", "in": "query", "required": False,
+                                  "schema": {"type": "integer", "default": 50, "maximum": 1000}}],
+            "responses": {**_ok("runs", {"type": "object", "required": ["trigger", "runs"],
+                                         "properties": {"runs": {"type": "array", "items": run}}}),
+                          "400": _ERROR, "404": _ERROR}}},
+        "/api/triggers/{name}/runs/{id}": {"get": {"summary": "one run of a trigger", "parameters": [name, _ID],
+                                                   "responses": {**_ok("the run", run), "404": _ERROR}}},
+        "/api/triggers/{name}/fire": {"post": {
+            "summary": "start a run now; it goes on in the background",
+            "parameters": [name],
+            "responses": {"202": {"description": "the run's id", "content": {"application/json": {"schema": {
+                "type": "object", "required": ["trigger", "run_id"]}}}},
+                "401": _ERROR, "403": _ERROR, "404": _ERROR, "429": _TOO_MANY,
+                "409": {**_ERROR, "description": "the overlap policy refuses another run now"},
+                "503": {**_ERROR, "description": "the trigger is paused after failing too often (resume it)"}}}},
+        "/api/triggers/{name}/resume": {"post": {
+            "summary": "resume a paused trigger; its failures in a row start again at 0", "parameters": [name],
+            "responses": {**_ok("the trigger", listed), "404": _ERROR}}},
+    }
+
+
+def _hook_paths() -> dict[str, Any]:
+    """``POST /hooks/{name}``: the key, or (a trigger with ``secret_env``) the signature alone."""
+    signed = {"name": "X-Hub-Signature-256", "in": "header", "required": False,
+              "description": "sha256=<hex HMAC-SHA256 of the body, or of <timestamp>.<body>>",
+              "schema": {"type": "string", "pattern": "^sha256=[0-9a-fA-F]{64}$"}}
+    return {"/hooks/{name}": {"post": {
+        "summary": "fire a webhook trigger: its body (JSON, else text) is {{ body }} in the message; answered at "
+                   "once with the run's id. A trigger with secret_env takes its signature instead of the key",
+        "security": [{"bearer": []}, {"apiKey": []}, {}],
+        "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}, signed],
+        "requestBody": {"required": False, "content": {"application/json": {"schema": {}}, "*/*": {"schema": {}}}},
+        "responses": {"202": {"description": "the run started", "content": {"application/json": {"schema": {
+            "type": "object", "required": ["run_id"], "properties": {"run_id": {"type": "string"}}}}}},
+            "400": _ERROR, "401": _ERROR, "403": _ERROR, "404": _ERROR, "409": _ERROR, "413": _ERROR,
+            "429": _TOO_MANY, "503": _ERROR}}}}
 
 
 def _a2a_paths(p: str) -> dict[str, Any]:

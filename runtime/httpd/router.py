@@ -5,29 +5,40 @@ with parameters are matched segment by segment. Each route carries its policy: w
 it needs the API key and which scope of it (``scope``), its rate-limit cost, whether the Host/Origin checks apply,
 whether it is a WebSocket endpoint, and whether a client that disconnects while the
 handler runs cancels it (``watch_disconnect``: for long calls whose answer no one
-would read once the client is gone).
+would read once the client is gone). A route whose policy depends on the request
+(``/hooks/{name}``: each trigger has its own body limit, and a signed one needs no key)
+gives ``admit``, which decides before the key check and the body.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 from collections.abc import Awaitable, Callable
 from urllib.parse import unquote
 
 from runtime.httpd.messages import HttpError, Request
 
-__all__ = ["Route", "Router"]
+__all__ = ["Admission", "Route", "Router"]
 
 Handler = Callable[[Request], Awaitable[Any]]
 
 
+class Admission(NamedTuple):
+    """A route's ``admit`` answer for one request, before its body is read: whether the
+    API key is required, and the body limit (never above the server's)."""
+
+    key_required: bool
+    max_body_bytes: int
+
+
 class Route:
     __slots__ = ("method", "path", "handler", "auth", "cost", "guard_origin", "websocket", "watch_disconnect",
-                 "summary", "scope")
+                 "summary", "scope", "admit")
 
     def __init__(self, method: str, path: str, handler: Handler, *, auth: bool = True, cost: float = 1.0,
                  guard_origin: bool = True, websocket: bool = False, watch_disconnect: bool = False,
-                 summary: str = "", scope: str | None = None) -> None:
+                 summary: str = "", scope: str | None = None,
+                 admit: Callable[[Request], Admission] | None = None) -> None:
         self.method = method
         self.path = path  # the template, e.g. /api/agents/{name}/message; also the metrics label
         self.handler = handler
@@ -38,6 +49,7 @@ class Route:
         self.watch_disconnect = watch_disconnect
         self.summary = summary
         self.scope = scope  # the key scope it needs (runtime.config.keys.SCOPES); None: any caller, or per operation
+        self.admit = admit  # may raise HttpError (404, 429, ...) before the key check; replaces ``auth`` then
 
 
 class Router:

@@ -18,8 +18,9 @@ One task per connection, keep-alive, and a bound on everything a client controls
 - a failing ``accept`` (EMFILE, ENFILE) backs off, doubling up to 2 s, and logs once.
 
 Per request, in this order: rate limit (per client address, the route's cost) ->
-route -> Host/Origin -> API key -> body -> handler. So a client without a key never
-gets to upload a body, and a flood is refused before any other work.
+route -> Host/Origin -> the route's ``admit`` (if any: its own refusals, whether the
+key is needed, a lower body limit) -> API key -> body -> handler. So a client without
+a key never gets to upload a body, and a flood is refused before any other work.
 
 A handler that raises a ``TernError`` (``HttpError`` included) gets its ``http_status``
 and its message as the JSON error body (and ``messages.error_headers``: a spent budget's
@@ -435,7 +436,11 @@ class HttpServer:
                     raise HttpError(429, "too many requests", [(b"retry-after", str(int(wait) + 1).encode())])
             if route.guard_origin:
                 self.access.check_origin(request)
-            if route.auth:
+            key_required, body_limit = route.auth, self.config.max_body_bytes
+            if route.admit is not None:
+                key_required, admitted_limit = route.admit(request)
+                body_limit = min(body_limit, admitted_limit)
+            if key_required:
                 if conn.same_user is None and conn.loopback and self.access.needs_peer_owner:
                     conn.same_user = self._peer_is_owner(conn)
                 request.caller = self.access.authenticate(request, conn.loopback, conn.same_user is True,
@@ -445,7 +450,7 @@ class HttpServer:
                 status = 101
                 await self._websocket(conn, request)
                 return False
-            await self._read_body(conn, request)
+            await self._read_body(conn, request, body_limit)
             if route.watch_disconnect and conn.fd >= 0:
                 result = await self._watched(conn, route.handler, request)
             else:
@@ -503,7 +508,7 @@ class HttpServer:
             return False
         return peer_is_owner(conn.client, local)
 
-    async def _read_body(self, conn: _Connection, request: Request) -> None:
+    async def _read_body(self, conn: _Connection, request: Request, limit: int) -> None:
         if request.header(b"transfer-encoding") is not None and request.header(b"content-length") is not None:
             # RFC 9112 6.1: a request smuggling pattern. h11 would go by Transfer-Encoding;
             # a proxy in front may have gone by Content-Length. Refuse, and close.
@@ -512,7 +517,6 @@ class HttpServer:
         event = conn.h11.next_event()
         if type(event) is h11.EndOfMessage:  # no body (most GETs): no timer, no I/O
             return
-        limit = self.config.max_body_bytes
         length = request.header(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             raise HttpError(413, f"the request body is larger than {limit} bytes")

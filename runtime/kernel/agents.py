@@ -97,7 +97,7 @@ class Agents:
                    on_log: Callable[[str, str], None] | None = None,
                    env: dict[str, str] | None = None, ask: Any = None,
                    on_tool: Callable[[dict[str, Any]], None] | None = None, sample: Any = None,
-                   owner: Caller | None = None) -> AgentReply:
+                   owner: Caller | None = None, caller: str = "") -> AgentReply:
         """Answer one message; for an agent that remembers, the exchange is committed to
         its conversation before the reply is returned. ``on_text`` gets output as it comes (model text, a
         command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
@@ -107,7 +107,8 @@ class Agents:
         model turn on the caller's MCP client (``runtime.ports.Sample``), for an llm agent
         whose model is ``provider = "mcp-sampling"``. ``owner`` is the caller it runs for:
         another key's ``context_id`` is not found (``UnknownConversation``), and the
-        exchange, its tool calls and approvals carry its name (None: "admin")."""
+        exchange, its tool calls and approvals carry its name (None: "admin"). ``caller``
+        names who sent it in the audit record and the event (``trigger:NAME``; empty: not said)."""
         check_name(name, "the agent name")
         check_id(context_id, "context_id")
         agent = self.get(name)
@@ -134,10 +135,11 @@ class Agents:
             ms = round((time.perf_counter() - started) * 1000, 3)
             if self.pipeline.audit is not None:
                 self.pipeline.audit.record("agent_message", agent=name, context_id=context_id, outcome=outcome,
-                                           ms=ms, chars_in=len(message), key=key)
+                                           ms=ms, chars_in=len(message), key=key,
+                                           **({"caller": caller} if caller else {}))
             if self.publish is not None:
                 self.publish("agent.message", {"agent": name, "context_id": context_id, "outcome": outcome, "ms": ms,
-                                               "chars_in": len(message)})
+                                               "chars_in": len(message), **({"caller": caller} if caller else {})})
         if self.conversations is not None and agent.kind in REMEMBERING_KINDS:
             await self.conversations.append(context_id, Conversations.message("user", name, message),
                                             Conversations.message("agent", name, text), owner=key)

@@ -33,6 +33,12 @@ TABLE = {
     ("post", "/api/tools/{name}/call"): "admin", ("post", "/api/mcp/servers/{name}/restart"): "admin",
     ("post", "/api/mcp/servers/{name}/login"): "admin", ("get", "/api/config"): "admin",
     ("post", "/api/config/reload"): "admin",
+    ("get", "/api/triggers"): "admin", ("get", "/api/triggers/{name}/runs"): "admin",
+    ("get", "/api/triggers/{name}/runs/{id}"): "admin", ("post", "/api/triggers/{name}/fire"): "admin",
+    ("post", "/api/triggers/{name}/resume"): "admin",
+    # its admission runs first (an unknown trigger is 404 to anyone); then the signature, or a key
+    # with "message" (tests/http/test_hooks.py)
+    ("post", "/hooks/{name}"): PUBLIC,
     ("post", "/api/agents/{name}/message"): "message", ("post", "/api/agents/{name}/stream"): "message",
     ("post", f"{REST}/message:send"): "message", ("post", f"{REST}/message:stream"): "message",
     ("post", f"{P}/tasks/send"): "message",
