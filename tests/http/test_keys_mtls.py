@@ -55,6 +55,12 @@ def _client(directory, name: str, ca: tuple[str, str], *, expired: bool = False)
 
 @pytest.fixture
 def pki(tmp_path):
+    return make_certificates(tmp_path)
+
+
+def make_certificates(tmp_path) -> dict:
+    """The server's certificate, a trusted CA, and client certificates: good, from another
+    CA, expired."""
     if shutil.which("openssl") is None:
         pytest.skip("no openssl command to make test certificates")
     server_cert, server_key = str(tmp_path / "server.pem"), str(tmp_path / "server.key")

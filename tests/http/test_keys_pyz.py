@@ -1,10 +1,11 @@
 """Keys from the built pyz: ``tern keys add`` stores a hashed key, ``tern serve`` takes it;
 each key sees only its own A2A tasks (another's id is "not found", as a made-up one is),
-a scope it lacks is refused, and the admin key sees all."""
+a scope it lacks is refused, and the admin key sees all; a client certificate is a key."""
 
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 
 from runtime.host.keystore import KEYS_FILE
 from tests.browser.support import Daemon
+from tests.http.test_keys_mtls import REFUSED, SUBJECT, make_certificates
 
 pytestmark = pytest.mark.slow
 
@@ -59,5 +61,37 @@ def test_stored_keys_scope_and_own_tasks_from_the_pyz(pyz, tmp_path):
             assert metrics.status_code == 403 and "metrics" in metrics.text
             assert client.get("/metrics", headers={"X-API-Key": "admin-key-of-the-pyz-test"}).status_code == 200
             assert client.get("/api/status", headers={"X-API-Key": "not-a-key"}).status_code == 401
+    finally:
+        daemon.stop()
+
+
+def test_a_client_certificate_is_its_key_from_the_pyz(pyz, tmp_path):
+    """mTLS from the built pyz: a certificate from ``tls_client_ca`` with a key's
+    ``tls_subject`` is that key (its scopes, no key sent); one from another CA is refused in
+    the handshake, and the daemon goes on serving."""
+    pki = make_certificates(tmp_path)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[server]\nlisten = "127.0.0.1:0"\napi_key = "admin-key-of-the-pyz-test"\n'
+                      f'tls_cert = "{pki["server"][0]}"\ntls_key = "{pki["server"][1]}"\n'
+                      f'tls_client_ca = "{pki["ca"]}"\n'
+                      f'[[server.keys]]\nname = "ci-bot"\ntls_subject = "{SUBJECT}"\nscopes = ["tasks"]\n'
+                      '[a2a]\nenabled = true\n[state]\ndir = "state"\n[[agents]]\nname = "echo"\nkind = "echo"\n')
+    daemon = Daemon(config, pyz)
+    try:
+        assert daemon.url.startswith("https://"), daemon.url
+
+        def client_with(cert: str) -> httpx.Client:
+            context = ssl.create_default_context(cafile=pki["server"][0])
+            context.load_cert_chain(*pki[cert])
+            return httpx.Client(base_url=daemon.url, verify=context, timeout=30)
+
+        with client_with("good") as bot:
+            assert bot.get("/api/tasks").status_code == 200
+            refused = bot.get("/metrics")
+            assert refused.status_code == 403 and "'ci-bot'" in refused.text
+        with client_with("untrusted") as rogue, pytest.raises(REFUSED):
+            rogue.get("/api/tasks")
+        with client_with("good") as bot:
+            assert bot.get("/health").status_code == 200
     finally:
         daemon.stop()
