@@ -1,12 +1,11 @@
 """mTLS on the server: a client certificate signed by ``tls_client_ca`` whose subject is a
-key's ``tls_subject`` is that key. Certificates are made here with the ``openssl`` CLI
+key's ``tls_subject`` is that key. Certificates are made with the ``openssl`` CLI (tests/net/pki.py)
 (CI installs it: .ci/run): a good one, none, one from an untrusted CA, an expired one."""
 
 from __future__ import annotations
 
 import shutil
 import ssl
-import subprocess
 
 import httpx
 import pytest
@@ -18,39 +17,26 @@ from runtime.host.daemon import _ssl_context
 from runtime.httpd.access import certificate_subject
 from tests.http.keyed import config as keyed_config
 from tests.http.keyed import key_configs, start
+from tests.net import pki as certs
 
 SUBJECT = "CN=ci-bot,O=Acme"
 REFUSED = (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
+CLIENT_SUBJECT = "/O=Acme/CN=ci-bot"  # SUBJECT, as openssl spells it
+CLIENT_EXT = "extendedKeyUsage=clientAuth\n"
 
 
-def openssl(*args: str, cwd=None) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60, cwd=cwd)
-
-
-def _ca(directory, name: str) -> tuple[str, str]:
-    key, cert = str(directory / f"{name}.key"), str(directory / f"{name}.pem")
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key,
-            "-out", cert, "-days", "2", "-subj", f"/CN={name}")
-    return cert, key
-
-
-def _client(directory, name: str, ca: tuple[str, str], *, expired: bool = False) -> tuple[str, str]:
-    key, csr, cert = (str(directory / f"{name}{ext}") for ext in (".key", ".csr", ".pem"))
-    openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key,
-            "-out", csr, "-subj", "/O=Acme/CN=ci-bot")
-    if not expired:
-        openssl("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1], "-CAcreateserial", "-out", cert,
-                "-days", "1")
-        return cert, key
-    (directory / "index.txt").write_text("")
-    (directory / "serial").write_text("01\n")
-    (directory / "ca.cnf").write_text(
-        f"[ca]\ndefault_ca = test\n[test]\ndatabase = {directory}/index.txt\nnew_certs_dir = {directory}\n"
-        f"serial = {directory}/serial\ncertificate = {ca[0]}\nprivate_key = {ca[1]}\ndefault_md = sha256\n"
-        "policy = anything\n[anything]\ncommonName = supplied\norganizationName = optional\n")
-    openssl("ca", "-config", str(directory / "ca.cnf"), "-batch", "-notext", "-in", csr, "-out", cert,
-            "-startdate", "20200101000000Z", "-enddate", "20200102000000Z")
-    return cert, key
+def _expired(name: str, issuer: str, cwd) -> None:
+    """A client certificate ``issuer`` signed that was valid for one day in 2020."""
+    certs.openssl("req", *certs.EC, "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                  "-subj", CLIENT_SUBJECT, cwd=cwd)
+    (cwd / "index.txt").write_text("")
+    (cwd / "serial").write_text("01\n")
+    (cwd / "ca.cnf").write_text(
+        f"[ca]\ndefault_ca = test\n[test]\ndatabase = {cwd}/index.txt\nnew_certs_dir = {cwd}\n"
+        f"serial = {cwd}/serial\ncertificate = {cwd}/{issuer}.pem\nprivate_key = {cwd}/{issuer}.key\n"
+        "default_md = sha256\npolicy = anything\n[anything]\ncommonName = supplied\norganizationName = optional\n")
+    certs.openssl("ca", "-config", "ca.cnf", "-batch", "-notext", "-in", f"{name}.csr", "-out", f"{name}.pem",
+                  "-startdate", "20200101000000Z", "-enddate", "20200102000000Z", cwd=cwd)
 
 
 @pytest.fixture
@@ -61,19 +47,23 @@ def pki(tmp_path):
 def make_certificates(tmp_path) -> dict:
     """The server's certificate, a trusted CA, and client certificates: good, from another
     CA, expired."""
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl command to make test certificates")
-    server_cert, server_key = str(tmp_path / "server.pem"), str(tmp_path / "server.key")
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", server_key,
-            "-out", server_cert, "-days", "1", "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1")
-    trusted = _ca(tmp_path, "trusted-ca")
+    assert shutil.which("openssl"), "the openssl command makes the test certificates (.ci/run installs it)"
     other = tmp_path / "other"
     other.mkdir()
-    return {"server": (server_cert, server_key), "ca": trusted[0],
-            "good": _client(tmp_path, "good", trusted),
-            "untrusted": _client(other, "untrusted", _ca(other, "rogue-ca")),
-            "expired": _client(tmp_path, "expired", trusted, expired=True)}
+    certs.ca("trusted-ca", tmp_path)
+    certs.ca("rogue-ca", other)
+    certs.leaf("server", "trusted-ca", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+               tmp_path)
+    certs.leaf("good", "trusted-ca", CLIENT_EXT, tmp_path, subject=CLIENT_SUBJECT)
+    certs.leaf("untrusted", "rogue-ca", CLIENT_EXT, other, subject=CLIENT_SUBJECT)
+    _expired("expired", "trusted-ca", tmp_path)
+
+    def pair(directory, name: str) -> tuple[str, str]:
+        return str(directory / f"{name}.pem"), str(directory / f"{name}.key")
+
+    return {"server": pair(tmp_path, "server"), "ca": str(tmp_path / "trusted-ca.pem"),
+            "good": pair(tmp_path, "good"), "untrusted": pair(other, "untrusted"),
+            "expired": pair(tmp_path, "expired")}
 
 
 async def _serve(nursery, tmp_path, pki, *, required: bool):
@@ -87,7 +77,7 @@ async def _serve(nursery, tmp_path, pki, *, required: bool):
 
 
 def _client_for(url: str, pki, cert: str | None) -> httpx.AsyncClient:
-    context = ssl.create_default_context(cafile=pki["server"][0])
+    context = ssl.create_default_context(cafile=pki["ca"])
     if cert is not None:
         context.load_cert_chain(*pki[cert])
     return httpx.AsyncClient(base_url=url, verify=context, timeout=10)

@@ -81,7 +81,7 @@ def test_a_client_certificate_is_its_key_from_the_pyz(pyz, tmp_path):
         assert daemon.url.startswith("https://"), daemon.url
 
         def client_with(cert: str) -> httpx.Client:
-            context = ssl.create_default_context(cafile=pki["server"][0])
+            context = ssl.create_default_context(cafile=pki["ca"])
             context.load_cert_chain(*pki[cert])
             return httpx.Client(base_url=daemon.url, verify=context, timeout=30)
 
