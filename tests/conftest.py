@@ -31,6 +31,30 @@ def loopback_clock() -> MockClock:
 
 
 @pytest.fixture(scope="session")
+def pg_server():
+    """One real PostgreSQL for the session (tests/pg.py); each test makes its own database."""
+    import shutil
+    import tempfile
+
+    from tests.pg import PgServer, pg_bin
+
+    peers.require(pg_bin)
+    root = Path(tempfile.mkdtemp(prefix="tern-pg-"))  # not under pytest's 0700 tree: the postgres user reads it
+    server = PgServer.start(root)
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """A fresh, empty database of the session's PostgreSQL."""
+    return pg_server.create_database()
+
+
+@pytest.fixture(scope="session")
 def pyz_built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """``tern.pyz`` from one ``build_pyz.py --out`` run per session (``tern.mcpb`` and
     ``server.json`` beside it) and what the build printed: every test of the built

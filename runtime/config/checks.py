@@ -111,6 +111,7 @@ def find_problems(config: Config) -> list[str]:
         problems.append(f"server.client_ipv6_prefix: expected 0 to 128, got {config.server.client_ipv6_prefix}")
     if config.server.rate_limit_per_sec < 0:
         problems.append(f"server.rate_limit_per_sec: expected 0 (off) or more, got {config.server.rate_limit_per_sec}")
+    problems += _state_problems(config)
     problems += _duplicates([s.name for s in config.mcp_servers], "mcp_servers", "name")
     for i, server in enumerate(config.mcp_servers):
         where = f"mcp_servers[{i}]"
@@ -517,6 +518,20 @@ def _sampling_problems(sampling: SamplingConfig, where: str, agents: list[AgentC
     elif agent.model.provider != "openai":
         problems.append(f'{where}.agent: agent "{agent.name}" runs on the MCP client\'s sampling; '
                         "name an agent with an endpoint of its own")
+    return problems
+
+
+def _state_problems(config: Config) -> list[str]:
+    state = config.state
+    problems = _positive(state, "state", ("pool_size", "lease_secs"))
+    if state.store == "postgres":
+        if not state.postgres_url:
+            problems.append('state.postgres_url: store = "postgres" needs the database\'s URL '
+                            '(postgresql://user:${PGPASSWORD}@host:5432/tern)')
+        elif not state.postgres_url.startswith(("postgresql://", "postgres://")):
+            problems.append("state.postgres_url: expected a postgresql:// URL")
+    elif state.postgres_url:
+        problems.append('state.postgres_url: set only with store = "postgres"')
     return problems
 
 

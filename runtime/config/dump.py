@@ -16,10 +16,20 @@ import msgspec
 
 from runtime.config.schema import Config
 
-__all__ = ["SECRET_MASK", "masked", "dump_toml", "toml_string", "toml_key", "toml_value", "toml_line"]
+__all__ = ["SECRET_MASK", "masked", "mask_url_password", "dump_toml", "toml_string", "toml_key", "toml_value",
+           "toml_line"]
 
 SECRET_MASK = "********"
 _ENV_REFERENCE = re.compile(r"^(?:[^$]*\$\{[A-Za-z_][A-Za-z0-9_]*\}[^$]*)+$")
+
+
+def mask_url_password(url: str) -> str:
+    """``postgresql://tern:s3cret@db/tern`` shown as ``postgresql://tern:********@db/tern``
+    (a ``${VAR}`` in its place stays: it names where the password comes from)."""
+    match = re.match(r"^([a-z]+://[^:/@]*:)([^@]*)(@.*)$", url)
+    if match is None or _ENV_REFERENCE.match(match.group(2)):
+        return url
+    return match.group(1) + SECRET_MASK + match.group(3)
 
 
 def masked(config: Config) -> dict[str, Any]:
@@ -40,6 +50,8 @@ def masked(config: Config) -> dict[str, Any]:
             return [walk(v, key) for v in node]
         if isinstance(node, str) and node and key == "api_key":
             return SECRET_MASK
+        if isinstance(node, str) and key == "postgres_url":
+            return mask_url_password(node)
         return node
 
     data = walk(msgspec.to_builtins(config), "")

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from runtime.config.checks import client_cert_problems, find_problems
-from runtime.config.schema import Config, StateConfig, StdioTransport
+from runtime.config.schema import Config, StdioTransport
 from runtime.config.sentences import explain, toml_syntax
 from runtime.errors import ConfigError
 from runtime.log import get_logger
@@ -228,4 +228,4 @@ def _resolve_paths(config: Config, base_dir: Path | None) -> Config:
                 for e in a2a.external_agents]  # a pinned key: inline JSON, or a file
     a2a = msgspec.structs.replace(a2a, card_signing_key=absolute(config.a2a.card_signing_key), external_agents=external)
     return msgspec.structs.replace(config, agents=agents, mcp_servers=servers, server=server, tools=tools, a2a=a2a,
-                                   scripts=scripts, state=StateConfig(dir=str(state_dir)))
+                                   scripts=scripts, state=msgspec.structs.replace(config.state, dir=str(state_dir)))

@@ -587,6 +587,15 @@ class StateConfig(_Section):
     world-writable (``tern serve`` refuses it otherwise)."""
 
     dir: str = ""
+    #: Where tasks, conversations and approvals live: one node's SQLite files in ``dir``
+    #: (the default), or a PostgreSQL database several nodes share (docs/scale-out.md).
+    store: Literal["sqlite", "postgres"] = "sqlite"
+    #: ``postgresql://user:${PGPASSWORD}@host:5432/tern``: ``${VAR}`` is taken from tern's
+    #: environment at boot (a literal password is masked wherever the config is shown).
+    postgres_url: str = ""
+    pool_size: int = msgspec.field(default=8)  # connections (and worker threads) to PostgreSQL at most
+    lease_secs: float = 15.0  # how soon another node fails the live tasks of a node that died
+    node_id: str = ""  # this node's name in the shared store (default: host-pid-random)
 
 
 # --- [telemetry] -------------------------------------------------------------------------
