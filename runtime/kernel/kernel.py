@@ -57,6 +57,17 @@ class Kernel:
             log.warning("%s", warning)
         self.events = EventBus()
         self.started = time.time()
+        #: [state] store = "postgres": the database every shared store uses, and the node's one
+        #: LISTEN connection (opened in run(): a database that cannot be reached stops the boot
+        #: with one line). None with the SQLite default.
+        self.db: Any = None
+        self.listener: Any = None
+        if config.state.store == "postgres":
+            from runtime.pg.listen import Listener
+            from runtime.pg.pool import Database, resolve_url
+
+            self.db = Database(resolve_url(config.state.postgres_url), pool_size=config.state.pool_size)
+            self.listener = Listener(self.db)
         self.mcp = McpSupervisor(config.mcp_servers, policy=AddressPolicy.from_security(config.security),
                                  on_event=self.events.publish, state_dir=config.state.dir)
         self.registry = ToolRegistry([self.mcp.source()])
@@ -133,11 +144,18 @@ class Kernel:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; ``task_status.started()`` once booted (servers still connecting)."""
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.mcp.run)
-            if self.external is not None:
-                await nursery.start(self.external.run)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                if self.db is not None:
+                    await self.db.open()
+                    await nursery.start(self.listener.run)
+                await nursery.start(self.mcp.run)
+                if self.external is not None:
+                    await nursery.start(self.external.run)
+                task_status.started()
+        finally:
+            if self.db is not None:
+                self.db.close()
 
     async def call_tool(self, name: str, arguments: Any = None, *, timeout_secs: Any = None,
                         caller: str = "", run: Any = None) -> ToolResult:

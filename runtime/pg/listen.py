@@ -24,7 +24,7 @@ from runtime.pg.pool import Database, DatabaseUnavailable, describe, driver
 
 __all__ = ["Listener", "Follower"]
 
-log = get_logger("tern.pg.listen")
+log = get_logger("pg.listen")
 Follower = Callable[[str | None], None]
 RETRY_SECS = (0.1, 0.25, 0.5, 1.0, 2.0)
 

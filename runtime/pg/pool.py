@@ -30,9 +30,9 @@ import trio
 from runtime.errors import StorageError
 from runtime.log import get_logger
 
-__all__ = ["Database", "DatabaseUnavailable", "describe", "driver", "where"]
+__all__ = ["Database", "DatabaseUnavailable", "describe", "driver", "where", "resolve_url"]
 
-log = get_logger("tern.pg")
+log = get_logger("pg")
 T = TypeVar("T")
 #: pg_advisory_xact_lock key of migrations: "tern" in ASCII.
 MIGRATION_LOCK = 0x7465726E
@@ -43,6 +43,29 @@ _MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS tern_migrations (component text
 class DatabaseUnavailable(StorageError):
     """PostgreSQL cannot be reached, refused tern, or did not answer in time: this call
     fails (503); tern keeps serving and reconnects on the next one."""
+
+
+def resolve_url(url: str, environ: Any = None) -> str:
+    """``[state] postgres_url`` with each ``${VAR}`` taken from tern's environment (an unset
+    one is a configuration error); the password is registered as a secret, so no log line
+    can show it."""
+    import os
+
+    from runtime.errors import ConfigError
+    from runtime.log import register_secret
+
+    env = os.environ if environ is None else environ
+
+    def lookup(match: re.Match[str]) -> str:
+        if match.group(1) not in env:
+            raise ConfigError(f"[state] postgres_url needs ${{{match.group(1)}}}, which is not set in tern's environment")
+        return env[match.group(1)]
+
+    resolved = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lookup, url)
+    password = re.match(r"^[a-z]+://[^:/@]*:([^@]*)@", resolved)
+    if password and password.group(1):
+        register_secret(password.group(1))
+    return resolved
 
 
 def driver() -> Any:
@@ -91,6 +114,7 @@ class Database:
         self._lock = threading.Lock()
         self._limiter = trio.CapacityLimiter(pool_size)
         self._down: str | None = None  # why the last call could not reach the database
+        self._opened = False  # open() succeeded: failures are logged from then on (at boot, the caller says it)
 
     # --- Connections (worker threads) -----------------------------------------------------
 
@@ -164,10 +188,13 @@ class Database:
                 result = await trio.to_thread.run_sync(self._call, fn, args, limiter=self._limiter,
                                                        abandon_on_cancel=True)
         except trio.TooSlowError:
-            self._note_down(f"PostgreSQL at {where(self.url)}: no answer within {limit:g} s")
-            raise DatabaseUnavailable(self._down or "") from None
+            why = f"PostgreSQL at {where(self.url)}: no answer within {limit:g} s"
+            if self._opened:
+                self._note_down(why)
+            raise DatabaseUnavailable(why) from None
         except DatabaseUnavailable as exc:
-            self._note_down(str(exc))
+            if self._opened:
+                self._note_down(str(exc))
             raise
         if self._down is not None:
             log.warning("%s: reachable again", f"PostgreSQL at {where(self.url)}")
@@ -181,7 +208,11 @@ class Database:
 
     async def open(self) -> None:
         """Reach the database once at boot: ``DatabaseUnavailable`` with one line if not."""
-        await self.run(lambda conn: conn.execute("SELECT 1").fetchone())
+        try:
+            await self.run(lambda conn: conn.execute("SELECT 1").fetchone())
+        finally:
+            self._down = None
+        self._opened = True
         log.info("store: PostgreSQL at %s", where(self.url))
 
     async def check(self, timeout: float = 2.0) -> None:
