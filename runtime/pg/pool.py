@@ -58,7 +58,8 @@ def resolve_url(url: str, environ: Any = None) -> str:
 
     def lookup(match: re.Match[str]) -> str:
         if match.group(1) not in env:
-            raise ConfigError(f"[state] postgres_url needs ${{{match.group(1)}}}, which is not set in tern's environment")
+            raise ConfigError(f"[state] postgres_url needs ${{{match.group(1)}}}, "
+                              "which is not set in tern's environment")
         return env[match.group(1)]
 
     resolved = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lookup, url)
