@@ -157,11 +157,11 @@ class PushNotifier:
 
     # --- Configs ------------------------------------------------------------------------------
 
-    def set(self, task_id: str, raw: Any, dialect: Dialect) -> dict[str, Any]:
+    async def set(self, task_id: str, raw: Any, dialect: Dialect) -> dict[str, Any]:
         """Register a webhook from its wire form (any dialect); returns it rendered."""
         from runtime.net.guard import BlockedAddress, check_url
 
-        task = self.engine.get(task_id)
+        task = await self.engine.find(task_id)
         if not isinstance(raw, dict):
             raise InvalidTaskRequest("the push notification config must be an object")
         url = raw.get("url")
@@ -192,8 +192,8 @@ class PushNotifier:
         self._nursery.start_soon(self._deliver, config)
         return config.render(dialect)
 
-    def get(self, task_id: str, config_id: str | None, dialect: Dialect) -> dict[str, Any]:
-        self.engine.get(task_id)
+    async def get(self, task_id: str, config_id: str | None, dialect: Dialect) -> dict[str, Any]:
+        await self.engine.find(task_id)
         configs = self._configs.get(task_id, {})
         config = configs.get(config_id) if config_id else None
         if config is None and (not config_id or config_id == "default"):
@@ -202,12 +202,12 @@ class PushNotifier:
             raise ConfigNotFound(f"task {task_id} has no push notification config {config_id or ''}".rstrip())
         return config.render(dialect)
 
-    def list(self, task_id: str, dialect: Dialect) -> list[dict[str, Any]]:
-        self.engine.get(task_id)
+    async def list(self, task_id: str, dialect: Dialect) -> list[dict[str, Any]]:
+        await self.engine.find(task_id)
         return [c.render(dialect) for c in self._configs.get(task_id, {}).values()]
 
-    def delete(self, task_id: str, config_id: str) -> None:
-        self.engine.get(task_id)
+    async def delete(self, task_id: str, config_id: str) -> None:
+        await self.engine.find(task_id)
         config = self._configs.get(task_id, {}).pop(config_id, None)
         if config is not None:  # deleting what is not there succeeds: delete is idempotent
             config.send.close()
