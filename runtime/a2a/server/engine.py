@@ -395,14 +395,9 @@ class TaskEngine:
         if message.task_id:
             entry = self._tasks.get(message.task_id)
             if entry is None and self.shared is not None:
-                found = await self.shared.load(message.task_id)
-                if found is not None and (who is None or who.owns(found.owner)):
-                    if found.asking and not found.terminal:  # a question of work on another node: it answers
-                        if message.context_id and message.context_id != found.context_id:
-                            raise InvalidTaskRequest(
-                                f"contextId {message.context_id!r} is not the context of task {found.id!r}")
-                        return await self.shared.forward(found, message, caller)
-                    entry = self._claim(found)
+                row = await self.shared.load_row(message.task_id)
+                if row is not None and (who is None or who.owns(row[0].owner)):
+                    return await self._elsewhere(agent, message, row[0], row[1], caller, who)
             if entry is None or who is not None and not who.owns(entry.task.owner):
                 raise TaskNotFound(f"task {message.task_id!r} not found (it never existed, or was evicted)")
             task = entry.task
@@ -446,17 +441,35 @@ class TaskEngine:
         self._nursery.start_soon(self._work, entry, message, scope)
         return task
 
-    def _claim(self, task: Task) -> _Entry:
-        """With ``shared``: another node's task that waits for its client, to run here
-        (the write of its next turn claims it, or finds that another node was faster)."""
-        entry = _Entry(task, TASK_OVERHEAD + sum(size_of(m) for m in task.history)
-                       + sum(size_of(a) for a in task.artifacts))
+    async def _elsewhere(self, agent: str, message: Message, task: Task, node: str, caller: str,
+                         who: Caller | None) -> Task:
+        """With ``shared``: a message on a task this node does not hold. An answer to a
+        question of its work goes to the node running it; a task that waits for its
+        client is claimed and its next turn runs here (the write of that turn is the
+        claim: if another node was faster, it fails)."""
+        if message.context_id and message.context_id != task.context_id:
+            raise InvalidTaskRequest(f"contextId {message.context_id!r} is not the context of task {task.id!r}")
+        if task.terminal:
+            raise UnsupportedOperation(f"task {task.id} is {task.state}; start a new task in its context instead")
+        if task.asking and node:
+            return await self.shared.forward(task, message, caller)
+        if node:
+            raise UnsupportedOperation(f"task {task.id} is still working; wait for it or cancel it")
+        size = TASK_OVERHEAD + sum(size_of(m) for m in task.history) + sum(size_of(a) for a in task.artifacts)
+        self._check_task_size(task, size, "the stored task")
+        self._make_room(size)
+        entry = _Entry(task, size)
         entry.status_size = size_of(task.status_message)
-        entry.size += entry.status_size
-        self._make_room(entry.size)
         self._tasks[task.id] = entry
-        self.bytes += entry.size
-        return entry
+        self.bytes += size
+        self.shared.hold(task)
+        try:
+            return await self.send(agent, message, caller=caller, who=who)
+        except BaseException:
+            if not entry.running:
+                self.shared.forget(task.id)
+                self._drop(entry)
+            raise
 
     async def _written(self, entry: _Entry) -> None:
         """With ``shared``: wait until ``entry``'s changes are in the database; if they
@@ -480,6 +493,15 @@ class TaskEngine:
         if self._tasks.get(entry.task.id) is entry:
             del self._tasks[entry.task.id]
             self.bytes -= entry.size
+            self.shared.forget(entry.task.id)
+
+    async def answer(self, task_id: str, message: Message, caller: str) -> Task:
+        """With ``shared``: another node forwarded ``message`` as the answer to the
+        question of this task's work, which runs here."""
+        entry = self._tasks.get(task_id)
+        if entry is None or entry.answer is None:
+            raise UnsupportedOperation(f"task {task_id} no longer waits for an answer; read it again")
+        return await self._answer(entry, message, caller)
 
     def _ask(self, entry: _Entry, question: Message, answer: Answer) -> None:
         """``TaskReport.ask``: the question joins the history and is the status message."""
@@ -668,25 +690,31 @@ class TaskEngine:
                 self._drop(entry)
         return entry.task
 
-    def adopt(self, task: Task) -> None:
+    def adopt(self, task_id: str, task: Task | None) -> None:
         """With ``shared``: another node (a cancel, the reaper of a node that stopped
-        answering, a claim) wrote a newer state of a task this node holds: it takes that
-        state; its work here stops, its streams here end, and this node lets it go."""
-        entry = self._tasks.get(task.id)
+        answering, a claim) wrote a newer state ``task`` of a task this node holds (None:
+        the task is another's or gone): this node takes that state; its work here stops,
+        its streams here end, and it lets the task go."""
+        entry = self._tasks.get(task_id)
         if entry is None:
             return
         if entry.scope is not None:
             entry.scope.cancel()
         self._close_question(entry)
-        for field in task.__struct_fields__:
-            setattr(entry.task, field, getattr(task, field))
-        event = StatusEvent(task_id=task.id, context_id=task.context_id, state=task.state,
-                            message=task.status_message, timestamp=task.timestamp, final=True)
+        if task is not None:
+            for field in task.__struct_fields__:
+                setattr(entry.task, field, getattr(task, field))
+            event = StatusEvent(task_id=task.id, context_id=task.context_id, state=task.state,
+                                message=task.status_message, timestamp=task.timestamp, final=True)
+            if task.terminal:  # this node's webhooks of the task hear how it ended (the node that ended it does not)
+                for listener in self.listeners:
+                    listener(entry.task, event)
+            for channel in entry.subscribers:
+                try:
+                    channel.send_nowait(event)
+                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
         for channel in entry.subscribers:
-            try:
-                channel.send_nowait(event)
-            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
             channel.close()
         entry.subscribers.clear()
         entry.running = False
