@@ -10,7 +10,10 @@ import trio
 
 from runtime.a2a.model import ArtifactEvent, Artifact, Message, StatusEvent, text_of
 from runtime.a2a.server.engine import (Outcome, TaskEngine, TaskNotCancelable, TaskNotFound, UnsupportedOperation)
+from runtime.a2a.server.push import PushNotifier
 from runtime.a2a.server.shared import SharedTasks
+from runtime.net.guard import AddressPolicy
+from tests.a2a.test_push import webhook
 from runtime.config.keys import Caller
 from runtime.pg import Database
 from runtime.pg.listen import Listener
@@ -64,6 +67,8 @@ class Node:
         self.engine = TaskEngine(scripted)
         self.shared = SharedTasks(self.db, self.listener, name, lease_secs=lease_secs)
         self.shared.attach(self.engine)
+        self.push = PushNotifier(self.engine, AddressPolicy())
+        self.push.share(self.shared)
         self.scope = trio.CancelScope()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -72,6 +77,7 @@ class Node:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.listener.run)
                 await nursery.start(self.engine.run)
+                await nursery.start(self.push.run)
                 task_status.started()
         self.db.close()
 
@@ -272,3 +278,27 @@ async def test_a_clean_stop_fails_its_own_live_tasks(pg_url: str) -> None:
         a.scope.cancel()
         await until(lambda: _state(b, task.id, "failed"), timeout=5.0)
         assert "tern stopped" in text_of((await b.engine.find(task.id)).status_message.parts)
+
+
+async def test_push_configs_are_shared_and_each_event_is_posted_once(pg_url: str, nursery) -> None:
+    hook, received = await webhook(nursery)
+    async with cluster(pg_url, count=3) as (a, b, c):
+        task = await a.engine.send("echo", msg("ask"))  # waits for its client: no node runs it
+        await a.engine.wait(task.id)
+        await until(lambda: _true(a.engine.peek(task.id) is None))
+        made = await b.push.set(task.id, {"url": hook, "token": "tok-1", "id": "mine"}, "1.0")
+        assert made["id"] == "mine"
+        assert [c["id"] for c in await c.push.list(task.id, "1.0")] == ["mine"]
+        assert (await a.push.get(task.id, "mine", "1.0"))["url"] == hook
+        await c.engine.send("echo", msg("the red one", task_id=task.id))  # C takes it, and its webhook
+        await c.engine.wait(task.id)
+        with trio.fail_after(10):
+            while not received or received[-1][1].get("statusUpdate", {}).get("status", {}).get("state") \
+                    != "TASK_STATE_COMPLETED":
+                await trio.sleep(0.05)
+        await trio.sleep(0.5)  # anything a second node would have sent would be here by now
+        kinds = [next(iter(body)) for _, body in received]
+        assert kinds == ["statusUpdate", "statusUpdate", "artifactUpdate", "statusUpdate"], kinds
+        assert all(headers["x-a2a-notification-token"] == "tok-1" for headers, _ in received)
+        await a.push.delete(task.id, "mine")
+        assert await b.push.list(task.id, "1.0") == []

@@ -462,8 +462,8 @@ class TaskEngine:
         entry.status_size = size_of(task.status_message)
         self._tasks[task.id] = entry
         self.bytes += size
-        self.shared.hold(task)
         try:
+            await self.shared.hold(task)
             return await self.send(agent, message, caller=caller, who=who)
         except BaseException:
             if not entry.running:

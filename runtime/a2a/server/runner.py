@@ -173,13 +173,16 @@ class A2aService:
         if db is not None:
             from runtime.a2a.server.shared import SharedTasks
 
-            SharedTasks(db, listener, node_id, lease_secs=config.state.lease_secs, max_tasks=a2a.max_tasks,
-                        max_subscribers=a2a.max_subscribers_per_task).attach(self.engine)
+            shared = SharedTasks(db, listener, node_id, lease_secs=config.state.lease_secs, max_tasks=a2a.max_tasks,
+                                 max_subscribers=a2a.max_subscribers_per_task)
+            shared.attach(self.engine)
         if store is not None:
             self.engine.refusal = store.fault
             self.engine.load(store.load(max_tasks=a2a.max_tasks, max_bytes=a2a.max_store_bytes,
                                         max_task_bytes=a2a.max_task_bytes))
         self.push = PushNotifier(self.engine, AddressPolicy.from_security(config.security), a2a.push_webhooks)
+        if db is not None:
+            self.push.share(shared)
         if events is not None:  # every task's state changes on the kernel's bus ("a2a.task"; `tern events`)
             self.engine.listeners.append(_publisher(events))
 

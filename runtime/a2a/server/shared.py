@@ -27,7 +27,7 @@ docs/scale-out.md): any node answers for any task.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -137,7 +137,8 @@ class SharedTasks:
         self.max_subscribers = max_subscribers
         self.engine: Any = None  # the TaskEngine (attach)
         self.counts: dict[str, int] = {}  # every node's tasks by state, as last counted
-        self.on_inbox: list[Callable[[str], None]] = []
+        self.on_hold: list[Callable[[str], Awaitable[None]]] = []  # this node takes a task, or its push configs moved
+        self.on_release: list[Callable[[str], None]] = []  # this node lets a task go
         self._versions: dict[str, int] = {}  # tasks this node holds -> their version in the database
         self._pending: dict[str, _Pending] = {}
         self._writing = trio.Lock()
@@ -239,14 +240,18 @@ class SharedTasks:
 
     # --- What the engine reports (this node's tasks) -----------------------------------------
 
-    def hold(self, task: Task) -> None:
-        """This node runs ``task`` now, from the version it read."""
+    async def hold(self, task: Task) -> None:
+        """This node runs ``task`` now, from the version it read (its push configs load first)."""
         self._versions[task.id] = task.version
+        for load in self.on_hold:
+            await load(task.id)
 
     def forget(self, task_id: str) -> None:
         """This node no longer holds the task: nothing of it is written any more."""
         self._pending.pop(task_id, None)
-        self._versions.pop(task_id, None)
+        if self._versions.pop(task_id, None) is not None:
+            for release in self.on_release:
+                release(task_id)
 
     def event(self, task: Task, event: Event) -> None:
         self._pending.setdefault(task.id, _Pending()).events.append((_kind(event), _encode(event).decode()))
@@ -344,6 +349,15 @@ class SharedTasks:
         elif kind == "answered":
             for event in self._watchers.get(f"inbox {name}", ()):
                 event.set()
+        elif kind == "push" and name in self._versions and self._nursery is not None:
+            for load in self.on_hold:
+                self._nursery.start_soon(self._quietly, load, name)
+
+    async def _quietly(self, load: Callable[[str], Awaitable[None]], task_id: str) -> None:
+        try:
+            await load(task_id)
+        except A2aError as exc:
+            log.warning("a2a: could not load the push configs of task %s (%s)", task_id, exc)
 
     async def _checker(self) -> None:
         """Tasks this node holds that another node wrote: adopt the newer state."""
@@ -500,6 +514,37 @@ class SharedTasks:
                 self._followers[task_id] = left
             else:
                 self._followers.pop(task_id, None)
+
+    # --- Push configs ----------------------------------------------------------------------------
+
+    async def push_rows(self, task_id: str) -> list[str]:
+        return [body for (body,) in await self._read(lambda conn: conn.execute(
+            "SELECT body FROM a2a_push_configs WHERE task_id = %s ORDER BY id", (task_id,)).fetchall())]
+
+    async def put_push(self, task_id: str, config_id: str, body: str, most: int) -> None:
+        """Store a config (replacing one of the same id); the node running the task hears of it."""
+        from runtime.a2a.server.engine import InvalidTaskRequest
+
+        def put(conn: Any) -> bool:
+            conn.execute("SELECT 1 FROM a2a_tasks WHERE id = %s FOR UPDATE", (task_id,))  # one writer per task
+            count = conn.execute("SELECT count(*) FILTER (WHERE id <> %s) FROM a2a_push_configs WHERE task_id = %s",
+                                 (config_id, task_id)).fetchone()[0]
+            if count >= most:
+                return False
+            conn.execute("INSERT INTO a2a_push_configs (task_id, id, body) VALUES (%s, %s, %s) ON CONFLICT "
+                         "(task_id, id) DO UPDATE SET body = excluded.body", (task_id, config_id, body))
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"push {task_id} 0"))
+            return True
+
+        if not await self._read(put):
+            raise InvalidTaskRequest(f"task {task_id} has {most} webhooks already")
+
+    async def delete_push(self, task_id: str, config_id: str) -> None:
+        def delete(conn: Any) -> None:
+            conn.execute("DELETE FROM a2a_push_configs WHERE task_id = %s AND id = %s", (task_id, config_id))
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"push {task_id} 0"))
+
+        await self._read(delete)
 
     # --- Questions of work on another node -------------------------------------------------------
 
