@@ -302,3 +302,63 @@ async def test_push_configs_are_shared_and_each_event_is_posted_once(pg_url: str
         assert all(headers["x-a2a-notification-token"] == "tok-1" for headers, _ in received)
         await a.push.delete(task.id, "mine")
         assert await b.push.list(task.id, "1.0") == []
+
+
+async def test_the_database_away_fails_a_send_clearly_and_nothing_half_written(pg_url: str, pg_server) -> None:
+    from runtime.a2a.server.engine import StorageUnavailable
+
+    async with cluster(pg_url) as (a, b):
+        before = await a.engine.send("echo", msg("before"))
+        await b.engine.wait(before.id)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, pg_server.restart, 2.0)
+            await trio.sleep(0.5)
+            with pytest.raises(StorageUnavailable, match="PostgreSQL at 127.0.0.1"):
+                await a.engine.send("echo", msg("while away"))
+            assert list(a.engine._tasks) == []  # refused: not held, not written later
+        with trio.fail_after(30):
+            while True:  # the nodes reconnect by themselves
+                try:
+                    after = await b.engine.send("echo", msg("after"))
+                    break
+                except StorageUnavailable:
+                    await trio.sleep(0.2)
+        await a.engine.wait(after.id)
+        listed, total = await a.engine.list()
+        assert total == 2 and {t.id for t in listed} == {before.id, after.id}
+        assert (await b.engine.find(before.id)).state == "completed"  # acknowledged before: kept
+
+
+async def test_hostile_inputs_to_the_shared_paths(pg_url: str) -> None:
+    from runtime.a2a.server.engine import InvalidTaskRequest
+    from runtime.a2a.server.push import MAX_CONFIGS_PER_TASK
+
+    async with cluster(pg_url) as (a, b):
+        for payload in (None, "", "task", "task x y z", "task id notanumber", "inbox node-0 x", "answered x 0",
+                        "push never-was 0", "\x00" * 50):
+            a.shared._heard(payload)  # ignored or a harmless re-read: never a crash
+        task = await a.engine.send("echo", msg("ask"))
+        await a.engine.wait(task.id)
+        for i in range(MAX_CONFIGS_PER_TASK):
+            await (a if i % 2 else b).push.set(task.id, {"url": f"http://127.0.0.1:9/{i}"}, "1.0")
+        with pytest.raises(InvalidTaskRequest, match="webhooks already"):
+            await a.push.set(task.id, {"url": "http://127.0.0.1:9/one-more"}, "1.0")
+        with pytest.raises(TaskNotFound):
+            await b.push.set("never-was", {"url": "http://127.0.0.1:9/x"}, "1.0")
+        with pytest.raises(TaskNotFound):
+            await b.engine.cancel("never-was")
+        with pytest.raises(TaskNotFound):
+            await b.engine.subscribe("never-was")
+        bob = Caller("bob", frozenset({"tasks"}))
+        with pytest.raises(TaskNotFound):  # another's task: not found, for a cancel too
+            await b.engine.cancel(task.id, bob)
+        with pytest.raises(TaskNotFound):
+            await b.engine.send("echo", msg("mine now", task_id=task.id), who=bob)
+        # a forwarded answer that is not a message: the forwarding node gets the error back
+        await a.db.run(lambda c: c.execute(
+            "INSERT INTO a2a_inbox (task_id, node, caller, message) VALUES (%s, 'node-0', 'x', '{not json')",
+            (task.id,)))
+        await a.shared._answer_inbox(None)
+        row = await a.db.run(lambda c: c.execute("SELECT done, error FROM a2a_inbox").fetchone())
+        assert row == (True, "the forwarded message is not readable")
+        assert (await a.engine.find(task.id)).state == "input-required"

@@ -211,7 +211,6 @@ class SharedTasks:
         the tasks, and prune the oldest terminal ones."""
         pruned = 0.0
         while True:
-            await trio.sleep(self.lease_secs / 3)
             try:
                 await self._renew()
                 reaped = await self.db.run(
@@ -226,6 +225,7 @@ class SharedTasks:
                     await self.db.run(self._prune, self.max_tasks)
             except StorageError:
                 pass  # the pool logged it; the next round tries again
+            await trio.sleep(self.lease_secs / 3)
 
     async def _renew(self) -> None:
         await self.db.run(lambda conn: conn.execute(
@@ -300,6 +300,8 @@ class SharedTasks:
                 lost = await self.db.run(_write, items)
             except StorageError as exc:
                 for task_id, pending in batch.items():  # kept for the retry, before what came meanwhile
+                    if self.engine.peek(task_id) is None:
+                        continue  # let go meanwhile (a send that failed): never written later
                     later = self._pending.get(task_id)
                     if later is not None:
                         pending.events += later.events
