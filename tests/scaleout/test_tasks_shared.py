@@ -363,3 +363,21 @@ async def test_hostile_inputs_to_the_shared_paths(pg_url: str) -> None:
         row = await a.db.run(lambda c: c.execute("SELECT done, error FROM a2a_inbox").fetchone())
         assert row == (True, "the forwarded message is not readable")
         assert (await a.engine.find(task.id)).state == "input-required"
+
+
+async def test_a_restart_under_the_same_node_id_fails_what_it_left_and_old_tasks_are_pruned(pg_url: str) -> None:
+    async with cluster(pg_url, count=1) as (a,):
+        done = [await a.engine.send("echo", msg(f"t{i}")) for i in range(4)]
+        for task in done:
+            await a.engine.wait(task.id)
+        task = await a.engine.send("hang", msg("hang"))
+        await until(lambda: _state(a, task.id, "working"))
+        a.shared._stop = _nothing  # killed: no clean stop
+        a.scope.cancel()
+    async with cluster(pg_url, count=1) as (again,):  # node-0 again: what it ran before is failed at start
+        left = await again.engine.find(task.id)
+        assert left.state == "failed" and "tern restarted on node node-0" in text_of(left.status_message.parts)
+        await again.db.run(again.shared._prune, 3)
+        listed, total = await again.engine.list()
+        assert total == 3 and [t.id for t in listed] == [task.id, done[3].id, done[2].id]  # the newest kept
+        await until(lambda: _true(again.engine.counts() == {"completed": 2, "failed": 1}))

@@ -19,7 +19,9 @@ docs/scale-out.md): any node answers for any task.
   work running elsewhere goes through ``a2a_inbox`` to that node, which answers it).
 - Leases: each node renews its row in ``tern_nodes`` every ``lease_secs / 3``; every
   node fails the live tasks of a node whose lease ran out (``FOR UPDATE SKIP LOCKED``:
-  two reapers never both write). A clean stop fails this node's own live tasks at once.
+  two reapers never both write). A clean stop fails this node's own live tasks at once,
+  and so does a start under a node id whose tasks a killed process left (so node ids
+  must be unique per running process: the default is).
 - Retention: at most ``max_tasks`` terminal tasks stay (the oldest go); ``counts`` is
   refreshed from the database every few seconds.
 """
@@ -159,6 +161,11 @@ class SharedTasks:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         await self.db.migrate("a2a", STEPS)
+        # A process before this one under the same node id (a restart) left its live tasks: their work is gone.
+        left = await self.db.run(self._fail_live, self.node_id, f"tern restarted on node {self.node_id} while this "
+                                 "task was running; the task's work was lost")
+        if left:
+            log.warning("a2a: %d tasks this node was running before it restarted failed", left)
         await self._renew()
         unfollow = self.listener.follow(CHANNEL, self._heard)
         try:
@@ -238,6 +245,7 @@ class SharedTasks:
         conn.execute("DELETE FROM a2a_tasks WHERE id IN (SELECT id FROM a2a_tasks WHERE terminal "
                      "ORDER BY updated DESC OFFSET %s)", (keep,))
         conn.execute("DELETE FROM a2a_inbox WHERE created < now() - interval '10 minutes'")
+        conn.execute("DELETE FROM tern_nodes WHERE lease_until < now() - interval '1 hour'")
 
     # --- What the engine reports (this node's tasks) -----------------------------------------
 
