@@ -381,3 +381,28 @@ async def test_a_restart_under_the_same_node_id_fails_what_it_left_and_old_tasks
         listed, total = await again.engine.list()
         assert total == 3 and [t.id for t in listed] == [task.id, done[3].id, done[2].id]  # the newest kept
         await until(lambda: _true(again.engine.counts() == {"completed": 2, "failed": 1}))
+
+
+async def test_a_forwarded_answer_the_running_node_never_takes_times_out(pg_url: str, monkeypatch) -> None:
+    from runtime.a2a.server import shared
+
+    monkeypatch.setattr(shared, "FORWARD_SECS", 1.0)
+    async with cluster(pg_url) as (a, b):
+        task = await a.engine.send("echo", msg("question"))
+        await until(lambda: _asking(b, task.id))
+        a.shared._inbox_send, unread = trio.open_memory_channel(0)  # A hears nothing of its inbox any more
+        with trio.fail_after(10), pytest.raises(UnsupportedOperation, match="did not take the answer within 1 s"):
+            await b.engine.send("echo", msg("yes", task_id=task.id))
+        assert (await b.engine.find(task.id)).asking  # nothing changed: the question is still open
+        await a.engine.cancel(task.id)
+
+
+async def test_a_node_reaped_while_alive_adopts_the_failure(pg_url: str) -> None:
+    async with cluster(pg_url, lease_secs=0.6) as (a, b):
+        task = await a.engine.send("hang", msg("hang"))
+        await until(lambda: _state(b, task.id, "working"))
+        a.shared._renew = _nothing  # A is cut off from renewing (a long pause): B reaps its task
+        await a.db.run(lambda c: c.execute("UPDATE tern_nodes SET lease_until = now() WHERE id = 'node-0'"))
+        await until(lambda: _true(task.id in STOPPED), timeout=10)  # A hears it and stops the work
+        assert a.engine.peek(task.id) is None
+        assert "stopped answering" in text_of((await a.engine.find(task.id)).status_message.parts)

@@ -639,8 +639,11 @@ class SharedTasks:
         for row_id, task_id, caller, body in rows:
             result, code, error = None, None, None
             try:
-                task = await self.engine.answer(task_id, _message.decode(body), caller)
+                with trio.fail_after(FORWARD_SECS):  # the forwarding node stops waiting then anyway
+                    task = await self.engine.answer(task_id, _message.decode(body), caller)
                 result = _encode(task).decode()
+            except trio.TooSlowError:
+                code, error = UnsupportedOperation.code, f"the answer to task {task_id} was not taken in time"
             except BadMessage as exc:
                 code, error = INVALID_PARAMS, str(exc)
             except RpcError as exc:
