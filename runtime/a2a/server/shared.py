@@ -50,6 +50,7 @@ FORWARD_SECS = 30.0  # how long a node waits for another to take an answer to it
 FOLLOW_POLL_SECS = 10.0  # a stream on another node's task re-reads at least this often (a notify wakes it at once)
 EVENTS_PER_READ = 200
 PRUNE_SECS = 30.0
+GATHER_SECS = 0.005
 RETRY_SECS = (0.25, 0.5, 1.0, 2.0, 5.0)
 
 #: The ``a2a`` component's migrations (``Database.migrate``): append, never edit.
@@ -274,9 +275,12 @@ class SharedTasks:
         self._wake.set()
 
     async def _writer(self) -> None:
+        """Writes what running work reports, gathered for ``GATHER_SECS`` (its events
+        then go in one write; a send or a cancel does not wait for this: it flushes)."""
         failures = 0
         while True:
             await self._wake.wait()
+            await trio.sleep(GATHER_SECS)
             self._wake = trio.Event()
             try:
                 await self.flush()
