@@ -814,6 +814,8 @@ class TaskEngine:
         while not (entry.task.terminal or (entry.task.state in INTERRUPTED
                                            and (not entry.running or entry.answer is not None))):
             await entry.changed.wait()
+        if self.shared is not None:  # what a blocking send answers is written: any node reads it next
+            await self.shared.flush(task_id)
         return entry.task
 
     async def events(self, task_id: str) -> AsyncIterator[Event]:
