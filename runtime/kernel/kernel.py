@@ -15,6 +15,9 @@ and the reload says which changed.
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,7 @@ class Kernel:
             log.warning("%s", warning)
         self.events = EventBus()
         self.started = time.time()
+        self.node_id = config.state.node_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         #: [state] store = "postgres": the database every shared store uses, and the node's one
         #: LISTEN connection (opened in run(): a database that cannot be reached stops the boot
         #: with one line). None with the SQLite default.
@@ -84,14 +88,17 @@ class Kernel:
         self.approvals = Approvals(state / "approvals.sqlite3" if state else None,
                                    timeout_secs=governance.approval_timeout_secs,
                                    max_pending_per_agent=governance.max_pending_per_agent, audit=audit,
-                                   publish=self.events.publish, redact=self.pipeline.redact_obj)
+                                   publish=self.events.publish, redact=self.pipeline.redact_obj,
+                                   db=self.db, listener=self.listener, node_id=self.node_id,
+                                   lease_secs=config.state.lease_secs)
         self.pipeline.approvals = self.approvals
         from runtime.kernel.elicitation import person_answers
         from runtime.kernel.sampling_answer import SamplingAnswers
 
         sampling = SamplingAnswers(lambda: self.config, self.pipeline, self.approvals)  # [mcp_servers.sampling]
         self.mcp.on_input = person_answers(self.approvals, self.pipeline.redact_obj, sampling)  # servers' questions
-        self.conversations = Conversations(state / "conversations.sqlite3") if state else None
+        self.conversations = Conversations(state / "conversations.sqlite3" if state else None, db=self.db) \
+            if state or self.db is not None else None
         self.agents = Agents(config, self.pipeline, self.conversations)
         self.agents.publish = self.events.publish  # "agent.message" and "model.call"
         register_agent_tools(self.registry, lambda: self.agents)
@@ -149,6 +156,8 @@ class Kernel:
                 if self.db is not None:
                     await self.db.open()
                     await nursery.start(self.listener.run)
+                    await self.conversations.start()
+                await nursery.start(self.approvals.run)
                 await nursery.start(self.mcp.run)
                 if self.external is not None:
                     await nursery.start(self.external.run)

@@ -268,7 +268,7 @@ class McpServer:
                                    if (support := self.exposure.task_support(tool["name"])) != "forbidden" else tool
                                    for tool in result["tools"]]
         elif method in TASK_METHODS and self.tasks is not None:
-            result = self.tasks.request(method, params, meta.get(META_CAPABILITIES), peer.by(), peer.caller)
+            result = await self.tasks.request(method, params, meta.get(META_CAPABILITIES), peer.by(), peer.caller)
             if isinstance(result.get("result"), dict):  # the inlined result, as tools/call would have answered
                 result["result"].update(resultType="complete", _meta={META_SERVER_INFO: self.server_info})
         elif method == "tools/call":
@@ -558,7 +558,7 @@ class McpServer:
                     parked.answer_sample(approval_id, answer)
                 elif self.approvals is not None:
                     parked.answered.add(approval_id)
-                    decide(self.approvals, approval_id, answer, by=peer.by())
+                    await decide(self.approvals, approval_id, answer, by=peer.by())
         else:
             parked = self.mrtr.park(name, arguments, peer.label)
             parked.forms = self.approvals is not None and wants_form(capabilities)
