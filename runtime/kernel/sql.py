@@ -1,11 +1,11 @@
 """One way for a kernel store to run its SQL on either engine (``[state] store``).
 
 A store writes each statement once, with ``?`` placeholders and SQL both engines know
-(``INSERT ... ON CONFLICT``, ``RETURNING``), inside a function ``fn(tx)`` that is one
-transaction: ``tx.execute`` / ``tx.executemany`` return a cursor (``fetchone``,
-``fetchall``, ``rowcount``), ``tx.notify`` sends a NOTIFY at commit (nothing on SQLite,
-where other processes poll the file), ``tx.dialect`` names the engine for the rare
-statement that differs.
+(``INSERT ... ON CONFLICT``), inside a function ``fn(tx)`` that is one transaction:
+``tx.execute`` / ``tx.executemany`` return a cursor (``fetchone``, ``fetchall``,
+``rowcount``; on PostgreSQL a NUL in a text value is kept as U+FFFD), ``tx.notify``
+sends a NOTIFY at commit (nothing on SQLite, where other processes poll the file),
+``tx.dialect`` names the engine for the rare statement that differs.
 
 - :class:`SqliteSql`: the one connection of a file in the state directory, used on the
   event loop itself (a local statement costs less than a thread hop), as before.
@@ -84,15 +84,21 @@ class _PgTx:
         self.conn = conn
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        return self.conn.execute(sql.replace("?", "%s"), params)
+        return self.conn.execute(sql.replace("?", "%s"), _text(params))
 
     def executemany(self, sql: str, rows: list[Any]) -> Any:
         cursor = self.conn.cursor()
-        cursor.executemany(sql.replace("?", "%s"), rows)
+        cursor.executemany(sql.replace("?", "%s"), [_text(row) for row in rows])
         return cursor
 
     def notify(self, channel: str, payload: str) -> None:
         self.conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))  # sent at commit
+
+
+def _text(params: Any) -> Any:
+    """PostgreSQL's text holds no NUL character (SQLite's does): one in a value is kept
+    as U+FFFD (a message that had one still saves; an id that had one matches nothing)."""
+    return [value.replace("\x00", "\ufffd") if isinstance(value, str) else value for value in params]
 
 
 class PgSql(Sql):
