@@ -60,12 +60,12 @@ class Kernel:
             log.warning("%s", warning)
         self.events = EventBus()
         self.started = time.time()
-        self.node_id = config.state.node_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         #: [state] store = "postgres": the database every shared store uses, and the node's one
         #: LISTEN connection (opened in run(): a database that cannot be reached stops the boot
         #: with one line). None with the SQLite default.
         self.db: Any = None
         self.listener: Any = None
+        self.node_id = config.state.node_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         if config.state.store == "postgres":
             from runtime.pg.listen import Listener
             from runtime.pg.pool import Database, resolve_url
