@@ -6,6 +6,10 @@ node that died) is tested on it alone."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from functools import partial
 from pathlib import Path
@@ -380,3 +384,63 @@ async def test_history_is_bounded_in_count_and_bytes_whichever_node_writes(store
             await c.append("ctx2", Conversations.message("user", "bot", f"m{n}"))
         assert [m.content for m in await a.history("ctx2")] == ["m4", "m5", "m6"]
         nursery.cancel_scope.cancel()
+
+
+# --- the commands, on the shared database ------------------------------------------------
+
+
+def _tern(config: Path, *args: str, password: str) -> subprocess.CompletedProcess:
+    from tests.test_cli import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+    env.update(PYTHONPATH=str(ROOT), PG_TEST_PASSWORD=password)
+    return subprocess.run([sys.executable, "-m", "runtime", *args, "--config", str(config)], capture_output=True,
+                          text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
+
+
+def _config(tmp: Path, url: str, password: str) -> Path:
+    path = tmp / "config.toml"
+    path.write_text(f'[state]\ndir = "{tmp / "state"}"\nstore = "postgres"\n'
+                    f'postgres_url = "{url.replace(password, "${PG_TEST_PASSWORD}")}"\n')
+    return path
+
+
+async def test_the_commands_answer_a_call_waiting_on_a_node(pg_store: Store) -> None:
+    password = pg_store.pg_server.password
+    config = _config(pg_store.tmp, pg_store.url, password)
+    tern = partial(_tern, config, password=password)
+    async with trio.open_nursery() as nursery:
+        a = await pg_store.approvals(nursery, "a")
+        talk = await pg_store.conversations(nursery)
+        await talk.append("ctx-cli", Conversations.message("user", "bot", "hello from a node"),
+                          Conversations.message("agent", "bot", "hi"))
+        ended: list = []
+        nursery.start_soon(ask, a, ended, "bot", "shell_exec", {"argv": ["rm", "-r", "x"]}, "d")
+        [pending] = await waiting(a)
+        listed = await trio.to_thread.run_sync(tern, "approvals", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert [x["id"] for x in json.loads(listed.stdout)["approvals"]] == [pending.id]
+        approved = await trio.to_thread.run_sync(tern, "approve", pending.id, "--always")
+        assert approved.returncode == 0 and f"approved {pending.id}" in approved.stdout, approved.stderr
+        with trio.fail_after(2):  # heard through the NOTIFY the command's decision sent
+            while not ended:
+                await trio.sleep(0.01)
+        rules = await trio.to_thread.run_sync(tern, "approvals", "--rules", "--json")
+        assert [(r["tool"], r["decision"]) for r in json.loads(rules.stdout)["rules"]] == [("shell_exec", "allow")]
+        again = await trio.to_thread.run_sync(tern, "deny", pending.id)
+        assert again.returncode != 0 and "already approved by cli:" in again.stderr
+        never = await trio.to_thread.run_sync(tern, "approve", "ap_' OR 1=1 --")
+        assert never.returncode != 0 and "no approval request has the id" in never.stderr
+        conversations = await trio.to_thread.run_sync(tern, "conversations", "--json")
+        assert [c["preview"] for c in json.loads(conversations.stdout)["conversations"]] == ["hello from a node"]
+        shown = await trio.to_thread.run_sync(tern, "conversations", "show", "ctx-cli")
+        assert "you: hello from a node" in shown.stdout and "bot: hi" in shown.stdout
+        nursery.cancel_scope.cancel()
+    assert ended[0].state == "approved" and ended[0].channel == "cli"
+
+
+def test_the_commands_say_in_one_line_when_the_database_refuses(pg_server: Any, tmp_path: Path) -> None:
+    config = _config(tmp_path, pg_server.url("postgres"), pg_server.password)
+    wrong = _tern(config, "approvals", password="not-the-password-42")
+    assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
+    assert "not-the-password-42" not in wrong.stderr and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
