@@ -383,6 +383,10 @@ async def test_history_is_bounded_in_count_and_bytes_whichever_node_writes(store
         for n in range(7):
             await c.append("ctx2", Conversations.message("user", "bot", f"m{n}"))
         assert [m.content for m in await a.history("ctx2")] == ["m4", "m5", "m6"]
+        # A NUL (PostgreSQL text holds none: kept as U+FFFD there) and a NUL in an id save and read back.
+        await a.append("ctx\x00nul", Conversations.message("user", "bot", "before\x00after"))
+        [kept] = await b.history("ctx\x00nul")
+        assert kept.content == ("before\x00after" if store.kind == "sqlite" else "before\ufffdafter")
         nursery.cancel_scope.cancel()
 
 
