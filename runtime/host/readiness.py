@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +49,14 @@ class Readiness:
 
     async def check(self) -> str | None:
         async with self._lock:
-            if time.monotonic() - self._checked_at >= self.reuse_secs:
+            if trio.current_time() - self._checked_at >= self.reuse_secs:
                 reason, detail = await self._probe()
                 if reason != self._reason:
                     if reason is None:
                         log.info("ready again")
                     else:
                         log.warning("not ready: %s", detail)
-                self._reason, self._checked_at = reason, time.monotonic()
+                self._reason, self._checked_at = reason, trio.current_time()
             return self._reason
 
     async def _probe(self) -> tuple[str | None, str]:
