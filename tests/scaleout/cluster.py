@@ -12,7 +12,8 @@ Each node is ``python -m runtime serve`` from this checkout (``PYTHONPATH``), wi
 state dir and port, its node id ``n<i>`` (HAProxy names its servers the same), an API
 key, rate limits off (every request comes from HAProxy's one address) and these agents:
 ``echo``; ``slow`` (a command agent that says its pid, then sleeps 30 s: cancel must kill
-it); ``steps`` (three status updates ``step 1..3`` a short while apart, then completed);
+it); ``steps`` (three status updates ``step 1..3``, each followed by a pause of as many
+seconds as the message says, 0.3 if it says no number, then completed);
 ``writer`` (calls ``file_write``, which the default policy asks a person about).
 """
 
@@ -37,8 +38,9 @@ API_KEY = "scaleout-test-key-0123456789"
 HEALTH_PATH = "/health"  # HAProxy's check; GET /ready (the store answers) where the node has it
 
 SLOW = r"""printf '{"event":"status","state":"working","text":"sleeping as pid %s"}\n' $$; exec sleep 30"""
-STEPS = (r"""for i in 1 2 3; do printf '{"event":"status","state":"working","text":"step %s"}\n' $i; """
-         r"""sleep ${STEP_SECS:-0.3}; done; printf '{"state":"completed","text":"done"}\n'""")
+STEPS = (r"""secs=$(cat); case "$secs" in [0-9]*) ;; *) secs=0.3;; esac; for i in 1 2 3; do """
+         r"""printf '{"event":"status","state":"working","text":"step %s"}\n' $i; sleep "$secs"; done; """
+         r"""printf '{"state":"completed","text":"done"}\n'""")
 
 CONFIG = """\
 [server]
@@ -170,7 +172,8 @@ class Cluster:
             (home / "state").mkdir(parents=True)
             config = CONFIG.format(port=port, state=home / "state", pg_url=url, lease_secs=lease_secs, name=name,
                                    public_url=self.url, caller_may_approve=str(caller_may_approve).lower(),
-                                   slow=json.dumps(SLOW), steps=json.dumps(STEPS), server_extra=server_extra, a2a_extra=a2a_extra)
+                                   slow=json.dumps(SLOW), steps=json.dumps(STEPS), server_extra=server_extra,
+                                   a2a_extra=a2a_extra)
             node_env = tern_env(home, TERN_API_KEY=API_KEY, TERN_PG_PASSWORD=password, **(env or {}))
             self.nodes.append(Node(home, name, config, node_env, port))
 
