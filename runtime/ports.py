@@ -318,20 +318,24 @@ class TaskPort(Protocol):
     """The A2A task engine, for a server that starts agent work as tasks of its own
     (MCP's tasks extension): the same task the A2A methods show and cancel."""
 
-    def start(self, agent: str, message: str, *, caller: str, context_id: str | None = None,
-              ask: Ask | None = None, sample: Sample | None = None, who: Caller | None = None) -> TaskView:
+    async def start(self, agent: str, message: str, *, caller: str, context_id: str | None = None,
+                    ask: Ask | None = None, sample: Sample | None = None, who: Caller | None = None) -> TaskView:
         """A new task: ``message`` to ``agent`` (in conversation ``context_id``), run
         with the caller's ``ask`` and ``sample``, owned by ``who``. Raises a TernError
         when the store has no room or the agent's budget says no."""
         ...
 
-    def view(self, task_id: str, who: Caller | None = None) -> TaskView:
+    async def view(self, task_id: str, who: Caller | None = None) -> TaskView:
         """Raises a TernError for a task the engine does not know (never, or evicted), or
         one ``who`` does not own."""
         ...
 
-    def cancel(self, task_id: str, who: Caller | None = None) -> None:
+    async def cancel(self, task_id: str, who: Caller | None = None) -> None:
         """Stop the task's work; a task already finished stays as it is."""
+        ...
+
+    def finished(self, task_id: str) -> bool:
+        """Whether the task's work no longer runs on this node (it ended, or was never here)."""
         ...
 
 

@@ -69,6 +69,7 @@ class Task(msgspec.Struct, kw_only=True):
     reply: Message | None = None  # the agent answered with a Message, not a task result
     asking: bool = False  # input-required is a question of work still running (see TaskReport.ask)
     owner: str = "admin"  # the key name that created it (docs/security-model.md); tasks stored before keys: admin
+    version: int = 0  # [state] store = "postgres": the shared row's version of this snapshot (its events' last seq)
 
     @property
     def terminal(self) -> bool:

@@ -61,14 +61,14 @@ def add_routes(router: Router, node: Node) -> None:
             limit = min(max(int(query.get("limit", ["50"])[0]), 0), MAX_TASKS)
         except ValueError:
             raise HttpError(400, "limit must be a whole number") from None
-        found = tasks.list(context_id=context_id, state=state, who=request.caller)  # newest first: the caller's own
-        return json_response({"tasks": [_summary(t) for t in found[:limit]], "total": len(found)})
+        found, total = await tasks.list(context_id=context_id, state=state, who=request.caller, limit=limit)
+        return json_response({"tasks": [_summary(t) for t in found], "total": total})  # newest first: the caller's own
 
     async def task_get(request: Request) -> Response:
         from runtime.a2a.server.engine import TaskNotFound
 
         try:
-            task = engine().get(task_id(request), request.caller)
+            task = await engine().find(task_id(request), request.caller)
         except TaskNotFound as exc:
             raise HttpError(404, exc.message) from None
         return json_response(msgspec.to_builtins(task))
@@ -77,7 +77,7 @@ def add_routes(router: Router, node: Node) -> None:
         from runtime.a2a.server.engine import TaskNotCancelable, TaskNotFound
 
         try:
-            task = engine().cancel(engine().get(task_id(request), request.caller).id)
+            task = await engine().cancel(task_id(request), request.caller)
         except TaskNotFound as exc:
             raise HttpError(404, exc.message) from None
         except TaskNotCancelable as exc:

@@ -27,7 +27,8 @@ class Node:
         if serve_a2a and config.a2a.enabled:
             from runtime.a2a.server.runner import A2aService
 
-            self.a2a = A2aService(config, self.kernel.agents, self.kernel.approvals, events=self.kernel.events)
+            self.a2a = A2aService(config, self.kernel.agents, self.kernel.approvals, events=self.kernel.events,
+                                  db=self.kernel.db, listener=self.kernel.listener, node_id=self.kernel.node_id)
         self.mcp_server: Any = None  # an McpServer: its own nursery holds 2026-07-28 calls between requests
         if config.mcp_server.enabled:
             from runtime.mcp.server.dispatch import McpServer

@@ -15,6 +15,9 @@ and the reload says which changed.
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -62,6 +65,7 @@ class Kernel:
         #: with one line). None with the SQLite default.
         self.db: Any = None
         self.listener: Any = None
+        self.node_id = config.state.node_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         if config.state.store == "postgres":
             from runtime.pg.listen import Listener
             from runtime.pg.pool import Database, resolve_url

@@ -70,14 +70,14 @@ async def pending(approvals):
 
 async def test_by_default_the_task_stays_working_and_names_the_approval(nursery, autojump_clock):
     engine, approvals = await setup(nursery, caller_may_approve=False)
-    task = engine.send("bot", msg("notes.txt"))
+    task = await engine.send("bot", msg("notes.txt"))
     approval = await pending(approvals)
     await trio.sleep(0.01)
     status = text_of(task.status_message.parts)
     assert task.state == "working" and approval.id in status and f"tern approve {approval.id}" in status
     assert "shell_exec" in status
     with pytest.raises(UnsupportedOperation, match="still working"):  # the caller does not decide
-        engine.send("bot", msg("approve", task_id=task.id))
+        await engine.send("bot", msg("approve", task_id=task.id))
     approvals.decide(approval.id, True, by="api:127.0.0.1", channel="http")
     await engine.wait(task.id)
     assert task.state == "completed" and text_of(task.artifacts[0].parts) == "approved by api:127.0.0.1: -"
@@ -86,7 +86,7 @@ async def test_by_default_the_task_stays_working_and_names_the_approval(nursery,
 
 async def test_a_stream_sees_the_wait_and_how_it_ended(nursery, autojump_clock):
     engine, approvals = await setup(nursery, caller_may_approve=False)
-    task = engine.send("bot", msg("a"))
+    task = await engine.send("bot", msg("a"))
     seen = []
 
     async def follow():
@@ -115,7 +115,7 @@ async def test_a_stream_sees_the_wait_and_how_it_ended(nursery, autojump_clock):
 ])
 async def test_the_caller_answers_an_input_required_task(nursery, autojump_clock, answer, approved):
     engine, approvals = await setup(nursery, caller_may_approve=True)
-    task = engine.send("bot", msg("x.txt"))
+    task = await engine.send("bot", msg("x.txt"))
     with trio.fail_after(5):
         await engine.wait(task.id)  # a blocking send returns here: the work asks
     approval = approvals.list()[0]
@@ -127,7 +127,7 @@ async def test_the_caller_answers_an_input_required_task(nursery, autojump_clock
                                         "expires": data["data"]["approval"]["expires"]}
     assert data["data"]["approval"]["expires"].endswith("Z")
     answer.task_id = task.id
-    assert engine.send("bot", answer, caller="a2a:10.0.0.7") is task
+    assert await engine.send("bot", answer, caller="a2a:10.0.0.7") is task
     assert task.state == "working" and not task.asking
     await engine.wait(task.id)
     assert task.state == "completed"
@@ -146,17 +146,17 @@ async def test_the_question_shows_the_arguments_redacted(nursery, autojump_clock
         return {"argv": [word.replace("hunter2", "[redacted]") for word in value["argv"]]}
 
     engine, approvals = await setup(nursery, caller_may_approve=True, redact=redact)
-    task = engine.send("bot", msg("hunter2"))
+    task = await engine.send("bot", msg("hunter2"))
     await engine.wait(task.id)
     text, data = task.status_message.parts
     assert data["data"]["approval"]["arguments"] == {"argv": ["rm", "[redacted]"]}
     assert "hunter2" not in text["text"] and '["rm","[redacted]"]' in text["text"]
-    engine.cancel(task.id)
+    await engine.cancel(task.id)
 
 
 async def test_an_unreadable_answer_is_refused_and_the_task_still_asks(nursery, autojump_clock):
     engine, approvals = await setup(nursery, caller_may_approve=True)
-    task = engine.send("bot", msg("y"))
+    task = await engine.send("bot", msg("y"))
     await engine.wait(task.id)
     size = engine.bytes
     for garbage in (msg("maybe later"), msg(data={"decision": "perhaps"}), msg(data={"decision": "approve",
@@ -164,10 +164,10 @@ async def test_an_unreadable_answer_is_refused_and_the_task_still_asks(nursery, 
                     msg(data={"something": "else"})):
         garbage.task_id = task.id
         with pytest.raises(InvalidTaskRequest, match="waits for a decision on approval ap_"):
-            engine.send("bot", garbage)
+            await engine.send("bot", garbage)
         assert task.state == "input-required" and len(task.history) == 2 and engine.bytes == size
     assert approvals.list()[0].state == "pending"
-    engine.send("bot", msg(data={"decision": "approve", "scope": "always"}, task_id=task.id))
+    await engine.send("bot", msg(data={"decision": "approve", "scope": "always"}, task_id=task.id))
     await engine.wait(task.id)
     assert task.state == "completed"
     assert approvals.remembered("bot", "shell_exec", "d-y") == "allow"  # the scope was the caller's
@@ -175,10 +175,10 @@ async def test_an_unreadable_answer_is_refused_and_the_task_still_asks(nursery, 
 
 async def test_decided_elsewhere_the_task_works_again(nursery, autojump_clock):
     engine, approvals = await setup(nursery, caller_may_approve=True)
-    task = engine.send("bot", msg("z"))
+    task = await engine.send("bot", msg("z"))
     await engine.wait(task.id)
     approval = approvals.list()[0]
-    receive = engine.subscribe(task.id)  # a resubscribe: the stream of the ask ended at input-required
+    receive = await engine.subscribe(task.id)  # a resubscribe: the stream of the ask ended at input-required
     approvals.decide(approval.id, True, by="cli:ann", channel="cli")
     await finished(task)
     assert task.state == "completed" and text_of(task.artifacts[0].parts).startswith("approved by cli:ann")
@@ -193,12 +193,12 @@ async def test_decided_elsewhere_the_task_works_again(nursery, autojump_clock):
 
 async def test_an_answer_after_another_channel_decided_says_so(nursery, autojump_clock):
     engine, approvals = await setup(nursery, caller_may_approve=True)
-    task = engine.send("bot", msg("z"))
+    task = await engine.send("bot", msg("z"))
     await engine.wait(task.id)
     approval = approvals.list()[0]
     approvals.decide(approval.id, False, by="cli:ann", channel="cli")
     with pytest.raises(UnsupportedOperation, match="already denied by cli:ann"):
-        engine.send("bot", msg("approve", task_id=task.id))  # before the run has woken up
+        await engine.send("bot", msg("approve", task_id=task.id))  # before the run has woken up
     await finished(task)
     assert task.state == "completed" and text_of(task.artifacts[0].parts).startswith("denied by cli:ann")
 
@@ -206,7 +206,7 @@ async def test_an_answer_after_another_channel_decided_says_so(nursery, autojump
 async def test_expiry_reaches_the_agent_and_the_task_goes_on(nursery, autojump_clock):
     engine, approvals = await setup(nursery, caller_may_approve=True, timeout_secs=30)
     started = trio.current_time()
-    task = engine.send("bot", msg("slow"))
+    task = await engine.send("bot", msg("slow"))
     await engine.wait(task.id)
     assert task.state == "input-required"
     await finished(task)
@@ -216,15 +216,15 @@ async def test_expiry_reaches_the_agent_and_the_task_goes_on(nursery, autojump_c
 
 async def test_cancel_while_asking_ends_the_wait(nursery, autojump_clock):
     engine, approvals = await setup(nursery, caller_may_approve=True)
-    task = engine.send("bot", msg("c"))
+    task = await engine.send("bot", msg("c"))
     await engine.wait(task.id)
     approval = approvals.list()[0]
-    engine.cancel(task.id)
+    await engine.cancel(task.id)
     await trio.sleep(0.5)
     assert task.state == "canceled" and not task.asking
     assert approvals.get(approval.id).state == "expired"  # the caller stopped waiting
     with pytest.raises(UnsupportedOperation, match="canceled"):
-        engine.send("bot", msg("approve", task_id=task.id))
+        await engine.send("bot", msg("approve", task_id=task.id))
 
 
 def test_read_decision():
@@ -252,7 +252,7 @@ async def test_a_restart_fails_a_task_whose_run_was_asking(tmp_path):
         engine = TaskEngine(agent_runner(AskingAgents(approvals), approvals, caller_may_approve=True),
                             on_change=store.changed)
         await nursery.start(engine.run)
-        task = engine.send("bot", msg("r"))
+        task = await engine.send("bot", msg("r"))
         with trio.fail_after(5):
             await engine.wait(task.id)
         assert task.state == "input-required"
@@ -260,7 +260,7 @@ async def test_a_restart_fails_a_task_whose_run_was_asking(tmp_path):
         nursery.cancel_scope.cancel()
     again = TaskEngine(agent_runner(AskingAgents(approvals)))
     again.load(TaskStore(tmp_path / "tasks.sqlite3").load(max_tasks=10, max_bytes=10**7, max_task_bytes=10**6))
-    restored = again.get(task.id)
+    restored = await again.find(task.id)
     assert restored.state == "failed" and not restored.asking  # its question died with the run
     assert "restarted" in text_of(restored.status_message.parts)
 
@@ -285,7 +285,7 @@ async def test_an_a2a_caller_answers_a_server_form_with_typed_values(nursery, au
     approvals = Approvals(None, timeout_secs=60.0)
     engine = TaskEngine(agent_runner(FormAgents(approvals), approvals, caller_may_approve=True))
     await nursery.start(engine.run)
-    task = engine.send("bot", msg("print"))
+    task = await engine.send("bot", msg("print"))
     with trio.fail_after(5):
         await engine.wait(task.id)
     assert task.state == "input-required"
@@ -295,9 +295,9 @@ async def test_an_a2a_caller_answers_a_server_form_with_typed_values(nursery, au
     for wrong in ({"decision": "approve"}, {"decision": "approve", "answer": {"copies": 12}},
                   {"decision": "approve", "answer": {"copies": "two"}}, {"decision": "approve", "answer": {"x": 1}}):
         with pytest.raises(InvalidTaskRequest, match="waits for an answer"):
-            engine.send("bot", msg(data=wrong, task_id=task.id))
+            await engine.send("bot", msg(data=wrong, task_id=task.id))
         assert task.state == "input-required" and approvals.list()  # still asking
-    engine.send("bot", msg(data={"decision": "approve", "answer": {"copies": 3}}, task_id=task.id),
+    await engine.send("bot", msg(data={"decision": "approve", "answer": {"copies": 3}}, task_id=task.id),
                 caller="a2a:10.0.0.7")
     await engine.wait(task.id)
     assert text_of(task.artifacts[0].parts) == repr({"action": "accept", "content": {"colour": False, "copies": 3}})
@@ -309,9 +309,9 @@ async def test_an_a2a_caller_declines_or_cancels_a_server_form(nursery, autojump
     approvals = Approvals(None, timeout_secs=60.0)
     engine = TaskEngine(agent_runner(FormAgents(approvals), approvals, caller_may_approve=True))
     await nursery.start(engine.run)
-    task = engine.send("bot", msg("print"))
+    task = await engine.send("bot", msg("print"))
     with trio.fail_after(5):
         await engine.wait(task.id)
-    engine.send("bot", msg(data=decision, task_id=task.id))
+    await engine.send("bot", msg(data=decision, task_id=task.id))
     await engine.wait(task.id)
     assert text_of(task.artifacts[0].parts) == repr({"action": action})

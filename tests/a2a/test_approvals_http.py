@@ -176,7 +176,7 @@ async def test_by_default_the_task_works_and_says_what_it_waits_for(nursery, tmp
             while not node.kernel.approvals.list():
                 await trio.sleep(0.02)
         [pending] = node.kernel.approvals.list()
-        task_id = node.a2a.engine.list()[0].id
+        task_id = (await node.a2a.engine.list())[0][0].id
         got = (await client.post(url + "/a2a", json=rpc("GetTask", {"id": task_id}))).json()["result"]
         assert got["status"]["state"] == "TASK_STATE_WORKING"
         text, data = said(got["status"])
@@ -203,7 +203,7 @@ async def test_expiry_reaches_the_agent(nursery, tmp_path):
             "message": message([{"text": WRITE}])}))).json()["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
         with trio.fail_after(10):
-            while node.a2a.engine.get(task["id"]).state == "input-required":
+            while (await node.a2a.engine.find(task["id"])).state == "input-required":
                 await trio.sleep(0.05)
         finished = (await client.post(url + "/a2a", json=rpc("SendMessage", {
             "message": message([APPROVE], taskId=task["id"])}))).json()

@@ -46,7 +46,7 @@ async def engine(nursery):
 
 
 async def test_life_cycle_and_events_in_order(engine):
-    task = engine.send("a", msg("hi"))
+    task = await engine.send("a", msg("hi"))
     assert task.state == "submitted" and task.history[0].task_id == task.id
     events = []
     async for event in engine.events(task.id):
@@ -61,41 +61,41 @@ async def test_life_cycle_and_events_in_order(engine):
 
 
 async def test_multi_turn_through_input_required(engine):
-    task = engine.send("a", msg("ask"))
+    task = await engine.send("a", msg("ask"))
     await engine.wait(task.id)
     assert task.state == "input-required" and text_of(task.status_message.parts) == "which one?"
     with pytest.raises(InvalidTaskRequest):
-        engine.send("a", msg("x", task_id=task.id, context_id="another-context"))
-    again = engine.send("a", msg("the red one", task_id=task.id))
+        await engine.send("a", msg("x", task_id=task.id, context_id="another-context"))
+    again = await engine.send("a", msg("the red one", task_id=task.id))
     assert again is task
     await engine.wait(task.id)
     assert task.state == "completed" and task.artifacts[-1].parts == [{"text": "echo: the red one"}]
     assert [m.role for m in task.history] == ["user", "agent", "user", "agent"]
     with pytest.raises(UnsupportedOperation):
-        engine.send("a", msg("more", task_id=task.id))  # terminal
+        await engine.send("a", msg("more", task_id=task.id))  # terminal
     with pytest.raises(TaskNotFound):
-        engine.send("a", msg("x", task_id="nope"))
+        await engine.send("a", msg("x", task_id="nope"))
 
 
 async def test_cancel_stops_the_work(engine):
-    task = engine.send("a", msg("hang"))
+    task = await engine.send("a", msg("hang"))
     await trio.sleep(0.05)
     assert task.state == "working"
-    engine.cancel(task.id)
+    await engine.cancel(task.id)
     assert task.state == "canceled"
     await trio.sleep(0.05)
     assert task.state == "canceled"  # the work was cancelled, not left to finish later
     with pytest.raises(TaskNotCancelable):
-        engine.cancel(task.id)
+        await engine.cancel(task.id)
     with pytest.raises(TaskNotFound):
-        engine.cancel("nope")
+        await engine.cancel("nope")
 
 
 async def test_a_failing_agent_fails_its_task_only(engine):
-    task = engine.send("a", msg("boom"))
+    task = await engine.send("a", msg("boom"))
     await engine.wait(task.id)
     assert task.state == "failed" and "RuntimeError" in text_of(task.status_message.parts)
-    ok = engine.send("a", msg("fine"))
+    ok = await engine.send("a", msg("fine"))
     await engine.wait(ok.id)
     assert ok.state == "completed"
 
@@ -119,7 +119,7 @@ async def test_an_illegal_transition_is_a_bug_and_changes_nothing(nursery):
 
     engine = TaskEngine(keeps_its_report)
     await nursery.start(engine.run)
-    task = engine.send("a", msg("go"))
+    task = await engine.send("a", msg("go"))
     await engine.wait(task.id)
     assert task.state == "completed"
     with pytest.raises(IllegalTransition, match="from completed to working") as caught:
@@ -129,12 +129,12 @@ async def test_an_illegal_transition_is_a_bug_and_changes_nothing(nursery):
 
 async def test_work_that_ends_after_its_cancel_leaves_it_canceled(nursery):
     async def late(task, message, report):
-        engine.cancel(task.id)  # the work goes on a moment after its cancel (a race)
+        await engine.cancel(task.id)  # the work goes on a moment after its cancel (a race)
         return Outcome(text="too late")
 
     engine = TaskEngine(late)
     await nursery.start(engine.run)
-    task = engine.send("a", msg("go"))
+    task = await engine.send("a", msg("go"))
     await engine.wait(task.id)
     await trio.sleep(0.01)
     assert task.state == "canceled" and not task.artifacts  # cancel wins; the late outcome is dropped
@@ -150,8 +150,8 @@ async def test_slow_subscriber_is_dropped_not_waited_for(nursery):
 
     engine = TaskEngine(chatty)
     await nursery.start(engine.run)
-    task = engine.send("a", msg("go"))
-    receive = engine.subscribe(task.id)
+    task = await engine.send("a", msg("go"))
+    receive = await engine.subscribe(task.id)
     entry = engine._tasks[task.id]
     for _ in range(300):  # more than the subscriber's buffer, never read
         engine._emit(entry, StatusEvent(task_id=task.id, context_id=task.context_id, state="working"))
@@ -165,21 +165,21 @@ async def test_slow_subscriber_is_dropped_not_waited_for(nursery):
 async def test_store_is_bounded_evicting_terminal_tasks_in_insertion_order(engine):
     done = []
     for i in range(5):
-        task = engine.send("a", msg(f"t{i}"))
+        task = await engine.send("a", msg(f"t{i}"))
         await engine.wait(task.id)
         done.append(task.id)
-    newest = engine.send("a", msg("six"))
+    newest = await engine.send("a", msg("six"))
     with pytest.raises(TaskNotFound):
-        engine.get(done[0])  # the oldest went first
-    assert engine.get(done[1]) and engine.get(newest.id)
+        await engine.find(done[0])  # the oldest went first
+    assert await engine.find(done[1]) and await engine.find(newest.id)
 
 
 async def test_full_of_live_tasks_refuses_new_work(engine):
-    live = [engine.send("a", msg("hang")) for _ in range(5)]
+    live = [await engine.send("a", msg("hang")) for _ in range(5)]
     with pytest.raises(StoreFull, match="unfinished"):
-        engine.send("a", msg("one more"))
-    engine.cancel(live[0].id)
-    assert engine.send("a", msg("now fits")).state == "submitted"
+        await engine.send("a", msg("one more"))
+    await engine.cancel(live[0].id)
+    assert (await engine.send("a", msg("now fits"))).state == "submitted"
     assert sum(engine.counts().values()) == 5
 
 
@@ -198,27 +198,27 @@ async def test_tasks_survive_a_restart_with_persist_tasks(tmp_path):
     kernel = Node(config)
     async with trio.open_nursery() as nursery:
         await nursery.start(kernel.run)
-        done = kernel.a2a.engine.send("echo", msg("keep me"))
+        done = await kernel.a2a.engine.send("echo", msg("keep me"))
         await kernel.a2a.engine.wait(done.id)
-        running = kernel.a2a.engine.send("sleepy", msg("zz"))
+        running = await kernel.a2a.engine.send("sleepy", msg("zz"))
         await trio.sleep(0.1)
         nursery.cancel_scope.cancel()  # the daemon stops; the store flushes on the way out
     again = Node(config)
-    restored = again.a2a.engine.get(done.id)
+    restored = await again.a2a.engine.find(done.id)
     assert restored.state == "completed" and restored.artifacts[0].parts == [{"text": "keep me"}]
     assert [m.role for m in restored.history] == ["user", "agent"]
-    cut_off = again.a2a.engine.get(running.id)
+    cut_off = await again.a2a.engine.find(running.id)
     assert cut_off.state == "failed" and "restarted" in text_of(cut_off.status_message.parts)
     async with trio.open_nursery() as nursery:  # eviction reaches the file too
         await nursery.start(again.run)
         for i in range(3):
-            task = again.a2a.engine.send("echo", msg(f"n{i}"))
+            task = await again.a2a.engine.send("echo", msg(f"n{i}"))
             await again.a2a.engine.wait(task.id)
         await again.a2a.store.flush()
         nursery.cancel_scope.cancel()
     third = Node(config)
     with pytest.raises(TaskNotFound):
-        third.a2a.engine.get(done.id)
+        await third.a2a.engine.find(done.id)
     assert sum(third.a2a.engine.counts().values()) == 3
 
 
@@ -247,15 +247,15 @@ async def test_running_work_asks_its_client_and_takes_the_answer(nursery):
 
     engine = TaskEngine(asks)
     await nursery.start(engine.run)
-    task = engine.send("a", msg("paint"))
+    task = await engine.send("a", msg("paint"))
     with trio.fail_after(5):
         await engine.wait(task.id)
     assert task.state == "input-required" and task.asking and text_of(task.status_message.parts) == "which colour?"
     size = engine.bytes
     with pytest.raises(A2aError, match="say a colour"):
-        engine.send("a", msg("red", task_id=task.id))
+        await engine.send("a", msg("red", task_id=task.id))
     assert task.state == "input-required" and len(task.history) == 2 and engine.bytes == size
-    assert engine.send("a", msg("blue", task_id=task.id), caller="a2a:1.2.3.4") is task
+    assert await engine.send("a", msg("blue", task_id=task.id), caller="a2a:1.2.3.4") is task
     assert task.state == "working" and text_of(task.status_message.parts) == "thanks" and not task.asking
     with trio.fail_after(5):
         await engine.wait(task.id)
@@ -270,7 +270,7 @@ async def test_work_that_ends_with_its_question_open_still_finishes(nursery):
 
     engine = TaskEngine(forgets)
     await nursery.start(engine.run)
-    task = engine.send("a", msg("go"))
+    task = await engine.send("a", msg("go"))
     with trio.fail_after(5):
         while not task.terminal:
             await trio.sleep(0.01)

@@ -37,8 +37,8 @@ async def runner(task, message, report):
     return Outcome(state="completed", text=text)
 
 
-def held(engine: TaskEngine) -> int:
-    return sum(len(msgspec.json.encode(task)) for task in engine.list())
+async def held(engine: TaskEngine) -> int:
+    return sum(len(msgspec.json.encode(task)) for task in (await engine.list())[0])
 
 
 @pytest.fixture
@@ -48,51 +48,51 @@ async def engine(nursery):
     return engine
 
 
-def check(engine: TaskEngine) -> None:
-    assert held(engine) <= engine.bytes <= engine.max_store_bytes
+async def check(engine: TaskEngine) -> None:
+    assert (await held(engine)) <= engine.bytes <= engine.max_store_bytes
 
 
 async def test_every_path_is_counted(engine, autojump_clock):
     for text in ("x" * 20 * KB, "chunks 3", "status", "ask"):
-        task = engine.send("a", msg(text))
+        task = await engine.send("a", msg(text))
         await engine.wait(task.id)
-        check(engine)
-    asked = engine.list(state="input-required")[0]
-    engine.send("a", msg("y" * 10 * KB, task_id=asked.id))
+        await check(engine)
+    asked = (await engine.list(state="input-required"))[0][0]
+    await engine.send("a", msg("y" * 10 * KB, task_id=asked.id))
     await engine.wait(asked.id)
-    check(engine)
+    await check(engine)
 
 
 async def test_streamed_chunks_past_the_task_budget_fail_the_task(engine, autojump_clock):
-    task = engine.send("a", msg("chunks 50"))  # 500 kB against 100 kB
+    task = await engine.send("a", msg("chunks 50"))  # 500 kB against 100 kB
     await engine.wait(task.id)
     assert task.state == "failed" and "max_task_bytes" in text_of(task.status_message.parts)
-    check(engine)
+    await check(engine)
 
 
 async def test_a_message_past_the_task_budget_is_refused_new_or_continued(engine, autojump_clock):
     with pytest.raises(TaskTooLarge, match="max_task_bytes"):
-        engine.send("a", msg("z" * 120 * KB))
-    task = engine.send("a", msg("ask"))
+        await engine.send("a", msg("z" * 120 * KB))
+    task = await engine.send("a", msg("ask"))
     await engine.wait(task.id)
     with pytest.raises(TaskTooLarge):
-        engine.send("a", msg("z" * 99 * KB, task_id=task.id))
+        await engine.send("a", msg("z" * 99 * KB, task_id=task.id))
     assert task.state == "input-required" and len(task.history) == 2  # nothing half-added
-    check(engine)
+    await check(engine)
 
 
 async def test_terminal_tasks_are_evicted_by_bytes_and_live_ones_refuse_new_work(engine, autojump_clock):
-    first = engine.send("a", msg("x" * 40 * KB))
+    first = await engine.send("a", msg("x" * 40 * KB))
     await engine.wait(first.id)
     for i in range(10):  # 10 x ~80 kB through a 250 kB store
-        done = engine.send("a", msg(f"{i}" + "x" * 40 * KB))
+        done = await engine.send("a", msg(f"{i}" + "x" * 40 * KB))
         await engine.wait(done.id)
-        check(engine)
-    assert first.id not in {t.id for t in engine.list()}  # the oldest went first
-    for task in engine.list():
+        await check(engine)
+    assert first.id not in {t.id for t in (await engine.list())[0]}  # the oldest went first
+    for task in (await engine.list())[0]:
         assert task.terminal
     with pytest.raises(StoreFull, match="unfinished tasks"):
         for _ in range(100):  # live tasks of ~20 kB each push every terminal one out, then fill the store
-            engine.send("a", msg("hang" + " " * 20 * KB))
-    assert all(not task.terminal for task in engine.list())
-    check(engine)
+            await engine.send("a", msg("hang" + " " * 20 * KB))
+    assert all(not task.terminal for task in (await engine.list())[0])
+    await check(engine)

@@ -48,9 +48,9 @@ def message(text):
     return {"messageId": f"m-{time.monotonic_ns()}", "role": "ROLE_USER", "parts": [{"text": text}]}
 
 
-def held_bytes(node) -> int:
+async def held_bytes(node) -> int:
     """What the engine really holds: every stored task as JSON (independent of its own count)."""
-    return sum(len(msgspec.json.encode(task)) for task in node.a2a.engine.list())
+    return sum(len(msgspec.json.encode(task)) for task in (await node.a2a.engine.list())[0])
 
 
 async def test_big_messages_stay_within_the_store_budget(nursery, tmp_path):
@@ -60,12 +60,12 @@ async def test_big_messages_stay_within_the_store_budget(nursery, tmp_path):
             sent = (await client.post(url + "/a2a", headers=V10, json=rpc("SendMessage", {
                 "message": message(f"{i:03d}" + "x" * MB)}))).json()
             assert sent["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", sent["result"]["task"]["status"]
-            assert held_bytes(node) <= 4 * MiB
+            assert (await held_bytes(node)) <= 4 * MiB
         too_big = (await client.post(url + "/a2a", headers=V10, json=rpc("SendMessage", {
             "message": message("y" * (3 * MB + 200_000))}))).json()
         assert too_big["error"]["code"] == -32602 and "max_task_bytes" in too_big["error"]["message"]
         assert (await client.get(url + "/health")).status_code == 200  # still serving
-    assert held_bytes(node) <= node.a2a.engine.bytes <= 4 * MiB  # the count is never below the truth
+    assert (await held_bytes(node)) <= node.a2a.engine.bytes <= 4 * MiB  # the count is never below the truth
 
 
 async def test_live_tasks_filling_the_budget_refuse_new_work(nursery, tmp_path):
@@ -77,7 +77,7 @@ async def test_live_tasks_filling_the_budget_refuse_new_work(nursery, tmp_path):
                 "message": message(f"{i}" + "z" * MB), "configuration": {"returnImmediately": True}}))).json())
         refused = [a for a in answers if "error" in a]
         assert len(refused) >= 2 and all("unfinished tasks" in a["error"]["message"] for a in refused)
-        assert held_bytes(node) <= node.a2a.engine.bytes <= 3 * MiB
+        assert (await held_bytes(node)) <= node.a2a.engine.bytes <= 3 * MiB
         for answer in answers:
             if "result" in answer:
                 task_id = answer["result"]["task"]["id"]

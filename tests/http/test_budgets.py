@@ -106,7 +106,7 @@ async def test_every_a2a_binding_answers_429_and_creates_no_task(nursery, tmp_pa
     # the next turn of an existing task is agent work too
     follow = await post(url + "/a2a/limited", rpc("message/send", {"message": message("k", "0.3", taskId=task_id)}))
     assert follow.status_code == 429
-    assert [t.id for t in engine.list()] == [task_id]  # nothing was created, nothing started
+    assert [t.id for t in (await engine.list())[0]] == [task_id]  # nothing was created, nothing started
     for named in ("named-by-client-1", "named-by-client-2"):
         missing = await post(url + "/a2a/limited", rpc("tasks/get", {"id": named}))
         assert missing.json()["error"]["code"] == -32001  # TaskNotFound
@@ -116,7 +116,7 @@ async def test_every_a2a_binding_answers_429_and_creates_no_task(nursery, tmp_pa
     mock_clock.jump(60.5)
     streamed = await post(url + "/a2a/limited", rpc("message/stream", {"message": message("later", "0.3")}))
     assert streamed.status_code == 200 and sse(streamed.text)[-1]["result"]["status"]["state"] == "completed"
-    assert len(engine.list()) == 2
+    assert len((await engine.list())[0]) == 2
 
 
 async def test_a_budget_spent_between_admission_and_the_agent_turn_rejects_the_task(nursery, tmp_path, mock_clock,

@@ -53,14 +53,14 @@ async def test_mcp_tasks_are_their_owners(served):
     node, _ = served
     bridge = McpTaskBridge(node.a2a)
     alice, bob = Caller("alice", frozenset({"mcp"})), Caller("bob", frozenset({"mcp"}))
-    started = bridge.start("echo", "hello", caller="mcp:http:127.0.0.1", who=alice)
-    assert bridge.view(started.id, alice).id == started.id
-    assert bridge.view(started.id, ADMIN).id == started.id
+    started = await bridge.start("echo", "hello", caller="mcp:http:127.0.0.1", who=alice)
+    assert (await bridge.view(started.id, alice)).id == started.id
+    assert (await bridge.view(started.id, ADMIN)).id == started.id
     with pytest.raises(TaskNotFound) as theirs:
-        bridge.view(started.id, bob)
+        await bridge.view(started.id, bob)
     with pytest.raises(TaskNotFound) as never:
-        bridge.view("never-was", bob)
+        await bridge.view("never-was", bob)
     assert str(theirs.value).replace(started.id, "ID") == str(never.value).replace("never-was", "ID")
     with pytest.raises(TaskNotFound):
-        bridge.cancel(started.id, bob)
-    assert node.a2a.engine.get(started.id).owner == "alice"
+        await bridge.cancel(started.id, bob)
+    assert (await node.a2a.engine.find(started.id)).owner == "alice"

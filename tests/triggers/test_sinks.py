@@ -221,7 +221,7 @@ async def test_the_agent_sink_reaches_another_tern_over_a2a(nursery, tmp_path):
     await nursery.start(client.run)
     with trio.fail_after(20):
         await send(client, TriggerSink(kind="agent", agent="peer"), "the nightly report")
-    [task] = server.a2a.engine.list()
+    [task] = (await server.a2a.engine.list())[0]
     assert task.agent == "echo" and task.state == "completed"
     assert any("the nightly report" in json.dumps(msg, default=str) for msg in
                [m.parts for m in task.history])

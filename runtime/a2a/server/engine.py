@@ -25,10 +25,14 @@ ordered events to every subscriber.
   output that would is not kept, the task fails saying why.
 - At most ``max_subscribers`` streams follow one task; one more is refused
   (:class:`TooManySubscribers`).
+- With ``shared`` (``[state] store = "postgres"``, ``shared.py``) several nodes share
+  the tasks: this node holds a task only while it runs its work, answers for every
+  other from the database, and acknowledges a send or a cancel only once it is written.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections import OrderedDict
 from typing import Any
@@ -245,8 +249,9 @@ class TaskReport:
 
 
 Runner = Callable[[Task, Message, TaskReport], Awaitable[Outcome]]
-#: Takes the client's answer to an open question, and who sent it (see ``TaskReport.ask``).
-Answer = Callable[[Message, str], str | None]
+#: Takes the client's answer to an open question, and who sent it (see ``TaskReport.ask``);
+#: a plain function or a coroutine function.
+Answer = Callable[[Message, str], Any]
 
 
 class _Entry:
@@ -287,41 +292,62 @@ class TaskEngine:
         self.on_change = on_change  # persistence, metrics, the kernel's event bus
         self.on_evict = on_evict
         self.listeners: list[Callable[[Task, Event], None]] = []  # every event of every task (push)
+        #: [state] store = "postgres": the tasks every node shares (``shared.SharedTasks``), else None.
+        self.shared: Any = None
         self._tasks: OrderedDict[str, _Entry] = OrderedDict()
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            if self.shared is not None:
+                await nursery.start(self.shared.run)
             task_status.started()
             await trio.sleep_forever()
 
     # --- Reading ----------------------------------------------------------------------------
 
-    def get(self, task_id: str, who: Caller | None = None) -> Task:
+    def peek(self, task_id: str) -> Task | None:
+        """This node's copy of the task, or None (with ``shared``: only while it runs here)."""
+        entry = self._tasks.get(task_id)
+        return entry.task if entry is not None else None
+
+    async def find(self, task_id: str, who: Caller | None = None) -> Task:
         """The task; ``TaskNotFound`` if there is none, or ``who`` (when given) does not own
         it and is no admin: the same error either way, so no caller learns another's ids."""
         entry = self._tasks.get(task_id)
-        if entry is None or who is not None and not who.owns(entry.task.owner):
+        task = entry.task if entry is not None else None
+        if task is None and self.shared is not None:
+            task = await self.shared.load(task_id)
+        if task is None or who is not None and not who.owns(task.owner):
             raise TaskNotFound(f"task {task_id!r} not found (it never existed, or was evicted)")
-        return entry.task
+        return task
 
     def counts(self) -> dict[str, int]:
+        """Tasks by state: this node's, or with ``shared`` every node's as last counted."""
+        if self.shared is not None:
+            return dict(self.shared.counts)
         counts: dict[str, int] = {}
         for entry in self._tasks.values():
             counts[entry.task.state] = counts.get(entry.task.state, 0) + 1
         return counts
 
-    def list(self, *, context_id: str | None = None, state: str | None = None,
-             who: Caller | None = None) -> list[Task]:
-        """Newest status first; only ``who``'s own when given (an admin's: all)."""
+    async def list(self, *, context_id: str | None = None, state: str | None = None, who: Caller | None = None,
+                   offset: int = 0, limit: int | None = None) -> tuple[list[Task], int]:
+        """One page (``offset``, ``limit``) of the tasks, newest status first, and how many
+        there are in all; only ``who``'s own when given (an admin's: all)."""
+        if self.shared is not None:
+            return await self.shared.list(context_id=context_id, state=state,
+                                          owner=None if who is None or who.allows("admin") else who.name,
+                                          offset=offset, limit=limit)
         found = [
             e.task
             for e in self._tasks.values()
             if (context_id is None or e.task.context_id == context_id) and (state is None or e.task.state == state)
             and (who is None or who.owns(e.task.owner))
         ]
-        return sorted(found, key=lambda t: t.timestamp, reverse=True)
+        found.sort(key=lambda t: t.timestamp, reverse=True)
+        return found[offset:None if limit is None else offset + limit], len(found)
 
     def load(self, tasks: list[tuple[Task, int]]) -> None:
         """Tasks from a store that survived a restart, oldest first, each with its
@@ -358,8 +384,8 @@ class TaskEngine:
 
     # --- Starting and continuing ------------------------------------------------------------
 
-    def send(self, agent: str, message: Message, *, task_id: str | None = None, dialect: str = "",
-             caller: str = "", who: Caller | None = None) -> Task:
+    async def send(self, agent: str, message: Message, *, task_id: str | None = None, dialect: str = "",
+                   caller: str = "", who: Caller | None = None) -> Task:
         """Start a task for ``message`` (or continue the one its ``task_id`` names) and
         return it; the agent work runs in the background. ``task_id`` names a new task
         (0.1 clients choose their ids); otherwise the engine makes one up. ``caller``
@@ -368,6 +394,10 @@ class TaskEngine:
         assert self._nursery is not None, "TaskEngine.run() first"
         if message.task_id:
             entry = self._tasks.get(message.task_id)
+            if entry is None and self.shared is not None:
+                row = await self.shared.load_row(message.task_id)
+                if row is not None and (who is None or who.owns(row[0].owner)):
+                    return await self._elsewhere(agent, message, row[0], row[1], caller, who)
             if entry is None or who is not None and not who.owns(entry.task.owner):
                 raise TaskNotFound(f"task {message.task_id!r} not found (it never existed, or was evicted)")
             task = entry.task
@@ -376,7 +406,7 @@ class TaskEngine:
             if task.terminal:
                 raise UnsupportedOperation(f"task {task.id} is {task.state}; start a new task in its context instead")
             if entry.answer is not None:
-                return self._answer(entry, message, caller)
+                return await self._answer(entry, message, caller)
             if entry.running:
                 raise UnsupportedOperation(f"task {task.id} is still working; wait for it or cancel it")
             self._refuse_if_unsaved()
@@ -384,7 +414,8 @@ class TaskEngine:
             message.task_id = task.id
             self._grow(entry, size_of(message), "the message")
         else:
-            if task_id is not None and task_id in self._tasks:
+            if task_id is not None and (task_id in self._tasks
+                                        or self.shared is not None and await self.shared.load(task_id) is not None):
                 raise InvalidTaskRequest(f"task {task_id!r} exists already")
             self._refuse_if_unsaved()
             task = Task(id=task_id or new_id(), context_id=message.context_id or new_id(), agent=agent, dialect=dialect,
@@ -398,15 +429,79 @@ class TaskEngine:
             self._tasks[task.id] = entry
         task.history.append(message)
         entry.who = who
+        entry.running = True
         if task.state != "submitted":
             self._set(entry, "submitted", None)
         else:
             self._changed(entry)
-        entry.running = True
         scope = trio.CancelScope()
         entry.scope = scope
+        if self.shared is not None:  # acknowledged only once written; the work starts after that
+            await self._written(entry)
         self._nursery.start_soon(self._work, entry, message, scope)
         return task
+
+    async def _elsewhere(self, agent: str, message: Message, task: Task, node: str, caller: str,
+                         who: Caller | None) -> Task:
+        """With ``shared``: a message on a task this node does not hold. An answer to a
+        question of its work goes to the node running it; a task that waits for its
+        client is claimed and its next turn runs here (the write of that turn is the
+        claim: if another node was faster, it fails)."""
+        if message.context_id and message.context_id != task.context_id:
+            raise InvalidTaskRequest(f"contextId {message.context_id!r} is not the context of task {task.id!r}")
+        if task.terminal:
+            raise UnsupportedOperation(f"task {task.id} is {task.state}; start a new task in its context instead")
+        if task.asking and node:
+            return await self.shared.forward(task, message, caller)
+        if node:
+            raise UnsupportedOperation(f"task {task.id} is still working; wait for it or cancel it")
+        size = TASK_OVERHEAD + sum(size_of(m) for m in task.history) + sum(size_of(a) for a in task.artifacts)
+        self._check_task_size(task, size, "the stored task")
+        self._make_room(size)
+        entry = _Entry(task, size)
+        entry.status_size = size_of(task.status_message)
+        self._tasks[task.id] = entry
+        self.bytes += size
+        try:
+            await self.shared.hold(task)
+            return await self.send(agent, message, caller=caller, who=who)
+        except BaseException:
+            if not entry.running:
+                self.shared.forget(task.id)
+                self._drop(entry)
+            raise
+
+    async def _written(self, entry: _Entry) -> None:
+        """With ``shared``: wait until ``entry``'s changes are in the database; if they
+        cannot be written, or another node changed the task meanwhile, the send fails and
+        this node lets the task go."""
+        task = entry.task
+        try:
+            await self.shared.flush()
+        except BaseException:
+            entry.running, entry.scope = False, None
+            self.shared.forget(task.id)  # never told to the client: never written later either
+            self._drop(entry)
+            raise
+        if self._tasks.get(task.id) is not entry:  # adopted a newer state from another node
+            entry.running, entry.scope = False, None
+            raise UnsupportedOperation(f"task {task.id} was changed on another node meanwhile (it is {task.state} "
+                                       "now); read it again")
+
+    def _drop(self, entry: _Entry) -> None:
+        """With ``shared``: this node no longer holds the task (its work ended, written)."""
+        if self._tasks.get(entry.task.id) is entry:
+            del self._tasks[entry.task.id]
+            self.bytes -= entry.size
+            self.shared.forget(entry.task.id)
+
+    async def answer(self, task_id: str, message: Message, caller: str) -> Task:
+        """With ``shared``: another node forwarded ``message`` as the answer to the
+        question of this task's work, which runs here."""
+        entry = self._tasks.get(task_id)
+        if entry is None or entry.answer is None:
+            raise UnsupportedOperation(f"task {task_id} no longer waits for an answer; read it again")
+        return await self._answer(entry, message, caller)
 
     def _ask(self, entry: _Entry, question: Message, answer: Answer) -> None:
         """``TaskReport.ask``: the question joins the history and is the status message."""
@@ -420,7 +515,7 @@ class TaskEngine:
     def _close_question(self, entry: _Entry) -> None:
         entry.answer, entry.task.asking = None, False
 
-    def _answer(self, entry: _Entry, message: Message, caller: str) -> Task:
+    async def _answer(self, entry: _Entry, message: Message, caller: str) -> Task:
         """The client's message on a task whose running work asked it something: the
         work takes it (or refuses it, and nothing changes), and the task works again."""
         task, answer = entry.task, entry.answer
@@ -431,13 +526,21 @@ class TaskEngine:
         self._grow(entry, added, "the message")
         try:
             text = answer(message, caller)
+            if inspect.isawaitable(text):
+                text = await text
         except BaseException:
             entry.size -= added
             self.bytes -= added
             raise
+        if entry.answer is not answer:  # the question ended while it was being answered
+            entry.size -= added
+            self.bytes -= added
+            raise UnsupportedOperation(f"task {task.id} no longer waits for this answer")
         task.history.append(message)
         self._close_question(entry)
         self._set(entry, "working", _agent_text(text, task) if text else None)
+        if self.shared is not None:
+            await self.shared.flush()
         return task
 
     def _refuse_if_unsaved(self) -> None:
@@ -497,9 +600,24 @@ class TaskEngine:
             entry.running = False
             entry.scope = None
             self._drop_question(entry)
-        if scope.cancel_called or outcome is None:
-            return  # cancel() already moved it to canceled (even if the work ended first)
-        self._finish(entry, outcome)
+        if not (scope.cancel_called or outcome is None):  # else cancel() moved it to canceled already
+            self._finish(entry, outcome)
+        if self.shared is not None:
+            await self._release(entry)
+
+    async def _release(self, entry: _Entry) -> None:
+        """With ``shared``: the work ended here; once what it did is written, the task is
+        the database's (any node may continue it), unless a new turn began meanwhile."""
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(30):
+                while True:
+                    try:
+                        await self.shared.flush()
+                        break
+                    except TernError:  # the database is away: the writer keeps it, retrying
+                        await trio.sleep(1.0)
+        if not entry.running and entry.answer is None:
+            self._drop(entry)
 
     def _drop_question(self, entry: _Entry) -> None:
         """The work ended (or failed) with its question still open: the question is
@@ -553,16 +671,56 @@ class TaskEngine:
 
     # --- Cancel -----------------------------------------------------------------------------
 
-    def cancel(self, task_id: str) -> Task:
+    async def cancel(self, task_id: str, who: Caller | None = None) -> Task:
+        """Cancel the task (``who``, when given, must own it): its work stops, wherever
+        it runs. ``TaskNotCancelable`` once it has ended."""
         entry = self._tasks.get(task_id)
-        if entry is None:
+        if entry is None and self.shared is not None:
+            return await self.shared.cancel(task_id, who)
+        if entry is None or who is not None and not who.owns(entry.task.owner):
             raise TaskNotFound(f"task {task_id!r} not found (it never existed, or was evicted)")
         if entry.task.terminal:
             raise TaskNotCancelable(f"task {task_id} is already {entry.task.state}")
         if entry.scope is not None:
             entry.scope.cancel()  # the agent's work stops (a command agent's process is killed)
         self._set(entry, "canceled", None)
+        if self.shared is not None:
+            await self.shared.flush()
+            if not entry.running:
+                self._drop(entry)
         return entry.task
+
+    def adopt(self, task_id: str, task: Task | None) -> None:
+        """With ``shared``: another node (a cancel, the reaper of a node that stopped
+        answering, a claim) wrote a newer state ``task`` of a task this node holds (None:
+        the task is another's or gone): this node takes that state; its work here stops,
+        its streams here end, and it lets the task go."""
+        entry = self._tasks.get(task_id)
+        if entry is None:
+            return
+        if entry.scope is not None:
+            entry.scope.cancel()
+        self._close_question(entry)
+        if task is not None:
+            for field in task.__struct_fields__:
+                setattr(entry.task, field, getattr(task, field))
+            event = StatusEvent(task_id=task.id, context_id=task.context_id, state=task.state,
+                                message=task.status_message, timestamp=task.timestamp, final=True)
+            if task.terminal:  # this node's webhooks of the task hear how it ended (the node that ended it does not)
+                for listener in self.listeners:
+                    listener(entry.task, event)
+            for channel in entry.subscribers:
+                try:
+                    channel.send_nowait(event)
+                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+        for channel in entry.subscribers:
+            channel.close()
+        entry.subscribers.clear()
+        entry.running = False
+        entry.changed.set()
+        entry.changed = trio.Event()
+        self._drop(entry)
 
     # --- Events -----------------------------------------------------------------------------
 
@@ -600,6 +758,8 @@ class TaskEngine:
             entry.subscribers.clear()
 
     def _emit(self, entry: _Entry, event: Event) -> None:
+        if self.shared is not None:
+            self.shared.event(entry.task, event)
         for listener in self.listeners:
             listener(entry.task, event)
         for channel in list(entry.subscribers):
@@ -613,12 +773,18 @@ class TaskEngine:
     def _changed(self, entry: _Entry) -> None:
         entry.changed.set()
         entry.changed = trio.Event()
+        if self.shared is not None:
+            self.shared.changed(entry.task, running=entry.running)
         if self.on_change is not None:
             self.on_change(entry.task)
 
-    def subscribe(self, task_id: str) -> trio.MemoryReceiveChannel[Event]:
-        """Every event of the task from now on, until it is final (the channel ends)."""
+    async def subscribe(self, task_id: str, *, after: int | None = None) -> trio.MemoryReceiveChannel[Event]:
+        """Every event of the task from now on, until it is final (the channel ends). With
+        ``shared``, a task another node runs is followed through the database: its events
+        after version ``after`` (the snapshot the caller showed), else after the current one."""
         entry = self._tasks.get(task_id)
+        if entry is None and self.shared is not None:
+            return await self.shared.follow(task_id, after)
         if entry is None:
             raise TaskNotFound(f"task {task_id!r} not found (it never existed, or was evicted)")
         if len(entry.subscribers) >= self.max_subscribers:  # first forget followers that went away
@@ -639,6 +805,8 @@ class TaskEngine:
         """Until the task is terminal or waits for input (its work ended there, or asks
         while it runs)."""
         entry = self._tasks.get(task_id)
+        if entry is None and self.shared is not None:
+            return await self.shared.wait(task_id)
         if entry is None:
             raise TaskNotFound(f"task {task_id!r} not found")
         while not (entry.task.terminal or (entry.task.state in INTERRUPTED
@@ -647,7 +815,7 @@ class TaskEngine:
         return entry.task
 
     async def events(self, task_id: str) -> AsyncIterator[Event]:
-        async with self.subscribe(task_id) as receive:
+        async with await self.subscribe(task_id) as receive:
             async for event in receive:
                 yield event
 

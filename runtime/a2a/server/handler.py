@@ -71,34 +71,35 @@ class A2aHandler:
         if op == "send":
             return await self.send(params, agent, dialect, caller=caller, who=who)
         if op == "stream":
-            return self._stream(self._start_with_push(params, agent, dialect, caller, who), dialect, frame, new=True)
+            task = await self._start_with_push(params, agent, dialect, caller, who)
+            return await self._stream(task, dialect, frame, new=True)
         if op == "resubscribe":
-            task = self.engine.get(task_id(params), who)
+            task = await self.engine.find(task_id(params), who)
             if task.terminal:
                 raise UnsupportedOperation(f"task {task.id} is {task.state}: nothing more will happen to it")
-            return self._stream(task, _answering(row, task), frame)
+            return await self._stream(task, _answering(row, task), frame)
         if op == "get":
-            task = self.engine.get(task_id(params), who)
+            task = await self.engine.find(task_id(params), who)
             return dialects.render_task(task, _answering(row, task), history_length=history_length(params))
         if op == "cancel":
-            task = self.engine.cancel(self.engine.get(task_id(params), who).id)
+            task = await self.engine.cancel(task_id(params), who)
             return dialects.render_task(task, _answering(row, task))
         if op == "list":
-            return self._list(params, who)
+            return await self._list(params, who)
         if op == "extended_card":
             raise RpcError(protocol.EXTENDED_CARD_NOT_CONFIGURED, "this agent has no extended card")
         if who is not None:  # a push config of another's task: not found, like the task
             named = params.get("taskId") or params.get("id")
-            self.engine.get(named if isinstance(named, str) else "", who)
+            await self.engine.find(named if isinstance(named, str) else "", who)
         if dialect == "1.0":  # the 1.0 push methods name their params differently
-            return self._push_10(op, params)
-        return self._push_03(op, params)
+            return await self._push_10(op, params)
+        return await self._push_03(op, params)
 
     # --- Sending ----------------------------------------------------------------------------
 
     async def send(self, params: dict[str, Any], agent: str, dialect: str, *, caller: str = "",
                    who: Caller | None = None) -> Any:
-        task = self._start_with_push(params, agent, dialect, caller, who)
+        task = await self._start_with_push(params, agent, dialect, caller, who)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
         if protocol.is_blocking(dialect, configuration):
             with trio.move_on_after(BLOCKING_WAIT_SECS):
@@ -111,12 +112,12 @@ class A2aHandler:
                                         if isinstance(length, int) and length >= 0 else None)
         return dialects.wrap_result(rendered, "task", dialect)
 
-    def _start(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "",
+    async def _start(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "",
                who: Caller | None = None) -> Task:
         check_ids(params)  # again: the seed's REST route calls send() directly
         message = dialects.parse_message(params.get("message"))
         names_task = TRAITS[dialect].client_names_task
-        if self.admit is not None and not self._answers(params.get("id") if names_task else message.task_id, who):
+        if self.admit is not None and not await self._answers(params.get("id") if names_task else message.task_id, who):
             self.admit(agent)  # a spent budget: no task, no work
         if names_task:  # the client chooses the task id; sessionId is the context
             named = params.get("id")
@@ -125,41 +126,41 @@ class A2aHandler:
             if isinstance(params.get("sessionId"), str):
                 message.context_id = params["sessionId"]
             try:
-                self.engine.get(named)  # another's: the send below says not found
+                await self.engine.find(named)  # another's: the send below says not found
                 message.task_id = named
             except TaskNotFound:
-                return self.engine.send(agent, message, task_id=named, dialect=dialect, caller=caller, who=who)
-        return self.engine.send(agent, message, dialect=dialect, caller=caller, who=who)
+                return await self.engine.send(agent, message, task_id=named, dialect=dialect, caller=caller, who=who)
+        return await self.engine.send(agent, message, dialect=dialect, caller=caller, who=who)
 
-    def _answers(self, named: Any, who: Caller | None) -> bool:
+    async def _answers(self, named: Any, who: Caller | None) -> bool:
         """Whether a message on the task ``named`` answers its running work's question."""
         if not isinstance(named, str) or not named:
             return False
         try:
-            return self.engine.get(named, who).asking
+            return (await self.engine.find(named, who)).asking
         except TaskNotFound:
             return False
 
-    def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "",
-                         who: Caller | None = None) -> Task:
-        task = self._start(params, agent, dialect, caller, who)
+    async def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "",
+                               who: Caller | None = None) -> Task:
+        task = await self._start(params, agent, dialect, caller, who)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
         webhook = (configuration.get("taskPushNotificationConfig") or configuration.get("pushNotificationConfig")
                    or params.get("pushNotification"))
         if webhook:  # registered before the work's first event goes out
             try:
-                self.push.set(task.id, webhook, dialect)
+                await self.push.set(task.id, webhook, dialect)
             except A2aError:
-                self.engine.cancel(task.id)
+                await self.engine.cancel(task.id)
                 raise
         return task
 
     # --- Streams ----------------------------------------------------------------------------
 
-    def _stream(self, task: Task, dialect: str, frame: Frame, *, new: bool = False) -> StreamResponse:
+    async def _stream(self, task: Task, dialect: str, frame: Frame, *, new: bool = False) -> StreamResponse:
         """The task's events as SSE. ``new``: the stream of a send, where the agent may
         still answer with a Message (then that message is the whole stream)."""
-        receive = self.engine.subscribe(task.id)
+        receive = await self.engine.subscribe(task.id, after=task.version)
         traits = TRAITS[dialect]
         if traits.stream_task:
             snapshot = dialects.wrap_result(dialects.render_task(task, dialect), "task", dialect)
@@ -192,48 +193,51 @@ class A2aHandler:
 
     # --- Listing and push configs -----------------------------------------------------------
 
-    def _list(self, params: dict[str, Any], who: Caller | None) -> dict[str, Any]:
+    async def _list(self, params: dict[str, Any], who: Caller | None) -> dict[str, Any]:
         state = params.get("status")
-        tasks = self.engine.list(context_id=params.get("contextId") or None,
-                                 state=dialects.parse_state(state) if state else None, who=who)
         size = params.get("pageSize") if isinstance(params.get("pageSize"), int) else 50
         size = max(1, min(size, 100))
         try:
             start = int(params.get("pageToken") or 0)
         except (TypeError, ValueError):
             raise RpcError(INVALID_PARAMS, "invalid pageToken") from None
-        page = tasks[start:start + size]
+        if not 0 <= start <= 1_000_000_000:
+            raise RpcError(INVALID_PARAMS, "invalid pageToken")
+        page, total = await self.engine.list(context_id=params.get("contextId") or None,
+                                             state=dialects.parse_state(state) if state else None, who=who,
+                                             offset=start, limit=size)
         length = params.get("historyLength")
         include = bool(params.get("includeArtifacts"))
         return {"tasks": [dialects.render_task(t, "1.0", include_artifacts=include,
                                                history_length=length if isinstance(length, int) else None)
                           for t in page],
-                "nextPageToken": str(start + size) if start + size < len(tasks) else "",
-                "pageSize": size, "totalSize": len(tasks)}
+                "nextPageToken": str(start + size) if start + size < total else "",
+                "pageSize": size, "totalSize": total}
 
-    def _push_10(self, op: str, params: dict[str, Any]) -> Any:
+    async def _push_10(self, op: str, params: dict[str, Any]) -> Any:
         if op == "push_set":
             raw = params.get("pushNotificationConfig") or params.get("config") or params
-            return self.push.set(string(params, "taskId"), raw, "1.0")
+            return await self.push.set(string(params, "taskId"), raw, "1.0")
         if op == "push_get":
-            return self.push.get(string(params, "taskId"), params.get("id"), "1.0")
+            return await self.push.get(string(params, "taskId"), params.get("id"), "1.0")
         if op == "push_list":
-            return {"configs": self.push.list(string(params, "taskId"), "1.0"), "nextPageToken": ""}
-        self.push.delete(string(params, "taskId"), string(params, "id"))
+            return {"configs": await self.push.list(string(params, "taskId"), "1.0"), "nextPageToken": ""}
+        await self.push.delete(string(params, "taskId"), string(params, "id"))
         return {}
 
-    def _push_03(self, op: str, params: dict[str, Any]) -> Any:
+    async def _push_03(self, op: str, params: dict[str, Any]) -> Any:
         if op in ("push_set", "push_set_legacy"):
             named = params.get("taskId") or params.get("id")
-            config = self.push.set(named if isinstance(named, str) else "", params.get("pushNotificationConfig"), "0.3")
+            config = await self.push.set(named if isinstance(named, str) else "", params.get("pushNotificationConfig"),
+                                         "0.3")
             if op == "push_set":
                 return config
             return {"id": named, **{k: v for k, v in config.items() if k != "taskId"}}
         if op == "push_get":
-            return self.push.get(task_id(params), params.get("pushNotificationConfigId"), "0.3")
+            return await self.push.get(task_id(params), params.get("pushNotificationConfigId"), "0.3")
         if op == "push_list":
-            return self.push.list(task_id(params), "0.3")
-        self.push.delete(task_id(params), string(params, "pushNotificationConfigId"))
+            return await self.push.list(task_id(params), "0.3")
+        await self.push.delete(task_id(params), string(params, "pushNotificationConfigId"))
         return None
 
 

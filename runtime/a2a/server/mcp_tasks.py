@@ -25,27 +25,31 @@ class McpTaskBridge:
         self.service = service
         self.engine = service.engine
 
-    def start(self, agent: str, message: str, *, caller: str, context_id: str | None = None,
-              ask: Ask | None = None, sample: Sample | None = None, who: Caller | None = None) -> TaskView:
+    async def start(self, agent: str, message: str, *, caller: str, context_id: str | None = None,
+                    ask: Ask | None = None, sample: Sample | None = None, who: Caller | None = None) -> TaskView:
         self.service.agents.admit(agent)  # budgets, before any work exists (BudgetExceeded)
-        task = self.engine.send(agent, Message(role="user", parts=[{"text": message}], context_id=context_id),
-                                caller=caller, who=who)
-        if ask is not None or sample is not None:  # before the work starts: it runs once this task yields
+        task = await self.engine.send(agent, Message(role="user", parts=[{"text": message}], context_id=context_id),
+                                      caller=caller, who=who)
+        if ask is not None or sample is not None:  # before the work starts: send() started it, no checkpoint since
             self.service.lent[task.id] = (ask, sample)
         return view(task)
 
-    def view(self, task_id: str, who: Caller | None = None) -> TaskView:
-        task = self.engine.get(task_id, who)  # TaskNotFound (also another key's)
+    async def view(self, task_id: str, who: Caller | None = None) -> TaskView:
+        task = await self.engine.find(task_id, who)  # TaskNotFound (also another key's)
         if task.terminal:
             self.service.lent.pop(task.id, None)
         return view(task)
 
-    def cancel(self, task_id: str, who: Caller | None = None) -> None:
+    async def cancel(self, task_id: str, who: Caller | None = None) -> None:
         try:
-            self.engine.cancel(self.engine.get(task_id, who).id)  # TaskNotFound for an unknown id, or another's
+            await self.engine.cancel(task_id, who)  # TaskNotFound for an unknown id, or another's
         except TaskNotCancelable:
             pass  # finished already: cancelling it again changes nothing
         self.service.lent.pop(task_id, None)
+
+    def finished(self, task_id: str) -> bool:
+        task = self.engine.peek(task_id)
+        return task is None or task.terminal
 
 
 def view(task: Task) -> TaskView:

@@ -20,6 +20,10 @@ status and artifact event to.
   a client-credentials token (A2A lets the server obtain a token for the schemes the
   client names; these say from where), and its client certificate. A 401 to a token of
   tern's drops it and the event is sent once more with a fresh one.
+- With ``shared`` (``[state] store = "postgres"``) the configs are rows every node reads
+  and writes (``shared.py``), and only the node running a task's work POSTs its events:
+  it loads the task's configs when it takes the task and again when another node
+  changes them, so each event goes out once, not once per node.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import trio
 from runtime.a2a import dialects, protocol
 from runtime.a2a.dialects import Dialect
 from runtime.a2a.server.engine import A2aError, InvalidTaskRequest, TaskEngine
-from runtime.a2a.model import Event, Task
+from runtime.a2a.model import Event, Task, new_id
 from runtime.log import get_logger
 from runtime.wire.limits import check_id
 
@@ -67,6 +71,16 @@ class _Config:
             dialect,
         )
         self.send, self.receive = trio.open_memory_channel[Any](QUEUE_EVENTS)
+
+    def stored(self) -> str:
+        """The row body in the shared store."""
+        return _encoder.encode({"id": self.id, "url": self.url, "token": self.token, "auth": self.auth,
+                                "dialect": self.dialect}).decode()
+
+    @classmethod
+    def from_stored(cls, task_id: str, body: str) -> _Config:
+        raw = msgspec.json.decode(body)
+        return cls(raw["id"], task_id, raw["url"], raw["token"], raw["auth"], raw["dialect"])
 
     def render(self, dialect: Dialect) -> dict[str, Any]:
         if dialect == "1.0":
@@ -126,7 +140,19 @@ class PushNotifier:
         self._client: Any = None
         self.delivered = 0
         self.failed = 0
+        self.shared: Any = None  # the engine's SharedTasks, if any (share)
         engine.listeners.append(self._on_event)
+
+    def share(self, shared: Any) -> None:
+        """Keep the configs in the shared store; load a task's when this node takes it."""
+        self.shared = shared
+        shared.on_hold.append(self._load)
+        shared.on_release.append(self._release)
+
+    def _release(self, task_id: str) -> None:
+        """This node no longer runs the task: what is queued still goes out, then its workers end."""
+        for config in self._configs.pop(task_id, {}).values():
+            config.send.close()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         from contextlib import AsyncExitStack
@@ -157,11 +183,11 @@ class PushNotifier:
 
     # --- Configs ------------------------------------------------------------------------------
 
-    def set(self, task_id: str, raw: Any, dialect: Dialect) -> dict[str, Any]:
+    async def set(self, task_id: str, raw: Any, dialect: Dialect) -> dict[str, Any]:
         """Register a webhook from its wire form (any dialect); returns it rendered."""
         from runtime.net.guard import BlockedAddress, check_url
 
-        task = self.engine.get(task_id)
+        task = await self.engine.find(task_id)
         if not isinstance(raw, dict):
             raise InvalidTaskRequest("the push notification config must be an object")
         url = raw.get("url")
@@ -171,9 +197,10 @@ class PushNotifier:
             check_url(url, self.policy)
         except (BlockedAddress, ValueError) as exc:
             raise InvalidTaskRequest(f"webhook {url} refused: {exc}") from None
-        configs = self._configs.setdefault(task.id, {})
-        config_id = str(check_id(raw.get("id"), "the push notification config id") or f"push-{next(self._ids)}")
-        if config_id not in configs and len(configs) >= MAX_CONFIGS_PER_TASK:
+        configs = self._configs.get(task.id, {})
+        config_id = str(check_id(raw.get("id"), "the push notification config id")
+                        or (f"push-{next(self._ids)}" if self.shared is None else f"push-{new_id()[:8]}"))
+        if self.shared is None and config_id not in configs and len(configs) >= MAX_CONFIGS_PER_TASK:
             raise InvalidTaskRequest(f"task {task.id} has {MAX_CONFIGS_PER_TASK} webhooks already")
         auth = raw.get("authentication") if isinstance(raw.get("authentication"), dict) else {}
         scheme = auth.get("scheme") or (auth.get("schemes") or [None])[0]
@@ -183,18 +210,45 @@ class PushNotifier:
             if len(secret) > MAX_SECRET_CHARS:
                 raise InvalidTaskRequest(f"the push notification {what} is {len(secret)} characters long "
                                          f"(at most {MAX_SECRET_CHARS})")
-        old = configs.pop(config_id, None)
-        if old is not None:
-            old.send.close()
         config = _Config(config_id, task.id, url, token, auth, dialect)
-        configs[config_id] = config
-        assert self._nursery is not None, "PushNotifier.run() first"
-        self._nursery.start_soon(self._deliver, config)
+        if self.shared is not None:
+            await self.shared.put_push(task.id, config_id, config.stored(), MAX_CONFIGS_PER_TASK)
+            if self.engine.peek(task.id) is None:
+                return config.render(dialect)  # the node running the work (or taking it next) loads it
+        self._register(config)
         return config.render(dialect)
 
-    def get(self, task_id: str, config_id: str | None, dialect: Dialect) -> dict[str, Any]:
-        self.engine.get(task_id)
+    def _register(self, config: _Config) -> None:
+        configs = self._configs.setdefault(config.task_id, {})
+        old = configs.pop(config.id, None)
+        if old is not None:
+            old.send.close()
+        configs[config.id] = config
+        assert self._nursery is not None, "PushNotifier.run() first"
+        self._nursery.start_soon(self._deliver, config)
+
+    async def _load(self, task_id: str) -> None:
+        """This node runs ``task_id``'s work now (or another node changed its configs):
+        deliver to the configs the shared store has for it, as they are there."""
+        stored = {c.id: c for c in await self._stored(task_id)}
         configs = self._configs.get(task_id, {})
+        for config_id in [i for i, c in configs.items() if i not in stored or c.stored() != stored[i].stored()]:
+            configs.pop(config_id).send.close()
+        for config_id, config in stored.items():
+            if config_id not in configs:
+                self._register(config)
+
+    async def _stored(self, task_id: str) -> list[_Config]:
+        return [_Config.from_stored(task_id, body) for body in await self.shared.push_rows(task_id)]
+
+    async def _configs_of(self, task_id: str) -> dict[str, _Config]:
+        if self.shared is not None:
+            return {c.id: c for c in await self._stored(task_id)}
+        return self._configs.get(task_id, {})
+
+    async def get(self, task_id: str, config_id: str | None, dialect: Dialect) -> dict[str, Any]:
+        await self.engine.find(task_id)
+        configs = await self._configs_of(task_id)
         config = configs.get(config_id) if config_id else None
         if config is None and (not config_id or config_id == "default"):
             config = next(iter(configs.values()), None)  # 0.3 clients ask for "default": the first one
@@ -202,12 +256,14 @@ class PushNotifier:
             raise ConfigNotFound(f"task {task_id} has no push notification config {config_id or ''}".rstrip())
         return config.render(dialect)
 
-    def list(self, task_id: str, dialect: Dialect) -> list[dict[str, Any]]:
-        self.engine.get(task_id)
-        return [c.render(dialect) for c in self._configs.get(task_id, {}).values()]
+    async def list(self, task_id: str, dialect: Dialect) -> list[dict[str, Any]]:
+        await self.engine.find(task_id)
+        return [c.render(dialect) for c in (await self._configs_of(task_id)).values()]
 
-    def delete(self, task_id: str, config_id: str) -> None:
-        self.engine.get(task_id)
+    async def delete(self, task_id: str, config_id: str) -> None:
+        await self.engine.find(task_id)
+        if self.shared is not None:
+            await self.shared.delete_push(task_id, config_id)
         config = self._configs.get(task_id, {}).pop(config_id, None)
         if config is not None:  # deleting what is not there succeeds: delete is idempotent
             config.send.close()

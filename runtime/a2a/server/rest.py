@@ -34,7 +34,7 @@ class SeedRest:
     async def get(self, request: Request) -> Response:
         try:
             permit(request.caller, "get", self.agent)
-            task = self.handler.engine.get(request.params["id"], request.caller)
+            task = await self.handler.engine.find(request.params["id"], request.caller)
         except TaskNotFound as exc:
             raise HttpError(404, str(exc)) from None
         return json_response(dialects.render_task(task, "0.1"))
@@ -42,7 +42,7 @@ class SeedRest:
     async def cancel(self, request: Request) -> Response:
         try:
             permit(request.caller, "cancel", self.agent)
-            task = self.handler.engine.cancel(self.handler.engine.get(request.params["id"], request.caller).id)
+            task = await self.handler.engine.cancel(request.params["id"], request.caller)
         except TaskNotFound as exc:
             raise HttpError(404, str(exc)) from None
         except A2aError as exc:

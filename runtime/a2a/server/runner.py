@@ -138,10 +138,14 @@ class A2aService:
     """The A2A server's moving parts: the task engine, its push notifier, and the task
     store when ``[a2a] persist_tasks`` (tasks loaded from it before anything runs).
     ``approvals`` is how a caller's answer decides a tool call's approval
-    (``[a2a] caller_may_approve``); without it a task only shows that it waits."""
+    (``[a2a] caller_may_approve``); without it a task only shows that it waits. With
+    ``db`` (``[state] store = "postgres"``: the kernel's database, its ``listener`` and
+    ``node_id``) the tasks are shared with every node on that database (``shared.py``)
+    instead, and ``persist_tasks`` does not apply."""
 
     def __init__(self, config: Config, agents: AgentPort, approvals: ApprovalPort | None = None, *,
-                 events: EventPort | None = None) -> None:
+                 events: EventPort | None = None, db: Any = None, listener: Any = None,
+                 node_id: str = "") -> None:
         from pathlib import Path
 
         from runtime.a2a.server.engine import TaskEngine
@@ -150,7 +154,7 @@ class A2aService:
 
         self.agents = agents  # the bindings ask its admit() before they create a task
         self.store: Any = None
-        if config.a2a.persist_tasks and config.state.dir:
+        if db is None and config.a2a.persist_tasks and config.state.dir:
             from runtime.a2a.server.store import TaskStore
 
             self.store = TaskStore(Path(config.state.dir) / "a2a_tasks.sqlite3")
@@ -166,11 +170,19 @@ class A2aService:
             on_change=store.changed if store else None,
             on_evict=self._evicted,
         )
+        if db is not None:
+            from runtime.a2a.server.shared import SharedTasks
+
+            shared = SharedTasks(db, listener, node_id, lease_secs=config.state.lease_secs, max_tasks=a2a.max_tasks,
+                                 max_subscribers=a2a.max_subscribers_per_task)
+            shared.attach(self.engine)
         if store is not None:
             self.engine.refusal = store.fault
             self.engine.load(store.load(max_tasks=a2a.max_tasks, max_bytes=a2a.max_store_bytes,
                                         max_task_bytes=a2a.max_task_bytes))
         self.push = PushNotifier(self.engine, AddressPolicy.from_security(config.security), a2a.push_webhooks)
+        if db is not None:
+            self.push.share(shared)
         if events is not None:  # every task's state changes on the kernel's bus ("a2a.task"; `tern events`)
             self.engine.listeners.append(_publisher(events))
 

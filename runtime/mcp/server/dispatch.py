@@ -268,7 +268,7 @@ class McpServer:
                                    if (support := self.exposure.task_support(tool["name"])) != "forbidden" else tool
                                    for tool in result["tools"]]
         elif method in TASK_METHODS and self.tasks is not None:
-            result = self.tasks.request(method, params, meta.get(META_CAPABILITIES), peer.by(), peer.caller)
+            result = await self.tasks.request(method, params, meta.get(META_CAPABILITIES), peer.by(), peer.caller)
             if isinstance(result.get("result"), dict):  # the inlined result, as tools/call would have answered
                 result["result"].update(resultType="complete", _meta={META_SERVER_INFO: self.server_info})
         elif method == "tools/call":
@@ -382,7 +382,7 @@ class McpServer:
             capabilities = modern.get(META_CAPABILITIES)
             forms = self.approvals is not None and wants_form(capabilities)
             if state is None and self.tasks is not None and declared(capabilities):
-                task = self._task(name, arguments, peer, capabilities, forms)
+                task = await self._task(name, arguments, peer, capabilities, forms)
                 if task is not None:
                     return task
             elif self.tasks is not None and self.exposure.task_support(name) == "required":
@@ -439,7 +439,7 @@ class McpServer:
                     del peer.inflight[request_id]
         raise _Cancelled
 
-    def _task(self, name: str, arguments: dict[str, Any], peer: Peer, capabilities: Any,
+    async def _task(self, name: str, arguments: dict[str, Any], peer: Peer, capabilities: Any,
               forms: bool) -> dict[str, Any] | None:
         """An agent call as a task of the A2A engine (``tasks.py``); None: call it now
         (not an agent, arguments the call itself should refuse, or no room)."""
@@ -463,7 +463,7 @@ class McpServer:
                 return await lender.sample(fit(request, capabilities))
             raise TernTimeout(f"the client did not answer a model turn within {SAMPLE_TIMEOUT_SECS:g} s")
 
-        return self.tasks.start(agent.name, message, context_id, peer.label, lender,
+        return await self.tasks.start(agent.name, message, context_id, peer.label, lender,
                                 sample if can_sample(capabilities) else None, who=peer.caller)
 
     def _ask_task(self, ask: Ask, arguments: dict[str, Any], params: dict[str, Any],

@@ -87,12 +87,12 @@ class McpTasks:
         created.pop("inputRequests", None)  # a CreateTaskResult never carries them: tasks/get does
         return created
 
-    def start(self, agent: str, message: str, context_id: str | None, caller: str, lender: Parked,
+    async def start(self, agent: str, message: str, context_id: str | None, caller: str, lender: Parked,
               sample: Any, who: Caller | None = None) -> dict[str, Any]:
         """The ``CreateTaskResult`` of a new task (``lender.ask``/``sample`` lent to it),
         owned by ``who`` (the HTTP session's key)."""
         try:
-            view = self.port.start(agent, message, caller=caller, context_id=context_id, ask=lender.ask,
+            view = await self.port.start(agent, message, caller=caller, context_id=context_id, ask=lender.ask,
                                    sample=sample, who=who)
         except RpcError:
             raise
@@ -101,7 +101,7 @@ class McpTasks:
         self.lenders[view.id] = lender
         return {"resultType": "task", **self._envelope(view, lender)}
 
-    def request(self, method: str, params: dict[str, Any], capabilities: Any, by: str,
+    async def request(self, method: str, params: dict[str, Any], capabilities: Any, by: str,
                 who: Caller | None = None) -> dict[str, Any]:
         if not declared(capabilities):
             raise missing_tasks()
@@ -111,12 +111,12 @@ class McpTasks:
         if task_id.startswith(PREFIX):
             return self._ask_request(method, task_id, params)
         try:
-            view = self.port.view(task_id, who)
+            view = await self.port.view(task_id, who)
         except TernError:
             raise RpcError(jsonrpc.INVALID_PARAMS, f"unknown task {task_id[:100]!r}") from None
         lender = self.lenders.get(task_id)
         if method == "tasks/cancel":
-            self.port.cancel(task_id, who)
+            await self.port.cancel(task_id, who)
             return {}
         if method == "tasks/update":
             responses = params.get("inputResponses")
@@ -195,9 +195,5 @@ class McpTasks:
             if task.finished() and now - task.updated > KEEP_SECS:
                 del self.asking[task_id]
         for task_id in list(self.lenders):
-            try:
-                finished = self.port.view(task_id).state in ("completed", "failed", "rejected", "canceled")
-            except TernError:
-                finished = True
-            if finished:
+            if self.port.finished(task_id):
                 del self.lenders[task_id]
