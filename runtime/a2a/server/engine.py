@@ -317,8 +317,10 @@ class TaskEngine:
         it and is no admin: the same error either way, so no caller learns another's ids."""
         entry = self._tasks.get(task_id)
         task = entry.task if entry is not None else None
-        if task is None and self.shared is not None:
+        if self.shared is not None and task is None:
             task = await self.shared.load(task_id)
+        elif self.shared is not None:
+            task = await self.shared.fresh(task_id) or task  # another node's cancel is seen here at once
         if task is None or who is not None and not who.owns(task.owner):
             raise TaskNotFound(f"task {task_id!r} not found (it never existed, or was evicted)")
         return task

@@ -404,6 +404,19 @@ class SharedTasks:
         found = await self.load_row(task_id)
         return found[0] if found is not None else None
 
+    async def fresh(self, task_id: str) -> Task | None:
+        """A task this node holds, if another node wrote a newer state of it (adopted
+        here first, so a read right after another node's cancel sees the cancel); None:
+        this node's copy is the newest."""
+        await self.flush()
+        async with self._writing:
+            row = await self._read(lambda conn: conn.execute("SELECT version, body FROM a2a_tasks WHERE id = %s",
+                                                             (task_id,)).fetchone())
+            if row is None or task_id not in self._versions or row[0] <= self._versions[task_id]:
+                return None
+            self._adopt(task_id, row)
+            return _decode(*row)
+
     async def load_row(self, task_id: str) -> tuple[Task, str] | None:
         """The task as the database has it, and the node running its work ("": none)."""
         row = await self._read(lambda conn: conn.execute("SELECT version, body, node FROM a2a_tasks WHERE id = %s",
