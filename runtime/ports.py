@@ -169,17 +169,18 @@ Sample = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class ApprovalPort(Protocol):
-    """Pending tool-call approvals and MCP servers' questions, and the one way to decide them."""
+    """Pending tool-call approvals and MCP servers' questions, and the one way to decide them
+    (async: the store may be a database shared by several nodes)."""
 
-    def list(self, state: str | None = "pending", who: Caller | None = None) -> list[Approval]: ...
+    async def list(self, state: str | None = "pending", who: Caller | None = None) -> list[Approval]: ...
 
-    def get(self, approval_id: str, who: Caller | None = None) -> Approval:
+    async def get(self, approval_id: str, who: Caller | None = None) -> Approval:
         """Raises ``UnknownApproval`` (also for one ``who`` may not answer)."""
         ...
 
-    def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
-               by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
-               cancel: bool = False, who: Caller | None = None) -> Approval:
+    async def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
+                     by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
+                     cancel: bool = False, who: Caller | None = None) -> Approval:
         """Approve or deny a pending request (a form's approval carries its ``answer``,
         its denial may ``cancel``). Raises ``UnknownApproval``, ``ApprovalClosed`` and,
         for an answer that does not fit the form, ``UsageError``. ``who``: only a request

@@ -4,9 +4,10 @@ wait for a person, and the questions MCP servers ask (``approve --set name=value
 With a daemon running on the state directory they go through its API (the decision
 wakes its call at once and shows in ``tern events``); otherwise they work on the state
 directory's approvals file directly, which answers a ``tern run`` on another terminal
-alike (the waiting process sees the decision within a fraction of a second). No kernel
-is booted either way. Persisted decisions (``--rules``, ``--forget-rules``) are always
-read and changed in the file."""
+alike (the waiting process sees the decision within a fraction of a second), or with
+``[state] store = "postgres"`` on the shared database (the node whose call waits hears
+of it at once). No kernel is booted either way. Persisted decisions (``--rules``,
+``--forget-rules``) are always read and changed in the store."""
 
 from __future__ import annotations
 
@@ -51,22 +52,29 @@ def add_commands(commands: Commands) -> None:
     add_standalone(deny)
 
 
-def open_approvals(args: argparse.Namespace) -> Any:
-    """The state directory's approvals, with its audit log (decisions are audited)."""
+def on_approvals(args: argparse.Namespace, work: Any) -> Any:
+    """``await work(approvals)`` on the configured store, with the state directory's
+    audit log (decisions are audited)."""
     from pathlib import Path
 
+    from runtime.cli.local_store import run_on_store
     from runtime.config import load_config
     from runtime.errors import UsageError
     from runtime.kernel.approvals import Approvals
     from runtime.kernel.audit import AuditLog
 
     config = load_config(getattr(args, "config", None)).config
-    if not config.state.dir:
+    if not config.state.dir and config.state.store != "postgres":
         raise UsageError("no state directory is configured ([state] dir), so there are no approvals")
-    state = Path(config.state.dir)
-    return Approvals(state / "approvals.sqlite3", timeout_secs=config.governance.approval_timeout_secs,
-                     max_pending_per_agent=config.governance.max_pending_per_agent,
-                     audit=AuditLog(state / "audit.jsonl"))
+    state = Path(config.state.dir) if config.state.dir else None
+
+    def make(db: Any) -> Approvals:
+        return Approvals(state / "approvals.sqlite3" if state else None,
+                         timeout_secs=config.governance.approval_timeout_secs,
+                         max_pending_per_agent=config.governance.max_pending_per_agent,
+                         audit=AuditLog(state / "audit.jsonl") if state else None, db=db)
+
+    return run_on_store(config, make, work)
 
 
 def _through_daemon(args: argparse.Namespace) -> Any:
@@ -84,13 +92,12 @@ def cmd_approvals(args: argparse.Namespace) -> int:
         answer = daemon.call("GET", f"/api/approvals?state={args.state}")
         listed = [Approval(**item) for item in answer["approvals"]]
         return _print_approvals(args, listed)
-    approvals = open_approvals(args)
     if args.forget_rules:
-        gone = approvals.forget_rules(args.agent, args.tool)
+        gone = on_approvals(args, lambda approvals: approvals.forget_rules(args.agent, args.tool))
         print(f"forgot {gone} persisted decision{'s' if gone != 1 else ''}")
         return 0
     if args.rules:
-        rules = approvals.rules()
+        rules = on_approvals(args, lambda approvals: approvals.rules())
         if args.json:
             print_json({"rules": rules})
         elif not rules:
@@ -100,7 +107,8 @@ def cmd_approvals(args: argparse.Namespace) -> int:
             which = "these exact arguments" if rule["arguments"] else "any arguments"
             print(f"{rule['decision']:<5}  {rule['tool']} by {who}, {which} (by {rule['decided_by'] or '?'})")
         return 0
-    return _print_approvals(args, approvals.list(None if args.state == "all" else args.state))
+    return _print_approvals(args, on_approvals(args, lambda approvals: approvals.list(
+        None if args.state == "all" else args.state)))
 
 
 def _print_approvals(args: argparse.Namespace, listed: list[Any]) -> int:
@@ -150,10 +158,13 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
                                 "reason": args.reason}
         decided = Approval(**daemon.call("POST", path, {**body, **({"answer": answer} if answer is not None else {})}))
     else:
-        approvals = open_approvals(args)
-        answer = from_args(approvals.get(args.id).form, answer_json, sets) if sets or answer_json else None
-        decided = approvals.decide(args.id, approve, scope=scope, reason=args.reason, by=f"cli:{_user()}",
-                                   channel="cli", answer=answer, cancel=cancel)
+        async def decide(approvals: Any) -> Any:
+            answer = from_args((await approvals.get(args.id)).form, answer_json, sets) if sets or answer_json \
+                else None
+            return await approvals.decide(args.id, approve, scope=scope, reason=args.reason, by=f"cli:{_user()}",
+                                          channel="cli", answer=answer, cancel=cancel)
+
+        decided = on_approvals(args, decide)
     if decided.form is not None:
         verb = "answered" if approve else "cancelled" if cancel else "declined"
         print(f"{verb} {decided.id}: {describe(decided, width=120)}")
@@ -211,7 +222,8 @@ def terminal_ask(approvals: Any, before: Any = None) -> Any:
                     return
                 approve, answer, cancel = decision
                 try:
-                    approvals.decide(approval.id, approve, answer=answer, cancel=cancel, by=f"terminal:{_user()}",
+                    await approvals.decide(approval.id, approve, answer=answer, cancel=cancel,
+                                           by=f"terminal:{_user()}",
                                      channel="terminal")
                     return
                 except UsageError as exc:  # the answer does not fit the form: ask again
@@ -223,8 +235,8 @@ def terminal_ask(approvals: Any, before: Any = None) -> Any:
             answer = line.strip()
             if answer in _ANSWERS:
                 approve, scope = _ANSWERS[answer]
-                approvals.decide(approval.id, approve, scope=scope, by=f"terminal:{_user()}", channel="terminal",
-                                 reason="" if approve else "denied at the terminal")
+                await approvals.decide(approval.id, approve, scope=scope, by=f"terminal:{_user()}",
+                                       channel="terminal", reason="" if approve else "denied at the terminal")
                 return
             print(_HELP, file=sys.stderr, flush=True)
 

@@ -1,7 +1,8 @@
 """``tern conversations``: the conversations agents keep (llm agents remember theirs),
 most recently used first, and ``tern conversations delete ID`` to forget one. Through
 the daemon's API when one runs on the state directory, else on the conversations file
-directly (no kernel is booted either way)."""
+directly, or the shared database with ``[state] store = "postgres"`` (no kernel is
+booted either way)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def cmd_conversations(args: argparse.Namespace) -> int:
     if daemon is not None:
         listed = daemon.call("GET", "/api/conversations")["conversations"]
     else:
-        listed = _local_conversations(args).list()
+        listed = _on_conversations(args, lambda store: store.list())
     if args.json:
         print_json({"conversations": listed})
         return 0
@@ -77,13 +78,11 @@ def messages_of(args: argparse.Namespace, context_id: str, daemon: Any = None) -
                 return []
             raise
     import msgspec
-    import trio
 
     from runtime.wire.limits import check_id
 
     check_id(context_id, "the conversation id")
-    store = _local_conversations(args)
-    return msgspec.to_builtins(trio.run(store.history, context_id))
+    return msgspec.to_builtins(_on_conversations(args, lambda store: store.history(context_id)))
 
 
 def cmd_conversation_show(args: argparse.Namespace) -> int:
@@ -113,23 +112,26 @@ def cmd_conversation_delete(args: argparse.Namespace) -> int:
         from runtime.wire.limits import check_id
 
         check_id(args.id, "the conversation id")
-        gone = _local_conversations(args).delete(args.id)
+        gone = _on_conversations(args, lambda store: store.delete(args.id))
         if not gone:
             raise TernError(f"no conversation has the id {args.id!r} (see `tern conversations`)")
     print(f"deleted conversation {args.id} ({gone} message{'s' if gone != 1 else ''})")
     return 0
 
 
-def _local_conversations(args: argparse.Namespace) -> Any:
+def _on_conversations(args: argparse.Namespace, work: Any) -> Any:
+    """``await work(conversations)`` on the configured store (the file, or PostgreSQL)."""
     from pathlib import Path
 
+    from runtime.cli.local_store import run_on_store
     from runtime.errors import UsageError
     from runtime.kernel.conversations import Conversations
 
     config = _config(args)
-    if not config.state.dir:
+    if not config.state.dir and config.state.store != "postgres":
         raise UsageError("no state directory is configured ([state] dir), so there are no conversations")
-    return Conversations(Path(config.state.dir) / "conversations.sqlite3")
+    path = Path(config.state.dir) / "conversations.sqlite3" if config.state.dir else None
+    return run_on_store(config, lambda db: Conversations(path, db=db), work)
 
 
 def printable(text: str) -> str:

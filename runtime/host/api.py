@@ -253,7 +253,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         check_id(body.context_id, "context_id")
         kernel.agents.admit(name)  # unknown (404) or out of budget (429) before the stream starts
         if body.context_id and kernel.conversations is not None \
-                and not kernel.conversations.visible(body.context_id, request.caller):
+                and not await kernel.conversations.visible(body.context_id, request.caller):
             raise HttpError(404, f"no conversation has the id {body.context_id!r} (see `tern conversations`)")
 
         async def work(feed: _Feed) -> tuple[str, Any]:
@@ -271,7 +271,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
     async def conversation_list(request: Request) -> Response:
         store = kernel.conversations
-        return json_response({"conversations": store.list(who=request.caller) if store is not None else []})
+        return json_response({"conversations": await store.list(who=request.caller) if store is not None else []})
 
     async def conversation_get(request: Request) -> Response:
         from runtime.wire.limits import check_id
@@ -289,7 +289,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
         context_id = request.params["id"]
         check_id(context_id, "the conversation id")
-        gone = kernel.conversations.delete(context_id, request.caller) if kernel.conversations is not None else 0
+        gone = await kernel.conversations.delete(context_id, request.caller) if kernel.conversations is not None else 0
         if not gone:
             raise HttpError(404, f"no conversation has the id {context_id!r} (see `tern conversations`)")
         return json_response({"context_id": context_id, "messages": gone})
@@ -322,22 +322,22 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         state = parse_qs(request.query).get("state", ["pending"])[0]
         if state not in _APPROVAL_STATES:
             raise HttpError(400, f"state must be one of {', '.join(_APPROVAL_STATES)}")
-        listed = approvals.list(None if state == "all" else state, who=request.caller)
+        listed = await approvals.list(None if state == "all" else state, who=request.caller)
         return json_response({"approvals": [msgspec.structs.asdict(a) for a in listed]})
 
     async def approval_get(request: Request) -> Response:
-        return json_response(approvals.get(_approval_id(request), request.caller))  # UnknownApproval: 404
+        return json_response(await approvals.get(_approval_id(request), request.caller))  # UnknownApproval: 404
 
     async def approval_decide(request: Request) -> Response:
         approval_id = _approval_id(request)
         body = request.json(_DecisionIn)
         by = f"{'terminal:' if body.channel == 'terminal' else ''}api:{request.client[0]}"
-        return json_response(_decide(approval_id, body, by, request.caller))
+        return json_response(await _decide(approval_id, body, by, request.caller))
 
-    def _decide(approval_id: str, body: _DecisionIn, by: str, who: Any) -> Any:
+    async def _decide(approval_id: str, body: _DecisionIn, by: str, who: Any) -> Any:
         """404 unknown (or not ``who``'s to answer), 409 already decided or expired, 400 an
-        answer that does not fit the form."""
-        return approvals.decide(approval_id, body.decision == "approve", scope=body.scope, reason=body.reason,
+        answer that does not fit the form, 503 a store that cannot be reached now."""
+        return await approvals.decide(approval_id, body.decision == "approve", scope=body.scope, reason=body.reason,
                                 by=by, channel=body.channel, answer=body.answer, cancel=body.decision == "cancel",
                                 who=who)
 
@@ -392,7 +392,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
                 if not isinstance(approval_id, str):
                     raise HttpError(400, "a decision names its approval: id (ap_...)")
                 body = msgspec.convert({"channel": "websocket", **message}, _DecisionIn)
-                decided = _decide(approval_id, body, f"websocket:{request.client[0]}", request.caller)
+                decided = await _decide(approval_id, body, f"websocket:{request.client[0]}", request.caller)
                 reply = {"type": "decided", "id": approval_id, "approval": msgspec.to_builtins(decided)}
             except (TernError, msgspec.ValidationError, msgspec.DecodeError) as exc:
                 reply = {"type": "error", "id": approval_id if isinstance(approval_id, str) else None,

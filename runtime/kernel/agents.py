@@ -113,7 +113,8 @@ class Agents:
         check_id(context_id, "context_id")
         agent = self.get(name)
         key = owner.name if owner is not None else "admin"
-        if context_id and self.conversations is not None and not self.conversations.visible(context_id, owner):
+        if context_id and self.conversations is not None \
+                and not await self.conversations.visible(context_id, owner):
             raise UnknownConversation(f"no conversation has the id {context_id!r} (see `tern conversations`)")
         context_id = context_id or os.urandom(16).hex()  # as random as uuid4().hex, 4x cheaper
         started = time.perf_counter()

@@ -1,22 +1,28 @@
 """Approvals: a tool call that the policy says to ask about waits here for a person.
 
-One SQLite file, ``<state dir>/approvals.sqlite3``, is the truth, shared by every tern
-process on the state directory: the daemon, a ``tern run`` on a terminal, and the
-``tern approvals``/``approve``/``deny`` commands that answer them. A decision is one
+The store is the truth, shared by everyone who may answer. With SQLite (the default)
+it is ``<state dir>/approvals.sqlite3``, shared by every tern process on the state
+directory: the daemon, a ``tern run`` on a terminal, and the ``tern approvals``/
+``approve``/``deny`` commands. With ``[state] store = "postgres"`` it is the tables
+``approval_requests`` and ``approval_rules``, shared by every node. A decision is one
 ``UPDATE ... WHERE state = 'pending'``, so two people answering at once cannot both win
 (the second is told the request is closed). The process whose call waits wakes at once
-when the decision is made in it (the HTTP API, an MCP elicitation, an A2A reply), and
-within ``POLL_SECS`` when another process made it.
+when the decision is made in it (the HTTP API, an MCP elicitation, an A2A reply); when
+another node made it, at its NOTIFY on ``tern_approvals`` (a look every
+``FALLBACK_POLL_SECS`` covers a lost one); when another process on the SQLite file made
+it, within ``POLL_SECS``. The SQL is written once for both engines (``kernel.sql``).
 
 A request is pending until approved, denied, or expired (``approval_timeout_secs``; an
 expired request is a denial). An agent has at most ``max_pending_per_agent`` requests
 waiting; more are denied at once. A decision is for this call (``once``), for this agent
 and tool from now on (``always``), or for these exact arguments from now on (``args``);
-the last two persist as rules. Requests whose process is gone (a crash, a restart) are
-expired when the next tern opens the file. Arguments are kept redacted and bounded;
-the ``args`` rule matches their digest, never their text. Every request and decision
-is an audit record (who decided, through which channel) and an event
-(``approval_requested``, ``approval_resolved``).
+the last two persist as rules, read by every node at each call. Requests whose waiter
+is gone are expired: on SQLite those of a process that no longer runs, when the next
+tern opens the file; on PostgreSQL those that their node stopped marking alive for
+``lease_secs`` (a killed node), by the sweep every node runs. Arguments are kept
+redacted and bounded; the ``args`` rule matches their digest, never their text. Every
+request and decision is an audit record (who decided, through which channel) and an
+event (``approval_requested``, ``approval_resolved``).
 
 A request may carry a *form* (an MCP server's question, ``kernel.elicitation``): then
 approving it takes an answer, checked against the form (``kernel.forms``) before the
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import sqlite3
 import time
 from pathlib import Path
@@ -38,16 +45,20 @@ from collections.abc import Callable
 import msgspec
 import trio
 
-from runtime.errors import ApprovalClosed, UnknownApproval, UsageError
+from runtime.errors import ApprovalClosed, StorageError, UnknownApproval, UsageError
+from runtime.kernel.sql import PgSql, SqliteSql
 from runtime.log import get_logger
 from runtime.ports import Approval, Ask, Caller
 
-__all__ = ["Approvals", "SCOPES", "POLL_SECS"]
+__all__ = ["Approvals", "SCOPES", "POLL_SECS", "CHANNEL"]
 
 log = get_logger("approvals")
 
 SCOPES = ("once", "always", "args")
-POLL_SECS = 0.2  # how soon a decision made by another process is seen
+POLL_SECS = 0.2  # SQLite: how soon a decision made by another process is seen
+FALLBACK_POLL_SECS = 3.0  # PostgreSQL: how soon it is seen when its NOTIFY was lost
+CHANNEL = "tern_approvals"  # NOTIFY of a decision; the payload is the request's id
+ORPHANED = "tern stopped while it waited"
 MAX_ARGUMENT_BYTES = 16 * 1024  # what a request keeps of its (redacted) arguments
 LIST_LIMIT = 500
 
@@ -64,12 +75,44 @@ CREATE TABLE IF NOT EXISTS rules (
     agent TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL, decision TEXT NOT NULL,
     created REAL NOT NULL, decided_by TEXT NOT NULL, PRIMARY KEY (agent, tool, digest));
 """
+#: PostgreSQL (component "approvals"): append steps, never edit a shipped one. ``seen``: the
+#: waiting node marks its requests alive (``sweep``).
+PG_STEPS = ["""
+CREATE TABLE approval_requests (
+    id text PRIMARY KEY, agent text NOT NULL, tool text NOT NULL, arguments text NOT NULL,
+    digest text NOT NULL, caller text NOT NULL, context_id text NOT NULL, created double precision NOT NULL,
+    expires double precision NOT NULL, state text NOT NULL, scope text NOT NULL DEFAULT '',
+    decided_by text NOT NULL DEFAULT '', channel text NOT NULL DEFAULT '', reason text NOT NULL DEFAULT '',
+    decided_at double precision NOT NULL DEFAULT 0, owner text NOT NULL, form text NOT NULL DEFAULT '',
+    answer text NOT NULL DEFAULT '', key_name text NOT NULL DEFAULT 'admin', seen timestamptz NOT NULL DEFAULT now());
+CREATE INDEX approval_requests_pending ON approval_requests (state, agent);
+CREATE TABLE approval_rules (
+    agent text NOT NULL, tool text NOT NULL, digest text NOT NULL, decision text NOT NULL,
+    created double precision NOT NULL, decided_by text NOT NULL, PRIMARY KEY (agent, tool, digest));
+"""]
 _COLUMNS = ("id, agent, tool, arguments, caller, context_id, created, expires, state, scope, decided_by, channel, "
             "reason, decided_at, form, key_name")
 _ADDED = {"form": "''", "answer": "''", "key_name": "'admin'"}  # columns a file made by an older tern lacks (and their
 # defaults: a request made before keys had names is the admin's)
 _decode = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder(order="sorted").encode
+
+
+def _open_sqlite(path: Path | None) -> sqlite3.Connection:
+    """The state directory's file (a file made by an older tern gets the columns it
+    lacks), or a private in-memory one."""
+    from runtime.storage import open_db
+
+    if path is None:
+        db = sqlite3.connect(":memory:", isolation_level=None)
+        db.executescript(_SCHEMA)
+        return db
+    db = open_db(path, _SCHEMA, timeout=5.0, isolation_level=None)
+    have = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
+    for column, default in _ADDED.items():
+        if column not in have:
+            db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT {default}")
+    return db
 
 
 def _process_token(pid: int) -> str | None:
@@ -94,13 +137,13 @@ def _process_token(pid: int) -> str | None:
 
 
 class Approvals:
-    """The approval requests of one state directory (``runtime.ports.ApprovalPort``)."""
+    """The approval requests of one state directory, or of every node on one PostgreSQL
+    database (``db``): ``runtime.ports.ApprovalPort``."""
 
     def __init__(self, path: str | Path | None, *, timeout_secs: float = 300.0, max_pending_per_agent: int = 5,
                  audit: Any = None, publish: Callable[[str, dict[str, Any]], None] | None = None,
-                 redact: Callable[[Any], Any] | None = None, clock: Callable[[], float] = time.time) -> None:
-        from runtime.storage import open_db
-
+                 redact: Callable[[Any], Any] | None = None, clock: Callable[[], float] = time.time,
+                 db: Any = None, listener: Any = None, node_id: str = "", lease_secs: float = 15.0) -> None:
         self.path = Path(path) if path else None
         self.timeout_secs = timeout_secs
         self.max_pending = max_pending_per_agent
@@ -109,56 +152,108 @@ class Approvals:
         self.redact = redact or (lambda value: value)
         self.clock = clock
         self.observers: list[Callable[[str], None]] = []  # (outcome): metrics
-        self.owner = _process_token(os.getpid()) or f"{os.getpid()}:"
-        self._db = open_db(self.path, _SCHEMA, timeout=5.0, isolation_level=None) if self.path else self._memory_db()
-        have = {row[1] for row in self._db.execute("PRAGMA table_info(requests)")}
-        for column, default in _ADDED.items():
-            if column not in have:
-                self._db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT {default}")
-        self._waiters: dict[str, trio.Event] = {}
+        self.listener = listener
+        self.lease_secs = lease_secs
+        self._waiters: dict[str, trio.Event] = {}  # set when decided in this process
+        self._nudges: dict[str, trio.Event] = {}  # set when another node may have decided
         self._decided_here: set[str] = set()
+        self._pending = 0  # PostgreSQL: the count of the last sweep (pending_count)
+        if db is not None:
+            self._sql: Any = PgSql(db)
+            self._requests, self._rules = "approval_requests", "approval_rules"
+            self.owner = node_id or f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+            self.poll_secs = FALLBACK_POLL_SECS
+            return
+        self._sql = SqliteSql(_open_sqlite(self.path))
+        self._requests, self._rules = "requests", "rules"
+        self.owner = _process_token(os.getpid()) or f"{os.getpid()}:"
+        self.poll_secs = POLL_SECS
         self.expire_orphans()
 
-    @staticmethod
-    def _memory_db() -> sqlite3.Connection:
-        db = sqlite3.connect(":memory:", isolation_level=None)
-        db.executescript(_SCHEMA)
-        return db
-
     def close(self) -> None:
-        self._db.close()
+        if isinstance(self._sql, SqliteSql):
+            self._sql.db.close()
+
+    async def start(self) -> None:
+        """PostgreSQL: create or update the tables (at boot, once the database is open)."""
+        if isinstance(self._sql, PgSql):
+            await self._sql.db.migrate("approvals", PG_STEPS)
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """PostgreSQL: ``start``, follow the other nodes' decisions, and
+        every ``lease_secs / 3`` mark this node's waiting requests alive and expire those
+        whose node stopped marking its own (killed: nobody waits for them). SQLite: nothing
+        to run (other processes are found gone at open, ``expire_orphans``)."""
+        if not isinstance(self._sql, PgSql):
+            task_status.started()
+            return
+        await self.start()
+        unfollow = self.listener.follow(CHANNEL, self._heard) if self.listener is not None else None
+        task_status.started()
+        try:
+            while True:
+                try:
+                    await self.sweep()
+                except StorageError:
+                    pass  # the database is away (the pool says so once): the next round retries
+                await trio.sleep(self.lease_secs / 3)
+        finally:
+            if unfollow is not None:
+                unfollow()
+
+    def _heard(self, payload: str | None) -> None:
+        """A decision on another node (``None``: maybe missed some): wake the watchers."""
+        if payload is None:
+            for nudge in self._nudges.values():
+                nudge.set()
+        elif (nudge := self._nudges.get(payload)) is not None:
+            nudge.set()
 
     # --- reading ----------------------------------------------------------------------
 
-    def list(self, state: str | None = "pending", who: Caller | None = None) -> list[Approval]:
+    async def list(self, state: str | None = "pending", who: Caller | None = None) -> list[Approval]:
         """Requests, newest first (``state`` None: every state), at most ``LIST_LIMIT``;
         only those ``who`` may answer when given (see ``answerable``)."""
-        self._expire_due()
         clauses, params = (["state = ?"], [state]) if state else ([], [])
         if who is not None and not who.allows("approvals"):
             clauses.append("key_name = ?")
             params.append(who.name)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._db.execute(f"SELECT {_COLUMNS} FROM requests {where} ORDER BY created DESC LIMIT {LIST_LIMIT}",
-                                params).fetchall()
-        return [_approval(row) for row in rows]
 
-    def get(self, approval_id: str, who: Caller | None = None) -> Approval:
+        def read(tx: Any) -> list[tuple]:
+            self._expire_due(tx)
+            return tx.execute(f"SELECT {_COLUMNS} FROM {self._requests} {where} ORDER BY created DESC "
+                              f"LIMIT {LIST_LIMIT}", params).fetchall()
+
+        return [_approval(row) for row in await self._sql.run(read, "the approval requests could not be read")]
+
+    async def get(self, approval_id: str, who: Caller | None = None) -> Approval:
         """One request; ``UnknownApproval`` for an id that never was, or one ``who`` may
         not answer (the same error: no caller learns of another's)."""
-        self._expire_due()
-        row = self._db.execute(f"SELECT {_COLUMNS} FROM requests WHERE id = ?", (approval_id,)).fetchone()
+
+        def read(tx: Any) -> tuple | None:
+            self._expire_due(tx)
+            return tx.execute(f"SELECT {_COLUMNS} FROM {self._requests} WHERE id = ?", (approval_id,)).fetchone()
+
+        row = await self._sql.run(read, "the approval request could not be read")
         if row is None or who is not None and not answerable(who, row[-1]):
             raise UnknownApproval(f"no approval request has the id {approval_id!r} (see `tern approvals`)")
         return _approval(row)
 
     def pending_count(self) -> int:
-        return self._db.execute("SELECT count(*) FROM requests WHERE state = 'pending'").fetchone()[0]
+        """Requests waiting (a gauge: read synchronously). SQLite: counted now; PostgreSQL:
+        as the last sweep counted them (every ``lease_secs / 3``)."""
+        if isinstance(self._sql, SqliteSql):
+            return self._sql.run_sync(lambda tx: tx.execute(f"SELECT count(*) FROM {self._requests} "
+                                                            "WHERE state = 'pending'").fetchone()[0],
+                                      "the approval requests could not be counted")
+        return self._pending
 
-    def remembered(self, agent: str, tool: str, digest: str) -> str | None:
+    async def remembered(self, agent: str, tool: str, digest: str) -> str | None:
         """A persisted decision (``always`` or ``args``) for this call: "allow", "deny" or None."""
-        row = self._db.execute("SELECT decision FROM rules WHERE agent = ? AND tool = ? AND digest IN ('', ?) "
-                               "ORDER BY digest DESC LIMIT 1", (agent, tool, digest)).fetchone()
+        row = await self._sql.run(lambda tx: tx.execute(
+            f"SELECT decision FROM {self._rules} WHERE agent = ? AND tool = ? AND digest IN ('', ?) "
+            "ORDER BY digest DESC LIMIT 1", (agent, tool, digest)).fetchone(), "the approval rules could not be read")
         return row[0] if row else None
 
     # --- asking -----------------------------------------------------------------------
@@ -172,8 +267,23 @@ class Approvals:
         ``forms.check_form``) makes it a question: see ``take_answer``. ``key``: the
         key name whose run asks (it may answer; see ``answerable``)."""
         now = self.clock()
-        waiting = self._db.execute("SELECT count(*) FROM requests WHERE state = 'pending' AND agent = ?",
-                                   (agent,)).fetchone()[0]
+        approval_id = "ap_" + os.urandom(5).hex()
+        shown = _bounded(self.redact(arguments))
+        expires = now + self.timeout_secs
+
+        def insert(tx: Any) -> int:
+            waiting = tx.execute(f"SELECT count(*) FROM {self._requests} WHERE state = 'pending' AND agent = ?",
+                                 (agent,)).fetchone()[0]
+            if waiting < self.max_pending:
+                tx.execute(f"INSERT INTO {self._requests} (id, agent, tool, arguments, digest, caller, context_id, "
+                           "created, expires, state, owner, form, key_name) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+                           (approval_id, agent, tool, shown, digest, caller, context_id, now, expires, self.owner,
+                            msgspec.json.encode(form).decode() if form is not None else "", key))  # fields in order
+            return waiting
+
+        # a full disk or an unreachable database: no request, so no yes: the call is refused
+        waiting = await self._sql.run(insert, "approval request not recorded")
         if waiting >= self.max_pending:
             who = f"agent '{agent}'" if agent else "the operator"
             self._audit("approval_requested", agent=agent, tool=tool, caller=caller, outcome="denied",
@@ -183,28 +293,15 @@ class Approvals:
             return Approval("", agent, tool, None, caller, context_id, now, now, state="denied", channel="policy",
                             reason=f"{who} already has {waiting} tool calls waiting for approval, the limit "
                                    "([governance] max_pending_per_agent)")
-        approval_id = "ap_" + os.urandom(5).hex()
-        shown = _bounded(self.redact(arguments))
-        expires = now + self.timeout_secs
-        try:
-            self._db.execute("INSERT INTO requests (id, agent, tool, arguments, digest, caller, context_id, created, "
-                             "expires, state, owner, form, key_name) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-                             (approval_id, agent, tool, shown, digest, caller, context_id, now, expires, self.owner,
-                              msgspec.json.encode(form).decode() if form is not None else "", key))  # fields in order
-        except sqlite3.Error as exc:  # a full disk: no request, so no yes: the call is refused
-            from runtime.storage import failed
-
-            raise failed("approval request not recorded", exc) from None
-        approval = self.get(approval_id)
-        self._audit("approval_requested", id=approval_id, agent=agent, tool=tool, caller=caller, key=key,
-                    context_id=context_id, arguments=digest, reason=reason)
-        self._event("approval_requested", approval)
-        for observe in self.observers:
-            observe("requested")
         woken = self._waiters[approval_id] = trio.Event()
         timer = trio.CancelScope()
         try:
+            approval = await self.get(approval_id)
+            self._audit("approval_requested", id=approval_id, agent=agent, tool=tool, caller=caller, key=key,
+                        context_id=context_id, arguments=digest, reason=reason)
+            self._event("approval_requested", approval)
+            for observe in self.observers:
+                observe("requested")
             with trio.move_on_after(self.timeout_secs) as timer:
                 async with trio.open_nursery() as nursery:
                     if ask is not None:
@@ -215,7 +312,7 @@ class Approvals:
         finally:
             del self._waiters[approval_id]
             with trio.CancelScope(shield=True):
-                final = self._finish(approval_id, timed_out=timer.cancelled_caught)
+                final = await self._finish(approval_id, timed_out=timer.cancelled_caught)
         return final
 
     async def _ask(self, ask: Ask, approval: Approval) -> None:
@@ -225,34 +322,53 @@ class Approvals:
             log.warning("asking for approval %s failed", approval.id, exc_info=True)
 
     async def _watch(self, approval_id: str, woken: trio.Event) -> None:
-        """Wake the waiter when another process decides (or the row vanishes)."""
-        while True:
-            await trio.sleep(POLL_SECS)
-            row = self._db.execute("SELECT state FROM requests WHERE id = ?", (approval_id,)).fetchone()
-            if row is None or row[0] != "pending":
-                woken.set()
-                return
-
-    def _finish(self, approval_id: str, *, timed_out: bool) -> Approval:
-        """After the wait: a request still pending expires (time ran out, or the caller
-        left); one decided by another process is announced here."""
+        """Wake the waiter when another process or node decides (or the row vanishes):
+        at its NOTIFY, or at the latest after ``poll_secs`` (a lost NOTIFY, a database
+        that was away, another process on the SQLite file)."""
         try:
-            approval = self.get(approval_id)
+            while True:
+                nudge = self._nudges[approval_id] = trio.Event()
+                with trio.move_on_after(self.poll_secs):
+                    await nudge.wait()
+                try:
+                    row = await self._sql.run(lambda tx: tx.execute(
+                        f"SELECT state FROM {self._requests} WHERE id = ?", (approval_id,)).fetchone(),
+                        "the approval request could not be read")
+                except StorageError:
+                    continue  # the database is away: the request waits on, the next look retries
+                if row is None or row[0] != "pending":
+                    woken.set()
+                    return
+        finally:
+            self._nudges.pop(approval_id, None)
+
+    async def _finish(self, approval_id: str, *, timed_out: bool) -> Approval:
+        """After the wait: a request still pending expires (time ran out, or the caller
+        left); one decided by another process is announced here. A store that cannot be
+        reached now makes it an expiry here (no yes); the sweep expires the row later."""
+        try:
+            approval = await self.get(approval_id)
+            if approval.state == "pending":
+                reason = "nobody answered in time" if timed_out else "the caller stopped waiting"
+                await self._sql.run(lambda tx: tx.execute(
+                    f"UPDATE {self._requests} SET state = 'expired', reason = ?, decided_at = ? "
+                    "WHERE id = ? AND state = 'pending'", (reason, self.clock(), approval_id)),
+                    "the approval request could not be closed")
+                approval = await self.get(approval_id)
+                if approval.state == "expired":
+                    self._audit("approval_resolved", id=approval_id, agent=approval.agent, tool=approval.tool,
+                                outcome="expired", reason=reason)
+                    self._event("approval_resolved", approval)
+                    for observe in self.observers:
+                        observe("expired")
+                    return approval
         except UnknownApproval:  # the file was replaced under us: nobody said yes
             now = self.clock()
             return Approval(approval_id, "", "", None, "", "", now, now, state="expired", reason="the request vanished")
-        if approval.state == "pending":
-            reason = "nobody answered in time" if timed_out else "the caller stopped waiting"
-            self._db.execute("UPDATE requests SET state = 'expired', reason = ?, decided_at = ? "
-                             "WHERE id = ? AND state = 'pending'", (reason, self.clock(), approval_id))
-            approval = self.get(approval_id)
-            if approval.state == "expired":
-                self._audit("approval_resolved", id=approval_id, agent=approval.agent, tool=approval.tool,
-                            outcome="expired", reason=reason)
-                self._event("approval_resolved", approval)
-                for observe in self.observers:
-                    observe("expired")
-                return approval
+        except StorageError as exc:
+            log.warning("approval %s: %s; the call is not approved", approval_id, exc)
+            now = self.clock()
+            return Approval(approval_id, "", "", None, "", "", now, now, state="expired", reason=str(exc))
         if approval_id in self._decided_here:
             self._decided_here.discard(approval_id)
         else:  # decided by another process: it wrote the audit record; tell our own subscribers
@@ -261,39 +377,43 @@ class Approvals:
 
     # --- deciding ---------------------------------------------------------------------
 
-    def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
-               by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
-               cancel: bool = False, who: Caller | None = None) -> Approval:
-        """Approve or deny a pending request. A form's approval carries ``answer`` (its
-        field values; UsageError if they do not fit the form, and it stays pending);
+    async def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
+                     by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
+                     cancel: bool = False, who: Caller | None = None) -> Approval:
+        """Approve or deny a pending request, first decision wins (one ``UPDATE ... WHERE
+        state = 'pending'``, here or on any node). A form's approval carries ``answer``
+        (its field values; UsageError if they do not fit the form, and it stays pending);
         its denial declines, or with ``cancel`` cancels."""
         if scope not in SCOPES:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
-        if who is not None:
-            self.get(approval_id, who)  # UnknownApproval for another key's request
+        current = await self.get(approval_id, who)  # UnknownApproval for another key's request
         reason = reason[:1000]
-        result = self._form_result(approval_id, approve, scope, answer, cancel)
+        result = self._form_result(current, approve, scope, answer, cancel)
         now = self.clock()
         state = "approved" if approve else "denied"
-        changed = self._db.execute(
-            "UPDATE requests SET state = ?, scope = ?, decided_by = ?, channel = ?, reason = ?, decided_at = ?, "
-            "answer = ? WHERE id = ? AND state = 'pending' AND expires > ?",
-            (state, scope, by[:200], channel[:64], reason, now, _encode(result).decode() if result else "",
-             approval_id, now)).rowcount
-        if not changed:
-            current = self.get(approval_id)  # UnknownApproval for an id that never was
-            if current.state == "pending":  # past its time: expire it now, say so
-                self._expire_due()
-                current = self.get(approval_id)
+
+        def write(tx: Any) -> bool:
+            if not tx.execute(f"UPDATE {self._requests} SET state = ?, scope = ?, decided_by = ?, channel = ?, "
+                              "reason = ?, decided_at = ?, answer = ? WHERE id = ? AND state = 'pending' "
+                              "AND expires > ?",
+                              (state, scope, by[:200], channel[:64], reason, now,
+                               _encode(result).decode() if result else "", approval_id, now)).rowcount:
+                return False
+            if scope != "once":
+                digest = "" if scope == "always" else tx.execute(
+                    f"SELECT digest FROM {self._requests} WHERE id = ?", (approval_id,)).fetchone()[0]
+                tx.execute(f"INSERT INTO {self._rules} (agent, tool, digest, decision, created, decided_by) "
+                           "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (agent, tool, digest) DO UPDATE SET "
+                           "decision = excluded.decision, created = excluded.created, decided_by = excluded.decided_by",
+                           (current.agent, current.tool, digest, "allow" if approve else "deny", now, by[:200]))
+            tx.notify(CHANNEL, approval_id)
+            return True
+
+        if not await self._sql.run(write, "the decision was not recorded"):
+            current = await self.get(approval_id)  # expires one past its time on the way
             raise ApprovalClosed(f"approval {approval_id} is already {current.state}"
                                  f"{' by ' + current.decided_by if current.decided_by else ''}; it takes no decision")
-        approval = self.get(approval_id)
-        if scope != "once":
-            digest = "" if scope == "always" else self._db.execute(
-                "SELECT digest FROM requests WHERE id = ?", (approval_id,)).fetchone()[0]
-            self._db.execute("INSERT OR REPLACE INTO rules (agent, tool, digest, decision, created, decided_by) "
-                             "VALUES (?, ?, ?, ?, ?, ?)",
-                             (approval.agent, approval.tool, digest, "allow" if approve else "deny", now, by[:200]))
+        approval = await self.get(approval_id)
         extra = {"answer": _digest(result)} if result else {}
         if who is not None:
             extra["key"] = who.name
@@ -308,11 +428,12 @@ class Approvals:
         self._event("approval_resolved", approval)
         return approval
 
-    def _form_result(self, approval_id: str, approve: bool, scope: str, answer: dict[str, Any] | None,
+    @staticmethod
+    def _form_result(current: Approval, approve: bool, scope: str, answer: dict[str, Any] | None,
                      cancel: bool) -> dict[str, Any] | None:
         """What a form's server gets for this decision (checked now, so a wrong answer
         leaves the request pending); None for a tool call, which takes no answer."""
-        current = self.get(approval_id)
+        approval_id = current.id
         if current.form is None:
             if answer is not None or cancel:
                 raise UsageError(f"approval {approval_id} is a tool call, not a question: it takes no answer")
@@ -336,15 +457,21 @@ class Approvals:
         filled = with_defaults(schema, {"action": "accept", "content": answer or {}})["content"]
         return {"action": "accept", "content": validate(current.form, filled)}
 
-    def take_answer(self, approval_id: str) -> dict[str, Any] | None:
+    async def take_answer(self, approval_id: str) -> dict[str, Any] | None:
         """A decided form's answer (``{"action": ...}``), once: it is wiped as it is read."""
-        row = self._db.execute("SELECT answer FROM requests WHERE id = ?", (approval_id,)).fetchone()
-        if not row or not row[0]:
-            return None
-        self._db.execute("UPDATE requests SET answer = '' WHERE id = ?", (approval_id,))
-        return _decode.decode(row[0])
 
-    def forget_rules(self, agent: str | None = None, tool: str | None = None) -> int:
+        def take(tx: Any) -> str | None:
+            row = tx.execute(f"SELECT answer FROM {self._requests} WHERE id = ?", (approval_id,)).fetchone()
+            if not row or not row[0]:
+                return None
+            wiped = tx.execute(f"UPDATE {self._requests} SET answer = '' WHERE id = ? AND answer = ?",
+                               (approval_id, row[0])).rowcount
+            return row[0] if wiped else None
+
+        taken = await self._sql.run(take, "the answer could not be read")
+        return _decode.decode(taken) if taken else None
+
+    async def forget_rules(self, agent: str | None = None, tool: str | None = None) -> int:
         """Remove persisted decisions (all, or one agent's, or one tool's); how many went."""
         clauses, params = [], []
         for column, value in (("agent", agent), ("tool", tool)):
@@ -352,37 +479,69 @@ class Approvals:
                 clauses.append(f"{column} = ?")
                 params.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        return self._db.execute(f"DELETE FROM rules {where}", params).rowcount
+        return await self._sql.run(lambda tx: tx.execute(f"DELETE FROM {self._rules} {where}", params).rowcount,
+                                   "the approval rules were not changed")
 
-    def rules(self) -> list[dict[str, Any]]:
-        rows = self._db.execute("SELECT agent, tool, digest, decision, created, decided_by FROM rules "
-                                "ORDER BY created").fetchall()
+    async def rules(self) -> list[dict[str, Any]]:
+        rows = await self._sql.run(lambda tx: tx.execute(
+            f"SELECT agent, tool, digest, decision, created, decided_by FROM {self._rules} ORDER BY created"
+        ).fetchall(), "the approval rules could not be read")
         return [{"agent": a, "tool": t, "arguments": d or None, "decision": dec, "created": c, "decided_by": by}
                 for a, t, d, dec, c, by in rows]
 
     # --- housekeeping -----------------------------------------------------------------
 
     def expire_orphans(self) -> int:
-        """Expire pending requests whose process is gone (found at boot: nobody waits for them)."""
-        owners = [row[0] for row in self._db.execute("SELECT DISTINCT owner FROM requests WHERE state = 'pending' "
-                                                      "OR answer != ''")]
-        gone = 0
-        for owner in owners:
-            pid, _, _ = owner.partition(":")
-            if owner == self.owner or (pid.isdigit() and _process_token(int(pid)) == owner):
-                continue
-            self._db.execute("UPDATE requests SET answer = '' WHERE owner = ?", (owner,))  # nobody takes it now
-            gone += self._db.execute("UPDATE requests SET state = 'expired', reason = ?, decided_at = ? "
-                                     "WHERE owner = ? AND state = 'pending'",
-                                     ("tern stopped while it waited", self.clock(), owner)).rowcount
-        if gone:
-            log.warning("expired %d approval requests left pending by a tern that is no longer running", gone)
-            self._audit("approval_resolved", outcome="expired", count=gone, reason="tern stopped while it waited")
+        """SQLite: expire pending requests whose process is gone (found at open: nobody
+        waits for them)."""
+
+        def expire(tx: Any) -> int:
+            owners = [row[0] for row in tx.execute("SELECT DISTINCT owner FROM requests WHERE state = 'pending' "
+                                                   "OR answer != ''")]
+            gone = 0
+            for owner in owners:
+                pid, _, _ = owner.partition(":")
+                if owner == self.owner or (pid.isdigit() and _process_token(int(pid)) == owner):
+                    continue
+                tx.execute("UPDATE requests SET answer = '' WHERE owner = ?", (owner,))  # nobody takes it now
+                gone += tx.execute("UPDATE requests SET state = 'expired', reason = ?, decided_at = ? "
+                                   "WHERE owner = ? AND state = 'pending'",
+                                   (ORPHANED, self.clock(), owner)).rowcount
+            return gone
+
+        gone = self._sql.run_sync(expire, "the approval requests could not be read")
+        self._orphaned(gone)
         return gone
 
-    def _expire_due(self) -> None:
-        self._db.execute("UPDATE requests SET state = 'expired', reason = 'nobody answered in time', decided_at = ? "
-                         "WHERE state = 'pending' AND expires <= ?", (self.clock(), self.clock()))
+    async def sweep(self) -> int:
+        """PostgreSQL, every ``lease_secs / 3`` on each node: mark this node's waiting
+        requests alive, expire the pending ones nobody marked for ``lease_secs`` (their
+        node is gone), wipe the answers left by such nodes, count what waits."""
+        mine, lease, now = list(self._waiters), self.lease_secs, self.clock()
+
+        def sweep(tx: Any) -> tuple[int, int]:
+            if mine:
+                tx.execute("UPDATE approval_requests SET seen = now() WHERE id = ANY(?)", (mine,))
+            gone = tx.execute("UPDATE approval_requests SET state = 'expired', reason = ?, decided_at = ?, answer = '' "
+                              "WHERE state = 'pending' AND seen < now() - make_interval(secs => ?)",
+                              (ORPHANED, now, lease)).rowcount
+            tx.execute("UPDATE approval_requests SET answer = '' WHERE answer != '' AND state != 'pending' "
+                       "AND seen < now() - make_interval(secs => ?)", (2 * lease,))
+            return gone, tx.execute("SELECT count(*) FROM approval_requests WHERE state = 'pending'").fetchone()[0]
+
+        gone, self._pending = await self._sql.run(sweep, "the approval requests could not be swept")
+        self._orphaned(gone)
+        return gone
+
+    def _orphaned(self, gone: int) -> None:
+        if gone:
+            log.warning("expired %d approval requests left pending by a tern that is no longer running", gone)
+            self._audit("approval_resolved", outcome="expired", count=gone, reason=ORPHANED)
+
+    def _expire_due(self, tx: Any) -> None:
+        now = self.clock()
+        tx.execute(f"UPDATE {self._requests} SET state = 'expired', reason = 'nobody answered in time', "
+                   "decided_at = ? WHERE state = 'pending' AND expires <= ?", (now, now))
 
     def _audit(self, kind: str, **fields: Any) -> None:
         if self.audit is not None:

@@ -1,6 +1,9 @@
-"""Conversations: each ``context_id``'s messages, in SQLite in the state directory.
+"""Conversations: each ``context_id``'s messages, in SQLite in the state directory, or
+with ``[state] store = "postgres"`` in the table ``conversation_messages`` every node
+shares (a follow-up on any node sees the whole history; the SQL is written once for
+both engines, ``kernel.sql``).
 
-Every append is its own committed transaction (WAL, ``synchronous=NORMAL``), so a
+On SQLite every append is its own committed transaction (WAL, ``synchronous=NORMAL``), so a
 restart or a ``kill -9`` of tern loses no message that was acknowledged (only a power
 loss can take the last moments; FULL cost 2 ms an exchange, measured). Appends and reads
 run on the event loop on one connection kept open (0.03 ms, less than a thread hop);
@@ -17,10 +20,13 @@ from __future__ import annotations
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import trio
 
+from runtime.errors import StorageError
+from runtime.kernel.sql import PgSql, Sql, SqliteSql
 from runtime.log import get_logger
 from runtime.ports import Caller
 from runtime.storage import failed, open_db
@@ -47,6 +53,15 @@ CREATE INDEX IF NOT EXISTS messages_by_context ON messages (context_id, seq);
 """
 # A file made before keys had owners lacks the column: its conversations become the admin's.
 _ADD_OWNER = "ALTER TABLE messages ADD COLUMN owner TEXT NOT NULL DEFAULT 'admin'"
+#: PostgreSQL (component "conversations"): append steps, never edit a shipped one.
+PG_STEPS = ["""
+CREATE TABLE conversation_messages (
+    context_id text NOT NULL, seq bigserial PRIMARY KEY, role text NOT NULL, agent text NOT NULL,
+    content text NOT NULL, time double precision NOT NULL, owner text NOT NULL DEFAULT 'admin');
+CREATE INDEX conversation_messages_by_context ON conversation_messages (context_id, seq);
+"""]
+_DROP_OLDEST = ("DELETE FROM {table} WHERE context_id NOT IN (SELECT context_id FROM {table} "
+                "GROUP BY context_id ORDER BY MAX(seq) DESC LIMIT ?)")
 
 
 class Message(msgspec.Struct, frozen=True):
@@ -57,44 +72,53 @@ class Message(msgspec.Struct, frozen=True):
 
 
 class Conversations:
+    """The conversations of a state directory's file, or of every node on one PostgreSQL
+    database (``db``; ``start`` creates its tables)."""
+
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | None,
         *,
         max_messages: int = MAX_MESSAGES,
         max_bytes: int = MAX_BYTES,
         max_contexts: int = MAX_CONTEXTS,
+        db: Any = None,
     ) -> None:
-        self.path = Path(path)
+        self.path = Path(path) if path else None
         self.max_contexts = max_contexts
         self.max_messages = max_messages
         self.max_bytes = max_bytes
-        self._db: sqlite3.Connection | None = None
+        self._pg = PgSql(db) if db is not None else None
+        self._lite: SqliteSql | None = None
+        self._table = "conversation_messages" if db is not None else "messages"
         self._appends = 0
 
-    def _connect(self) -> sqlite3.Connection:
-        """The one connection, opened on first use, used from the event loop's thread."""
-        if self._db is None:
-            db = open_db(self.path, _SCHEMA, timeout=10.0, check_same_thread=False)
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run off the event loop (append)
-            if "owner" not in {row[1] for row in db.execute("PRAGMA table_info(messages)")}:
-                db.execute(_ADD_OWNER)
-            self._db = db
-        return self._db
+    async def start(self) -> None:
+        """PostgreSQL: create or update the tables (at boot, once the database is open)."""
+        if self._pg is not None:
+            await self._pg.db.migrate("conversations", PG_STEPS)
 
-    def _append(self, context_id: str, messages: list[Message], owner: str) -> None:
-        db = self._connect()
-        with db:  # one transaction: both sides of an exchange, or neither
-            db.executemany(
-                "INSERT INTO messages (context_id, role, agent, content, time, owner) VALUES (?, ?, ?, ?, ?, ?)",
-                [(context_id, m.role, m.agent, m.content, m.time, owner) for m in messages],
-            )
-            self._trim(db, context_id)
+    @property
+    def _sql(self) -> Sql:
+        """PostgreSQL, or the file's one connection, opened on first use, used from the event loop."""
+        if self._pg is not None:
+            return self._pg
+        if self._lite is None:
+            try:
+                db = open_db(self.path, _SCHEMA, timeout=10.0, check_same_thread=False, isolation_level=None)
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoints run off the event loop (append)
+                if "owner" not in {row[1] for row in db.execute("PRAGMA table_info(messages)")}:
+                    db.execute(_ADD_OWNER)
+            except (sqlite3.Error, OSError) as exc:
+                raise failed("the conversations could not be opened", exc) from None
+            self._lite = SqliteSql(db)
+        return self._lite
 
-    def _trim(self, db: sqlite3.Connection, context_id: str) -> None:
-        rows = db.execute(
-            "SELECT seq, length(CAST(content AS BLOB)) FROM messages WHERE context_id = ? ORDER BY seq DESC",
+    def _trim(self, tx: Any, context_id: str) -> None:
+        size_of = "octet_length(content)" if tx.dialect == "postgres" else "length(CAST(content AS BLOB))"
+        rows = tx.execute(
+            f"SELECT seq, {size_of} FROM {self._table} WHERE context_id = ? ORDER BY seq DESC",
             (context_id,),
         ).fetchall()
         kept, size, cut = 0, 0, None
@@ -105,108 +129,102 @@ class Conversations:
             kept += 1
             size += length
         if cut is not None:
-            db.execute("DELETE FROM messages WHERE context_id = ? AND seq <= ?", (context_id, cut))
+            tx.execute(f"DELETE FROM {self._table} WHERE context_id = ? AND seq <= ?", (context_id, cut))
 
-    def _history(self, context_id: str, limit: int) -> list[Message]:
-        rows = (
-            self._connect()
-            .execute(
-                "SELECT role, agent, content, time FROM messages WHERE context_id = ? ORDER BY seq DESC LIMIT ?",
-                (context_id, limit),
-            )
-            .fetchall()
-        )
-        return [Message(*row) for row in reversed(rows)]
-
-    def owner(self, context_id: str) -> str | None:
+    async def owner(self, context_id: str) -> str | None:
         """Whose conversation it is (the key name that started it); None: there is none."""
-        try:
-            row = self._connect().execute("SELECT owner FROM messages WHERE context_id = ? LIMIT 1",
-                                          (context_id,)).fetchone()
-        except (sqlite3.Error, OSError) as exc:
-            raise failed("the conversation could not be read", exc) from None
+        row = await self._sql.run(lambda tx: tx.execute(
+            f"SELECT owner FROM {self._table} WHERE context_id = ? LIMIT 1", (context_id,)).fetchone(),
+            "the conversation could not be read")
         return row[0] if row else None
 
-    def visible(self, context_id: str, who: Caller | None) -> bool:
+    async def visible(self, context_id: str, who: Caller | None) -> bool:
         """Whether ``who`` may see (or go on with) ``context_id``: its own, one that does
         not exist yet, or any for an admin (None: any)."""
         if who is None:
             return True
-        owner = self.owner(context_id)
+        owner = await self.owner(context_id)
         return owner is None or who.owns(owner)
 
     async def append(self, context_id: str, *messages: Message, owner: str = "admin") -> None:
-        # On the event loop itself: a WAL commit without fsync is ~0.03 ms, far less than a
-        # hop to a worker thread. The one slow part, the checkpoint (it fsyncs), runs in a
-        # worker thread on its own connection every CHECKPOINT_EVERY appends.
-        try:
-            self._append(context_id, list(messages), owner)
-        except (sqlite3.Error, OSError) as exc:
-            raise failed("the conversation was not saved", exc) from None
+        """Both sides of an exchange in one transaction, or neither; the context trimmed
+        to its bounds. On SQLite on the event loop itself: a WAL commit without fsync is
+        ~0.03 ms, far less than a hop to a worker thread."""
+
+        def write(tx: Any) -> None:
+            tx.executemany(
+                f"INSERT INTO {self._table} (context_id, role, agent, content, time, owner) VALUES (?, ?, ?, ?, ?, ?)",
+                [(context_id, m.role, m.agent, m.content, m.time, owner) for m in messages],
+            )
+            self._trim(tx, context_id)
+
+        await self._sql.run(write, "the conversation was not saved")
         self._appends += 1
         if self._appends % CHECKPOINT_EVERY == 0:
             try:
-                await trio.to_thread.run_sync(self._checkpoint)
-            except (sqlite3.Error, OSError) as exc:
-                log.warning("conversations: housekeeping of %s failed (%s); retried later", self.path, exc)
+                await self._housekeeping()
+            except (StorageError, sqlite3.Error, OSError) as exc:
+                log.warning("conversations: housekeeping failed (%s); retried later", exc)
 
     async def history(self, context_id: str, limit: int = MAX_MESSAGES, who: Caller | None = None) -> list[Message]:
         """The last ``limit`` messages, oldest first; none when ``who`` may not see it."""
-        if not self.visible(context_id, who):
+        if not await self.visible(context_id, who):
             return []
-        try:
-            return self._history(context_id, limit)
-        except (sqlite3.Error, OSError) as exc:
-            raise failed("the conversation could not be read", exc) from None
+        rows = await self._sql.run(lambda tx: tx.execute(
+            f"SELECT role, agent, content, time FROM {self._table} WHERE context_id = ? ORDER BY seq DESC LIMIT ?",
+            (context_id, limit)).fetchall(), "the conversation could not be read")
+        return [Message(*row) for row in reversed(rows)]
 
-    def list(self, limit: int = 500, who: Caller | None = None) -> list[dict[str, object]]:
+    async def list(self, limit: int = 500, who: Caller | None = None) -> list[dict[str, object]]:
         """The conversations, most recently used first (at most ``limit``): id, agent (of
         the last message), message count, first and last time, and the opening user
         message cut to 80 characters (what a person recognises a conversation by).
         Only ``who``'s own when given (an admin's: all)."""
         mine = who is not None and not who.allows("admin")
-        try:
-            rows = self._connect().execute(
-                "SELECT context_id, count(*), min(time), max(time), max(seq) FROM messages "
+        table = self._table
+
+        def read(tx: Any) -> list[dict[str, object]]:
+            rows = tx.execute(
+                f"SELECT context_id, count(*), min(time), max(time), max(seq) FROM {table} "
                 f"{'WHERE owner = ? ' if mine else ''}GROUP BY context_id "
-                "ORDER BY max(seq) DESC LIMIT ?", (*((who.name,) if mine else ()), limit)).fetchall()
+                "ORDER BY max(seq) DESC LIMIT ?", (*((who.name,) if mine else ()), limit)).fetchall()  # type: ignore[union-attr]
             listed = []
             for context_id, count, first, last, newest in rows:
-                agent = self._db.execute("SELECT agent FROM messages WHERE seq = ?", (newest,)).fetchone()  # type: ignore[union-attr]
-                opening = self._db.execute(  # type: ignore[union-attr]
-                    "SELECT content FROM messages WHERE context_id = ? AND role = 'user' ORDER BY seq LIMIT 1",
+                agent = tx.execute(f"SELECT agent FROM {table} WHERE seq = ?", (newest,)).fetchone()
+                opening = tx.execute(
+                    f"SELECT content FROM {table} WHERE context_id = ? AND role = 'user' ORDER BY seq LIMIT 1",
                     (context_id,)).fetchone()
                 text = " ".join((opening[0] if opening else "").split())
                 listed.append({"context_id": context_id, "agent": agent[0] if agent else "", "messages": count,
                                "first": first, "last": last, "preview": text[:77] + "..." if len(text) > 80 else text})
             return listed
-        except (sqlite3.Error, OSError) as exc:
-            raise failed("the conversations could not be read", exc) from None
 
-    def delete(self, context_id: str, who: Caller | None = None) -> int:
+        return await self._sql.run(read, "the conversations could not be read")
+
+    async def delete(self, context_id: str, who: Caller | None = None) -> int:
         """Forget one conversation; how many messages went (0: there was none, or not
         one ``who`` may see)."""
-        if not self.visible(context_id, who):
+        if not await self.visible(context_id, who):
             return 0
-        try:
-            db = self._connect()
-            with db:
-                return db.execute("DELETE FROM messages WHERE context_id = ?", (context_id,)).rowcount
-        except (sqlite3.Error, OSError) as exc:
-            raise failed("the conversation was not deleted", exc) from None
+        return await self._sql.run(lambda tx: tx.execute(
+            f"DELETE FROM {self._table} WHERE context_id = ?", (context_id,)).rowcount,
+            "the conversation was not deleted")
+
+    async def _housekeeping(self) -> None:
+        """Drop the least recently used conversations beyond ``max_contexts`` (every A2A
+        task or MCP call without a context starts one). SQLite: in a worker thread on its
+        own connection, then a WAL checkpoint (it fsyncs); PostgreSQL: one statement."""
+        if self._pg is not None:
+            await self._pg.run(lambda tx: tx.execute(_DROP_OLDEST.format(table=self._table), (self.max_contexts,)),
+                               "the conversations could not be trimmed")
+        else:
+            await trio.to_thread.run_sync(self._checkpoint)
 
     def _checkpoint(self) -> None:
-        """Housekeeping off the event loop: drop the least recently used conversations
-        beyond ``max_contexts`` (every A2A task or MCP call without a context starts
-        one), then checkpoint the WAL."""
-        db = sqlite3.connect(self.path, timeout=10.0)
+        db = sqlite3.connect(self.path, timeout=10.0)  # type: ignore[arg-type]
         try:
             with db:
-                db.execute(
-                    "DELETE FROM messages WHERE context_id NOT IN (SELECT context_id FROM messages "
-                    "GROUP BY context_id ORDER BY MAX(seq) DESC LIMIT ?)",
-                    (self.max_contexts,),
-                )
+                db.execute(_DROP_OLDEST.format(table="messages"), (self.max_contexts,))
             db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:
             db.close()

@@ -56,7 +56,7 @@ async def ask_form(approvals: Any, redact: Callable[[Any], Any], server: str,
     approval = await approvals.request("", format_mcp_tool_name(server, "elicitation"), redact(shown), digest(form),
                                        caller=f"mcp:{server}", reason=f"MCP server '{server}' asks a question",
                                        ask=CALL_ASK.get(), form=redact(form))
-    answer = approvals.take_answer(approval.id) if approval.id else None
+    answer = await approvals.take_answer(approval.id) if approval.id else None
     if approval.state in ("approved", "denied") and answer is not None:
         return answer
     if approval.state == "denied":  # refused before anyone was asked (too many waiting)

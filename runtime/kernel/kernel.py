@@ -88,14 +88,17 @@ class Kernel:
         self.approvals = Approvals(state / "approvals.sqlite3" if state else None,
                                    timeout_secs=governance.approval_timeout_secs,
                                    max_pending_per_agent=governance.max_pending_per_agent, audit=audit,
-                                   publish=self.events.publish, redact=self.pipeline.redact_obj)
+                                   publish=self.events.publish, redact=self.pipeline.redact_obj,
+                                   db=self.db, listener=self.listener, node_id=self.node_id,
+                                   lease_secs=config.state.lease_secs)
         self.pipeline.approvals = self.approvals
         from runtime.kernel.elicitation import person_answers
         from runtime.kernel.sampling_answer import SamplingAnswers
 
         sampling = SamplingAnswers(lambda: self.config, self.pipeline, self.approvals)  # [mcp_servers.sampling]
         self.mcp.on_input = person_answers(self.approvals, self.pipeline.redact_obj, sampling)  # servers' questions
-        self.conversations = Conversations(state / "conversations.sqlite3") if state else None
+        self.conversations = Conversations(state / "conversations.sqlite3" if state else None, db=self.db) \
+            if state or self.db is not None else None
         self.agents = Agents(config, self.pipeline, self.conversations)
         self.agents.publish = self.events.publish  # "agent.message" and "model.call"
         register_agent_tools(self.registry, lambda: self.agents)
@@ -153,6 +156,8 @@ class Kernel:
                 if self.db is not None:
                     await self.db.open()
                     await nursery.start(self.listener.run)
+                    await self.conversations.start()
+                await nursery.start(self.approvals.run)
                 await nursery.start(self.mcp.run)
                 if self.external is not None:
                     await nursery.start(self.external.run)

@@ -312,7 +312,10 @@ class ToolPipeline:
                             "has no state directory to keep the request in"), "denied"
         agent = run.agent.name if run.agent is not None else ""
         arguments_digest = digest(arguments)
-        remembered = approvals.remembered(agent, name, arguments_digest)
+        try:
+            remembered = await approvals.remembered(agent, name, arguments_digest)
+        except TernError as exc:  # the store is away: no rule to read, so no yes
+            return _refused(f"{name} was not run: {exc}"), "denied"
         if remembered == "allow":
             return None
         if remembered == "deny":

@@ -268,13 +268,13 @@ class SamplingAnswers:
             return ""
         if verdict.decision == "deny":
             return verdict.reason
-        remembered = self.approvals.remembered("", tool, record["arguments"])
-        if remembered is not None:
-            return "" if remembered == "allow" else "a person denied it from now on"
         what = shown(server, request, model)
         reason = f"MCP server '{server}' asks the model of tern ({model or 'unnamed'}) for up to " \
                  f"{request.max_tokens} tokens"
         try:
+            remembered = await self.approvals.remembered("", tool, record["arguments"])
+            if remembered is not None:
+                return "" if remembered == "allow" else "a person denied it from now on"
             approval = await self.approvals.request("", tool, what, record["arguments"], caller=f"mcp:{server}",
                                                     ask=CALL_ASK.get(), reason=reason)
         except TernError as exc:

@@ -62,9 +62,9 @@ async def finished(task):
 async def pending(approvals):
     """The one request that waits, once it does."""
     with trio.fail_after(5):
-        while not approvals.list():
+        while not await approvals.list():
             await trio.sleep(0.01)
-    [approval] = approvals.list()
+    [approval] = await approvals.list()
     return approval
 
 
@@ -78,7 +78,7 @@ async def test_by_default_the_task_stays_working_and_names_the_approval(nursery,
     assert "shell_exec" in status
     with pytest.raises(UnsupportedOperation, match="still working"):  # the caller does not decide
         await engine.send("bot", msg("approve", task_id=task.id))
-    approvals.decide(approval.id, True, by="api:127.0.0.1", channel="http")
+    await approvals.decide(approval.id, True, by="api:127.0.0.1", channel="http")
     await engine.wait(task.id)
     assert task.state == "completed" and text_of(task.artifacts[0].parts) == "approved by api:127.0.0.1: -"
     assert [m.role for m in task.history] == ["user", "agent"]  # the waits were status only
@@ -96,7 +96,7 @@ async def test_a_stream_sees_the_wait_and_how_it_ended(nursery, autojump_clock):
 
     nursery.start_soon(follow)
     approval = await pending(approvals)
-    approvals.decide(approval.id, False, by="cli:ann", reason="not today", channel="cli")
+    await approvals.decide(approval.id, False, by="cli:ann", reason="not today", channel="cli")
     await engine.wait(task.id)
     await trio.sleep(0.01)
     states = [state for state, _ in seen]
@@ -118,7 +118,7 @@ async def test_the_caller_answers_an_input_required_task(nursery, autojump_clock
     task = await engine.send("bot", msg("x.txt"))
     with trio.fail_after(5):
         await engine.wait(task.id)  # a blocking send returns here: the work asks
-    approval = approvals.list()[0]
+    approval = (await approvals.list())[0]
     assert task.state == "input-required" and task.asking
     text, data = task.status_message.parts
     assert approval.id in text["text"] and "shell_exec" in text["text"]
@@ -131,7 +131,7 @@ async def test_the_caller_answers_an_input_required_task(nursery, autojump_clock
     assert task.state == "working" and not task.asking
     await engine.wait(task.id)
     assert task.state == "completed"
-    decided = approvals.get(approval.id)
+    decided = await approvals.get(approval.id)
     assert (decided.state, decided.decided_by, decided.channel) == (
         "approved" if approved else "denied", "a2a:10.0.0.7", "a2a")
     reply = text_of(task.artifacts[0].parts)
@@ -166,20 +166,20 @@ async def test_an_unreadable_answer_is_refused_and_the_task_still_asks(nursery, 
         with pytest.raises(InvalidTaskRequest, match="waits for a decision on approval ap_"):
             await engine.send("bot", garbage)
         assert task.state == "input-required" and len(task.history) == 2 and engine.bytes == size
-    assert approvals.list()[0].state == "pending"
+    assert (await approvals.list())[0].state == "pending"
     await engine.send("bot", msg(data={"decision": "approve", "scope": "always"}, task_id=task.id))
     await engine.wait(task.id)
     assert task.state == "completed"
-    assert approvals.remembered("bot", "shell_exec", "d-y") == "allow"  # the scope was the caller's
+    assert await approvals.remembered("bot", "shell_exec", "d-y") == "allow"  # the scope was the caller's
 
 
 async def test_decided_elsewhere_the_task_works_again(nursery, autojump_clock):
     engine, approvals = await setup(nursery, caller_may_approve=True)
     task = await engine.send("bot", msg("z"))
     await engine.wait(task.id)
-    approval = approvals.list()[0]
+    approval = (await approvals.list())[0]
     receive = await engine.subscribe(task.id)  # a resubscribe: the stream of the ask ended at input-required
-    approvals.decide(approval.id, True, by="cli:ann", channel="cli")
+    await approvals.decide(approval.id, True, by="cli:ann", channel="cli")
     await finished(task)
     assert task.state == "completed" and text_of(task.artifacts[0].parts).startswith("approved by cli:ann")
     events = [event async for event in receive]
@@ -195,8 +195,8 @@ async def test_an_answer_after_another_channel_decided_says_so(nursery, autojump
     engine, approvals = await setup(nursery, caller_may_approve=True)
     task = await engine.send("bot", msg("z"))
     await engine.wait(task.id)
-    approval = approvals.list()[0]
-    approvals.decide(approval.id, False, by="cli:ann", channel="cli")
+    approval = (await approvals.list())[0]
+    await approvals.decide(approval.id, False, by="cli:ann", channel="cli")
     with pytest.raises(UnsupportedOperation, match="already denied by cli:ann"):
         await engine.send("bot", msg("approve", task_id=task.id))  # before the run has woken up
     await finished(task)
@@ -218,11 +218,11 @@ async def test_cancel_while_asking_ends_the_wait(nursery, autojump_clock):
     engine, approvals = await setup(nursery, caller_may_approve=True)
     task = await engine.send("bot", msg("c"))
     await engine.wait(task.id)
-    approval = approvals.list()[0]
+    approval = (await approvals.list())[0]
     await engine.cancel(task.id)
     await trio.sleep(0.5)
     assert task.state == "canceled" and not task.asking
-    assert approvals.get(approval.id).state == "expired"  # the caller stopped waiting
+    assert (await approvals.get(approval.id)).state == "expired"  # the caller stopped waiting
     with pytest.raises(UnsupportedOperation, match="canceled"):
         await engine.send("bot", msg("approve", task_id=task.id))
 
@@ -278,7 +278,7 @@ class FormAgents(AskingAgents):
     async def send(self, name, message, *, context_id=None, on_text=None, on_log=None, env=None, ask=None, owner=None):
         approval = await self.approvals.request("", "mcp_printer_elicitation", FORM, "form-digest",
                                                 caller="mcp:printer", ask=ask, form=FORM)
-        return AgentReply(name, context_id or "", repr(self.approvals.take_answer(approval.id)))
+        return AgentReply(name, context_id or "", repr(await self.approvals.take_answer(approval.id)))
 
 
 async def test_an_a2a_caller_answers_a_server_form_with_typed_values(nursery, autojump_clock):
@@ -296,7 +296,7 @@ async def test_an_a2a_caller_answers_a_server_form_with_typed_values(nursery, au
                   {"decision": "approve", "answer": {"copies": "two"}}, {"decision": "approve", "answer": {"x": 1}}):
         with pytest.raises(InvalidTaskRequest, match="waits for an answer"):
             await engine.send("bot", msg(data=wrong, task_id=task.id))
-        assert task.state == "input-required" and approvals.list()  # still asking
+        assert task.state == "input-required" and await approvals.list()  # still asking
     await engine.send("bot", msg(data={"decision": "approve", "answer": {"copies": 3}}, task_id=task.id),
                 caller="a2a:10.0.0.7")
     await engine.wait(task.id)

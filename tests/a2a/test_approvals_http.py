@@ -56,9 +56,9 @@ def said(status):
     return text, data
 
 
-def check_question(task, state, approvals):
+async def check_question(task, state, approvals):
     """The task asks: input-required (in its dialect's spelling) with the request as data."""
-    [pending] = approvals.list()
+    [pending] = await approvals.list()
     assert task["status"]["state"] == state
     text, data = said(task["status"])
     assert "May agent 'writer' call file_write" in text and pending.id in text and '"approve"' in text
@@ -83,24 +83,24 @@ async def test_every_dialect_renders_the_question_and_takes_the_answer(nursery, 
 
         # 1.0 JSON-RPC: a blocking send returns at the question; a data part approves
         task = (await call("SendMessage", {"message": message([{"text": WRITE}])}))["task"]
-        pending = check_question(task, "TASK_STATE_INPUT_REQUIRED", approvals)
+        pending = await check_question(task, "TASK_STATE_INPUT_REQUIRED", approvals)
         done = (await call("SendMessage", {"message": message([APPROVE], taskId=task["id"])}))["task"]
         assert done["status"]["state"] == "TASK_STATE_COMPLETED" and reply_of(done) == "wrote 5 bytes to note.txt"
-        decided = approvals.get(pending.id)
+        decided = await approvals.get(pending.id)
         assert (decided.state, decided.decided_by, decided.channel) == ("approved", "a2a:127.0.0.1", "a2a")
         got = await call("GetTask", {"id": task["id"]})
         assert [m["role"] for m in got["history"]] == ["ROLE_USER", "ROLE_AGENT", "ROLE_USER", "ROLE_AGENT"]
 
         # 0.3 JSON-RPC: the text "yes" approves
         task = await call("message/send", {"message": message([{"text": WRITE}], "0.3")})
-        check_question(task, "input-required", approvals)
+        await check_question(task, "input-required", approvals)
         assert task["status"]["message"]["parts"][1]["kind"] == "data"
         done = await call("message/send", {"message": message([{"text": "yes"}], "0.3", taskId=task["id"])})
         assert done["status"]["state"] == "completed"
 
         # 0.1: the client names the task; "no" denies, and the agent's answer is the denial
         task = await call("tasks/send", {"id": "legacy-1", "message": message([{"text": WRITE}], "0.1")})
-        pending = check_question(task, "input-required", approvals)
+        pending = await check_question(task, "input-required", approvals)
         assert task["status"]["message"]["parts"][1]["type"] == "data"
         done = await call("tasks/send", {"id": "legacy-1", "message": message([{"text": "no"}], "0.1")})
         assert done["status"]["state"] == "failed"
@@ -110,7 +110,7 @@ async def test_every_dialect_renders_the_question_and_takes_the_answer(nursery, 
         # HTTP+JSON: garbage is refused (400, still asking), then approve
         rest = url + "/a2a/writer/rest"
         task = (await client.post(rest + "/message:send", json={"message": message([{"text": WRITE}])})).json()["task"]
-        pending = check_question(task, "TASK_STATE_INPUT_REQUIRED", approvals)
+        pending = await check_question(task, "TASK_STATE_INPUT_REQUIRED", approvals)
         garbage = await client.post(rest + "/message:send",
                                     json={"message": message([{"text": "whatever"}], taskId=task["id"])})
         assert garbage.status_code == 400
@@ -127,7 +127,7 @@ async def test_every_dialect_renders_the_question_and_takes_the_answer(nursery, 
         # the seed's REST routes (0.1 shapes)
         sent = await client.post(url + "/a2a/tasks/send", json={"id": "seed-1",
                                                                 "message": message([{"text": WRITE}], "0.1")})
-        check_question(sent.json(), "input-required", approvals)
+        await check_question(sent.json(), "input-required", approvals)
         refused = await client.post(url + "/a2a/tasks/send", json={"id": "seed-1",
                                                                    "message": message([{"text": "?"}], "0.1")})
         assert refused.status_code == 400 and "no decision" in refused.json()["error"]["message"]
@@ -147,7 +147,7 @@ async def test_a_stream_ends_at_the_question_and_the_answer_streams_on(nursery, 
             **ids, "message": message([{"text": WRITE}], dialect)}))).text)
         last = first[-1]["result"]
         status = last["statusUpdate"]["status"] if dialect == "1.0" else last["status"]
-        check_question({"status": status}, "TASK_STATE_INPUT_REQUIRED" if dialect == "1.0" else "input-required",
+        await check_question({"status": status}, "TASK_STATE_INPUT_REQUIRED" if dialect == "1.0" else "input-required",
                        node.kernel.approvals)
         if dialect != "1.0":
             assert last["final"] is True
@@ -173,9 +173,9 @@ async def test_by_default_the_task_works_and_says_what_it_waits_for(nursery, tmp
 
         nursery.start_soon(stream)
         with trio.fail_after(10):
-            while not node.kernel.approvals.list():
+            while not await node.kernel.approvals.list():
                 await trio.sleep(0.02)
-        [pending] = node.kernel.approvals.list()
+        [pending] = await node.kernel.approvals.list()
         task_id = (await node.a2a.engine.list())[0][0].id
         got = (await client.post(url + "/a2a", json=rpc("GetTask", {"id": task_id}))).json()["result"]
         assert got["status"]["state"] == "TASK_STATE_WORKING"

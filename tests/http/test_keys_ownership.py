@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from functools import partial
 
 import pytest
 import trio
@@ -68,11 +69,11 @@ async def test_an_old_conversations_file_becomes_the_admins(tmp_path):
     db.commit()
     db.close()
     store = Conversations(path)
-    assert store.owner("old") == "admin"
-    assert store.list(who=ALICE) == [] and await store.history("old", who=ALICE) == []
-    assert [c["context_id"] for c in store.list(who=Caller("admin", frozenset({"admin"})))] == ["old"]
+    assert await store.owner("old") == "admin"
+    assert await store.list(who=ALICE) == [] and await store.history("old", who=ALICE) == []
+    assert [c["context_id"] for c in await store.list(who=Caller("admin", frozenset({"admin"})))] == ["old"]
     await store.append("new", Conversations.message("user", "a", "mine"), owner="alice")
-    assert [c["context_id"] for c in store.list(who=ALICE)] == ["new"]
+    assert [c["context_id"] for c in await store.list(who=ALICE)] == ["new"]
 
 
 async def test_approvals_are_answered_by_their_key_or_the_approvals_scope(nursery, autojump_clock):
@@ -85,21 +86,21 @@ async def test_approvals_are_answered_by_their_key_or_the_approvals_scope(nurser
     nursery.start_soon(ask, "alice", "shell_exec")
     nursery.start_soon(ask, "bob", "file_write")
     with trio.fail_after(5):
-        while len(approvals.list()) < 2:
+        while len(await approvals.list()) < 2:
             await trio.sleep(0.01)
-    mine = {a.tool: a for a in approvals.list()}
-    assert [a.tool for a in approvals.list(who=ALICE)] == ["shell_exec"]
-    assert {a.tool for a in approvals.list(who=OPS)} == {"shell_exec", "file_write"}
+    mine = {a.tool: a for a in await approvals.list()}
+    assert [a.tool for a in await approvals.list(who=ALICE)] == ["shell_exec"]
+    assert {a.tool for a in await approvals.list(who=OPS)} == {"shell_exec", "file_write"}
     bobs = mine["file_write"].id
     with pytest.raises(UnknownApproval) as theirs:
-        approvals.get(bobs, ALICE)
+        await approvals.get(bobs, ALICE)
     with pytest.raises(UnknownApproval) as never:
-        approvals.get("ap_never", ALICE)
+        await approvals.get("ap_never", ALICE)
     assert str(theirs.value).replace(bobs, "ID") == str(never.value).replace("ap_never", "ID")
     with pytest.raises(UnknownApproval):
-        approvals.decide(bobs, True, who=ALICE)
-    approvals.decide(mine["shell_exec"].id, True, by="alice", who=ALICE)
-    approvals.decide(bobs, False, by="ops", who=OPS)
+        await approvals.decide(bobs, True, who=ALICE)
+    await approvals.decide(mine["shell_exec"].id, True, by="alice", who=ALICE)
+    await approvals.decide(bobs, False, by="ops", who=OPS)
     with trio.fail_after(5):
         while len(ended) < 2:
             await trio.sleep(0.01)
@@ -134,7 +135,8 @@ def test_an_old_approvals_file_becomes_the_admins(tmp_path):
     db.commit()
     db.close()
     approvals = Approvals(path)
-    assert approvals.get("ap_old").key == "admin"
-    assert approvals.list(None, who=ALICE) == [] and [a.id for a in approvals.list(None, who=OPS)] == ["ap_old"]
+    assert trio.run(approvals.get, "ap_old").key == "admin"
+    assert trio.run(partial(approvals.list, None, who=ALICE)) == []
+    assert [a.id for a in trio.run(partial(approvals.list, None, who=OPS))] == ["ap_old"]
     with pytest.raises(UnknownApproval):
-        approvals.get("ap_old", ALICE)
+        trio.run(approvals.get, "ap_old", ALICE)

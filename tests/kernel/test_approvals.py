@@ -130,7 +130,7 @@ class Harness:
         self.pipeline.approvals = self.approvals
 
     async def pending(self, count: int = 1) -> list:
-        while len(listed := self.approvals.list()) < count:
+        while len(listed := await self.approvals.list()) < count:
             await trio.sleep(0.01)
         return listed
 
@@ -154,7 +154,7 @@ async def test_a_call_waits_for_approval_and_runs_once_approved(tmp_path, autoju
         assert seen == ("bot", "wipe", {"disk": "/dev/x"}, "t")
         assert h.calls == []
         started = trio.current_time()
-        h.approvals.decide(waiting.id, True, by="alice", channel="test")
+        await h.approvals.decide(waiting.id, True, by="alice", channel="test")
     assert trio.current_time() - started == 0  # woken at once, not at the next poll
     assert results[0].text == "wiped" and h.calls == [{"disk": "/dev/x"}]
     resolved = h.records("approval_resolved")[0]
@@ -174,7 +174,7 @@ async def test_denied_and_expired_calls_are_tool_errors_the_run_survives(tmp_pat
     async with trio.open_nursery() as nursery:
         nursery.start_soon(call)
         [waiting] = await h.pending()
-        h.approvals.decide(waiting.id, False, reason="not today", by="bob", channel="test")
+        await h.approvals.decide(waiting.id, False, reason="not today", by="bob", channel="test")
     assert outcome[0].is_error and f"bob denied it (approval {waiting.id}, test): not today" in outcome[0].text
     started = trio.current_time()
     expired = await h.pipeline.call("wipe", {"again": 1}, run=run)
@@ -185,9 +185,9 @@ async def test_denied_and_expired_calls_are_tool_errors_the_run_survives(tmp_pat
     assert [r["outcome"] for r in calls] == ["rejected", "expired", "ok"]
     assert "bob denied it" in calls[0]["error"] and "expired" in calls[1]["error"] and "error" not in calls[2]
     with pytest.raises(ApprovalClosed, match="already expired"):
-        h.approvals.decide(h.approvals.list("expired")[0].id, True)
+        await h.approvals.decide((await h.approvals.list("expired"))[0].id, True)
     with pytest.raises(UnknownApproval):
-        h.approvals.decide("ap_nothere", True)
+        await h.approvals.decide("ap_nothere", True)
 
 
 async def test_always_and_args_scopes_persist(tmp_path, autojump_clock):
@@ -199,7 +199,7 @@ async def test_always_and_args_scopes_persist(tmp_path, autojump_clock):
             call = h.pipeline.call("wipe", arguments, run=h.pipeline.run(agent()))
             nursery.start_soon(_append, results, call)
             [waiting] = await h.pending()
-            h.approvals.decide(waiting.id, approve, scope=scope)
+            await h.approvals.decide(waiting.id, approve, scope=scope)
         return results[0]
 
     await answered({"n": 1}, "args")
@@ -212,7 +212,7 @@ async def test_always_and_args_scopes_persist(tmp_path, autojump_clock):
     with trio.move_on_after(1) as scope:
         await h.pipeline.call("wipe", {"n": 4}, run=h.pipeline.run(agent("other")))
     assert scope.cancelled_caught
-    assert h.approvals.forget_rules(agent="bot") == 2
+    assert await h.approvals.forget_rules(agent="bot") == 2
 
 
 async def _append(results, awaitable):
@@ -244,8 +244,8 @@ async def test_cancelling_the_run_ends_the_wait_and_expires_the_request(tmp_path
         [waiting] = await h.pending()
         run.cancel()
     assert results[0].is_error and "cancelled by its caller" in results[0].text
-    assert h.approvals.get(waiting.id).state == "expired"
-    assert h.approvals.get(waiting.id).reason == "the caller stopped waiting"
+    assert (await h.approvals.get(waiting.id)).state == "expired"
+    assert (await h.approvals.get(waiting.id)).reason == "the caller stopped waiting"
     assert h.calls == []
 
 
@@ -270,7 +270,7 @@ async def test_the_callers_ask_runs_and_is_cancelled_when_another_channel_decide
             nursery.start_soon(_append, results, call)
             [waiting] = await h.pending()
             await trio.sleep(1)
-            h.approvals.decide(waiting.id, True)
+            await h.approvals.decide(waiting.id, True)
         assert results[0].text == "wiped"
     assert asked == cancelled and len(asked) == 1
 
@@ -279,7 +279,7 @@ async def test_the_ask_can_decide_itself(tmp_path, autojump_clock):
     h = Harness(tmp_path)
 
     async def ask(approval):
-        h.approvals.decide(approval.id, True, by="the-client", channel="mcp")
+        await h.approvals.decide(approval.id, True, by="the-client", channel="mcp")
 
     result = await h.pipeline.call("wipe", {}, run=h.pipeline.run(agent(), ask=ask))
     assert result.text == "wiped"
@@ -310,8 +310,8 @@ async def test_requests_of_a_gone_process_expire_at_boot(tmp_path, autojump_cloc
         db.execute("UPDATE requests SET owner = '999999999:1'")  # as if a crashed tern had asked
         db.commit()
         again = Approvals(tmp_path / "approvals.sqlite3")
-        assert again.get(waiting.id).state == "expired"
-        assert again.get(waiting.id).reason == "tern stopped while it waited"
+        assert (await again.get(waiting.id)).state == "expired"
+        assert (await again.get(waiting.id)).reason == "tern stopped while it waited"
         nursery.cancel_scope.cancel()
 
 

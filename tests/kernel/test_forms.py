@@ -157,24 +157,24 @@ async def test_a_form_request_is_answered_once_and_checked(tmp_path, autojump_cl
     async def ask() -> None:
         outcome["approval"] = await approvals.request("", "mcp_sdk_elicitation", {"question": "Who?"}, "d",
                                                       caller="mcp:sdk", form=FORM)
-        outcome["answer"] = approvals.take_answer(outcome["approval"].id)
+        outcome["answer"] = await approvals.take_answer(outcome["approval"].id)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ask)
         await trio.sleep(1)
-        (pending,) = approvals.list()
+        (pending,) = await approvals.list()
         assert pending.form == FORM
         with pytest.raises(UsageError, match="field 'age' is required"):
-            approvals.decide(pending.id, True, answer={"name": "Ada"}, by="a")
+            await approvals.decide(pending.id, True, answer={"name": "Ada"}, by="a")
         with pytest.raises(UsageError, match="answered once"):
-            approvals.decide(pending.id, True, scope="always", answer={"name": "Ada", "age": 3}, by="a")
-        assert approvals.get(pending.id).state == "pending"  # a wrong answer changes nothing
-        approvals.decide(pending.id, True, answer={"name": "Ada", "age": 36}, by="first", channel="cli")
+            await approvals.decide(pending.id, True, scope="always", answer={"name": "Ada", "age": 3}, by="a")
+        assert (await approvals.get(pending.id)).state == "pending"  # a wrong answer changes nothing
+        await approvals.decide(pending.id, True, answer={"name": "Ada", "age": 36}, by="first", channel="cli")
         with pytest.raises(ApprovalClosed, match="already approved by first"):  # the second person loses
-            approvals.decide(pending.id, True, answer={"name": "Eve", "age": 1}, by="second")
+            await approvals.decide(pending.id, True, answer={"name": "Eve", "age": 1}, by="second")
     assert outcome["answer"] == {"action": "accept", "content": {"name": "Ada", "age": 36, "score": 0.5,
                                                                  "ok": False, "color": "green"}}
-    assert approvals.take_answer(pending.id) is None  # taken once: wiped
+    assert await approvals.take_answer(pending.id) is None  # taken once: wiped
     text = (tmp_path / "audit.jsonl").read_text()
     assert "Ada" not in text and '"answer":"sha256:' in text
     assert "Ada" not in json.dumps(events)
@@ -185,11 +185,11 @@ async def test_a_tool_call_takes_no_answer(tmp_path, autojump_clock):
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: approvals.request("agent", "file_write", {}, "d"))
         await trio.sleep(1)
-        (pending,) = approvals.list()
+        (pending,) = await approvals.list()
         for extra in ({"answer": {"a": 1}}, {"cancel": True}):
             with pytest.raises(UsageError, match="tool call, not a question"):
-                approvals.decide(pending.id, True, **extra)
-        approvals.decide(pending.id, True)
+                await approvals.decide(pending.id, True, **extra)
+        await approvals.decide(pending.id, True)
 
 
 @pytest.mark.parametrize("deny, expected", [({"cancel": False}, {"action": "decline"}),
@@ -199,6 +199,6 @@ async def test_a_form_is_declined_or_cancelled(tmp_path, autojump_clock, deny, e
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: approvals.request("", "t", {}, "d", form=FORM))
         await trio.sleep(1)
-        (pending,) = approvals.list()
-        approvals.decide(pending.id, False, by="a", **deny)
-    assert approvals.take_answer(pending.id) == expected
+        (pending,) = await approvals.list()
+        await approvals.decide(pending.id, False, by="a", **deny)
+    assert await approvals.take_answer(pending.id) == expected

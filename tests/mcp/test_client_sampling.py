@@ -53,10 +53,10 @@ async def booted(nursery, tmp_path: Path, llm: ScriptedLLM, *servers: McpServerE
 
 async def decide_next(kernel: Kernel, approve: bool) -> dict:
     with trio.fail_after(30):
-        while not kernel.approvals.list():
+        while not await kernel.approvals.list():
             await trio.sleep(0.02)
-    pending = kernel.approvals.list()[0]
-    kernel.approvals.decide(pending.id, approve, by="tester", channel="test")
+    pending = (await kernel.approvals.list())[0]
+    await kernel.approvals.decide(pending.id, approve, by="tester", channel="test")
     arguments = pending.arguments
     return {"tool": pending.tool, "agent": pending.agent, "caller": pending.caller,
             "arguments": json.loads(arguments) if isinstance(arguments, str) else arguments}
@@ -100,7 +100,7 @@ async def test_everything_sampling_allowed_by_a_rule(npm, node, llm, nursery, tm
         "outcome": "ok", "tool": "mcp_everything_sampling", "caller": "mcp:everything", "model": "scripted-1"}
     assert SECRET_PROMPT not in (tmp_path / "state" / "audit.jsonl").read_text()
     assert SECRET_PROMPT not in json.dumps(event)
-    assert kernel.approvals.list(state=None) == []  # allowed: nobody was asked
+    assert await kernel.approvals.list(state=None) == []  # allowed: nobody was asked
     await kernel.mcp.aclose()
 
 
@@ -137,7 +137,7 @@ async def test_everything_sampling_denied_by_a_rule(npm, node, llm, nursery, tmp
     kernel = await booted(nursery, tmp_path, llm, with_sampling(everything(npm, node)), decision="deny")
     denied = await kernel.call_tool("mcp_everything_trigger_sampling_request", {"prompt": "x"})
     assert denied.is_error and "User rejected sampling request" in denied.text and "governance.rules" in denied.text
-    assert llm.requests == [] and kernel.approvals.list(state=None) == []
+    assert llm.requests == [] and await kernel.approvals.list(state=None) == []
     await kernel.mcp.aclose()
 
 
@@ -207,7 +207,7 @@ async def test_the_caller_of_the_tool_call_is_asked_too(npm, node, llm, nursery,
 
     async def ask(approval) -> None:
         asked.append(approval)
-        kernel.approvals.decide(approval.id, True, by="assistant", channel="mcp")
+        await kernel.approvals.decide(approval.id, True, by="assistant", channel="mcp")
 
     result = await kernel.call_tool("mcp_everything_trigger_sampling_request", {"prompt": "p"},
                                     run=kernel.pipeline.run(ask=ask))

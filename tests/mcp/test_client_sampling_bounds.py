@@ -104,7 +104,7 @@ async def test_bad_requests_are_refused_before_anyone_is_asked(kernel_with_every
         with pytest.raises(RpcError) as refused:
             await answer("sampling/createMessage", bad)
         assert refused.value.code == -32602
-    assert llm.requests == [] and kernel.approvals.list(state=None) == []
+    assert llm.requests == [] and await kernel.approvals.list(state=None) == []
     llm.script.append(whole("fine"))
     huge = await answer("sampling/createMessage", params(max_tokens=10**12))
     assert huge["content"]["text"] == "fine" and llm.requests[0]["max_tokens"] == 1024  # the default cap

@@ -217,7 +217,7 @@ async def test_an_approval_inside_the_task_is_answered_through_on_input(upstream
     assert not result.is_error, result.text()
     assert [m for m, _ in asked] == ["elicitation/create"] and "file_write" in json.dumps(asked[0][1])
     assert "input_required" in [s["status"] for s in seen] and seen[-1]["status"] == "completed"
-    approvals = upstream.node.kernel.approvals.list(None)
+    approvals = await upstream.node.kernel.approvals.list(None)
     assert [a.state for a in approvals] == ["approved"]
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -51,9 +52,9 @@ async def booted(nursery, tmp_path, entry: McpServerEntry, timeout_secs: float =
 
 async def next_question(approvals):
     with trio.fail_after(30):
-        while not approvals.list():
+        while not await approvals.list():
             await trio.sleep(0.02)
-    return approvals.list()[0]
+    return (await approvals.list())[0]
 
 
 BAD_PROFILES = [
@@ -81,12 +82,12 @@ async def test_sdk_server_form_answered_with_typed_values(sdk_python, nursery, t
                 if decide == "typed":
                     for bad, text in BAD_PROFILES:
                         with pytest.raises(UsageError, match=text):
-                            kernel.approvals.decide(question.id, True, answer=bad, by="tester")
-                        assert kernel.approvals.get(question.id).state == "pending"
-                    kernel.approvals.decide(question.id, True, answer={"name": "Ada", "age": 36, "color": "blue"},
+                            await kernel.approvals.decide(question.id, True, answer=bad, by="tester")
+                        assert (await kernel.approvals.get(question.id)).state == "pending"
+                    await kernel.approvals.decide(question.id, True, answer={"name": "Ada", "age": 36, "color": "blue"},
                                             by="tester", channel="test")
                 else:
-                    kernel.approvals.decide(question.id, False, cancel=decide == "cancel", by="tester")
+                    await kernel.approvals.decide(question.id, False, cancel=decide == "cancel", by="tester")
 
             inner.start_soon(answer)
             results.append((await kernel.call_tool("mcp_sdk_profile", {})).text)
@@ -104,7 +105,7 @@ async def test_the_calls_timeout_stops_while_a_person_answers(sdk_python, nurser
         async def answer() -> None:
             question = await next_question(kernel.approvals)
             await trio.sleep(3.0)
-            kernel.approvals.decide(question.id, True, answer={"name": "Ada", "age": 36}, by="tester")
+            await kernel.approvals.decide(question.id, True, answer={"name": "Ada", "age": 36}, by="tester")
 
         inner.start_soon(answer)
         with trio.fail_after(15):
@@ -117,7 +118,7 @@ async def test_defaults_answer_a_question_approved_without_values(sdk_python, nu
                                                           timeout_secs=20))
     async with trio.open_nursery() as inner:
         async def answer() -> None:
-            kernel.approvals.decide((await next_question(kernel.approvals)).id, True, by="tester")
+            await kernel.approvals.decide((await next_question(kernel.approvals)).id, True, by="tester")
 
         inner.start_soon(answer)
         result = await kernel.call_tool("mcp_sdk_confirm", {"question": "Deploy now?"})
@@ -128,7 +129,7 @@ async def test_a_question_nobody_answers_is_cancelled(sdk_python, nursery, tmp_p
     kernel = await booted(nursery, tmp_path, stdio_entry(sdk_python, SDK_SERVER, name="sdk", protocol="2025-11-25",
                                                           timeout_secs=20), timeout_secs=2)
     result = await kernel.call_tool("mcp_sdk_ask_name", {})
-    assert result.text == "cancel" and kernel.approvals.list(state=None)[0].state == "expired"
+    assert result.text == "cancel" and (await kernel.approvals.list(state=None))[0].state == "expired"
 
 
 async def test_hostile_questions_are_declined_without_asking(nursery, tmp_path):
@@ -138,11 +139,11 @@ async def test_hostile_questions_are_declined_without_asking(nursery, tmp_path):
     for arguments in ({"fields": 10_000}, {"fields": 65}, {"message_chars": 1_000_000}):
         result = await kernel.call_tool("mcp_h_ask_form", arguments)
         assert json.loads(result.text) == {"action": "decline"}, arguments
-    assert kernel.approvals.list(state=None) == []
+    assert await kernel.approvals.list(state=None) == []
     async with trio.open_nursery() as inner:  # a small form from the same server is put to a person
         async def answer() -> None:
             question = await next_question(kernel.approvals)
-            kernel.approvals.decide(question.id, True, answer={"f0": "ok", "f2": "fine"}, by="tester")
+            await kernel.approvals.decide(question.id, True, answer={"f0": "ok", "f2": "fine"}, by="tester")
 
         inner.start_soon(answer)
         result = await kernel.call_tool("mcp_h_ask_form", {"fields": 3})
@@ -369,7 +370,7 @@ def test_the_desktop_client_answers_the_upstream_question(sdk_python, tmp_path, 
     assert seen["text"] == 'accept: {"name":"Ada","age":36,"color":"blue","score":0.5,"subscribe":true}'
     approvals = Approvals(tmp_path / "state" / "approvals.sqlite3")
     try:
-        (question,) = approvals.list(None)
+        (question,) = trio.run(approvals.list, None)
         assert (question.state, question.channel, question.tool) == ("approved", "mcp", "mcp_sdk_elicitation")
     finally:
         approvals.close()
@@ -427,10 +428,11 @@ def test_a_client_that_cannot_elicit_leaves_it_to_a_person(sdk_python, tmp_path)
         import time
 
         deadline = time.monotonic() + 60
-        while not (pending := approvals.list("pending")):
+        while not (pending := trio.run(approvals.list, "pending")):
             assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
             time.sleep(0.05)
-        approvals.decide(pending[0].id, True, answer={"name": "Bob", "age": 7}, by="the test", channel="test")
+        trio.run(partial(approvals.decide, pending[0].id, True, answer={"name": "Bob", "age": 7}, by="the test",
+                         channel="test"))
     finally:
         approvals.close()
     out, err = process.communicate(timeout=60)
@@ -496,7 +498,7 @@ def test_a_run_through_the_daemon_asks_each_field(sdk_python, tmp_path):
         check_terminal_answer(*run_on_terminal(config, tern_env(tmp_path), TERMINAL_SCRIPT))
     approvals = Approvals(tmp_path / "state" / "approvals.sqlite3")
     try:
-        (question,) = approvals.list(None)
+        (question,) = trio.run(approvals.list, None)
         assert (question.state, question.channel) == ("approved", "terminal")
         assert question.decided_by.startswith("terminal:api:127.0.0.1")  # answered through the daemon
     finally:
@@ -511,8 +513,8 @@ async def test_a_url_question_shows_its_url_and_is_answered(npm, node, nursery, 
                 question = await next_question(kernel.approvals)
                 assert question.form["mode"] == "url" and question.form["url"] == "https://example.com/login"
                 with pytest.raises(UsageError, match="takes no answer"):
-                    kernel.approvals.decide(question.id, True, answer={"x": 1}, by="tester")
-                kernel.approvals.decide(question.id, decide, by="tester")
+                    await kernel.approvals.decide(question.id, True, answer={"x": 1}, by="tester")
+                await kernel.approvals.decide(question.id, decide, by="tester")
 
             inner.start_soon(answer)
             result = await kernel.call_tool("mcp_everything_trigger_url_elicitation",

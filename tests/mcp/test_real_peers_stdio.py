@@ -97,7 +97,7 @@ async def test_a_real_servers_annotations_drive_the_approval_policy(npm, node, n
     write = kernel.registry.get("mcp_fs_write_file")
     assert write is not None and write.annotations["destructiveHint"] is True
     listed = await kernel.call_tool("mcp_fs_list_directory", {"path": str(tmp_path)})
-    assert not listed.is_error and kernel.approvals.list() == []
+    assert not listed.is_error and await kernel.approvals.list() == []
     results = []
 
     async def write_note() -> None:
@@ -105,10 +105,10 @@ async def test_a_real_servers_annotations_drive_the_approval_policy(npm, node, n
 
     nursery.start_soon(write_note)
     with trio.fail_after(10):
-        while not (pending := kernel.approvals.list()):
+        while not (pending := await kernel.approvals.list()):
             await trio.sleep(0.01)
     assert pending[0].tool == "mcp_fs_write_file" and not (tmp_path / "w.txt").exists()
-    kernel.approvals.decide(pending[0].id, True, channel="test")
+    await kernel.approvals.decide(pending[0].id, True, channel="test")
     with trio.fail_after(10):
         while not results:
             await trio.sleep(0.01)

@@ -14,9 +14,11 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
 
 from runtime.kernel.approvals import Approvals
 from tests.mcp.conftest import FIXTURES
@@ -73,8 +75,8 @@ def check_answered(seen: dict, tmp: Path, version: str) -> None:
     assert written(tmp, "decline-1.txt") is None and written(tmp, "cancel-2.txt") is None
     approvals = Approvals(tmp / "state" / "approvals.sqlite3")
     try:
-        decided = sorted(approvals.list(None), key=lambda a: a.created)
-        rules = approvals.rules()
+        decided = sorted(trio.run(approvals.list, None), key=lambda a: a.created)
+        rules = trio.run(approvals.rules)
     finally:
         approvals.close()
     assert [(a.state, a.scope, a.reason, a.channel) for a in decided] == [
@@ -96,10 +98,10 @@ def approve_from_outside(process: subprocess.Popen, tmp: Path) -> str:
     approvals = Approvals(tmp / "state" / "approvals.sqlite3")
     try:
         deadline = time.monotonic() + 60
-        while not (pending := approvals.list("pending")):
+        while not (pending := trio.run(approvals.list, "pending")):
             assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
             time.sleep(0.05)
-        approvals.decide(pending[0].id, True, by="the test", channel="test")
+        trio.run(partial(approvals.decide, pending[0].id, True, by="the test", channel="test"))
         return pending[0].id
     finally:
         approvals.close()
@@ -153,8 +155,8 @@ def fresh(tmp: Path) -> None:
     for path in (tmp / "state" / "workspaces" / "writer").glob("*.txt"):
         path.unlink()
     approvals = Approvals(tmp / "state" / "approvals.sqlite3")
-    approvals._db.execute("DELETE FROM requests")
-    approvals.forget_rules()
+    approvals._sql.db.execute("DELETE FROM requests")
+    trio.run(approvals.forget_rules)
     approvals.close()
 
 

@@ -98,8 +98,8 @@ class Served:
         self.client, self.tools, self.approvals, self.server = client, tools, approvals, server
         self.peer = backend.peer  # the one stdio client, as the server sees it
 
-    def pending(self) -> list:
-        return self.approvals.list("pending")
+    async def pending(self) -> list:
+        return await self.approvals.list("pending")
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ async def test_an_approved_elicitation_runs_the_call(served, autojump_clock):
     await client.send(tool_call(1, "guarded", {"path": "a.txt"}))
     asked = await client.receive()
     assert asked["method"] == "elicitation/create" and isinstance(asked["id"], str)
-    pending = served.pending()
+    pending = await served.pending()
     assert [p.tool for p in pending] == ["guarded"]
     params = asked["params"]
     assert params["mode"] == "form" and pending[0].id in params["message"] and '"path":"a.txt"' in params["message"]
@@ -172,7 +172,7 @@ async def test_an_approved_elicitation_runs_the_call(served, autojump_clock):
     await client.send(answer(asked["id"], approve(reason="looks fine")))
     reply = await client.receive()
     assert reply["id"] == 1 and not reply["result"]["isError"] and served.tools.ran == [{"path": "a.txt"}]
-    decided = served.approvals.get(pending[0].id)
+    decided = await served.approvals.get(pending[0].id)
     assert (decided.state, decided.channel, decided.decided_by, decided.reason) == (
         "approved", "mcp", "mcp:stdio (test-client)", "looks fine")
 
@@ -199,7 +199,7 @@ async def test_a_declined_dismissed_or_denied_elicitation_denies_the_call(served
     reply = await client.receive()
     assert reply["result"]["isError"] and "denied" in text_of(reply) and served.tools.ran == []
     assert trio.current_time() - start < 1  # at once: a dismissed dialog does not leave the call hanging
-    denied = served.approvals.list("denied")[0]
+    denied = (await served.approvals.list("denied"))[0]
     assert (denied.channel, denied.reason) == ("mcp", reason)
 
 
@@ -227,14 +227,14 @@ async def test_a_decision_made_elsewhere_withdraws_the_question(served, autojump
     await handshake(client)
     await client.send(tool_call(1, "guarded"))
     asked = await client.receive()
-    served.approvals.decide(served.pending()[0].id, True, channel="test")
+    await served.approvals.decide((await served.pending())[0].id, True, channel="test")
     cancelled = await client.receive()
     assert cancelled == {"jsonrpc": "2.0", "method": "notifications/cancelled",
                          "params": {"requestId": asked["id"], "reason": "the server no longer needs the answer"}}
     assert not (await client.receive())["result"]["isError"]
     await client.send(answer(asked["id"], {"action": "decline"}))  # the dialog's late answer changes nothing
     assert (await client.call(2, "ping"))["result"] == {}
-    assert served.approvals.list("approved")[0].channel == "test" and len(served.tools.ran) == 1
+    assert (await served.approvals.list("approved"))[0].channel == "test" and len(served.tools.ran) == 1
 
 
 async def test_answers_to_nothing_are_dropped_even_a_flood(served, autojump_clock, caplog):
@@ -251,7 +251,7 @@ async def test_answers_to_nothing_are_dropped_even_a_flood(served, autojump_cloc
     await client.send(*flood)
     assert (await client.call(2, "ping"))["result"] == {}
     assert served.peer.requests.unmatched == 10_001 and len(served.peer.requests) == 1
-    assert served.tools.ran == [] and served.pending()
+    assert served.tools.ran == [] and await served.pending()
     lines = [r for r in caplog.records if "not waiting for" in r.getMessage() or "answers to nothing" in r.getMessage()]
     assert 1 <= len(lines) <= 10
     await client.send(answer(asked["id"], approve()))
@@ -268,10 +268,10 @@ async def test_a_refused_elicitation_falls_back_to_a_notice(served, autojump_clo
     asked = await client.receive()
     await client.send({"jsonrpc": "2.0", "id": asked["id"], "error": {"code": -32601, "message": "not here"}})
     notice = await client.receive()
-    approval_id = served.pending()[0].id
+    approval_id = (await served.pending())[0].id
     assert notice["method"] == "notifications/message" and notice["params"]["level"] == "warning"
     assert notice["params"]["data"] == f"waiting for approval {approval_id}: run tern approve {approval_id}, or deny it"
-    served.approvals.decide(approval_id, True, channel="test")
+    await served.approvals.decide(approval_id, True, channel="test")
     assert not (await client.receive())["result"]["isError"]
 
 
@@ -299,13 +299,13 @@ async def test_without_elicitation_progress_names_the_approval_every_ten_seconds
     start = trio.current_time()
     await client.send(tool_call(1, "guarded", _meta={"progressToken": "p1"}))
     first, second, third = [await client.receive() for _ in range(3)]
-    approval_id = served.pending()[0].id
+    approval_id = (await served.pending())[0].id
     assert first["params"]["message"] == "started"
     wanted = f"waiting for approval {approval_id}: run tern approve {approval_id}, or deny it"
     assert second["params"]["message"] == third["params"]["message"] == wanted
     assert third["params"]["progress"] > second["params"]["progress"]
     assert trio.current_time() - start == pytest.approx(NOTICE_SECS, abs=0.2)
-    served.approvals.decide(approval_id, True, channel="test")
+    await served.approvals.decide(approval_id, True, channel="test")
     reply = await client.receive()
     assert reply["id"] == 1 and not reply["result"]["isError"]
 
@@ -315,12 +315,12 @@ async def test_without_elicitation_or_progress_a_warning_names_the_approval(serv
     await handshake(client, elicitation=False)
     await client.send(tool_call(1, "guarded"))
     notice = await client.receive()
-    approval_id = served.pending()[0].id
+    approval_id = (await served.pending())[0].id
     assert notice["params"] == {"level": "warning", "logger": "tern",
                                 "data": f"waiting for approval {approval_id}: run tern approve {approval_id}, "
                                         "or deny it"}
     assert await client.nothing_within(30)  # once, not every ten seconds
-    served.approvals.decide(approval_id, False, reason="not today", by="ops", channel="test")
+    await served.approvals.decide(approval_id, False, reason="not today", by="ops", channel="test")
     reply = await client.receive()
     assert reply["result"]["isError"] and "denied" in text_of(reply)
 
@@ -331,7 +331,7 @@ async def test_a_client_logging_only_errors_gets_no_warning(served, autojump_clo
     assert (await client.call(1, "logging/setLevel", {"level": "error"}))["result"] == {}
     await client.send(tool_call(2, "guarded"))
     assert await client.nothing_within(5)
-    served.approvals.decide(served.pending()[0].id, True, channel="test")
+    await served.approvals.decide((await served.pending())[0].id, True, channel="test")
     assert not (await client.receive())["result"]["isError"]
 
 
@@ -353,14 +353,14 @@ async def test_modern_input_required_then_the_retry_decides_and_runs_once(served
     client = served.client
     result = await first_leg(client)
     (approval_id, asked), = result["inputRequests"].items()
-    assert approval_id == served.pending()[0].id and asked["method"] == "elicitation/create"
+    assert approval_id == (await served.pending())[0].id and asked["method"] == "elicitation/create"
     assert asked["params"]["mode"] == "form" and approval_id in asked["params"]["message"]
     assert served.tools.ran == []  # parked: waiting for the answer
     retry = await client.call(2, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
                                                 "inputResponses": {approval_id: approve("args")},
                                                 "requestState": result["requestState"]})
     assert retry["result"]["resultType"] == "complete" and text_of(retry) == "ran with {'path': 'b.txt'}"
-    decided = served.approvals.get(approval_id)
+    decided = await served.approvals.get(approval_id)
     assert (decided.state, decided.scope, decided.decided_by) == ("approved", "args", "mcp:stdio (modern-client)")
     replay = await client.call(3, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
                                                  "inputResponses": {approval_id: approve()},
@@ -390,7 +390,7 @@ async def test_a_forged_or_misapplied_request_state_decides_nothing(served, auto
                                                          "inputResponses": {approval_id: approve("always")},
                                                          "requestState": bad})
         assert reply["error"]["code"] == -32602 and reply["error"]["message"] == INVALID_STATE, (name, bad)
-    assert served.approvals.get(approval_id).state == "pending" and served.tools.ran == []
+    assert (await served.approvals.get(approval_id)).state == "pending" and served.tools.ran == []
     retry = await client.call(2, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
                                                 "inputResponses": {approval_id: approve()}, "requestState": state})
     assert not retry["result"]["isError"] and len(served.tools.ran) == 1
@@ -407,8 +407,8 @@ async def test_a_state_cannot_decide_another_approval(served, autojump_clock):
     retry = await client.call(2, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
                                                 "inputResponses": {theirs: approve(), mine: {"action": "decline"}},
                                                 "requestState": result["requestState"]})
-    assert retry["result"]["isError"] and served.approvals.get(theirs).state == "pending"
-    assert served.approvals.get(mine).state == "denied" and served.tools.ran == []
+    assert retry["result"]["isError"] and (await served.approvals.get(theirs)).state == "pending"
+    assert (await served.approvals.get(mine)).state == "denied" and served.tools.ran == []
 
 
 async def test_modern_decline_denies_and_a_retry_without_answers_asks_again(served, autojump_clock):
@@ -434,14 +434,14 @@ async def test_modern_decided_elsewhere_before_the_retry(served, autojump_clock)
     client = served.client
     result = await first_leg(client)
     (approval_id, _), = result["inputRequests"].items()
-    served.approvals.decide(approval_id, True, channel="test")
+    await served.approvals.decide(approval_id, True, channel="test")
     await trio.sleep(1)
     assert len(served.tools.ran) == 1
     retry = await client.call(2, "tools/call", {"name": "guarded", "arguments": {"path": "b.txt"}, "_meta": MODERN,
                                                 "inputResponses": {approval_id: {"action": "decline"}},
                                                 "requestState": result["requestState"]})
     assert not retry["result"]["isError"] and len(served.tools.ran) == 1
-    assert served.approvals.get(approval_id).state == "approved"
+    assert (await served.approvals.get(approval_id)).state == "approved"
 
 
 async def test_modern_client_that_never_comes_back(served, autojump_clock):
@@ -451,7 +451,7 @@ async def test_modern_client_that_never_comes_back(served, autojump_clock):
     result = await first_leg(client)
     (approval_id, _), = result["inputRequests"].items()
     await trio.sleep(TIMEOUT + 1)
-    assert served.approvals.get(approval_id).state == "expired"
+    assert (await served.approvals.get(approval_id)).state == "expired"
     assert len(served.server.mrtr.parked) == 1
     await trio.sleep(TIMEOUT + 60 + 10)
     assert served.server.mrtr.parked == {}
@@ -472,7 +472,7 @@ async def test_modern_cancelled_retry_gives_up_the_call(served, autojump_clock):
     await trio.sleep(1)
     await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
     assert await client.nothing_within(200)
-    assert served.approvals.get(approval_id).state == "approved" and served.tools.ran == []
+    assert (await served.approvals.get(approval_id)).state == "approved" and served.tools.ran == []
     assert served.server.mrtr.parked == {} and served.tools.runs[-1].cancelled
 
 
@@ -497,10 +497,10 @@ async def test_modern_client_without_elicitation_gets_progress_notices(served, a
     await client.send(request(1, "tools/call", {"name": "guarded", "arguments": {}, "_meta": meta}))
     started, waiting = await client.receive(), await client.receive()
     assert started["params"]["message"] == "started"
-    approval_id = served.pending()[0].id
+    approval_id = (await served.pending())[0].id
     assert waiting["params"]["message"].startswith(f"waiting for approval {approval_id}")
     assert served.server.mrtr.parked == {}  # not parked: nothing to ask it
-    served.approvals.decide(approval_id, True, channel="test")
+    await served.approvals.decide(approval_id, True, channel="test")
     reply = await client.receive()
     assert reply["result"]["resultType"] == "complete" and not reply["result"]["isError"]
 
@@ -539,10 +539,10 @@ async def test_modern_client_with_sampling_but_no_forms_sees_the_approval_named(
     started = await client.receive()
     assert started["params"]["message"] == "started"
     named = await client.receive()
-    approval_id = served.pending()[0].id
+    approval_id = (await served.pending())[0].id
     wanted = f"waiting for approval {approval_id}: run tern approve {approval_id}, or deny it"
     assert named["params"]["message"] == wanted
-    served.approvals.decide(approval_id, True, channel="test")
+    await served.approvals.decide(approval_id, True, channel="test")
     reply = await client.receive()
     assert reply["id"] == 1 and reply["result"]["resultType"] == "complete"
     assert served.tools.ran == [{"path": "c.txt"}]

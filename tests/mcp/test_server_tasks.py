@@ -175,7 +175,7 @@ async def test_an_approval_is_an_input_request_answered_by_tasks_update(served):
     assert ack["result"]["resultType"] == "complete"
     done = await served.until(created["taskId"], "completed")
     assert done["result"]["isError"] is False
-    assert served.node.kernel.approvals.get(approval_id).state == "approved"
+    assert (await served.node.kernel.approvals.get(approval_id)).state == "approved"
 
 
 async def test_a_model_turn_is_an_input_request_for_an_mcp_sampling_agent(served):

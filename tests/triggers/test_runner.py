@@ -186,13 +186,13 @@ async def test_a_triggered_runs_approval_waits_for_nobody_and_is_denied_at_the_t
         start = trio.current_time()
         run_id = runner.fire("hook", body(1), source="webhook")
         await trio.sleep(1)
-        [waiting] = runner.kernel.approvals.list("pending")  # in the queue, where a person could answer it
+        [waiting] = await runner.kernel.approvals.list("pending")  # in the queue, where a person could answer it
         assert (waiting.agent, waiting.tool) == ("worker", "work")
         run = await ended(runner, run_id)
         assert trio.current_time() - start == pytest.approx(120, abs=0.1)
         nursery.cancel_scope.cancel()
     assert run["outcome"] == "failed" and "expired" in run["error"]
-    assert runner.kernel.approvals.get(waiting.id).state == "expired"
+    assert (await runner.kernel.approvals.get(waiting.id)).state == "expired"
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     [message] = [r for r in records if r["kind"] == "agent_message"]
     assert (message["caller"], message["context_id"], message["outcome"]) == ("trigger:hook", run_id, "error")

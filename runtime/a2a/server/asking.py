@@ -32,7 +32,7 @@ import trio
 
 from runtime.a2a.model import Message, Task, now_iso
 from runtime.a2a.server.engine import InvalidTaskRequest, TaskReport, UnsupportedOperation
-from runtime.errors import TernError, UsageError
+from runtime.errors import StorageError, TernError, UsageError
 from runtime.ports import Approval, ApprovalPort, Ask
 
 __all__ = ["approval_asker", "read_decision", "Decision", "SCOPES"]
@@ -43,6 +43,7 @@ _WORDS = {"approve": True, "approved": True, "yes": True, "y": True,
           "deny": False, "denied": False, "no": False, "n": False}
 #: How long the ask outlives its request's expiry at most: the request cancels it first.
 GRACE_SECS = 5.0
+ENDED_READ_SECS = 5.0  # how long the task waits to say how its request ended
 _SHOWN_ARGUMENTS = 300  # characters of the arguments in the question's text (the data part has them all)
 _encode = msgspec.json.Encoder(order="sorted").encode
 _HOW = ('answer "approve" or "deny", or send a data part {"decision": "approve" | "deny", '
@@ -72,8 +73,8 @@ def approval_asker(task: Task, report: TaskReport, approvals: ApprovalPort | Non
     async def ask(approval: Approval) -> None:
         asked = False
         if caller_may_approve and approvals is not None:
-            def answer(message: Message, caller: str) -> str:
-                return _decide(approvals, approval, task, message, caller)
+            async def answer(message: Message, caller: str) -> str:
+                return await _decide(approvals, approval, task, message, caller)
 
             asked = report.ask(question(approval), answer)
         if not asked:
@@ -82,7 +83,7 @@ def approval_asker(task: Task, report: TaskReport, approvals: ApprovalPort | Non
             await trio.sleep(max(approval.expires - time.time(), 0) + GRACE_SECS)
         finally:  # decided, expired, or the task ended: say how it ended while the run goes on
             if not task.terminal:
-                ended = _ended(approvals, approval)
+                ended = await _ended(approvals, approval)
                 if asked:
                     report.resume(ended)
                 else:
@@ -142,7 +143,7 @@ def read_decision(parts: list[dict[str, Any]]) -> Decision:
     raise InvalidTaskRequest(f"{said} is no decision: {_HOW}")
 
 
-def _decide(approvals: ApprovalPort, approval: Approval, task: Task, message: Message, caller: str) -> str:
+async def _decide(approvals: ApprovalPort, approval: Approval, task: Task, message: Message, caller: str) -> str:
     """The caller's answer to ``approval``; the status text the task works again with."""
     try:
         decision = read_decision(message.parts)
@@ -150,8 +151,10 @@ def _decide(approvals: ApprovalPort, approval: Approval, task: Task, message: Me
         raise InvalidTaskRequest(f"task {task.id} waits for a decision on approval {approval.id}: {exc.message}") \
             from None
     try:
-        decided = approvals.decide(approval.id, decision.approve, scope=decision.scope, reason=decision.reason,
+        decided = await approvals.decide(approval.id, decision.approve, scope=decision.scope, reason=decision.reason,
                                    by=caller or "a2a", channel="a2a", answer=decision.answer, cancel=decision.cancel)
+    except StorageError:  # the store is away (503): the task still asks, the caller may answer again
+        raise
     except UsageError as exc:  # an answer that does not fit the form: the task still asks
         raise InvalidTaskRequest(f"task {task.id} waits for an answer to approval {approval.id}: {exc}") from None
     except TernError as exc:  # decided elsewhere or expired a moment ago: the task goes on by itself
@@ -159,13 +162,16 @@ def _decide(approvals: ApprovalPort, approval: Approval, task: Task, message: Me
     return _ended_as(decided)
 
 
-def _ended(approvals: ApprovalPort | None, approval: Approval) -> str:
+async def _ended(approvals: ApprovalPort | None, approval: Approval) -> str:
+    """How the request ended, read once more (shielded: the ask is cancelled when it
+    ends; bounded: a store that does not answer leaves the last known state)."""
     current = approval
     if approvals is not None:
-        try:
-            current = approvals.get(approval.id)
-        except TernError:
-            pass
+        with trio.CancelScope(shield=True), trio.move_on_after(ENDED_READ_SECS):
+            try:
+                current = await approvals.get(approval.id)
+            except TernError:
+                pass
     return _ended_as(current)
 
 

@@ -124,20 +124,20 @@ def decision_of(answer: Any) -> Decision:
     return Decision(False, "once", "the answer named no decision")
 
 
-def decide(approvals: ApprovalPort, approval_id: str, answer: Any, *, by: str) -> None:
+async def decide(approvals: ApprovalPort, approval_id: str, answer: Any, *, by: str) -> None:
     """Decide ``approval_id`` with a client's elicitation answer; an answer that comes
     after the request was closed (decided elsewhere, expired), or a question's answer
     that does not fit its form, changes nothing."""
     try:
-        if approvals.get(approval_id).form is not None:
+        if (await approvals.get(approval_id)).form is not None:
             action = answer.get("action") if isinstance(answer, dict) else None
             content = answer.get("content") if action == "accept" else None
-            approvals.decide(approval_id, action == "accept", by=by, channel="mcp", cancel=action == "cancel",
+            await approvals.decide(approval_id, action == "accept", by=by, channel="mcp", cancel=action == "cancel",
                              answer=content if isinstance(content, dict) else {} if action == "accept" else None,
                              reason="" if action in ("accept", "decline", "cancel") else "not understood")
             return
         approve, scope, reason = decision_of(answer)
-        approvals.decide(approval_id, approve, scope=scope, reason=reason, by=by, channel="mcp")
+        await approvals.decide(approval_id, approve, scope=scope, reason=reason, by=by, channel="mcp")
     except TernError as exc:
         log.info("approval %s: the MCP client's answer changed nothing: %s", approval_id, exc)
 
@@ -174,7 +174,7 @@ class Asker:
             except TernError as exc:  # the client refused, or is busy, or gone: tell its user the other way
                 log.info("could not ask the MCP client about approval %s: %s", approval.id, exc)
             else:
-                decide(self.approvals, approval.id, answer, by=self.by)  # type: ignore[arg-type]
+                await decide(self.approvals, approval.id, answer, by=self.by)  # type: ignore[arg-type]
                 return
         await self.notices(approval)
 

@@ -558,7 +558,7 @@ class McpServer:
                     parked.answer_sample(approval_id, answer)
                 elif self.approvals is not None:
                     parked.answered.add(approval_id)
-                    decide(self.approvals, approval_id, answer, by=peer.by())
+                    await decide(self.approvals, approval_id, answer, by=peer.by())
         else:
             parked = self.mrtr.park(name, arguments, peer.label)
             parked.forms = self.approvals is not None and wants_form(capabilities)
