@@ -90,6 +90,8 @@ __all__ = [
     "playwright_site_packages",
     "PLAYWRIGHT_VERSION",
     "CHROMIUM",
+    "k8s_validator",
+    "K8S_VALIDATE_VERSION",
 ]
 
 # Pins (checked against the registries 2026-11; bump together with the tests that use them).
@@ -109,6 +111,7 @@ OTEL_SDK_VERSION = "1.45.2"  # opentelemetry-sdk and its OTLP/HTTP exporter, mat
 PROTOBUF_VERSION = "7.36.2"  # the protobuf runtime opentelemetry-proto resolves to (2026-11)
 PLAYWRIGHT_VERSION = "1.65.2"  # drives the system Chromium (Debian's package); its own browsers are never fetched
 CHROMIUM = "/usr/bin/chromium"  # Debian's chromium package: .ci/run apt-installs it
+K8S_VALIDATE_VERSION = "1.37.0"  # kubernetes-validate: the Kubernetes JSON schemas it ships, offline
 MCPB_VERSION = "2.1.2"  # @anthropic-ai/mcpb: the MCP Bundle CLI (validate, info, unpack, ...)
 # The A2A TCK (a2aproject/a2a-tck) is not on PyPI: cloned from a git repository (TERN_A2A_TCK_REPO),
 # checked out at a pinned commit, installed editable (`pip install -e`, as its README says) into its venv.
@@ -360,6 +363,19 @@ def mcp_otel_python(timeout: float = 600) -> Path:
         " ".join(reqs),
         lambda t: _bin(t, "python"),
         lambda t, log, dl: _venv_install("mcp-otel-venv", reqs, t, log, dl),
+        timeout,
+    )
+
+
+def k8s_validator(timeout: float = 600) -> Path:
+    """The ``kubernetes-validate`` command of ``.peers/k8s-venv``: checks manifests against the
+    Kubernetes JSON schemas it ships (no cluster, no network)."""
+    reqs = [f"kubernetes-validate=={K8S_VALIDATE_VERSION}"]
+    return _ensure(
+        "k8s-venv",
+        " ".join(reqs),
+        lambda t: _bin(t, "kubernetes-validate"),
+        lambda t, log, dl: _venv_install("k8s-venv", reqs, t, log, dl),
         timeout,
     )
 

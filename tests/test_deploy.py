@@ -159,6 +159,20 @@ def test_dockerfile_structure():
     assert "HEALTHCHECK" in kinds and "/health" in dict(instructions)["HEALTHCHECK"]
 
 
+def test_the_image_carries_the_postgres_driver_as_the_lock_pins_it():
+    """One pip install, as root before USER, of exactly the psycopg the tests run with
+    (.ci/requirements.lock), which pyproject's ``postgres`` extra allows."""
+    instructions = _dockerfile()
+    kinds = [kind for kind, _ in instructions]
+    installs = [i for i, (kind, rest) in enumerate(instructions) if kind == "RUN" and "pip install" in rest]
+    assert len(installs) == 1 and installs[0] < kinds.index("USER")
+    wanted = dict(arg.split("==") for arg in shlex.split(instructions[installs[0]][1]) if "==" in arg)
+    lock = dict(re.findall(r"^([a-z0-9-]+)==([^\s;]+)", (ROOT / ".ci" / "requirements.lock").read_text(), re.M))
+    assert wanted == {"psycopg": lock["psycopg"], "psycopg-binary": lock["psycopg-binary"]}
+    extra = re.search(r'^postgres = \["psycopg\[binary\]>=(\d+)\.(\d+)"\]', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert extra and tuple(map(int, wanted["psycopg"].split(".")[:2])) >= tuple(map(int, extra.groups()))
+
+
 def _healthcheck() -> list[str]:
     check = dict(_dockerfile())["HEALTHCHECK"]
     return json.loads(check[check.index("CMD") + 3:].strip())
@@ -236,4 +250,37 @@ def test_the_image_steps_with_the_real_pyz(tmp_path):
     finally:
         for folder, dirs, _ in os.walk(cache):
             os.chmod(folder, 0o700)
+        _stop(process)
+
+
+@pytest.mark.pyz
+@pytest.mark.slow
+def test_the_pyz_runs_the_postgresql_store_with_the_images_driver(pyz, pg_url, tmp_path):
+    """The image's arrangement for several replicas: the single file, with psycopg in the
+    interpreter's site-packages (the image's pip install; here the test venv's, same pin)
+    and the database URL from the environment, as the Kubernetes Secret gives it."""
+    config = tmp_path / "config.toml"
+    config.write_text('[state]\nstore = "postgres"\npostgres_url = "${TERN_DATABASE_URL}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TERN_", "XDG_", "PYTHON"))}
+    env.update(HOME=str(tmp_path), TERN_CACHE_DIR=str(tmp_path / "cache"), TERN_DATABASE_URL=pg_url)
+    process = subprocess.Popen([sys.executable, str(pyz), "--config", str(config), "serve", "--listen", "127.0.0.1:0"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env=env, cwd=tmp_path)
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("serving on " in line for line in lines):
+            lines.append(process.stderr.readline())
+            if not lines[-1]:
+                break
+        assert any("serving on " in line for line in lines), "".join(lines) + process.stderr.read()
+        url = lines[-1].split("serving on ", 1)[1].strip()
+        assert httpx.get(url + "/ready", timeout=10).json() == {"status": "ready"}
+        import psycopg
+
+        with psycopg.connect(pg_url) as conn:  # the pyz's own connections, seen by the server
+            seen = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tern' "
+                                "AND datname = current_database()").fetchone()[0]
+        assert seen >= 1
+    finally:
         _stop(process)

@@ -38,7 +38,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     if config.triggers:
         shown = ", ".join(f"{t.name} ({t.kind} -> {t.agent})" for t in config.triggers)
         print(f"  triggers ({len(config.triggers)}): {shown}")
-    print(f"  listen: {config.server.listen}   state: {config.state.dir}")
+    print(f"  listen: {config.server.listen}   state: {config.state.dir}   store: {_store(config)}")
     weak = key_warning(api_key(config))
     if weak:
         print(f"warning: {weak}", file=sys.stderr)
@@ -48,6 +48,16 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     for problem in find_warnings(config) + _unmatched_globs(config, names):
         print(f"warning: {problem}", file=sys.stderr)
     return 0
+
+
+def _store(config: Config) -> str:
+    """``sqlite``, or ``postgres at host:port/db`` (no user or password; a ``${VAR}`` as written)."""
+    if config.state.store != "postgres":
+        return config.state.store
+    from runtime.pg.pool import where
+
+    url = config.state.postgres_url
+    return f"postgres at {url if url.startswith('${') else where(url)}"
 
 
 def _known_tools(config: Config) -> list[str]:

@@ -528,8 +528,8 @@ def _state_problems(config: Config) -> list[str]:
         if not state.postgres_url:
             problems.append('state.postgres_url: store = "postgres" needs the database\'s URL '
                             '(postgresql://user:${PGPASSWORD}@host:5432/tern)')
-        elif not state.postgres_url.startswith(("postgresql://", "postgres://")):
-            problems.append("state.postgres_url: expected a postgresql:// URL")
+        elif not re.match(r"(postgres(ql)?://|\$\{\w+\}$)", state.postgres_url):  # or all of it from one ${VAR}
+            problems.append("state.postgres_url: expected a postgresql:// URL (or one ${VAR} holding it)")
     elif state.postgres_url:
         problems.append('state.postgres_url: set only with store = "postgres"')
     return problems

@@ -1,4 +1,4 @@
-"""The daemon's HTTP API: health, status, tools, MCP servers, agents, events, metrics.
+"""The daemon's HTTP API: health, readiness, status, tools, MCP servers, agents, events, metrics.
 
 Every route is declared here with its policy; ``openapi.py`` describes the same routes
 and a test keeps the two in step. A2A and ``POST /mcp`` add their routes to the same
@@ -17,11 +17,13 @@ import trio
 from runtime import __version__
 from runtime.httpd.messages import HttpError, Request, Response, json_response
 from runtime.host.node import Node
+from runtime.host.readiness import Readiness
 from runtime.httpd.router import Router
 
 __all__ = ["build_router"]
 
 _HEALTH = Response(200, b'{"status":"ok"}')
+_READY = Response(200, b'{"status":"ready"}')
 _DEGRADED = Response(200, b'{"status":"degraded","failing":["audit"]}')  # no path, no error text: /health is public
 
 
@@ -175,6 +177,14 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
     async def health(request: Request) -> Response:
         return _DEGRADED if audit is not None and audit.failing else _HEALTH
+
+    readiness = Readiness(kernel.db, config.state.dir)
+
+    async def ready(request: Request) -> Response:
+        reason = await readiness.check()
+        if reason is None:
+            return _READY
+        return json_response({"status": "unready", "reason": reason}, status=503)
 
     async def status(request: Request) -> Response:
         states: dict[str, int] = {}
@@ -400,6 +410,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
             await socket.send(json.dumps(reply))
 
     router.add("GET", "/health", health, auth=False, guard_origin=False, summary="liveness")
+    router.add("GET", "/ready", ready, auth=False, guard_origin=False,
+               summary="readiness: the store answers (503 with the reason while it does not)")
     router.add("GET", "/api/status", status, summary="version, uptime, agents, MCP server states, A2A peers")
     router.add("GET", "/api/tools", tools, summary="every tool agents can call")
     router.add("POST", "/api/tools/{name}/call", tool_call, cost=5.0, scope="admin",

@@ -182,7 +182,7 @@ def _base() -> dict[str, Any]:
         "info": {
             "title": "tern",
             "version": __version__,
-            "description": "tern's daemon API. Every path except /health and the dashboard's (/, /ui/...) "
+            "description": "tern's daemon API. Every path except /health, /ready and the dashboard's (/, /ui/...) "
             "needs the API key (Authorization: Bearer KEY or X-API-Key) unless the client is on "
             "loopback and no key is configured.",
         },
@@ -227,6 +227,27 @@ def _base() -> dict[str, Any]:
                                 }
                             },
                         }
+                    },
+                }
+            },
+            "/ready": {
+                "get": {
+                    "summary": "readiness: the store answers (503 with the reason while it does not)",
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            "description": "the store answers: PostgreSQL within 2 s, or the SQLite state "
+                                           "directory takes a write",
+                            "content": {"application/json": {"schema": {
+                                "type": "object", "properties": {"status": {"const": "ready"}}}}},
+                        },
+                        "503": {
+                            "description": "the store does not answer: a load balancer should send this node "
+                                           "nothing until it is ready again",
+                            "content": {"application/json": {"schema": {
+                                "type": "object", "required": ["status", "reason"],
+                                "properties": {"status": {"const": "unready"}, "reason": {"type": "string"}}}}},
+                        },
                     },
                 }
             },

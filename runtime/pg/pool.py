@@ -63,6 +63,8 @@ def resolve_url(url: str, environ: Any = None) -> str:
         return env[match.group(1)]
 
     resolved = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lookup, url)
+    if not resolved.startswith(("postgresql://", "postgres://")):  # the driver's error would quote it, password and all
+        raise ConfigError(f"[state] postgres_url {url} does not give a postgresql:// URL")
     password = re.match(r"^[a-z]+://[^:/@]*:([^@]*)@", resolved)
     if password and password.group(1):
         register_secret(password.group(1))

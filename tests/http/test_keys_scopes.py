@@ -21,7 +21,7 @@ ANY = "any"  # any key: the operation decides (A2A JSON-RPC), or the route reads
 P = "/a2a"
 REST = f"{P}/{{agent}}/rest"
 TABLE = {
-    ("get", "/health"): PUBLIC, ("get", "/"): PUBLIC, ("get", "/ui/{file}"): PUBLIC,
+    ("get", "/health"): PUBLIC, ("get", "/ready"): PUBLIC, ("get", "/"): PUBLIC, ("get", "/ui/{file}"): PUBLIC,
     ("get", "/.well-known/agent-card.json"): PUBLIC, ("get", "/.well-known/agent.json"): PUBLIC,
     ("get", "/.well-known/jwks.json"): PUBLIC,
     ("get", f"{P}/agents"): PUBLIC, ("get", f"{P}/{{agent}}/.well-known/agent-card.json"): PUBLIC,
