@@ -32,10 +32,9 @@ from tests.haproxy import Haproxy, free_port
 from tests.mcp.server_harness import tern_env
 from tests.test_cli import ROOT
 
-__all__ = ["API_KEY", "HEALTH_PATH", "Cluster", "Node"]
+__all__ = ["API_KEY", "Cluster", "Node"]
 
 API_KEY = "scaleout-test-key-0123456789"
-HEALTH_PATH = "/health"  # HAProxy's check; GET /ready (the store answers) where the node has it
 
 SLOW = r"""printf '{"event":"status","state":"working","text":"sleeping as pid %s"}\n' $$; exec sleep 30"""
 STEPS = (r"""secs=$(cat); case "$secs" in [0-9]*) ;; *) secs=0.3;; esac; for i in 1 2 3; do """
@@ -159,10 +158,9 @@ class Node:
 class Cluster:
     def __init__(self, root: Path, pg_url: str, *, nodes: int = 3, lease_secs: float = 15.0,
                  caller_may_approve: bool = False, server_extra: str = "", a2a_extra: str = "",
-                 check: str = HEALTH_PATH, env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None) -> None:
         self.root = root
         self.proxy_port = free_port()
-        self.check = check
         self.proxy: Haproxy | None = None
         url, password = _password_as_variable(pg_url)
         self.nodes: list[Node] = []
@@ -193,8 +191,7 @@ class Cluster:
             node.spawn()
         for node in self.nodes:
             node.wait_serving()
-        self.proxy = Haproxy.start(self.root / "haproxy", [n.port for n in self.nodes], check=self.check,
-                                   port=self.proxy_port)
+        self.proxy = Haproxy.start(self.root / "haproxy", [n.port for n in self.nodes], port=self.proxy_port)
         self.proxy.wait_up(len(self.nodes))
         return self
 

@@ -112,7 +112,7 @@ def check_sdk_run(seen, completed, canceled):
     assert seen["backends"] == ["n0", "n1", "n2"]  # round robin: every node served the client
     assert seen["sent"]["state"] == completed
     assert {g["on"] for g in seen["got"]} == {"n0", "n1", "n2"}
-    assert all(g["id_matches"] and g["state"] == completed for g in seen["got"])
+    assert all(g["id_matches"] and g["state"] == completed for g in seen["got"]), seen["got"]
     slow = seen["slow"]
     assert slow["cancel_on"] != slow["started_on"] and slow["canceled_state"] == canceled
     assert gone(slow["pid"]), f"the agent's process {slow['pid']} outlived the cancel"
