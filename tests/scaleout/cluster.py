@@ -9,7 +9,8 @@ scale-out tests and bench/scaleout.py run against.
     cluster.stop()
 
 Each node is ``python -m runtime serve`` from this checkout (``PYTHONPATH``), with its own
-state dir and port, its node id ``n<i>`` (HAProxy names its servers the same), an API
+state dir and port, its node id ``n<i>`` (HAProxy names its servers the same; ``named=False``:
+tern makes a new one at each start, as for the pods of a Deployment), an API
 key, rate limits off (every request comes from HAProxy's one address) and these agents:
 ``echo``; ``slow`` (a command agent that says its pid, then sleeps 30 s: cancel must kill
 it); ``steps`` (three status updates ``step 1..3``, each followed by a pause of as many
@@ -53,7 +54,7 @@ dir = "{state}"
 store = "postgres"
 postgres_url = "{pg_url}"
 lease_secs = {lease_secs}
-node_id = "{name}"
+{node_id}
 
 [a2a]
 enabled = true
@@ -157,7 +158,7 @@ class Node:
 
 class Cluster:
     def __init__(self, root: Path, pg_url: str, *, nodes: int = 3, lease_secs: float = 15.0,
-                 caller_may_approve: bool = False, server_extra: str = "", a2a_extra: str = "",
+                 caller_may_approve: bool = False, named: bool = True, server_extra: str = "", a2a_extra: str = "",
                  env: dict[str, str] | None = None) -> None:
         self.root = root
         self.proxy_port = free_port()
@@ -168,7 +169,8 @@ class Cluster:
             name, port = f"n{i}", free_port()
             home = root / name
             (home / "state").mkdir(parents=True)
-            config = CONFIG.format(port=port, state=home / "state", pg_url=url, lease_secs=lease_secs, name=name,
+            config = CONFIG.format(port=port, state=home / "state", pg_url=url, lease_secs=lease_secs,
+                                   node_id=f'node_id = "{name}"' if named else "",
                                    public_url=self.url, caller_may_approve=str(caller_may_approve).lower(),
                                    slow=json.dumps(SLOW), steps=json.dumps(STEPS), server_extra=server_extra,
                                    a2a_extra=a2a_extra)

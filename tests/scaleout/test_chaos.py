@@ -10,7 +10,9 @@ agent with 0.05 s pauses (three statuses, then done: alive ~0.2 s), sent without
 (``returnImmediately``) at most 40 a second (~50 s in all: some eight kills land), so a killed
 node always has some work in flight. A send whose
 answer was lost with its node is not acknowledged and is sent again with a new message id
-(what a client does); the duplicate check counts tasks per message id."""
+(what a client does); the duplicate check counts tasks per message id. Each start of a node
+is a new node id (a Deployment's new pod); a node that comes back under its old id is the
+last test."""
 
 from __future__ import annotations
 
@@ -25,9 +27,8 @@ import trio
 from tests.scaleout.cluster import Cluster
 from tests.scaleout.test_cluster import V10, rpc, said
 
-pytestmark = pytest.mark.slow
 
-TASKS = int(__import__('os').environ.get('CHAOS_TASKS', 2000))
+TASKS = 2000
 SENDERS = 12
 RATE = 40.0  # sends per second at most: 2,000 tasks take ~50 s, a dozen kills
 SUBSCRIBERS = 4
@@ -54,10 +55,11 @@ def in_order(seen: list[tuple[str, str]]) -> bool:
     return ended
 
 
+@pytest.mark.slow
 async def test_two_thousand_tasks_while_nodes_die(pg_server, tmp_path):
     cluster = await trio.to_thread.run_sync(lambda: Cluster(
         tmp_path, pg_server.create_database(), nodes=3, lease_secs=LEASE_SECS,
-        a2a_extra="max_tasks = 10000\n").start())
+        a2a_extra="max_tasks = 10000\n", named=False).start())
     acked: dict[str, str] = {}  # message id -> task id
     unacked: list[str] = []  # message ids whose answer never came
     answers: dict[str, int] = {}
@@ -100,26 +102,29 @@ async def test_two_thousand_tasks_while_nodes_die(pg_server, tmp_path):
                 async for _ in tokens:
                     await send("0.05")
 
-            async def subscriber(number: int) -> None:
+            async def subscriber() -> None:
                 while len(acked) < TASKS:
                     task_id = await send("0.4")
-                    if task_id is None:
-                        continue
-                    seen = followed[task_id] = []
-                    give_up = trio.current_time() + LEASE_SECS * 4 + 10
-                    while trio.current_time() < give_up and not (seen and seen[-1][0] == "error"):
-                        try:
-                            async with client.stream("POST", cluster.url + "/a2a/steps",
-                                                     json=rpc("SubscribeToTask", {"id": task_id})) as stream:
-                                async for line in stream.aiter_lines():
-                                    if line.startswith(("data:", "{")):  # an event, or a plain JSON-RPC error
-                                        seen.append(_status(line.removeprefix("data:")))
-                        except httpx.TransportError:
-                            pass
-                        if seen and seen[-1][0] in FINAL:
-                            break
-                        resubscribes[0] += 1  # the stream ended early: its node died; follow on another
-                        await trio.sleep(0.2)
+                    if task_id is not None:
+                        followed[task_id] = []
+                        with trio.move_on_after(LEASE_SECS * 4 + 10):  # a task that never ends: seen so
+                            await follow(task_id, followed[task_id])
+
+            async def follow(task_id: str, seen: list[tuple[str, str]]) -> None:
+                """Every status of the task until a final one, resubscribing when a stream ends early."""
+                while True:
+                    try:
+                        async with client.stream("POST", cluster.url + "/a2a/steps",
+                                                 json=rpc("SubscribeToTask", {"id": task_id})) as stream:
+                            async for line in stream.aiter_lines():
+                                if line.startswith(("data:", "{")):  # an event, or a plain JSON-RPC error
+                                    seen.append(_status(line.removeprefix("data:")))
+                    except httpx.TransportError:
+                        pass
+                    if seen and seen[-1][0] in FINAL | {"error"}:
+                        return
+                    resubscribes[0] += 1  # the stream ended early: its node died; follow on another
+                    await trio.sleep(0.2)
 
             async def chaos() -> None:
                 for node in itertools.cycle(cluster.nodes):
@@ -131,13 +136,14 @@ async def test_two_thousand_tasks_while_nodes_die(pg_server, tmp_path):
                     await trio.sleep(DOWN_SECS)
                     await trio.to_thread.run_sync(node.start)
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(chaos)
-                nursery.start_soon(pace)
-                for number in range(SUBSCRIBERS):
-                    nursery.start_soon(subscriber, number)
-                for _ in range(SENDERS):
-                    nursery.start_soon(sender)
+            with trio.fail_after(TASKS / RATE * 2 + 60):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(chaos)
+                    nursery.start_soon(pace)
+                    for _ in range(SUBSCRIBERS):
+                        nursery.start_soon(subscriber)
+                    for _ in range(SENDERS):
+                        nursery.start_soon(sender)
             sent_secs = time.monotonic() - began
             for node in cluster.nodes:  # every node is back before the checks
                 if node.process.poll() is not None:
@@ -192,6 +198,27 @@ async def test_two_thousand_tasks_while_nodes_die(pg_server, tmp_path):
     failed = [t for t in states.values() if t["status"]["state"] == "TASK_STATE_FAILED"]
     assert all(said(t["status"]) for t in failed), "a task failed without saying why"
     assert followed and all(in_order(seen) for seen in followed.values()), followed
+
+
+@pytest.mark.xfail(strict=True, reason="the shared task store renews a restarted node's lease without failing the "
+                   "live tasks of its previous life (runtime/a2a/server/shared.py start): they stay live for ever")
+def test_a_node_back_under_its_own_id_fails_what_it_was_running(pg_server, tmp_path):
+    """``[state] node_id`` fixed (a StatefulSet): the node is killed and back before its lease
+    runs out, so no other node reaps it; the task its first life ran must fail all the same."""
+    with Cluster(tmp_path, pg_server.create_database(), nodes=2, lease_secs=LEASE_SECS) as cluster:
+        a, b = cluster.nodes
+        with httpx.Client(headers={**cluster.headers, **V10}, timeout=30) as client:
+            sent = client.post(a.url + "/a2a/slow", json=rpc("SendMessage", {
+                "message": {"messageId": "m-restart", "role": "ROLE_USER", "parts": [{"text": "zzz"}]},
+                "configuration": {"returnImmediately": True}})).json()["result"]["task"]
+            a.kill()
+            a.start()
+            deadline = time.monotonic() + LEASE_SECS * 3 + 5
+            while (task := client.post(b.url + "/a2a", json=rpc("GetTask", {"id": sent["id"]})).json()["result"])[
+                    "status"]["state"] not in FINAL:
+                assert time.monotonic() < deadline, f"still {task['status']['state']} after the node came back"
+                time.sleep(0.2)
+    assert task["status"]["state"] == "TASK_STATE_FAILED" and said(task["status"])
 
 
 def _state(task: dict) -> str:
