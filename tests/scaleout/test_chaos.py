@@ -121,6 +121,11 @@ async def test_two_thousand_tasks_while_nodes_die(pg_server, tmp_path):
                                     seen.append(_status(line.removeprefix("data:")))
                     except httpx.TransportError:
                         pass
+                    if seen and seen[-1][0] == "error":
+                        # it ended while no stream was open (A2A refuses to follow a finished task): read it
+                        got = (await client.post(cluster.url + "/a2a", json=rpc("GetTask", {"id": task_id}))).json()
+                        if _state(got.get("result", got)) in FINAL:
+                            seen[-1] = (_state(got["result"]), said(got["result"]["status"]))
                     if seen and seen[-1][0] in FINAL | {"error"}:
                         return
                     resubscribes[0] += 1  # the stream ended early: its node died; follow on another
@@ -197,7 +202,8 @@ async def test_two_thousand_tasks_while_nodes_die(pg_server, tmp_path):
     assert len(acked.values()) == len(set(acked.values()))
     failed = [t for t in states.values() if t["status"]["state"] == "TASK_STATE_FAILED"]
     assert all(said(t["status"]) for t in failed), "a task failed without saying why"
-    assert followed and all(in_order(seen) for seen in followed.values()), followed
+    disordered = {task_id: seen for task_id, seen in followed.items() if not in_order(seen)}
+    assert followed and not disordered, disordered
 
 
 @pytest.mark.xfail(strict=True, reason="the shared task store renews a restarted node's lease without failing the "
