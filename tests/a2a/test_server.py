@@ -158,6 +158,10 @@ async def test_multi_turn_context_and_list(url):
         page2 = (await client.post(url + "/a2a", headers=V10, json=rpc("ListTasks", {
             "contextId": first["contextId"], "pageSize": 1, "pageToken": "1"}))).json()["result"]
         assert [t["id"] for t in page2["tasks"]] == [first["id"]] and page2["nextPageToken"] == ""
+        for token in ("-1", "9" * 30, "1e3", "x"):  # a page token is an offset tern handed out, nothing else
+            refused = (await client.post(url + "/a2a", headers=V10, json=rpc("ListTasks", {
+                "pageToken": token}))).json()
+            assert refused["error"] == {"code": -32602, "message": "invalid pageToken"}, token
 
 
 async def test_seed_rest_routes(url):

@@ -201,7 +201,8 @@ async def test_a_stream_on_another_node_is_in_order_across_a_database_restart(pg
                 await trio.sleep(0.3)
                 await trio.to_thread.run_sync(pg_server.restart, 0.5)
         chunks = [e.artifact.parts[0]["text"] for e in got if isinstance(e, ArtifactEvent)]
-        assert chunks == [f"{i} " for i in range(60)] + ["done"]  # every event, in order, once
+        before = [part["text"] for artifact in seen.artifacts for part in artifact.parts]  # in the snapshot
+        assert before + chunks == [f"{i} " for i in range(60)] + ["done"]  # every event after it, in order, once
         assert isinstance(got[-1], StatusEvent) and got[-1].state == "completed"
         assert (await b.engine.find(task.id)).artifacts[0].parts[59] == {"text": "59 "}
 
@@ -302,3 +303,106 @@ async def test_push_configs_are_shared_and_each_event_is_posted_once(pg_url: str
         assert all(headers["x-a2a-notification-token"] == "tok-1" for headers, _ in received)
         await a.push.delete(task.id, "mine")
         assert await b.push.list(task.id, "1.0") == []
+
+
+async def test_the_database_away_fails_a_send_clearly_and_nothing_half_written(pg_url: str, pg_server) -> None:
+    from runtime.a2a.server.engine import StorageUnavailable
+
+    async with cluster(pg_url) as (a, b):
+        before = await a.engine.send("echo", msg("before"))
+        await b.engine.wait(before.id)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, pg_server.restart, 2.0)
+            await trio.sleep(0.5)
+            with pytest.raises(StorageUnavailable, match="PostgreSQL at 127.0.0.1"):
+                await a.engine.send("echo", msg("while away"))
+            assert list(a.engine._tasks) == []  # refused: not held, not written later
+        with trio.fail_after(30):
+            while True:  # the nodes reconnect by themselves
+                try:
+                    after = await b.engine.send("echo", msg("after"))
+                    break
+                except StorageUnavailable:
+                    await trio.sleep(0.2)
+        await a.engine.wait(after.id)
+        listed, total = await a.engine.list()
+        assert total == 2 and {t.id for t in listed} == {before.id, after.id}
+        assert (await b.engine.find(before.id)).state == "completed"  # acknowledged before: kept
+
+
+async def test_hostile_inputs_to_the_shared_paths(pg_url: str) -> None:
+    from runtime.a2a.server.engine import InvalidTaskRequest
+    from runtime.a2a.server.push import MAX_CONFIGS_PER_TASK
+
+    async with cluster(pg_url) as (a, b):
+        for payload in (None, "", "task", "task x y z", "task id notanumber", "inbox node-0 x", "answered x 0",
+                        "push never-was 0", "\x00" * 50):
+            a.shared._heard(payload)  # ignored or a harmless re-read: never a crash
+        task = await a.engine.send("echo", msg("ask"))
+        await a.engine.wait(task.id)
+        for i in range(MAX_CONFIGS_PER_TASK):
+            await (a if i % 2 else b).push.set(task.id, {"url": f"http://127.0.0.1:9/{i}"}, "1.0")
+        with pytest.raises(InvalidTaskRequest, match="webhooks already"):
+            await a.push.set(task.id, {"url": "http://127.0.0.1:9/one-more"}, "1.0")
+        with pytest.raises(TaskNotFound):
+            await b.push.set("never-was", {"url": "http://127.0.0.1:9/x"}, "1.0")
+        with pytest.raises(TaskNotFound):
+            await b.engine.cancel("never-was")
+        with pytest.raises(TaskNotFound):
+            await b.engine.subscribe("never-was")
+        bob = Caller("bob", frozenset({"tasks"}))
+        with pytest.raises(TaskNotFound):  # another's task: not found, for a cancel too
+            await b.engine.cancel(task.id, bob)
+        with pytest.raises(TaskNotFound):
+            await b.engine.send("echo", msg("mine now", task_id=task.id), who=bob)
+        # a forwarded answer that is not a message: the forwarding node gets the error back
+        await a.db.run(lambda c: c.execute(
+            "INSERT INTO a2a_inbox (task_id, node, caller, message) VALUES (%s, 'node-0', 'x', '{not json')",
+            (task.id,)))
+        await a.shared._answer_inbox(None)
+        row = await a.db.run(lambda c: c.execute("SELECT done, error FROM a2a_inbox").fetchone())
+        assert row == (True, "the forwarded message is not readable")
+        assert (await a.engine.find(task.id)).state == "input-required"
+
+
+async def test_a_restart_under_the_same_node_id_fails_what_it_left_and_old_tasks_are_pruned(pg_url: str) -> None:
+    async with cluster(pg_url, count=1) as (a,):
+        done = [await a.engine.send("echo", msg(f"t{i}")) for i in range(4)]
+        for task in done:
+            await a.engine.wait(task.id)
+        task = await a.engine.send("hang", msg("hang"))
+        await until(lambda: _state(a, task.id, "working"))
+        a.shared._stop = _nothing  # killed: no clean stop
+        a.scope.cancel()
+    async with cluster(pg_url, count=1) as (again,):  # node-0 again: what it ran before is failed at start
+        left = await again.engine.find(task.id)
+        assert left.state == "failed" and "tern restarted on node node-0" in text_of(left.status_message.parts)
+        await again.db.run(again.shared._prune, 3)
+        listed, total = await again.engine.list()
+        assert total == 3 and [t.id for t in listed] == [task.id, done[3].id, done[2].id]  # the newest kept
+        await until(lambda: _true(again.engine.counts() == {"completed": 2, "failed": 1}))
+
+
+async def test_a_forwarded_answer_the_running_node_never_takes_times_out(pg_url: str, monkeypatch) -> None:
+    from runtime.a2a.server import shared
+
+    monkeypatch.setattr(shared, "FORWARD_SECS", 1.0)
+    async with cluster(pg_url) as (a, b):
+        task = await a.engine.send("echo", msg("question"))
+        await until(lambda: _asking(b, task.id))
+        a.shared._inbox_send, unread = trio.open_memory_channel(0)  # A hears nothing of its inbox any more
+        with trio.fail_after(10), pytest.raises(UnsupportedOperation, match="did not take the answer within 1 s"):
+            await b.engine.send("echo", msg("yes", task_id=task.id))
+        assert (await b.engine.find(task.id)).asking  # nothing changed: the question is still open
+        await a.engine.cancel(task.id)
+
+
+async def test_a_node_reaped_while_alive_adopts_the_failure(pg_url: str) -> None:
+    async with cluster(pg_url, lease_secs=0.6) as (a, b):
+        task = await a.engine.send("hang", msg("hang"))
+        await until(lambda: _state(b, task.id, "working"))
+        a.shared._renew = _nothing  # A is cut off from renewing (a long pause): B reaps its task
+        await a.db.run(lambda c: c.execute("UPDATE tern_nodes SET lease_until = now() WHERE id = 'node-0'"))
+        await until(lambda: _true(task.id in STOPPED), timeout=10)  # A hears it and stops the work
+        assert a.engine.peek(task.id) is None
+        assert "stopped answering" in text_of((await a.engine.find(task.id)).status_message.parts)

@@ -479,7 +479,7 @@ class TaskEngine:
         this node lets the task go."""
         task = entry.task
         try:
-            await self.shared.flush()
+            await self.shared.flush(task.id)
         except BaseException:
             entry.running, entry.scope = False, None
             self.shared.forget(task.id)  # never told to the client: never written later either
@@ -542,7 +542,7 @@ class TaskEngine:
         self._close_question(entry)
         self._set(entry, "working", _agent_text(text, task) if text else None)
         if self.shared is not None:
-            await self.shared.flush()
+            await self.shared.flush(task.id)
         return task
 
     def _refuse_if_unsaved(self) -> None:
@@ -614,7 +614,7 @@ class TaskEngine:
             with trio.move_on_after(30):
                 while True:
                     try:
-                        await self.shared.flush()
+                        await self.shared.flush(entry.task.id)
                         break
                     except TernError:  # the database is away: the writer keeps it, retrying
                         await trio.sleep(1.0)
@@ -687,7 +687,7 @@ class TaskEngine:
             entry.scope.cancel()  # the agent's work stops (a command agent's process is killed)
         self._set(entry, "canceled", None)
         if self.shared is not None:
-            await self.shared.flush()
+            await self.shared.flush(task_id)
             if not entry.running:
                 self._drop(entry)
         return entry.task
@@ -814,6 +814,8 @@ class TaskEngine:
         while not (entry.task.terminal or (entry.task.state in INTERRUPTED
                                            and (not entry.running or entry.answer is not None))):
             await entry.changed.wait()
+        if self.shared is not None:  # what a blocking send answers is written: any node reads it next
+            await self.shared.flush(task_id)
         return entry.task
 
     async def events(self, task_id: str) -> AsyncIterator[Event]:

@@ -19,7 +19,9 @@ docs/scale-out.md): any node answers for any task.
   work running elsewhere goes through ``a2a_inbox`` to that node, which answers it).
 - Leases: each node renews its row in ``tern_nodes`` every ``lease_secs / 3``; every
   node fails the live tasks of a node whose lease ran out (``FOR UPDATE SKIP LOCKED``:
-  two reapers never both write). A clean stop fails this node's own live tasks at once.
+  two reapers never both write). A clean stop fails this node's own live tasks at once,
+  and so does a start under a node id whose tasks a killed process left (so node ids
+  must be unique per running process: the default is).
 - Retention: at most ``max_tasks`` terminal tasks stay (the oldest go); ``counts`` is
   refreshed from the database every few seconds.
 """
@@ -48,6 +50,7 @@ FORWARD_SECS = 30.0  # how long a node waits for another to take an answer to it
 FOLLOW_POLL_SECS = 10.0  # a stream on another node's task re-reads at least this often (a notify wakes it at once)
 EVENTS_PER_READ = 200
 PRUNE_SECS = 30.0
+GATHER_SECS = 0.005
 RETRY_SECS = (0.25, 0.5, 1.0, 2.0, 5.0)
 
 #: The ``a2a`` component's migrations (``Database.migrate``): append, never edit.
@@ -141,7 +144,8 @@ class SharedTasks:
         self.on_release: list[Callable[[str], None]] = []  # this node lets a task go
         self._versions: dict[str, int] = {}  # tasks this node holds -> their version in the database
         self._pending: dict[str, _Pending] = {}
-        self._writing = trio.Lock()
+        self._inflight: set[str] = set()  # tasks with a write on its way
+        self._settled = trio.Event()  # set (and replaced) whenever a write ends
         self._wake = trio.Event()
         self._watchers: dict[str, set[trio.Event]] = {}  # "task <id>" / "inbox <id>" -> who waits on it
         self._followers: dict[str, int] = {}  # streams on other nodes' tasks, per task
@@ -158,6 +162,11 @@ class SharedTasks:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         await self.db.migrate("a2a", STEPS)
+        # A process before this one under the same node id (a restart) left its live tasks: their work is gone.
+        left = await self.db.run(self._fail_live, self.node_id, f"tern restarted on node {self.node_id} while this "
+                                 "task was running; the task's work was lost")
+        if left:
+            log.warning("a2a: %d tasks this node was running before it restarted failed", left)
         await self._renew()
         unfollow = self.listener.follow(CHANNEL, self._heard)
         try:
@@ -211,7 +220,6 @@ class SharedTasks:
         the tasks, and prune the oldest terminal ones."""
         pruned = 0.0
         while True:
-            await trio.sleep(self.lease_secs / 3)
             try:
                 await self._renew()
                 reaped = await self.db.run(
@@ -226,6 +234,7 @@ class SharedTasks:
                     await self.db.run(self._prune, self.max_tasks)
             except StorageError:
                 pass  # the pool logged it; the next round tries again
+            await trio.sleep(self.lease_secs / 3)
 
     async def _renew(self) -> None:
         await self.db.run(lambda conn: conn.execute(
@@ -237,6 +246,7 @@ class SharedTasks:
         conn.execute("DELETE FROM a2a_tasks WHERE id IN (SELECT id FROM a2a_tasks WHERE terminal "
                      "ORDER BY updated DESC OFFSET %s)", (keep,))
         conn.execute("DELETE FROM a2a_inbox WHERE created < now() - interval '10 minutes'")
+        conn.execute("DELETE FROM tern_nodes WHERE lease_until < now() - interval '1 hour'")
 
     # --- What the engine reports (this node's tasks) -----------------------------------------
 
@@ -265,9 +275,12 @@ class SharedTasks:
         self._wake.set()
 
     async def _writer(self) -> None:
+        """Writes what running work reports, gathered for ``GATHER_SECS`` (its events
+        then go in one write; a send or a cancel does not wait for this: it flushes)."""
         failures = 0
         while True:
             await self._wake.wait()
+            await trio.sleep(GATHER_SECS)
             self._wake = trio.Event()
             try:
                 await self.flush()
@@ -278,40 +291,57 @@ class SharedTasks:
             else:
                 failures = 0
 
-    async def flush(self) -> None:
-        """Everything reported before this call is written (or adopted from a newer state
-        another node wrote) when it returns; ``StorageUnavailable`` if it cannot be."""
-        async with self._writing:
-            if not self._pending:
+    async def flush(self, task_id: str | None = None) -> None:
+        """Everything reported before this call (of ``task_id``, when given) is written (or
+        adopted from a newer state another node wrote) when it returns;
+        ``StorageUnavailable`` if it cannot be. Writes of different tasks go at once, each
+        on its own connection; one task's writes go one after another (each swaps the
+        version the last one wrote)."""
+        wanted = {t for t, p in self._pending.items() if p.row is not None} | self._inflight
+        if task_id is not None:
+            wanted &= {task_id}
+        while wanted:
+            ready = {t: p for t, p in self._pending.items() if t not in self._inflight and p.row is not None
+                     and (task_id is None or t == task_id)}
+            if ready:
+                await self._write(ready)
+            if not wanted & (self._inflight | {t for t, p in self._pending.items() if p.row is not None}):
                 return
-            batch, self._pending = self._pending, {}
-            items = []
-            for task_id, pending in batch.items():
-                if pending.row is None:  # events with no snapshot yet: they go with the next one
-                    self._pending[task_id] = pending
-                    continue
-                old = self._versions.get(task_id)
-                items.append({**pending.row, "old": old or 0, "insert": old is None,
-                              "new": (old or 0) + max(1, len(pending.events)),
-                              "kinds": [k for k, _ in pending.events], "bodies": [b for _, b in pending.events]})
-            for item in items:
-                item["note"] = f"task {item['id']} {item['new']}"
-            try:
-                lost = await self.db.run(_write, items)
-            except StorageError as exc:
-                for task_id, pending in batch.items():  # kept for the retry, before what came meanwhile
-                    later = self._pending.get(task_id)
-                    if later is not None:
-                        pending.events += later.events
-                        pending.row = later.row or pending.row
-                    self._pending[task_id] = pending
-                raise StorageUnavailable(f"tasks cannot be saved right now ({exc})") from None
-            for item in items:
-                held = self.engine.peek(item["id"])
-                if item["id"] not in lost and held is not None:
-                    self._versions[item["id"]] = held.version = item["new"]
-            for task_id, row in lost.items():
-                self._adopt(task_id, row)
+            if not ready:
+                await self._settled.wait()
+
+    async def _write(self, batch: dict[str, _Pending]) -> None:
+        items = []
+        for task_id, pending in batch.items():
+            del self._pending[task_id]
+            old = self._versions.get(task_id)
+            items.append({**pending.row, "old": old or 0, "insert": old is None,
+                          "new": (old or 0) + max(1, len(pending.events)), "note": "",
+                          "kinds": [k for k, _ in pending.events], "bodies": [b for _, b in pending.events]})
+            items[-1]["note"] = f"task {task_id} {items[-1]['new']}"
+        self._inflight |= set(batch)
+        try:
+            lost = await self.db.run(_write, items)
+        except StorageError as exc:
+            for task_id, pending in batch.items():  # kept for the retry, before what came meanwhile
+                if self.engine.peek(task_id) is None:
+                    continue  # let go meanwhile (a send that failed): never written later
+                later = self._pending.get(task_id)
+                if later is not None:
+                    pending.events += later.events
+                    pending.row = later.row or pending.row
+                self._pending[task_id] = pending
+            raise StorageUnavailable(f"tasks cannot be saved right now ({exc})") from None
+        finally:
+            self._inflight -= set(batch)
+            self._settled.set()
+            self._settled = trio.Event()
+        for item in items:
+            held = self.engine.peek(item["id"])
+            if item["id"] not in lost and held is not None:
+                self._versions[item["id"]] = held.version = item["new"]
+        for task_id, row in lost.items():
+            self._adopt(task_id, row)
 
     def _adopt(self, task_id: str, row: tuple[int, str] | None) -> None:
         self.forget(task_id)
@@ -366,12 +396,14 @@ class SharedTasks:
             self._checking = trio.Event()
             ids, self._check = list(self._check), set()
             try:
-                async with self._writing:
-                    rows = await self.db.run(lambda conn: conn.execute(
-                        "SELECT id, version, body FROM a2a_tasks WHERE id = ANY(%s)", (ids,)).fetchall())
-                    for task_id, version, body in rows:
-                        if task_id in self._versions and version > self._versions[task_id]:
-                            self._adopt(task_id, (version, body))
+                rows = await self.db.run(lambda conn: conn.execute(
+                    "SELECT id, version, body FROM a2a_tasks WHERE id = ANY(%s)", (ids,)).fetchall())
+                for task_id, version, body in rows:
+                    if task_id in self._inflight:  # the row may be this node's own write, not yet counted
+                        self._check.add(task_id)
+                        self._checking.set()
+                    elif task_id in self._versions and version > self._versions[task_id]:
+                        self._adopt(task_id, (version, body))
             except StorageError:
                 self._check.update(ids)
                 await trio.sleep(1.0)
@@ -408,14 +440,14 @@ class SharedTasks:
         """A task this node holds, if another node wrote a newer state of it (adopted
         here first, so a read right after another node's cancel sees the cancel); None:
         this node's copy is the newest."""
-        await self.flush()
-        async with self._writing:
-            row = await self._read(lambda conn: conn.execute("SELECT version, body FROM a2a_tasks WHERE id = %s",
-                                                             (task_id,)).fetchone())
-            if row is None or task_id not in self._versions or row[0] <= self._versions[task_id]:
-                return None
-            self._adopt(task_id, row)
-            return _decode(*row)
+        await self.flush(task_id)
+        row = await self._read(lambda conn: conn.execute("SELECT version, body FROM a2a_tasks WHERE id = %s",
+                                                         (task_id,)).fetchone())
+        if row is None or task_id in self._inflight or task_id not in self._versions \
+                or row[0] <= self._versions[task_id]:
+            return None  # (a write of this node's on its way: its own compare-and-swap finds out)
+        self._adopt(task_id, row)
+        return _decode(*row)
 
     async def load_row(self, task_id: str) -> tuple[Task, str] | None:
         """The task as the database has it, and the node running its work ("": none)."""
@@ -611,8 +643,11 @@ class SharedTasks:
         for row_id, task_id, caller, body in rows:
             result, code, error = None, None, None
             try:
-                task = await self.engine.answer(task_id, _message.decode(body), caller)
+                with trio.fail_after(FORWARD_SECS):  # the forwarding node stops waiting then anyway
+                    task = await self.engine.answer(task_id, _message.decode(body), caller)
                 result = _encode(task).decode()
+            except trio.TooSlowError:
+                code, error = UnsupportedOperation.code, f"the answer to task {task_id} was not taken in time"
             except BadMessage as exc:
                 code, error = INVALID_PARAMS, str(exc)
             except RpcError as exc:
