@@ -383,6 +383,10 @@ async def test_history_is_bounded_in_count_and_bytes_whichever_node_writes(store
         for n in range(7):
             await c.append("ctx2", Conversations.message("user", "bot", f"m{n}"))
         assert [m.content for m in await a.history("ctx2")] == ["m4", "m5", "m6"]
+        # A NUL (PostgreSQL text holds none: kept as U+FFFD there) and a NUL in an id save and read back.
+        await a.append("ctx\x00nul", Conversations.message("user", "bot", "before\x00after"))
+        [kept] = await b.history("ctx\x00nul")
+        assert kept.content == ("before\x00after" if store.kind == "sqlite" else "before\ufffdafter")
         nursery.cancel_scope.cancel()
 
 
@@ -444,3 +448,37 @@ def test_the_commands_say_in_one_line_when_the_database_refuses(pg_server: Any, 
     wrong = _tern(config, "approvals", password="not-the-password-42")
     assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
     assert "not-the-password-42" not in wrong.stderr and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
+
+
+# --- two kernels (nodes) booted on one database -------------------------------------------
+
+
+def _node_config(tmp: Path, url: str, name: str, llm_url: str) -> Any:
+    from runtime.config import AgentConfig, Config, ModelConfig, StateConfig
+
+    return Config(agents=[AgentConfig(name="bot", kind="llm", model=ModelConfig(base_url=llm_url, model="m",
+                                                                               timeout_secs=5))],
+                  state=StateConfig(dir=str(tmp / name), store="postgres", postgres_url=url, node_id=name))
+
+
+async def test_a_follow_up_on_another_node_sees_the_whole_conversation(pg_store: Store) -> None:
+    from runtime.kernel.kernel import Kernel
+    from tests.scripted_llm import ScriptedLLM, whole
+
+    llm = ScriptedLLM(whole("Hi, Ada."), whole("You are Ada."))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(llm.serve)
+        a = Kernel(_node_config(pg_store.tmp, pg_store.url, "node-a", llm.url))
+        b = Kernel(_node_config(pg_store.tmp, pg_store.url, "node-b", llm.url))
+        await nursery.start(a.run)  # each boot applies the migrations it lacks, once
+        await nursery.start(b.run)
+        first = await a.agents.send("bot", "I am Ada.", owner=ALICE)
+        second = await b.agents.send("bot", "Who am I?", context_id=first.context_id, owner=ALICE)
+        with pytest.raises(Exception, match="no conversation has the id"):
+            await b.agents.send("bot", "and me?", context_id=first.context_id, owner=BOB)
+        assert [(m.role, m.content) for m in await a.conversations.history(first.context_id)] == [
+            ("user", "I am Ada."), ("agent", "Hi, Ada."), ("user", "Who am I?"), ("agent", "You are Ada.")]
+        nursery.cancel_scope.cancel()
+    assert second.text == "You are Ada."
+    said = [m["content"] for m in llm.requests[1]["messages"] if m["role"] in ("user", "assistant")]
+    assert said == ["I am Ada.", "Hi, Ada.", "Who am I?"]  # node B's model turn had node A's exchange
