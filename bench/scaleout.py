@@ -18,14 +18,18 @@ Measures:
    PostgreSQL, a fresh database; medians of the runs. Target: PostgreSQL adds <= 2 ms median.
 2. Requests/s through HAProxy (round robin) to 1, 2 and 3 nodes on one database: wrk with
    --connections keep-alive connections for --duration s, each request a SendMessage with its
-   own message id (a Lua request hook), after a 2 s warm-up. Every node, HAProxy, PostgreSQL
-   and wrk share this machine's cores, so more nodes only help while a core is idle.
+   own message id (a Lua request hook; a Lua response hook counts every answer that is not a
+   completed task as failed), after a 2 s warm-up; and the CPU seconds the nodes, PostgreSQL
+   (postmaster and backends), HAProxy and wrk used during the run. Every node, HAProxy,
+   PostgreSQL and wrk share this machine's cores, so more nodes only help while a core is idle.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -63,16 +67,23 @@ WRK_SCRIPT = """\
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["A2A-Version"] = "1.0"
-wrk.headers["Authorization"] = "Bearer %(key)s"
-local threads = 0
-setup = function(thread) threads = threads + 1; thread:set("tid", threads) end
+wrk.headers["Authorization"] = "Bearer API_KEY"
+local threads = {}
+setup = function(thread) table.insert(threads, thread); thread:set("tid", #threads) end
 local n = 0
+bad = 0
+response = function(status, headers, body)
+  if not string.find(body, "TASK_STATE_COMPLETED", 1, true) then bad = bad + 1 end
+end
 request = function()
   n = n + 1
-  return wrk.format(nil, "/a2a", nil, string.format('{"jsonrpc":"2.0","id":%%d,"method":"SendMessage",' ..
-    '"params":{"message":{"messageId":"w-%%d-%%d","role":"ROLE_USER","parts":[{"text":"hello"}]}}}', n, tid, n))
+  return wrk.format(nil, "/a2a", nil, string.format('{"jsonrpc":"2.0","id":%d,"method":"SendMessage",' ..
+    '"params":{"message":{"messageId":"w-%d-%d","role":"ROLE_USER","parts":[{"text":"hello"}]}}}', n, tid, n))
 end
-""" + DONE_HOOK
+""" + DONE_HOOK.replace("done = function(summary, latency, requests)", """done = function(summary, latency, requests)
+  local failed = 0
+  for _, thread in ipairs(threads) do failed = failed + thread:get("bad") end
+  io.write(string.format("TERN_BENCH_FAILED %d\\n", failed))""")
 
 
 def body(n: int) -> bytes:
@@ -88,11 +99,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one_node(scratch: Path, store: str, pg: PgServer) -> tuple[subprocess.Popen, int]:
-    """A fresh ``tern serve`` with the echo agent and the given store; (process, port)."""
+def commits(url: str) -> int:
+    """Transactions committed in the database so far (``pg_stat_database``)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        return conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()").fetchone()[0]
+
+
+def one_node(scratch: Path, store: str, pg: PgServer) -> tuple[subprocess.Popen, int, str]:
+    """A fresh ``tern serve`` with the echo agent and the given store; (process, port, database URL)."""
     state = Path(tempfile.mkdtemp(dir=scratch))
     port = free_port()
-    line = f'store = "postgres"\npostgres_url = "{pg.create_database()}"' if store == "postgres" else ""
+    url = pg.create_database() if store == "postgres" else ""
+    line = f'store = "postgres"\npostgres_url = "{url}"' if url else ""
     config = state / "config.toml"
     config.write_text(NODE_CONFIG.format(port=port, state=state / "state", store=line))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
@@ -105,7 +126,7 @@ def one_node(scratch: Path, store: str, pg: PgServer) -> tuple[subprocess.Popen,
         if process.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"{store} node did not start: {log.read_text()[-2000:]}")
         time.sleep(0.05)
-    return process, port
+    return process, port, url
 
 
 def sequential(port: int, requests: int, warmup: int) -> dict:
@@ -130,19 +151,54 @@ def sequential(port: int, requests: int, warmup: int) -> dict:
             "rps": requests / elapsed}
 
 
-def balanced(wrk: str, script: Path, cluster: Cluster, connections: int, seconds: int) -> tuple:
-    def run(secs: int) -> tuple:
+def cpu_secs(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far (``/proc/<pid>/stat``)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_pids(pg: PgServer) -> list[int]:
+    """The postmaster and its children (one backend per pooled connection)."""
+    main = int((pg.data / "postmaster.pid").read_text().split()[0])
+    children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(int(p.name)) == main]
+    return [main, *children]
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, IndexError, ValueError):
+        return 0
+
+
+def balanced(wrk: str, script: Path, cluster: Cluster, pg: PgServer, connections: int, seconds: int) -> dict:
+    def run(secs: int) -> dict:
         argv = [wrk, "-t2", f"-c{connections}", f"-d{secs}s", "--timeout", "10s", "-s", str(script),
                 f"{cluster.url}/a2a"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=secs + 60)
         found = RESULT_LINE.search(done.stdout)
-        if done.returncode != 0 or not found:
+        failed = re.search(r"^TERN_BENCH_FAILED (\d+)$", done.stdout, re.M)
+        if done.returncode != 0 or not found or not failed:
             raise RuntimeError(f"wrk exited {done.returncode}: {done.stdout}{done.stderr}")
-        return float(found.group(1)), float(found.group(2)), float(found.group(3)), int(found.group(5)), \
-            int(found.group(6))
+        return {"rps": float(found.group(1)), "p50": float(found.group(2)), "p99": float(found.group(3)),
+                "errors": int(found.group(5)) + int(found.group(6)), "failed": int(failed.group(1))}
 
     run(2)
-    return run(seconds)
+    groups = {"nodes": [n.pid for n in cluster.nodes], "PostgreSQL": postgres_pids(pg),
+              "HAProxy": [cluster.proxy.process.pid]}
+    before = {name: cpu_secs(pids) for name, pids in groups.items()}
+    wrk_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = run(seconds)
+    wrk_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result["cpu"] = {name: cpu_secs(pids) - before[name] for name, pids in groups.items()}
+    result["cpu"]["wrk"] = (wrk_after.ru_utime + wrk_after.ru_stime) - (wrk_before.ru_utime + wrk_before.ru_stime)
+    return result
 
 
 def main() -> None:
@@ -163,31 +219,39 @@ def main() -> None:
         runs: dict[str, list[dict]] = {"sqlite": [], "postgres": []}
         for _ in range(args.runs):
             for store in runs:
-                process, port = one_node(scratch, store, pg)
+                process, port, url = one_node(scratch, store, pg)
                 try:
+                    before = commits(url) if url else 0
                     runs[store].append(sequential(port, args.requests, args.warmup))
+                    # the node's own background transactions (lease renewals) are in it too: a handful
+                    runs[store][-1]["commits"] = (commits(url) - before) / (args.requests + args.warmup) if url else 0
                 finally:
                     process.terminate()
                     process.wait(15)
         print(f"1. Sequential SendMessage on one node ({args.requests} requests, medians of {args.runs} runs)\n")
-        print("| store | median ms | p90 ms | requests/s |")
-        print("|---|---:|---:|---:|")
-        median = {s: {k: statistics.median(r[k] for r in rs) for k in ("p50", "p90", "rps")} for s, rs in runs.items()}
+        print("| store | median ms | p90 ms | requests/s | PostgreSQL commits per request |")
+        print("|---|---:|---:|---:|---:|")
+        median = {s: {k: statistics.median(r[k] for r in rs) for k in ("p50", "p90", "rps", "commits")}
+                  for s, rs in runs.items()}
         for store, m in median.items():
-            print(f"| {store} | {m['p50']:.2f} | {m['p90']:.2f} | {m['rps']:.0f} |")
+            print(f"| {store} | {m['p50']:.2f} | {m['p90']:.2f} | {m['rps']:.0f} | {m['commits']:.1f} |")
         added = median["postgres"]["p50"] - median["sqlite"]["p50"]
         print(f"\nPostgreSQL adds {added:.2f} ms median (target <= {TARGET_PG_MS:g} ms): "
               f"{'met' if added <= TARGET_PG_MS else 'NOT met'}\n")
 
         script = scratch / "send.lua"
-        script.write_text(WRK_SCRIPT % {"key": API_KEY})
+        script.write_text(WRK_SCRIPT.replace("API_KEY", API_KEY))
         print(f"2. SendMessage through HAProxy, wrk -t2 -c{args.connections} -d{args.duration}s\n")
-        print("| nodes | requests/s | p50 ms | p99 ms | errors | non-2xx |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| nodes | requests/s | p50 ms | p99 ms | failed | CPU s: nodes | PostgreSQL | HAProxy | wrk |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for count in (1, 2, 3):
             with Cluster(Path(tempfile.mkdtemp(dir=scratch)), pg.create_database(), nodes=count) as cluster:
-                rps, p50, p99, errors, non2xx = balanced(wrk, script, cluster, args.connections, args.duration)
-            print(f"| {count} | {rps:.0f} | {p50:.1f} | {p99:.1f} | {errors} | {non2xx} |")
+                r = balanced(wrk, script, cluster, pg, args.connections, args.duration)
+            cpu = r["cpu"]
+            print(f"| {count} | {r['rps']:.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['errors'] + r['failed']} | "
+                  f"{cpu['nodes']:.1f} | {cpu['PostgreSQL']:.1f} | {cpu['HAProxy']:.1f} | {cpu['wrk']:.1f} |")
+        print(f"\n(CPU seconds over the {args.duration} s run; the box has {os.cpu_count()} cores: "
+              f"{os.cpu_count() * args.duration} CPU s in all, shared with whatever else runs)")
     finally:
         pg.stop()
         shutil.rmtree(pg_root, ignore_errors=True)
