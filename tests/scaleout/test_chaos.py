@@ -24,6 +24,8 @@ import httpx
 import pytest
 import trio
 
+from tests import peers
+from tests.haproxy import haproxy_bin
 from tests.scaleout.cluster import Cluster
 from tests.scaleout.test_cluster import V10, rpc, said
 
@@ -57,6 +59,7 @@ def in_order(seen: list[tuple[str, str]]) -> bool:
 
 @pytest.mark.slow
 async def test_two_thousand_tasks_while_nodes_die(pg_server, tmp_path):
+    peers.require(haproxy_bin)
     cluster = await trio.to_thread.run_sync(lambda: Cluster(
         tmp_path, pg_server.create_database(), nodes=3, lease_secs=LEASE_SECS,
         a2a_extra="max_tasks = 10000\n", named=False).start())
@@ -206,11 +209,10 @@ async def test_two_thousand_tasks_while_nodes_die(pg_server, tmp_path):
     assert followed and not disordered, disordered
 
 
-@pytest.mark.xfail(strict=True, reason="the shared task store renews a restarted node's lease without failing the "
-                   "live tasks of its previous life (runtime/a2a/server/shared.py start): they stay live for ever")
 def test_a_node_back_under_its_own_id_fails_what_it_was_running(pg_server, tmp_path):
     """``[state] node_id`` fixed (a StatefulSet): the node is killed and back before its lease
     runs out, so no other node reaps it; the task its first life ran must fail all the same."""
+    peers.require(haproxy_bin)
     with Cluster(tmp_path, pg_server.create_database(), nodes=2, lease_secs=LEASE_SECS) as cluster:
         a, b = cluster.nodes
         with httpx.Client(headers={**cluster.headers, **V10}, timeout=30) as client:

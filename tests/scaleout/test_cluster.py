@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from tests import peers
+from tests.haproxy import haproxy_bin
 from tests.scaleout.cluster import API_KEY, Cluster
 from tests.test_cli import ROOT
 
@@ -29,6 +30,7 @@ WRITE = json.dumps({"path": "note.txt", "content": "hello"})
 
 @pytest.fixture(scope="module")
 def cluster(pg_server, tmp_path_factory):
+    peers.require(haproxy_bin)
     with Cluster(tmp_path_factory.mktemp("cluster"), pg_server.create_database(), nodes=3,
                  caller_may_approve=True) as running:
         yield running

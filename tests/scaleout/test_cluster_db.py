@@ -13,7 +13,8 @@ import time
 import httpx
 import pytest
 
-from tests.haproxy import free_port
+from tests import peers
+from tests.haproxy import free_port, haproxy_bin
 from tests.mcp.server_harness import tern_env
 from tests.scaleout.cluster import Cluster
 from tests.scaleout.test_cluster import V10, message, rpc
@@ -42,6 +43,7 @@ def test_the_database_restarted_under_load(pg_server, tmp_path):
     lock = threading.Lock()
     stop = threading.Event()
     outage: dict[str, float] = {}
+    peers.require(haproxy_bin)
 
     with Cluster(tmp_path, pg_server.create_database(), nodes=3) as cluster:
 
