@@ -387,13 +387,16 @@ class TaskEngine:
     # --- Starting and continuing ------------------------------------------------------------
 
     async def send(self, agent: str, message: Message, *, task_id: str | None = None, dialect: str = "",
-                   caller: str = "", who: Caller | None = None) -> Task:
+                   caller: str = "", who: Caller | None = None, settle_later: bool = False) -> Task:
         """Start a task for ``message`` (or continue the one its ``task_id`` names) and
         return it; the agent work runs in the background. ``task_id`` names a new task
         (0.1 clients choose their ids); otherwise the engine makes one up. ``caller``
         says who sent it, for an answer to a question of the work's (``TaskReport.ask``);
-        ``who`` owns a new task, and may continue only its own (None: the owner "admin")."""
+        ``who`` owns a new task, and may continue only its own (None: the owner "admin").
+        With ``shared`` the task is written before this returns, unless ``settle_later``
+        (a new task whose caller calls ``settle`` before it answers: one write, not two)."""
         assert self._nursery is not None, "TaskEngine.run() first"
+        new = not message.task_id
         if message.task_id:
             entry = self._tasks.get(message.task_id)
             if entry is None and self.shared is not None:
@@ -438,10 +441,15 @@ class TaskEngine:
             self._changed(entry)
         scope = trio.CancelScope()
         entry.scope = scope
-        if self.shared is not None:  # acknowledged only once written; the work starts after that
+        if self.shared is not None and not (settle_later and new):  # acknowledged once written; then the work
             await self._written(entry)
         self._nursery.start_soon(self._work, entry, message, scope)
         return task
+
+    async def settle(self, task_id: str) -> None:
+        """With ``shared``: what this node changed of the task is written (before an answer shows it)."""
+        if self.shared is not None:
+            await self.shared.flush(task_id)
 
     async def _elsewhere(self, agent: str, message: Message, task: Task, node: str, caller: str,
                          who: Caller | None) -> Task:
@@ -814,8 +822,6 @@ class TaskEngine:
         while not (entry.task.terminal or (entry.task.state in INTERRUPTED
                                            and (not entry.running or entry.answer is not None))):
             await entry.changed.wait()
-        if self.shared is not None:  # what a blocking send answers is written: any node reads it next
-            await self.shared.flush(task_id)
         return entry.task
 
     async def events(self, task_id: str) -> AsyncIterator[Event]:

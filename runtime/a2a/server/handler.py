@@ -99,11 +99,13 @@ class A2aHandler:
 
     async def send(self, params: dict[str, Any], agent: str, dialect: str, *, caller: str = "",
                    who: Caller | None = None) -> Any:
-        task = await self._start_with_push(params, agent, dialect, caller, who)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
-        if protocol.is_blocking(dialect, configuration):
+        blocking = protocol.is_blocking(dialect, configuration)
+        task = await self._start_with_push(params, agent, dialect, caller, who, settle_later=blocking)
+        if blocking:
             with trio.move_on_after(BLOCKING_WAIT_SECS):
                 await self.engine.wait(task.id)
+        await self.engine.settle(task.id)  # what the answer shows is written: any node reads it next
         if task.reply is not None and TRAITS[dialect].message_replies:  # the agent answered with a Message, not a task
             reply = msgspec.structs.replace(task.reply, task_id=None)
             return dialects.wrap_result(dialects.render_message(reply, dialect), "message", dialect)
@@ -113,7 +115,7 @@ class A2aHandler:
         return dialects.wrap_result(rendered, "task", dialect)
 
     async def _start(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "",
-               who: Caller | None = None) -> Task:
+                     who: Caller | None = None, settle_later: bool = False) -> Task:
         check_ids(params)  # again: the seed's REST route calls send() directly
         message = dialects.parse_message(params.get("message"))
         names_task = TRAITS[dialect].client_names_task
@@ -129,8 +131,10 @@ class A2aHandler:
                 await self.engine.find(named)  # another's: the send below says not found
                 message.task_id = named
             except TaskNotFound:
-                return await self.engine.send(agent, message, task_id=named, dialect=dialect, caller=caller, who=who)
-        return await self.engine.send(agent, message, dialect=dialect, caller=caller, who=who)
+                return await self.engine.send(agent, message, task_id=named, dialect=dialect, caller=caller, who=who,
+                                              settle_later=settle_later)
+        return await self.engine.send(agent, message, dialect=dialect, caller=caller, who=who,
+                                      settle_later=settle_later)
 
     async def _answers(self, named: Any, who: Caller | None) -> bool:
         """Whether a message on the task ``named`` answers its running work's question."""
@@ -142,8 +146,8 @@ class A2aHandler:
             return False
 
     async def _start_with_push(self, params: dict[str, Any], agent: str, dialect: str, caller: str = "",
-                               who: Caller | None = None) -> Task:
-        task = await self._start(params, agent, dialect, caller, who)
+                               who: Caller | None = None, settle_later: bool = False) -> Task:
+        task = await self._start(params, agent, dialect, caller, who, settle_later)
         configuration = params.get("configuration") if isinstance(params.get("configuration"), dict) else {}
         webhook = (configuration.get("taskPushNotificationConfig") or configuration.get("pushNotificationConfig")
                    or params.get("pushNotification"))
