@@ -263,6 +263,41 @@ async def test_running_work_asks_its_client_and_takes_the_answer(nursery):
     assert [text_of(m.parts) for m in task.history] == ["paint", "which colour?", "blue", "picked blue"]
 
 
+async def test_an_answer_whose_decision_resumes_the_work_before_it_returns_is_taken(nursery):
+    """The race behind an answer forwarded across nodes: the answer's decision wakes the
+    waiting call, which resumes the task (closing the question) before ``answer`` has
+    returned. The answer was taken: the client gets the task, not an error."""
+    resumed = trio.Event()
+    reports = []
+
+    async def answer(message, caller):
+        reports[0].resume("approved by the caller; working")  # what the woken call does
+        resumed.set()
+        await trio.sleep(0)
+        return "thanks"
+
+    async def asks(task, message, report):
+        reports.append(report)
+        report.working()
+        assert report.ask(Message(role="agent", parts=[{"text": "may I?"}]), answer)
+        await resumed.wait()
+        await trio.sleep(1)
+        return Outcome(text="did it")
+
+    engine = TaskEngine(asks)
+    await nursery.start(engine.run)
+    task = await engine.send("a", msg("go"))
+    with trio.fail_after(5):
+        await engine.wait(task.id)
+    assert await engine.send("a", msg("approve", task_id=task.id)) is task
+    assert task.state == "working" and not task.asking
+    assert text_of(task.status_message.parts) == "approved by the caller; working"
+    with trio.fail_after(5):
+        await engine.wait(task.id)
+    assert task.state == "completed"
+    assert [text_of(m.parts) for m in task.history] == ["go", "may I?", "approve", "did it"]
+
+
 async def test_work_that_ends_with_its_question_open_still_finishes(nursery):
     async def forgets(task, message, report):
         report.ask(Message(role="agent", parts=[{"text": "?"}]), lambda message, caller: None)

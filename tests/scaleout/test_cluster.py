@@ -287,10 +287,6 @@ def test_an_approval_decided_on_another_node_resumes_the_call(cluster):
         assert client.get(f"{a}/api/approvals/{pending['id']}").json()["state"] == "approved"
 
 
-@pytest.mark.xfail(strict=False, reason="intermittent (about 1 run in 6): the answer decides the approval, the call "
-                   "waiting on the running node resumes and closes the question before the answering engine's "
-                   "answer() returns, so TaskEngine._answer (runtime/a2a/server/engine.py) refuses the answer it "
-                   "has just delivered: 'no longer waits for this answer'")
 def test_the_callers_answer_on_another_node_resumes_the_call(cluster):
     """``[a2a] caller_may_approve``: the caller's own answer, sent to another node, resumes the call on a."""
     a, b, c = (n.url for n in cluster.nodes)

@@ -542,13 +542,18 @@ class TaskEngine:
             entry.size -= added
             self.bytes -= added
             raise
-        if entry.answer is not answer:  # the question ended while it was being answered
+        # ``answer`` returned, so the work took this message. The question may have closed
+        # meanwhile, most often because of it (the decision woke the waiting call, whose
+        # ``resume`` said how it ended): then the task already works again with its own
+        # status, or has ended and is left as it ended.
+        if task.terminal:
             entry.size -= added
             self.bytes -= added
-            raise UnsupportedOperation(f"task {task.id} no longer waits for this answer")
+            return task
         task.history.append(message)
-        self._close_question(entry)
-        self._set(entry, "working", _agent_text(text, task) if text else None)
+        if entry.answer is answer:
+            self._close_question(entry)
+            self._set(entry, "working", _agent_text(text, task) if text else None)
         if self.shared is not None:
             await self.shared.flush(task.id)
         return task
