@@ -223,9 +223,12 @@ class AgentPort(Protocol):
     async def send(self, name: str, message: str, *, context_id: str | None = None,
                    on_text: TextSink | None = None, on_log: Callable[[str, str], None] | None = None,
                    env: dict[str, str] | None = None, ask: Ask | None = None,
-                   sample: Sample | None = None, owner: Caller | None = None) -> AgentReply:
+                   sample: Sample | None = None, owner: Caller | None = None,
+                   new_context: bool = False) -> AgentReply:
         """``owner``: the caller it runs for; it may resume only its own conversations
-        (``UnknownConversation`` otherwise), which record its name (None: "admin")."""
+        (``UnknownConversation`` otherwise), which record its name (None: "admin").
+        ``new_context``: the caller minted ``context_id`` just now, so no conversation
+        has it and its owner is not looked up (a database round trip on PostgreSQL)."""
         ...
 
     def admit(self, name: str) -> None:

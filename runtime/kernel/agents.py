@@ -97,7 +97,7 @@ class Agents:
                    on_log: Callable[[str, str], None] | None = None,
                    env: dict[str, str] | None = None, ask: Any = None,
                    on_tool: Callable[[dict[str, Any]], None] | None = None, sample: Any = None,
-                   owner: Caller | None = None, caller: str = "") -> AgentReply:
+                   owner: Caller | None = None, caller: str = "", new_context: bool = False) -> AgentReply:
         """Answer one message; for an agent that remembers, the exchange is committed to
         its conversation before the reply is returned. ``on_text`` gets output as it comes (model text, a
         command's stdout); ``on_log(level, line)`` a command's stderr lines; ``env`` is
@@ -108,12 +108,14 @@ class Agents:
         whose model is ``provider = "mcp-sampling"``. ``owner`` is the caller it runs for:
         another key's ``context_id`` is not found (``UnknownConversation``), and the
         exchange, its tool calls and approvals carry its name (None: "admin"). ``caller``
-        names who sent it in the audit record and the event (``trigger:NAME``; empty: not said)."""
+        names who sent it in the audit record and the event (``trigger:NAME``; empty: not said).
+        ``new_context``: the caller minted ``context_id`` just now (an A2A task's own), so no
+        conversation has it and its owner is not looked up."""
         check_name(name, "the agent name")
         check_id(context_id, "context_id")
         agent = self.get(name)
         key = owner.name if owner is not None else "admin"
-        if context_id and self.conversations is not None \
+        if context_id and not new_context and self.conversations is not None \
                 and not await self.conversations.visible(context_id, owner):
             raise UnknownConversation(f"no conversation has the id {context_id!r} (see `tern conversations`)")
         context_id = context_id or os.urandom(16).hex()  # as random as uuid4().hex, 4x cheaper

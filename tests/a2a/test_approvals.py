@@ -33,7 +33,8 @@ class AskingAgents:
     def admit(self, name: str) -> None:
         pass
 
-    async def send(self, name, message, *, context_id=None, on_text=None, on_log=None, env=None, ask=None, owner=None):
+    async def send(self, name, message, *, context_id=None, on_text=None, on_log=None, env=None, ask=None, owner=None,
+                   new_context=False):
         approval = await self.approvals.request(name, "shell_exec", {"argv": ["rm", message]}, "d-" + message,
                                                 caller=f"agent:{name}", context_id=context_id or "", ask=ask)
         return AgentReply(name, context_id or "", f"{approval.state} by {approval.decided_by or '-'}: "
@@ -275,7 +276,8 @@ class FormAgents(AskingAgents):
     """An agent whose MCP server asks a form question while its tool call runs; it answers
     with what the server would get."""
 
-    async def send(self, name, message, *, context_id=None, on_text=None, on_log=None, env=None, ask=None, owner=None):
+    async def send(self, name, message, *, context_id=None, on_text=None, on_log=None, env=None, ask=None, owner=None,
+                   new_context=False):
         approval = await self.approvals.request("", "mcp_printer_elicitation", FORM, "form-digest",
                                                 caller="mcp:printer", ask=ask, form=FORM)
         return AgentReply(name, context_id or "", repr(await self.approvals.take_answer(approval.id)))

@@ -310,3 +310,27 @@ async def test_work_that_ends_with_its_question_open_still_finishes(nursery):
         while not task.terminal:
             await trio.sleep(0.01)
     assert task.state == "completed" and not task.asking
+
+
+async def test_only_a_context_minted_with_the_task_is_new(nursery):
+    """``TaskReport.new_context`` (the runner skips the conversation's owner look-up on
+    it): the first turn of a task whose context tern minted, never a context the client
+    named, nor a later turn."""
+    seen = []
+
+    async def notes(task, message, report):
+        seen.append(report.new_context)
+        return Outcome(state="input-required", text="more?")
+
+    engine = TaskEngine(notes)
+    await nursery.start(engine.run)
+    minted = await engine.send("a", msg("one"))
+    with trio.fail_after(5):
+        await engine.wait(minted.id)
+    await engine.send("a", msg("two", task_id=minted.id))
+    with trio.fail_after(5):
+        await engine.wait(minted.id)
+    named = await engine.send("a", msg("three", context_id="ctx-given"))
+    with trio.fail_after(5):
+        await engine.wait(named.id)
+    assert seen == [True, False, False]

@@ -169,6 +169,12 @@ class TaskReport:
         its owner with no scopes: it may go on with its own conversation only)."""
         return self._entry.who or Caller(self._entry.task.owner, frozenset())
 
+    @property
+    def new_context(self) -> bool:
+        """This turn created the task with a context id tern minted for it: no
+        conversation can have that id yet, so there is no owner to look up."""
+        return self._entry.new_context
+
     def status(self, state: str, text: str | None = None) -> None:
         task = self._entry.task
         if state not in ("submitted", "working") or (state == task.state and not text):
@@ -255,7 +261,8 @@ Answer = Callable[[Message, str], Any]
 
 
 class _Entry:
-    __slots__ = ("task", "scope", "subscribers", "changed", "running", "size", "status_size", "answer", "who")
+    __slots__ = ("task", "scope", "subscribers", "changed", "running", "size", "status_size", "answer", "who",
+                 "new_context")
 
     def __init__(self, task: Task, size: int = TASK_OVERHEAD) -> None:
         self.task = task
@@ -267,6 +274,7 @@ class _Entry:
         self.running = False
         self.answer: Answer | None = None  # the running work asked the client (TaskReport.ask)
         self.who: Caller | None = None  # who sent the message the work now answers
+        self.new_context = False  # this turn's context id was minted with the task (TaskReport.new_context)
 
 
 class TaskEngine:
@@ -418,18 +426,21 @@ class TaskEngine:
             message.context_id = task.context_id
             message.task_id = task.id
             self._grow(entry, size_of(message), "the message")
+            entry.new_context = False
         else:
             if task_id is not None and (task_id in self._tasks
                                         or self.shared is not None and await self.shared.load(task_id) is not None):
                 raise InvalidTaskRequest(f"task {task_id!r} exists already")
             self._refuse_if_unsaved()
-            task = Task(id=task_id or new_id(), context_id=message.context_id or new_id(), agent=agent, dialect=dialect,
+            message_context = message.context_id
+            task = Task(id=task_id or new_id(), context_id=message_context or new_id(), agent=agent, dialect=dialect,
                         owner=who.name if who is not None else "admin")
             message.context_id, message.task_id = task.context_id, task.id
             size = TASK_OVERHEAD + len(task.id) + len(task.context_id) + len(agent) + size_of(message)
             self._check_task_size(task, size, "the message")
             self._make_room(size)
             entry = _Entry(task, size)
+            entry.new_context = not message_context
             self.bytes += size
             self._tasks[task.id] = entry
         task.history.append(message)

@@ -48,7 +48,7 @@ def agent_runner(agents: AgentPort, approvals: ApprovalPort | None = None, *, ca
         try:
             lent_model = {"sample": sample} if sample is not None else {}
             reply = await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, ask=ask,
-                                      owner=report.who, **lent_model)
+                                      owner=report.who, new_context=report.new_context, **lent_model)
         except BudgetExceeded as exc:
             return Outcome(state="rejected", text=str(exc))
         except (AgentError, UnknownAgent) as exc:
