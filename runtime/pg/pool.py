@@ -2,7 +2,9 @@
 
 ``Database.run(fn, *args)`` borrows a connection, runs ``fn(conn, *args)`` in a worker
 thread inside one transaction (committed when ``fn`` returns, rolled back when it
-raises), and gives the connection back. At most ``pool_size`` threads talk to the
+raises), and gives the connection back. With ``transaction=False`` each statement
+commits on its own (the connections are in autocommit): for a call of one statement,
+which PostgreSQL runs atomically anyway, that saves the BEGIN and COMMIT round trips. At most ``pool_size`` threads talk to the
 database at once; every call has a time limit (``statement_timeout`` on the server, and
 a trio deadline around the thread, so a silent network cannot hang tern).
 
@@ -135,7 +137,7 @@ class Database:
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True
-        return self.connect(), False
+        return self.connect(autocommit=True), False
 
     def _give_back(self, conn: Any) -> None:
         if conn.closed or conn.broken:
@@ -155,12 +157,15 @@ class Database:
             except Exception:
                 pass
 
-    def _call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+    def _call(self, fn: Callable[..., T], args: tuple[Any, ...], transaction: bool = True) -> T:
         psycopg = driver()
         for attempt in (1, 2):
             conn, reused = self._borrow()
             try:
-                with conn.transaction():
+                if transaction:
+                    with conn.transaction():
+                        result = fn(conn, *args)
+                else:
                     result = fn(conn, *args)
             except psycopg.Error as exc:
                 if not (conn.closed or conn.broken):
@@ -183,12 +188,14 @@ class Database:
 
     # --- trio side ------------------------------------------------------------------------
 
-    async def run(self, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
-        """``fn(conn, *args)`` in a worker thread, in one transaction, within ``timeout``."""
+    async def run(self, fn: Callable[..., T], *args: Any, timeout: float | None = None,
+                  transaction: bool = True) -> T:
+        """``fn(conn, *args)`` in a worker thread, in one transaction (or, without
+        ``transaction``, each statement on its own), within ``timeout``."""
         limit = self.timeout if timeout is None else timeout
         try:
             with trio.fail_after(limit):
-                result = await trio.to_thread.run_sync(self._call, fn, args, limiter=self._limiter,
+                result = await trio.to_thread.run_sync(self._call, fn, args, transaction, limiter=self._limiter,
                                                        abandon_on_cancel=True)
         except trio.TooSlowError:
             why = f"PostgreSQL at {where(self.url)}: no answer within {limit:g} s"

@@ -144,7 +144,7 @@ class SharedTasks:
         self.on_release: list[Callable[[str], None]] = []  # this node lets a task go
         self._versions: dict[str, int] = {}  # tasks this node holds -> their version in the database
         self._pending: dict[str, _Pending] = {}
-        self._inflight: set[str] = set()  # tasks with a write on its way
+        self._inflight: dict[str, int] = {}  # tasks with a write on its way -> the version it writes
         self._settled = trio.Event()  # set (and replaced) whenever a write ends
         self._wake = trio.Event()
         self._watchers: dict[str, set[trio.Event]] = {}  # "task <id>" / "inbox <id>" -> who waits on it
@@ -297,7 +297,7 @@ class SharedTasks:
         ``StorageUnavailable`` if it cannot be. Writes of different tasks go at once, each
         on its own connection; one task's writes go one after another (each swaps the
         version the last one wrote)."""
-        wanted = {t for t, p in self._pending.items() if p.row is not None} | self._inflight
+        wanted = {t for t, p in self._pending.items() if p.row is not None} | self._inflight.keys()
         if task_id is not None:
             wanted &= {task_id}
         while wanted:
@@ -305,7 +305,7 @@ class SharedTasks:
                      and (task_id is None or t == task_id)}
             if ready:
                 await self._write(ready)
-            if not wanted & (self._inflight | {t for t, p in self._pending.items() if p.row is not None}):
+            if not wanted & (self._inflight.keys() | {t for t, p in self._pending.items() if p.row is not None}):
                 return
             if not ready:
                 await self._settled.wait()
@@ -319,9 +319,10 @@ class SharedTasks:
                           "new": (old or 0) + max(1, len(pending.events)), "note": "",
                           "kinds": [k for k, _ in pending.events], "bodies": [b for _, b in pending.events]})
             items[-1]["note"] = f"task {task_id} {items[-1]['new']}"
-        self._inflight |= set(batch)
+        self._inflight.update((item["id"], item["new"]) for item in items)
         try:
-            lost = await self.db.run(_write, items)
+            # one task's write is one statement, atomic by itself: no BEGIN and COMMIT round trips
+            lost = await self.db.run(_write, items, transaction=len(items) > 1)
         except StorageError as exc:
             for task_id, pending in batch.items():  # kept for the retry, before what came meanwhile
                 if self.engine.peek(task_id) is None:
@@ -333,7 +334,8 @@ class SharedTasks:
                 self._pending[task_id] = pending
             raise StorageUnavailable(f"tasks cannot be saved right now ({exc})") from None
         finally:
-            self._inflight -= set(batch)
+            for task_id in batch:
+                del self._inflight[task_id]
             self._settled.set()
             self._settled = trio.Event()
         for item in items:
@@ -368,7 +370,10 @@ class SharedTasks:
         kind, name, number = words
         for event in self._watchers.get(f"{kind} {name if kind != 'inbox' else number}", ()):
             event.set()
-        if kind == "task" and name in self._versions and number.isdigit() and int(number) > self._versions[name]:
+        # A version up to the one this node is writing is that write's own notify, or the
+        # write that made it lose, which ``_write`` adopts: neither needs a read.
+        if kind == "task" and name in self._versions and number.isdigit() \
+                and int(number) > max(self._versions[name], self._inflight.get(name, 0)):
             self._check.add(name)
             self._checking.set()
         elif kind == "inbox" and name == self.node_id and number.isdigit():
