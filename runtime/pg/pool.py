@@ -5,8 +5,9 @@ thread inside one transaction (committed when ``fn`` returns, rolled back when i
 raises), and gives the connection back. With ``transaction=False`` each statement
 commits on its own (the connections are in autocommit): for a call of one statement,
 which PostgreSQL runs atomically anyway, that saves the BEGIN and COMMIT round trips.
-At most ``pool_size`` threads talk to the database at once; every call has a time limit (``statement_timeout`` on the server, and
-a trio deadline around the thread, so a silent network cannot hang tern).
+At most ``pool_size`` threads talk to the database at once; every call has a time limit
+(``statement_timeout`` on the server, and a trio deadline around the thread, so a silent
+network cannot hang tern).
 
 A connection the server dropped (a restart, a failover) is thrown away with every idle
 one beside it, and the call is tried once more on a fresh connection when the dead one
