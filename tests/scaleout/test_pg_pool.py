@@ -28,6 +28,11 @@ async def test_run_commits_and_rolls_back(pg_url: str) -> None:
         await db.run(fails)
     rows = await db.run(lambda c: c.execute("SELECT id, n, note FROM things ORDER BY id").fetchall())
     assert rows == [("a", 1, "")]
+    # without a transaction each statement commits on its own: what ran before the error stays
+    with pytest.raises(ValueError):
+        await db.run(fails, transaction=False)
+    rows = await db.run(lambda c: c.execute("SELECT id, n, note FROM things ORDER BY id").fetchall())
+    assert rows == [("a", 1, ""), ("b", 2, "")]
     db.close()
 
 
