@@ -262,10 +262,31 @@ async def test_a_node_that_stops_renewing_its_lease_has_its_tasks_failed(pg_url:
         a.shared._stop = _nothing  # A's process "dies": no clean stop
         a.scope.cancel()
         await until(lambda: _true(task.id in STOPPED))
-        # B fails it within about a lease
+        # B fails it within the lease
+        began = trio.current_time()
         await until(lambda: _state(b, task.id, "failed"), timeout=5.0)
+        assert trio.current_time() - began < 0.6 + 0.3
         failed = await b.engine.find(task.id)
         assert "node node-0 stopped answering (no lease renewal for 0.6 s)" in text_of(failed.status_message.parts)
+
+
+async def test_more_live_tasks_than_a_reaper_pass_all_fail_within_the_lease(pg_url: str) -> None:
+    """A dead node with 450 live tasks (REAP_BATCH is 100): one round reaps them all."""
+    async with cluster(pg_url, lease_secs=1.0) as (a, b):
+        tasks = [await a.engine.send("hang", msg("hang")) for _ in range(450)]
+        await until(lambda: _state(b, tasks[-1].id, "working"))
+        a.shared._stop = _nothing
+        a.scope.cancel()
+        await until(lambda: _true(all(t.id in STOPPED for t in tasks)))
+        began = trio.current_time()
+
+        async def all_failed() -> bool:
+            return await b.db.run(lambda conn: conn.execute(
+                "SELECT count(*) FROM a2a_tasks WHERE id = ANY(%s) AND state = 'failed'",
+                ([t.id for t in tasks],)).fetchone()[0]) == len(tasks)
+
+        await until(all_failed, timeout=5.0)
+        assert trio.current_time() - began < 1.0 + 0.5
 
 
 async def _nothing() -> None:

@@ -17,9 +17,11 @@ docs/scale-out.md): any node answers for any task.
   work), ``follow`` (a stream: the events after a version, read again on each notify
   and after each reconnect of the listener), ``forward`` (an answer to a question of
   work running elsewhere goes through ``a2a_inbox`` to that node, which answers it).
-- Leases: each node renews its row in ``tern_nodes`` every ``lease_secs / 3``; every
-  node fails the live tasks of a node whose lease ran out (``FOR UPDATE SKIP LOCKED``:
-  two reapers never both write). A clean stop fails this node's own live tasks at once,
+- Leases: each node renews its row in ``tern_nodes`` every ``lease_secs / 5`` for
+  ``lease_secs * 4 / 5``, and every node reaps as often: the live tasks of a node whose
+  lease ran out are failed (``FOR UPDATE SKIP LOCKED``: two reapers never both write)
+  within ``lease_secs`` of its death, while a live node's lease always has
+  ``lease_secs * 3 / 5`` to run. A clean stop fails this node's own live tasks at once,
   and so does a start under a node id whose tasks a killed process left (so node ids
   must be unique per running process: the default is).
 - Retention: at most ``max_tasks`` terminal tasks stay (the oldest go); ``counts`` is
@@ -51,6 +53,10 @@ FOLLOW_POLL_SECS = 10.0  # a stream on another node's task re-reads at least thi
 EVENTS_PER_READ = 200
 PRUNE_SECS = 30.0
 GATHER_SECS = 0.005
+#: Renewals (and reaper passes) per lease; a lease is taken for all but the last round, so a
+#: dead node's lease runs out and the next pass reaps it within ``lease_secs`` of its death.
+LEASE_ROUNDS = 5
+REAP_BATCH = 100  # tasks a reaper fails in one transaction
 RETRY_SECS = (0.25, 0.5, 1.0, 2.0, 5.0)
 
 #: The ``a2a`` component's migrations (``Database.migrate``): append, never edit.
@@ -210,7 +216,7 @@ class SharedTasks:
             rows = conn.execute(
                 "SELECT t.id, t.version, t.body, t.node FROM a2a_tasks t LEFT JOIN tern_nodes n ON n.id = t.node "
                 "WHERE NOT t.terminal AND t.node <> '' AND (n.lease_until IS NULL OR n.lease_until < now()) "
-                "ORDER BY t.updated LIMIT 100 FOR UPDATE OF t SKIP LOCKED").fetchall()
+                "ORDER BY t.updated LIMIT %s FOR UPDATE OF t SKIP LOCKED", (REAP_BATCH,)).fetchall()
         for task_id, version, body, owner_node in rows:
             _ended(conn, task_id, version, body, "failed", text.replace("{node}", owner_node))
         return len(rows)
@@ -219,12 +225,20 @@ class SharedTasks:
         """Renew this node's lease, reap the tasks of nodes whose lease ran out, count
         the tasks, and prune the oldest terminal ones."""
         pruned = 0.0
+        period = self.lease_secs / LEASE_ROUNDS
+        due = trio.current_time()
         while True:
+            due += period  # rounds keep their pace whatever a round's queries take
             try:
                 await self._renew()
-                reaped = await self.db.run(
-                    self._fail_live, None, f"node {{node}} stopped answering (no lease renewal for "
-                    f"{self.lease_secs:g} s); the task's work was lost", self.lease_secs)
+                reaped = 0
+                while True:  # in passes of REAP_BATCH tasks, each its own transaction
+                    passed = await self.db.run(
+                        self._fail_live, None, f"node {{node}} stopped answering (no lease renewal for "
+                        f"{self.lease_secs:g} s); the task's work was lost", self.lease_secs)
+                    reaped += passed
+                    if passed < REAP_BATCH:
+                        break
                 if reaped:
                     log.warning("a2a: %d tasks of nodes that stopped answering failed", reaped)
                 self.counts = dict(await self.db.run(
@@ -234,12 +248,14 @@ class SharedTasks:
                     await self.db.run(self._prune, self.max_tasks)
             except StorageError:
                 pass  # the pool logged it; the next round tries again
-            await trio.sleep(self.lease_secs / 3)
+            due = max(due, trio.current_time())  # a round that overran starts the next at once
+            await trio.sleep_until(due)
 
     async def _renew(self) -> None:
         await self.db.run(lambda conn: conn.execute(
             "INSERT INTO tern_nodes (id, lease_until) VALUES (%s, now() + make_interval(secs => %s)) "
-            "ON CONFLICT (id) DO UPDATE SET lease_until = excluded.lease_until", (self.node_id, self.lease_secs)))
+            "ON CONFLICT (id) DO UPDATE SET lease_until = excluded.lease_until",
+            (self.node_id, self.lease_secs * (LEASE_ROUNDS - 1) / LEASE_ROUNDS)))
 
     @staticmethod
     def _prune(conn: Any, keep: int) -> None:
