@@ -427,3 +427,35 @@ async def test_a_node_reaped_while_alive_adopts_the_failure(pg_url: str) -> None
         await until(lambda: _true(task.id in STOPPED), timeout=10)  # A hears it and stops the work
         assert a.engine.peek(task.id) is None
         assert "stopped answering" in text_of((await a.engine.find(task.id)).status_message.parts)
+
+
+async def test_a_write_sent_again_after_its_commit_is_its_own_not_lost(pg_url: str) -> None:
+    """The pool sends a statement again when its connection broke (``Database._call``);
+    if the first attempt had committed, the second finds its own row: not a lost write
+    (which would make the node let go of its task), while another node's row still is."""
+    from runtime.a2a.server.shared import STEPS, _write
+
+    db = Database(pg_url, pool_size=1)
+    await db.open()
+    await db.migrate("a2a", STEPS)
+
+    def item(insert: bool, old: int, new: int, body: str) -> dict:
+        return {"id": "t-replay", "owner": "admin", "context_id": "c", "agent": "echo", "state": "working",
+                "terminal": False, "asking": False, "node": "n0", "updated": 1.0, "body": body, "old": old,
+                "insert": insert, "new": new, "note": f"task t-replay {new}", "kinds": ["status"],
+                "bodies": ["{}"]}
+
+    try:
+        for attempt in (1, 2):  # the insert, then the same insert again
+            assert await db.run(_write, [item(True, 0, 1, '{"v":1}')]) == {}, attempt
+        for attempt in (1, 2):  # an update, then the same update again
+            assert await db.run(_write, [item(False, 1, 2, '{"v":2}')]) == {}, attempt
+        # a write from version 1 that is not the one that won: lost, with the row that won
+        assert await db.run(_write, [item(False, 1, 2, '{"v":"other"}')]) == {"t-replay": (2, '{"v":2}')}
+        # a new task whose id is another's task: lost, let go
+        assert await db.run(_write, [item(True, 0, 1, '{"v":"mine"}')]) == {"t-replay": None}
+        events = await db.run(lambda conn: conn.execute(
+            "SELECT seq FROM a2a_task_events WHERE task_id = 't-replay' ORDER BY seq").fetchall())
+        assert events == [(1,), (2,)]  # each event written once
+    finally:
+        db.close()

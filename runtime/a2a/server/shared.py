@@ -691,7 +691,9 @@ def _write(conn: Any, items: list[dict[str, Any]]) -> dict[str, tuple[int, str] 
     lost: dict[str, tuple[int, str] | None] = {}
     for item in items:
         if conn.execute(_INSERT if item["insert"] else _UPDATE, item).fetchone() is None:
+            row = conn.execute("SELECT version, body FROM a2a_tasks WHERE id = %s", (item["id"],)).fetchone()
+            if row is not None and row[0] == item["new"] and row[1] == item["body"]:
+                continue  # this very write, committed by an attempt whose answer was lost (the pool sent it again)
             # a new task's id taken meanwhile is another's task: this node just lets its own go
-            lost[item["id"]] = None if item["insert"] else conn.execute(
-                "SELECT version, body FROM a2a_tasks WHERE id = %s", (item["id"],)).fetchone()
+            lost[item["id"]] = None if item["insert"] else row
     return lost
