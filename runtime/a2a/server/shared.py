@@ -8,10 +8,10 @@ docs/scale-out.md): any node answers for any task.
   number of events written with it, in one transaction with a ``pg_notify`` on
   ``tern_a2a`` (``task <id> <version>``).
 - The node running a task's work holds it in its engine and writes what changes,
-  batched (one statement per task; a batch of several tasks in one transaction): a send or a cancel is
-  answered only once written (``flush``). A write refused because another node changed
-  the task (a cancel, the reaper) makes this node adopt that state: its work stops,
-  its streams end, its pending writes go.
+  batched (one statement per task; several tasks in one transaction): a send or a
+  cancel is answered only once written (``flush``). A write refused because another
+  node changed the task (a cancel, the reaper) makes this node adopt that state: its
+  work stops, its streams end, its pending writes go.
 - Every other node answers from the database: ``load``, ``list`` (filtered and paged in
   SQL), ``cancel`` (one transaction; the running node hears the notify and stops the
   work), ``follow`` (a stream: the events after a version, read again on each notify
