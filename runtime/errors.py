@@ -27,6 +27,7 @@ its code (``runtime.wire.jsonrpc.error_answer``).
     ├── TernTimeout        a wait passed its deadline
     ├── UnknownTool        no tool has this name (or its source no longer has it)
     ├── UnknownAgent       no agent has this name
+    ├── Forbidden          kernel.door: this caller may not reach that agent or tool: 403
     ├── AgentError         an agent could not answer (its command failed, ...)
     ├── ToolRefused        a built-in tool declines a call (the model sees a tool error)
     ├── HttpError          httpd.messages: an HTTP answer with its own status
@@ -61,6 +62,7 @@ __all__ = [
     "TernTimeout",
     "UnknownTool",
     "UnknownAgent",
+    "Forbidden",
     "AgentError",
     "ToolRefused",
     "StorageError",
@@ -145,6 +147,13 @@ class UnknownAgent(TernError):
     """No agent has this name."""
 
     http_status = 404
+
+
+class Forbidden(TernError):
+    """The caller may not reach this agent or tool (its key's scopes or agents): the
+    kernel's door (``kernel.door``) says so, for every way in alike."""
+
+    http_status = 403
 
 
 class AgentError(TernError):

@@ -115,7 +115,8 @@ class Approval(msgspec.Struct, frozen=True):
     reason: str = ""
     decided_at: float = 0.0
     form: dict[str, Any] | None = None  # a question's form (see kernel.forms): it is answered, not just approved
-    key: str = "admin"  # the key name whose run asked: it may answer (and the scope "approvals" any)
+    key: str = "admin"  # the key name whose run asked: it sees it (and the scope "approvals" any)
+    origin: str = ""  # the way that run came in (a2a, mcp, api...): whether its key may answer it itself
 
 
 #: A caller's way to put a pending approval to a person (an MCP client's elicitation, an
@@ -180,11 +181,13 @@ class ApprovalPort(Protocol):
 
     async def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
                      by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
-                     cancel: bool = False, who: Caller | None = None) -> Approval:
+                     cancel: bool = False, who: Caller | None = None, rule_for: str = "") -> Approval:
         """Approve or deny a pending request (a form's approval carries its ``answer``,
         its denial may ``cancel``). Raises ``UnknownApproval``, ``ApprovalClosed`` and,
-        for an answer that does not fit the form, ``UsageError``. ``who``: only a request
-        of its own key's runs, unless it has the scope ``approvals`` (None: any)."""
+        for an answer that does not fit the form, ``UsageError``. ``who``: the scope
+        ``approvals``, or the waiting run's own key where its way in lets callers decide
+        (``Forbidden`` otherwise; None: any). ``rule_for``: an ``always``/``args`` rule for
+        ``"caller"`` (the waiting run's key) or ``"everyone"`` (needs ``approvals``)."""
         ...
 
 
@@ -231,11 +234,11 @@ class AgentPort(Protocol):
         has it and its owner is not looked up (a database round trip on PostgreSQL)."""
         ...
 
-    def admit(self, name: str) -> None:
-        """Whether ``name`` may take a message now under its ``requests_per_minute``
-        and ``tokens_per_hour`` (checked, not counted: ``send`` counts); raises
-        ``BudgetExceeded`` (with ``retry_after``). A server calls it before it creates
-        any work (an A2A task)."""
+    def admit(self, name: str, who: Caller | None = None) -> None:
+        """Whether ``who`` may send ``name`` a message now: the kernel's door (``Forbidden``)
+        and the budgets, ``requests_per_minute`` and ``tokens_per_hour`` (checked, not
+        counted: ``send`` counts; ``BudgetExceeded`` with ``retry_after``). A server calls
+        it before it creates any work (an A2A task)."""
         ...
 
 
@@ -350,7 +353,8 @@ class TriggerPort(Protocol):
         """The trigger's ``TriggerConfig`` if it exists and is a webhook, else None."""
         ...
 
-    def fire(self, name: str, context: dict[str, Any], *, source: str) -> str:
-        """Start a run now (it goes on in the background); its id. Raises ``UnknownTrigger``,
-        ``TriggerBusy`` when the overlap policy refuses it, ``TriggerPaused``."""
+    def fire(self, name: str, context: dict[str, Any], *, source: str, who: Caller | None = None) -> str:
+        """Start a run now (it goes on in the background), acting for ``who`` (None: the
+        identity the trigger names); its id. Raises ``UnknownTrigger``, ``Forbidden`` (``who``
+        may not reach the agent), ``TriggerBusy`` when the overlap policy refuses it, ``TriggerPaused``."""
         ...

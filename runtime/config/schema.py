@@ -34,6 +34,9 @@ class KeyConfig(_Section):
     scopes: list[str] = []
     agents: list[str] = msgspec.field(default_factory=lambda: ["*"])
     tls_subject: str = ""  # a verified client certificate with this subject (RFC 4514) is this key
+    # Budgets of this key's own, across every agent it reaches (0: none; agents' own still apply).
+    tokens_per_hour: int = 0
+    requests_per_minute: int = 0
 
 
 class ServerConfig(_Section):
@@ -274,6 +277,9 @@ class McpServerExposure(_Section):
     asks: list[McpAsk] = []
     instructions: str = ""
     page_size: int = 100
+    # A client whose key lacks the scope "approvals" may answer the approval requests of its
+    # own calls (elicitation, or the API); off: only a key with "approvals" (or the owner) may.
+    caller_may_approve: bool = False
     max_sessions: int = 256  # POST /mcp, handshake era: the least recently used idle one goes first
     session_idle_secs: float = 1800.0
     # Connected [[mcp_servers]] (by name) whose resources, templates and prompts are re-exported
@@ -343,6 +349,7 @@ class A2aConfig(_Section):
     public_url: str = ""
     default_agent: str = ""
     max_tasks: int = 1000
+    max_tasks_per_caller: int = 0  # one key's share of max_tasks (0: a tenth); its own oldest go past it
     max_task_bytes: int = 8 * MiB
     max_store_bytes: int = 128 * MiB
     max_subscribers_per_task: int = 32
@@ -568,6 +575,11 @@ class GovernanceConfig(_Section):
     tiers: list[AccessTier] = []
     approval_timeout_secs: float = 300.0
     max_pending_per_agent: int = 5
+    # What one key's runs may fill: requests waiting at once, decided requests kept (the
+    # oldest go first); every decided request goes after approval_retention_days.
+    max_pending_per_caller: int = 10
+    max_kept_per_caller: int = 1000
+    approval_retention_days: float = 30.0
 
 
 class ScriptsConfig(_Section):
@@ -671,6 +683,10 @@ class TriggerConfig(_Section):
     max_failures: int = 5
     timeout_secs: float = 600.0
     sink: TriggerSink | None = None
+    # Who a schedule's, a watch's or a signed webhook's run acts for: the owner ("", the
+    # default) or a key's name ([[server.keys]] or `tern keys add`), whose agents bound it.
+    # An unsigned webhook's run acts for the key that posted it.
+    run_as: str = ""
 
 
 class Config(_Section):

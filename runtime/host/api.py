@@ -15,6 +15,7 @@ import msgspec
 import trio
 
 from runtime import __version__
+from runtime.config.dump import mask_urls
 from runtime.httpd.messages import HttpError, Request, Response, json_response
 from runtime.host.node import Node
 from runtime.host.readiness import Readiness
@@ -157,14 +158,11 @@ def _approval_id(request: Request) -> str:
     return approval_id
 
 
-def _may_message(request: Request) -> str:
-    """The agent the path names, if the caller's key may message it (403 otherwise)."""
+def _agent_name(request: Request) -> str:
+    """The agent the path names (whether the caller may reach it is the kernel's door)."""
     from runtime.wire.limits import check_name
 
-    name = check_name(request.params["name"], "the agent name")
-    if not request.caller.may_message(name):
-        raise HttpError(403, f"the key {request.caller.name!r} may not message the agent {name!r}")
-    return name
+    return check_name(request.params["name"], "the agent name")
 
 
 def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> Router:
@@ -194,7 +192,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
             "version": __version__,
             "uptime_secs": round(time.time() - kernel.started, 3),
             "agents": [{"name": a.name, "kind": a.kind} for a in node.config.agents],
-            "mcp_servers": [{"name": s.name, "state": s.state, "tools": s.tool_count, "last_error": s.last_error,
+            "mcp_servers": [{"name": s.name, "state": s.state, "tools": s.tool_count,
+                             "last_error": mask_urls(s.last_error),
                              "restarts": s.restarts} for s in kernel.mcp.statuses()],
             "mcp_server_states": states,
             "a2a_peers": kernel.external.statuses() if kernel.external is not None else [],
@@ -207,7 +206,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
     async def tools(request: Request) -> Response:
         return json_response({"tools": [msgspec.structs.asdict(t) for t in kernel.registry.tools()],
-                              "servers": kernel.mcp.statuses(),
+                              "servers": [msgspec.structs.replace(s, last_error=mask_urls(s.last_error))
+                                          for s in kernel.mcp.statuses()],
                               "collisions": [[n.name for n in group] for group in kernel.mcp.collisions]})
 
     async def tool_call(request: Request) -> Response:
@@ -240,13 +240,14 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
     async def agents(request: Request) -> Response:
         return json_response({"agents": [{"name": a.name, "kind": a.kind, "description": a.description,
-                                          "tools": a.tools} for a in node.config.agents]})
+                                          "tools": a.tools} for a in node.config.agents
+                                         if request.caller is None or request.caller.reaches(a.name)]})
 
     async def agent_message(request: Request) -> Response:
         from runtime.errors import AgentError
         from runtime.wire.limits import check_id
 
-        name = _may_message(request)
+        name = _agent_name(request)
         body = request.json(_MessageIn)
         check_id(body.context_id, "context_id")  # 400 naming the bound (the kernel checks again)
         try:  # an UnknownAgent answers itself: 404 and its message
@@ -258,10 +259,10 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     async def agent_stream(request: Request) -> Response:
         from runtime.wire.limits import check_id
 
-        name = _may_message(request)
+        name = _agent_name(request)
         body = request.json(_MessageIn)
         check_id(body.context_id, "context_id")
-        kernel.agents.admit(name)  # unknown (404) or out of budget (429) before the stream starts
+        kernel.agents.admit(name, request.caller)  # unknown (404), not the key's (403), no budget (429): before
         if body.context_id and kernel.conversations is not None \
                 and not await kernel.conversations.visible(body.context_id, request.caller):
             raise HttpError(404, f"no conversation has the id {body.context_id!r} (see `tern conversations`)")
@@ -409,52 +410,58 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
                          "error": str(exc)[:500]}
             await socket.send(json.dumps(reply))
 
-    router.add("GET", "/health", health, auth=False, guard_origin=False, summary="liveness")
-    router.add("GET", "/ready", ready, auth=False, guard_origin=False,
-               summary="readiness: the store answers (503 with the reason while it does not)")
-    router.add("GET", "/api/status", status, summary="version, uptime, agents, MCP server states, A2A peers")
-    router.add("GET", "/api/tools", tools, summary="every tool agents can call")
-    router.add("POST", "/api/tools/{name}/call", tool_call, cost=5.0, scope="admin",
-               summary="call one tool through the pipeline; the answer is an SSE stream (approval, result)")
-    router.add("GET", "/api/mcp/servers", mcp_servers, summary="configured and connected MCP servers")
-    router.add("POST", "/api/mcp/servers/{name}/restart", mcp_restart, cost=5.0, scope="admin",
-               summary="reconnect one MCP server now; a failed one is revived with a fresh restart budget")
-    router.add("GET", "/api/agents", agents, summary="configured agents")
-    router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, watch_disconnect=True, scope="message",
-               summary="send an agent a message")
-    router.add("POST", "/api/agents/{name}/stream", agent_stream, cost=5.0, scope="message",
-               summary="send an agent a message; the answer is an SSE stream (text, tool, approval, reply)")
-    router.add("GET", "/api/conversations", conversation_list, scope="tasks",
-               summary="conversations, most recent first")
-    router.add("GET", "/api/conversations/{id}", conversation_get, scope="tasks",
-               summary="one conversation's messages, oldest first")
-    router.add("DELETE", "/api/conversations/{id}", conversation_delete, scope="tasks",
-               summary="forget one conversation")
-    router.add("GET", "/api/audit", audit_tail, cost=5.0, scope="audit",
-               summary="the last audit records (?n=20&agent=GLOB&tool=GLOB&outcome=O...), raw JSON lines")
-    router.add("GET", "/api/audit/verify", audit_verify, cost=20.0, scope="audit",
-               summary="check the audit log's hash chain")
-    router.add("GET", "/api/approvals", approval_list, summary="tool calls waiting for a person (?state=...)")
-    router.add("GET", "/api/approvals/{id}", approval_get, summary="one approval request")
-    router.add("POST", "/api/approvals/{id}", approval_decide,
-               summary='decide a pending approval: {"decision": "approve"|"deny", "scope": "once"|"always"|"args"}')
-    router.add("POST", "/api/echo", echo, summary="answer the JSON body back (load tests, client checks)")
-    router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
-    router.add("GET", "/api/events", events, websocket=True, scope="events", summary="kernel events over a WebSocket")
-    router.add("GET", "/metrics", prometheus, scope="metrics", summary="Prometheus metrics")
+    with router.entering("api"):  # the way in callers of these routes come by (Caller.way)
+        router.add("GET", "/health", health, auth=False, guard_origin=False, summary="liveness")
+        router.add("GET", "/ready", ready, auth=False, guard_origin=False,
+                   summary="readiness: the store answers (503 with the reason while it does not)")
+        router.add("GET", "/api/status", status, summary="version, uptime, agents, MCP server states, A2A peers")
+        router.add("GET", "/api/tools", tools, summary="every tool agents can call")
+        router.add("POST", "/api/tools/{name}/call", tool_call, cost=5.0, scope="admin",
+                   summary="call one tool through the pipeline; the answer is an SSE stream (approval, result)")
+        router.add("GET", "/api/mcp/servers", mcp_servers, summary="configured and connected MCP servers")
+        router.add("POST", "/api/mcp/servers/{name}/restart", mcp_restart, cost=5.0, scope="admin",
+                   summary="reconnect one MCP server now; a failed one is revived with a fresh restart budget")
+        router.add("GET", "/api/agents", agents, summary="configured agents")
+        router.add("POST", "/api/agents/{name}/message", agent_message, cost=5.0, watch_disconnect=True,
+                   scope="message",
+                   summary="send an agent a message")
+        router.add("POST", "/api/agents/{name}/stream", agent_stream, cost=5.0, scope="message",
+                   summary="send an agent a message; the answer is an SSE stream (text, tool, approval, reply)")
+        router.add("GET", "/api/conversations", conversation_list, scope="tasks",
+                   summary="conversations, most recent first")
+        router.add("GET", "/api/conversations/{id}", conversation_get, scope="tasks",
+                   summary="one conversation's messages, oldest first")
+        router.add("DELETE", "/api/conversations/{id}", conversation_delete, scope="tasks",
+                   summary="forget one conversation")
+        router.add("GET", "/api/audit", audit_tail, cost=5.0, scope="audit",
+                   summary="the last audit records (?n=20&agent=GLOB&tool=GLOB&outcome=O...), raw JSON lines")
+        router.add("GET", "/api/audit/verify", audit_verify, cost=20.0, scope="audit",
+                   summary="check the audit log's hash chain")
+        router.add("GET", "/api/approvals", approval_list, summary="tool calls waiting for a person (?state=...)")
+        router.add("GET", "/api/approvals/{id}", approval_get, summary="one approval request")
+        router.add("POST", "/api/approvals/{id}", approval_decide,
+                   summary='decide a pending approval: {"decision": "approve"|"deny", "scope": "once"|"always"|"args"}')
+        router.add("POST", "/api/echo", echo, summary="answer the JSON body back (load tests, client checks)")
+        router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
+        router.add("GET", "/api/events", events, websocket=True, scope="events",
+                   summary="kernel events over a WebSocket")
+        router.add("GET", "/metrics", prometheus, scope="metrics", summary="Prometheus metrics")
     from runtime.host import dashboard_api, dashboard_routes, triggers_api
 
     dashboard_routes.add_routes(router)
-    dashboard_api.add_routes(router, node)
-    triggers_api.add_routes(router, node)
+    with router.entering("api"):
+        dashboard_api.add_routes(router, node)
+        triggers_api.add_routes(router, node)
     from runtime.host.hooks import Hooks
 
-    Hooks(lambda: node.triggers).add_routes(router)
+    with router.entering("hook"):
+        Hooks(lambda: node.triggers).add_routes(router)
     if node.a2a is not None:
         from runtime.a2a.server.endpoint import A2aEndpoint
 
         node.a2a_endpoint = A2aEndpoint(config, node.a2a, secured=secured, bound=lambda: node.http_bound)
-        node.a2a_endpoint.add_routes(router)
+        with router.entering("a2a"):
+            node.a2a_endpoint.add_routes(router)
     else:
         off = "A2A is off on this tern (set [a2a] enabled = true in its config to serve agent cards and tasks)"
         for prefix in (config.a2a.listen_path, "/.well-known/agent-card.json", "/.well-known/agent.json"):
@@ -462,7 +469,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     if node.mcp_server is not None:  # built by the node, which runs its nursery
         from runtime.mcp.server.streamable_http import McpHttpEndpoint
 
-        McpHttpEndpoint(node.mcp_server, config.mcp_server).add_routes(router)
+        with router.entering("mcp"):
+            McpHttpEndpoint(node.mcp_server, config.mcp_server).add_routes(router)
     else:
         router.hint("/mcp", "tern's MCP server is off here (set [mcp_server] enabled = true in its config)")
     return router

@@ -265,6 +265,7 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
                     cors_origins=config.server.cors_origins, local_token=local_token, key_hint=key_hint(config),
                     keys=key_table(config))
     node.access = access  # a reload swaps its keys
+    node.kernel.callers = lambda name: access.keys.by_name(name)  # a trigger's run_as: the keys as they are now
     limiter = RateLimiter(config.server.rate_limit_per_sec, config.server.rate_limit_burst)
     if node.a2a is not None:
         engine = node.a2a.engine

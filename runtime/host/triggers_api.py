@@ -56,7 +56,7 @@ def add_routes(router: Router, node: Node) -> None:
 
     async def trigger_fire(request: Request) -> Response:
         name = name_of(request)
-        run_id = runner().fire(name, {}, source="manual")  # TriggerBusy 409, TriggerPaused 503
+        run_id = runner().fire(name, {}, source="manual", who=request.caller)  # busy 409, paused 503
         return json_response({"trigger": name, "run_id": run_id}, 202)
 
     async def trigger_resume(request: Request) -> Response:

@@ -5,15 +5,19 @@ with parameters are matched segment by segment. Each route carries its policy: w
 it needs the API key and which scope of it (``scope``), its rate-limit cost, whether the Host/Origin checks apply,
 whether it is a WebSocket endpoint, and whether a client that disconnects while the
 handler runs cancels it (``watch_disconnect``: for long calls whose answer no one
-would read once the client is gone). A route whose policy depends on the request
+would read once the client is gone). Every route with a key check names its way in
+(``way``: ``api``, ``a2a``, ``mcp``, ``hook``, ``dashboard``), which the server stamps on
+the authenticated ``Caller``: what a run started there may do later (answer its own
+approvals, say) is decided by that, in the kernel. A route whose policy depends on the request
 (``/hooks/{name}``: each trigger has its own body limit, and a signed one needs no key)
 gives ``admit``, which decides before the key check and the body.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, NamedTuple
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from urllib.parse import unquote
 
 from runtime.httpd.messages import HttpError, Request
@@ -33,12 +37,12 @@ class Admission(NamedTuple):
 
 class Route:
     __slots__ = ("method", "path", "handler", "auth", "cost", "guard_origin", "websocket", "watch_disconnect",
-                 "summary", "scope", "admit")
+                 "summary", "scope", "admit", "way")
 
     def __init__(self, method: str, path: str, handler: Handler, *, auth: bool = True, cost: float = 1.0,
                  guard_origin: bool = True, websocket: bool = False, watch_disconnect: bool = False,
                  summary: str = "", scope: str | None = None,
-                 admit: Callable[[Request], Admission] | None = None) -> None:
+                 admit: Callable[[Request], Admission] | None = None, way: str = "") -> None:
         self.method = method
         self.path = path  # the template, e.g. /api/agents/{name}/message; also the metrics label
         self.handler = handler
@@ -50,6 +54,7 @@ class Route:
         self.summary = summary
         self.scope = scope  # the key scope it needs (runtime.config.keys.SCOPES); None: any caller, or per operation
         self.admit = admit  # may raise HttpError (404, 429, ...) before the key check; replaces ``auth`` then
+        self.way = way  # the way in its callers come by (Caller.way); "" only on a public route
 
 
 class Router:
@@ -58,6 +63,16 @@ class Router:
         self._dynamic: list[tuple[list[str], dict[str, Route]]] = []
         self.routes: list[Route] = []
         self._hints: list[tuple[str, str]] = []
+        self.way = ""  # see ``entering``
+
+    @contextmanager
+    def entering(self, way: str) -> Iterator[None]:
+        """Routes added meanwhile are the way in ``way`` (unless they name their own)."""
+        outer, self.way = self.way, way
+        try:
+            yield
+        finally:
+            self.way = outer
 
     def hint(self, prefix: str, text: str) -> None:
         """Say ``text`` in the 404 for any path at or under ``prefix``: a feature that is
@@ -65,6 +80,8 @@ class Router:
         self._hints.append((prefix.rstrip("/"), text))
 
     def add(self, method: str, path: str, handler: Handler, **policy: Any) -> Route:
+        """A route; ``way`` defaults to the router's ``way`` while ``entering`` is in force."""
+        policy.setdefault("way", self.way)
         route = Route(method, path, handler, **policy)
         self.routes.append(route)
         if "{" not in path:

@@ -444,7 +444,7 @@ class HttpServer:
                 if conn.same_user is None and conn.loopback and self.access.needs_peer_owner:
                     conn.same_user = self._peer_is_owner(conn)
                 request.caller = self.access.authenticate(request, conn.loopback, conn.same_user is True,
-                                                          conn.subject)
+                                                          conn.subject).entering(route.way)
                 self.access.check_scope(request.caller, route.scope, route.path)
             if route.websocket:
                 status = 101

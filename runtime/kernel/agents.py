@@ -47,6 +47,7 @@ from runtime.errors import AgentError, BudgetExceeded, TernError, UnknownAgent, 
 from runtime.ports import AgentReply, Caller
 from runtime.kernel.budgets import Budgets
 from runtime.kernel.conversations import Conversations
+from runtime.kernel.door import enter_agent
 from runtime.kernel.pipeline import ToolPipeline
 from runtime.net.process import shutdown, spawn, subprocess_env
 from runtime.wire.limits import check_id, check_name
@@ -86,11 +87,13 @@ class Agents:
             raise UnknownAgent(f"no agent named {name!r} (agents: {known})")
         return agent
 
-    def admit(self, name: str) -> None:
-        """Whether ``name`` may take a message now (``UnknownAgent``, ``BudgetExceeded``);
-        counts nothing."""
+    def admit(self, name: str, who: Caller | None = None) -> None:
+        """Whether ``who`` may send ``name`` a message now (``UnknownAgent``, ``Forbidden``
+        from the door, ``BudgetExceeded``); counts nothing."""
         check_name(name, "the agent name")
-        self.budgets.admit(self.get(name).name)
+        agent = self.get(name)
+        enter_agent(who, agent.name)
+        self.budgets.admit(agent.name, who)
 
     async def send(self, name: str, message: str, *, context_id: str | None = None,
                    on_text: Callable[[str], None] | None = None,
@@ -114,7 +117,10 @@ class Agents:
         check_name(name, "the agent name")
         check_id(context_id, "context_id")
         agent = self.get(name)
+        enter_agent(owner, agent.name)  # every way in reaches an agent through here: the one decision
         key = owner.name if owner is not None else "admin"
+        if not caller and owner is not None and owner.via:
+            caller = " via ".join(owner.via)  # a trigger's run, an agent's agent_send: who acted, for the audit
         if context_id and not new_context and self.conversations is not None \
                 and not await self.conversations.visible(context_id, owner):
             raise UnknownConversation(f"no conversation has the id {context_id!r} (see `tern conversations`)")
@@ -125,7 +131,7 @@ class Agents:
             with tracing.span(f"invoke_agent {name}", tracing.INTERNAL,
                               {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
                                "gen_ai.conversation.id": context_id}):
-                self.budgets.take(name)
+                self.budgets.take(name, owner)
                 text = await self._answer(agent, message, context_id, on_text, on_log, env, ask, on_tool, sample,
                                           owner)
             outcome = "ok"
@@ -262,9 +268,13 @@ class Agents:
             client = ChatClient(agent.model, usage=agent.tokens_per_hour > 0)
         try:
             for _ in range(max(agent.max_iterations, 1)):
-                self.budgets.check_tokens(agent.name)
-                turn = await self._model_turn(client, agent, context_id, messages, tools, on_text)
-                self.budgets.spend_tokens(agent.name, turn.tokens)
+                reservation = self.budgets.reserve(agent.name, owner,
+                                                   lambda: _turn_reserve(agent, messages, tools))
+                turn = None
+                try:
+                    turn = await self._model_turn(client, agent, context_id, messages, tools, on_text)
+                finally:
+                    self.budgets.settle(reservation, turn.tokens if turn is not None else 0)
                 if not turn.tool_calls:
                     return turn.text
                 messages.append(
@@ -353,6 +363,18 @@ class Agents:
         if result.is_error:
             raise AgentError(result.text)
         return result.text
+
+
+DEFAULT_TURN_TOKENS = 1024  # what a turn's answer is reckoned at when the model sets no max_tokens
+
+
+def _turn_reserve(agent: AgentConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
+    """What a model turn holds of a token budget while it runs: its prompt as
+    ``kernel.llm`` estimates one (a quarter of the characters) plus the most it may answer
+    (the model's ``max_tokens``)."""
+    size = len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools, ensure_ascii=False))
+    answer = agent.model.max_tokens if agent.model is not None and agent.model.max_tokens else DEFAULT_TURN_TOKENS
+    return -(-size // 4) + answer
 
 
 def _trace_turn(span: Any, turn: Any) -> None:

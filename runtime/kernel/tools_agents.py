@@ -33,13 +33,14 @@ def register_agent_tools(registry: ToolRegistry, agents: Callable[[], Any]) -> N
     """``agents`` returns the kernel's Agents (it exists only after the registry)."""
 
     async def agent_list(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        hosted = agents().config.agents
+        who = context.owner
+        hosted = [a for a in agents().config.agents if who is None or who.reaches(a.name)]  # what it may reach
         lines = [f"{a.name} ({a.kind}): {a.description or 'no description'}" for a in hosted]
         return ToolResult("\n".join(lines) or "no agents are configured",
                           structured=[{"name": a.name, "kind": a.kind, "description": a.description} for a in hosted])
 
     async def agent_send(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        from runtime.errors import AgentError, BudgetExceeded, UnknownAgent, UnknownConversation
+        from runtime.errors import AgentError, BudgetExceeded, Forbidden, UnknownAgent, UnknownConversation
 
         name = arguments["agent"]
         if name == context.agent:
@@ -49,11 +50,14 @@ def register_agent_tools(registry: ToolRegistry, agents: Callable[[], Any]) -> N
             return ToolResult(f"refused: agents are already {depth} sends deep; answer with what you have",
                               is_error=True)
         token = _depth.set(depth + 1)
+        # The agent acts for its caller, never above it: the same key, with this agent named.
+        owner = context.owner.acting(f"agent:{context.agent}") if context.owner is not None and context.agent \
+            else context.owner
         try:
             reply = await agents().send(name, arguments["message"], context_id=arguments.get("context_id"),
                                         on_text=context.progress, on_log=context.log, ask=context.ask,
-                                        sample=context.sample, owner=context.owner)
-        except (UnknownAgent, UnknownConversation, AgentError, BudgetExceeded) as exc:  # the sentence, for the model
+                                        sample=context.sample, owner=owner)
+        except (UnknownAgent, UnknownConversation, AgentError, BudgetExceeded, Forbidden) as exc:  # for the model
             return ToolResult(str(exc), is_error=True)
         finally:
             _depth.reset(token)

@@ -125,8 +125,8 @@ async def test_a_budget_spent_between_admission_and_the_agent_turn_rejects_the_t
 
     admit = Agents.admit
 
-    def admit_then_lose_the_race(self, name: str) -> None:
-        admit(self, name)
+    def admit_then_lose_the_race(self, name: str, who=None) -> None:
+        admit(self, name, who)
         self.budgets.take(name)  # another caller's message is taken before this task's agent turn
 
     monkeypatch.setattr(Agents, "admit", admit_then_lose_the_race)

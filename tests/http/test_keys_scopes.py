@@ -17,6 +17,7 @@ from runtime.host.openapi import document
 from tests.http.keyed import KEYS, client, start
 
 PUBLIC = "public"
+HOOK = "hook"  # decided by the webhook's own door (tests/http/test_hooks.py)
 ANY = "any"  # any key: the operation decides (A2A JSON-RPC), or the route reads nothing private
 P = "/a2a"
 REST = f"{P}/{{agent}}/rest"
@@ -36,9 +37,9 @@ TABLE = {
     ("get", "/api/triggers"): "admin", ("get", "/api/triggers/{name}/runs"): "admin",
     ("get", "/api/triggers/{name}/runs/{id}"): "admin", ("post", "/api/triggers/{name}/fire"): "admin",
     ("post", "/api/triggers/{name}/resume"): "admin",
-    # its admission runs first (an unknown trigger is 404 to anyone); then the signature, or a key
-    # with "message" (tests/http/test_hooks.py)
-    ("post", "/hooks/{name}"): PUBLIC,
+    # its own door: a signature, or a key with "message"; an unknown name is a 401 like a bad
+    # signature (tests/http/test_hooks.py)
+    ("post", "/hooks/{name}"): HOOK,
     ("post", "/api/agents/{name}/message"): "message", ("post", "/api/agents/{name}/stream"): "message",
     ("post", f"{REST}/message:send"): "message", ("post", f"{REST}/message:stream"): "message",
     ("post", f"{P}/tasks/send"): "message",
@@ -62,6 +63,24 @@ def concrete(path: str) -> str:
     return re.sub(r"\{(\w+)\}", lambda m: FILL[m.group(1)], path)
 
 
+WAYS = {"api", "a2a", "mcp", "hook"}
+
+
+def test_every_route_with_a_key_check_names_its_way_in(tmp_path):
+    """A route is where a caller is made (``Route.way``, stamped on ``Caller.way``): one
+    added without saying which way in it is fails here, as one without a scope row does."""
+    from runtime.host.api import build_router
+    from runtime.host.node import Node
+    from tests.http.keyed import config
+
+    router = build_router(Node(config(tmp_path)), secured=True)
+    for route in router.routes:
+        if route.auth or route.admit is not None:
+            assert route.way in WAYS, (route.method, route.path, route.way)
+        else:
+            assert route.way in WAYS | {""}, (route.method, route.path)
+
+
 def test_the_table_names_every_route():
     """Every documented route (A2A and /mcp on) has a row, and only those."""
     doc = document(a2a_path=P, mcp=True)
@@ -81,6 +100,8 @@ async def test_every_route_refuses_a_key_without_its_scope(url):
         clients = {name: await stack.enter_async_context(client(url, name))
                    for name in (None, *(f"only-{s}" for s in SCOPES))}
         for (method, path), scope in TABLE.items():
+            if scope == HOOK:
+                continue
             target = concrete(path)
             if scope == PUBLIC:
                 response = await clients[None].request(method.upper(), target)

@@ -90,7 +90,7 @@ async def test_queue_runs_one_at_a_time_and_holds_at_most_max_queued(tmp_path, a
             runner.fire("hook", body(), source="webhook")
         assert [runner.store.run(i)["outcome"] for i in ids] == ["queued"] * 3  # none has started yet
         waiting = runner._states["hook"].waiting  # what a queued run holds: its rendered, bounded message
-        assert [len(message) for _, message, _ in waiting] == [len('{"secs": 5, "fail": false}')] * 2  # 1 started
+        assert [len(message) for _, message, _, _ in waiting] == [len('{"secs": 5, "fail": false}')] * 2  # 1 started
         ends = []
         for run_id in ids:
             await ended(runner, run_id)

@@ -53,7 +53,7 @@ def error_of(exc: Exception) -> tuple[int, str]:
 
 class A2aHandler:
     def __init__(self, engine: TaskEngine, push: PushNotifier, *,
-                 admit: Callable[[str], None] | None = None) -> None:
+                 admit: Callable[[str, Caller | None], None] | None = None) -> None:
         self.engine = engine
         self.push = push
         self.admit = admit
@@ -120,7 +120,7 @@ class A2aHandler:
         message = dialects.parse_message(params.get("message"))
         names_task = TRAITS[dialect].client_names_task
         if self.admit is not None and not await self._answers(params.get("id") if names_task else message.task_id, who):
-            self.admit(agent)  # a spent budget: no task, no work
+            self.admit(agent, who)  # not this caller's agent, or a spent budget: no task, no work
         if names_task:  # the client chooses the task id; sessionId is the context
             named = params.get("id")
             if not isinstance(named, str) or not named:
@@ -246,14 +246,14 @@ class A2aHandler:
 
 
 def permit(who: Caller | None, op: str, agent: str) -> None:
-    """403 unless ``who`` may do ``op``: a send or a stream needs ``message`` and the agent,
-    the card its own route's scope, anything else ``tasks``."""
+    """403 unless ``who`` holds the scope ``op`` needs: ``message`` for a send or a
+    stream, the card its own route's, anything else ``tasks``. Whether it may reach
+    ``agent`` is the kernel's decision (``AgentPort.admit``, then ``send``), not a binding's."""
     if who is None or op == "extended_card":
         return
     if op in ("send", "stream"):
-        if not who.may_message(agent):
-            raise HttpError(403, f"the key {who.name!r} may not message the agent {agent!r} (scope 'message', "
-                                 "agents)")
+        if not who.allows("message"):
+            raise HttpError(403, f"the key {who.name!r} lacks the scope 'message' that sending needs")
     elif not who.allows("tasks"):
         raise HttpError(403, f"the key {who.name!r} lacks the scope 'tasks' that reading tasks needs")
 

@@ -27,7 +27,7 @@ class McpTaskBridge:
 
     async def start(self, agent: str, message: str, *, caller: str, context_id: str | None = None,
                     ask: Ask | None = None, sample: Sample | None = None, who: Caller | None = None) -> TaskView:
-        self.service.agents.admit(agent)  # budgets, before any work exists (BudgetExceeded)
+        self.service.agents.admit(agent, who)  # the door and budgets, before any work exists
         task = await self.engine.send(agent, Message(role="user", parts=[{"text": message}], context_id=context_id),
                                       caller=caller, who=who)
         if ask is not None or sample is not None:  # before the work starts: send() started it, no checkpoint since

@@ -35,7 +35,7 @@ def agent_runner(agents: AgentPort, approvals: ApprovalPort | None = None, *, ca
     (``mcp_tasks.py``) runs with the ``ask`` and ``sample`` that caller lent it
     (``lent``, by task id) instead."""
     from runtime.a2a.server.asking import approval_asker
-    from runtime.errors import AgentError, BudgetExceeded, UnknownAgent
+    from runtime.errors import AgentError, BudgetExceeded, Forbidden, UnknownAgent
 
     async def run(task: Task, message: Message, report: TaskReport) -> Outcome:
         agent = agents.get(task.agent)
@@ -49,7 +49,7 @@ def agent_runner(agents: AgentPort, approvals: ApprovalPort | None = None, *, ca
             lent_model = {"sample": sample} if sample is not None else {}
             reply = await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, ask=ask,
                                       owner=report.who, new_context=report.new_context, **lent_model)
-        except BudgetExceeded as exc:
+        except (BudgetExceeded, Forbidden) as exc:
             return Outcome(state="rejected", text=str(exc))
         except (AgentError, UnknownAgent) as exc:
             return Outcome(state="failed", text=str(exc))
@@ -61,7 +61,7 @@ def agent_runner(agents: AgentPort, approvals: ApprovalPort | None = None, *, ca
 async def _events_agent(agents: AgentPort, task: Task, message: Message, report: TaskReport) -> Outcome:
     """A command agent speaking JSON Lines (docs/a2a-events.md): events as it works, the
     outcome on its last line. It learns which message and task from ``TERN_A2A_*``."""
-    from runtime.errors import AgentError, BudgetExceeded
+    from runtime.errors import AgentError, BudgetExceeded, Forbidden
 
     env = {"TERN_A2A_MESSAGE_ID": message.message_id, "TERN_A2A_TASK_ID": task.id,
            "TERN_A2A_CONTEXT_ID": task.context_id, "TERN_A2A_DIALECT": task.dialect or ""}
@@ -100,7 +100,7 @@ async def _events_agent(agents: AgentPort, task: Task, message: Message, report:
     try:
         await agents.send(task.agent, text_of(message.parts), context_id=task.context_id, on_text=on_line, env=env,
                           owner=report.who)
-    except BudgetExceeded as exc:
+    except (BudgetExceeded, Forbidden) as exc:
         return Outcome(state="rejected", text=str(exc))
     except AgentError as exc:
         return Outcome(state="failed", text=str(exc))
@@ -163,7 +163,7 @@ class A2aService:
         self.lent: dict[str, tuple[Any, Any]] = {}  # task id -> (ask, sample) of tasks MCP started
         self.engine = TaskEngine(
             agent_runner(agents, approvals, caller_may_approve=a2a.caller_may_approve, lent=self.lent),
-            max_tasks=a2a.max_tasks,
+            max_tasks=a2a.max_tasks, max_tasks_per_caller=a2a.max_tasks_per_caller,
             max_task_bytes=a2a.max_task_bytes,
             max_store_bytes=a2a.max_store_bytes,
             max_subscribers=a2a.max_subscribers_per_task,

@@ -5,12 +5,16 @@ triggers fire``): it applies the trigger's overlap policy at once (``skip``: one
 time; ``queue``: one at a time and at most ``max_queued`` waiting; ``parallel``: at most
 ``max_parallel`` at once), records the run and returns its id; the run goes on in the
 runner's nursery. A run renders the message, sends it to the agent through the normal
-path (``Agents.send``: budgets, the pipeline's approvals and audit; the caller is
-``trigger:NAME``) with nobody to ask, so an approval it needs waits in the queue and is
-denied at the governance timeout; it is bounded by ``timeout_secs``, recorded
-(``runs.RunStore``) and its reply delivered to the trigger's sink. ``max_failures`` failed
-runs in a row pause the trigger (an event, a log line, the listings) until ``resume``;
-a paused trigger starts no run.
+path (``Agents.send``: budgets, the pipeline's approvals and audit) with nobody to ask,
+as a caller (``Caller``) acting for someone, never above them: a schedule's, a watch's
+and a signed webhook's run acts for the identity the trigger names (``run_as``: the owner
+by default, or a key's name), an unsigned webhook's for the key that posted it, and a run
+fired from the API for its caller; each is audited as ``trigger:NAME`` with that key. The
+kernel's door (``kernel.door``) decides at ``fire`` whether that caller may reach the
+agent. An approval a run needs waits in the queue and is denied at the governance
+timeout; a run is bounded by ``timeout_secs``, recorded (``runs.RunStore``) and its
+reply delivered to the trigger's sink. ``max_failures`` failed runs in a row pause the
+trigger (an event, a log line, the listings) until ``resume``; a paused trigger starts no run.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from collections.abc import Callable
 import trio
 
 from runtime.config import Config, TriggerConfig
-from runtime.errors import ConfigError, TernError, TriggerBusy, TriggerPaused, UnknownTrigger
+from runtime.errors import ConfigError, Forbidden, TernError, TriggerBusy, TriggerPaused, UnknownTrigger
+from runtime.kernel.door import OWNER, enter_agent
 from runtime.kernel.triggers.runs import STOPPED, RunStore
 from runtime.log import get_logger
+from runtime.ports import Caller
 
 if TYPE_CHECKING:
     from runtime.kernel.kernel import Kernel
@@ -60,7 +66,7 @@ class _State:
     def __init__(self, trigger: TriggerConfig, saved: dict[str, Any]) -> None:
         self.running = 0
         self.slots = trigger.max_parallel if trigger.overlap == "parallel" else 1
-        self.waiting: deque[tuple[str, str, str]] = deque()  # (run id, rendered message, source)
+        self.waiting: deque[tuple[str, str, str, Any]] = deque()  # (run id, rendered message, source, caller)
         self.failures = int(saved["failures"])
         self.paused = bool(saved["paused"])
         self.paused_reason = str(saved["paused_reason"])
@@ -95,9 +101,24 @@ class TriggerRunner:
         trigger = self.triggers.get(name)
         return trigger if trigger is not None and trigger.kind == "webhook" else None
 
-    def fire(self, name: str, context: dict[str, Any], *, source: str) -> str:
-        """Admit a run under the overlap policy and start it; its id (see the module)."""
+    def identity(self, trigger: TriggerConfig) -> Caller:
+        """Who an unattended run acts for: ``run_as`` (a key's name: its scopes and agents),
+        else the owner; ``ConfigError`` for a key that no longer exists."""
+        if not trigger.run_as:
+            return OWNER
+        found = self.kernel.callers(trigger.run_as) if self.kernel.callers is not None else None
+        if found is None:
+            raise ConfigError(f"trigger {trigger.name!r}: run_as names the key {trigger.run_as!r}, which this tern "
+                              "does not have (tern keys list)")
+        return found
+
+    def fire(self, name: str, context: dict[str, Any], *, source: str, who: Caller | None = None) -> str:
+        """Admit a run under the overlap policy and start it; its id (see the module).
+        ``who``: the caller it acts for (None: the trigger's ``identity``); ``Forbidden``
+        when that caller may not reach the trigger's agent."""
         trigger = self.get(name)
+        who = (who if who is not None else self.identity(trigger)).acting(f"trigger:{name}")
+        enter_agent(who, trigger.agent)
         state = self._states[name]
         if state.paused:
             raise TriggerPaused(f"trigger {name!r} is paused ({state.paused_reason}); "
@@ -117,7 +138,7 @@ class TriggerRunner:
             self.store.end(run_id, "failed", error=str(exc))
             self._ended(trigger, run_id, source, "failed", str(exc))
             return run_id
-        state.waiting.append((run_id, message, source))
+        state.waiting.append((run_id, message, source, who))
         self._start_waiting(trigger)
         return run_id
 
@@ -125,9 +146,9 @@ class TriggerRunner:
         """Start the waiting runs there are slots for, oldest first."""
         state = self._states[trigger.name]
         while state.waiting and state.running < state.slots and self._nursery is not None:
-            run_id, message, source = state.waiting.popleft()
+            run_id, message, source, who = state.waiting.popleft()
             state.running += 1
-            self._nursery.start_soon(self._run, trigger, run_id, message, source)
+            self._nursery.start_soon(self._run, trigger, run_id, message, source, who)
 
     # --- what the API and the CLI read --------------------------------------------------
 
@@ -255,6 +276,11 @@ class TriggerRunner:
         policy refuses is recorded as a skipped run."""
         try:
             self.fire(trigger.name, context, source=source)
+        except (ConfigError, Forbidden) as exc:  # its run_as key is gone, or may not reach the agent
+            run_id = new_run_id()
+            self.store.start(run_id, trigger.name, source, outcome="failed")
+            self.store.end(run_id, "failed", error=str(exc))
+            self._ended(trigger, run_id, source, "failed", str(exc))
         except TriggerPaused:
             log.debug("trigger %s is paused: not run", trigger.name)
         except TriggerBusy as exc:
@@ -263,7 +289,7 @@ class TriggerRunner:
             self.store.end(run_id, "skipped", error=str(exc))
             self._ended(trigger, run_id, source, "skipped", str(exc))
 
-    async def _run(self, trigger: TriggerConfig, run_id: str, message: str, source: str) -> None:
+    async def _run(self, trigger: TriggerConfig, run_id: str, message: str, source: str, who: Caller) -> None:
         state = self._states[trigger.name]
         try:
             if state.paused:  # paused while this run waited in the queue
@@ -271,7 +297,7 @@ class TriggerRunner:
                 self.store.end(run_id, "skipped", error=why)
                 self._ended(trigger, run_id, source, "skipped", why)
                 return
-            await self._execute(trigger, run_id, message, source)
+            await self._execute(trigger, run_id, message, source, who)
         except BaseException:
             if trio.current_effective_deadline() == -math.inf:  # tern is stopping: say so now, not at the next boot
                 self.store.end(run_id, "failed", error=STOPPED)
@@ -280,7 +306,7 @@ class TriggerRunner:
             state.running -= 1
             self._start_waiting(trigger)
 
-    async def _execute(self, trigger: TriggerConfig, run_id: str, message: str, source: str) -> None:
+    async def _execute(self, trigger: TriggerConfig, run_id: str, message: str, source: str, who: Caller) -> None:
         name = trigger.name
         self.store.running(run_id)
         self._publish("trigger.run", {"trigger": name, "run_id": run_id, "source": source, "state": "started"})
@@ -288,7 +314,7 @@ class TriggerRunner:
         with trio.move_on_after(trigger.timeout_secs) as scope:
             try:
                 answer = await self.kernel.agents.send(trigger.agent, message, context_id=run_id,
-                                                       caller=f"trigger:{name}")
+                                                       caller=f"trigger:{name}", owner=who)
                 outcome, reply = "ok", answer.text
             except TernError as exc:
                 error = str(exc)

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator
 
 from runtime.config import AgentConfig, Config, McpPreset
 from runtime.errors import RpcError
-from runtime.ports import EventPort, Tool, ToolPort
+from runtime.ports import Caller, EventPort, Tool, ToolPort
 from runtime.mcp.names import agent_tool_name, tool_globs
 from runtime.mcp.server.asks import PLACEHOLDER, Ask
 from runtime.wire.jsonrpc import INVALID_PARAMS
@@ -113,12 +113,26 @@ class Exposure:
 
     # --- Listing ------------------------------------------------------------------------
 
-    def tools(self) -> list[dict[str, Any]]:
-        """Every exposed tool as MCP describes one, in a stable order: agents, kernel
-        tools, presets, asks."""
-        listed = [self._agent_tool(name, agent) for name, agent in self._agents.items()]
+    def reachable(self, name: str, who: Caller | None) -> bool:
+        """Whether ``who`` may see and call the exposed tool ``name``, by the caller's own
+        rule (``Caller.reaches``, ``may_call_tools``; the kernel enforces the same
+        rule when the call runs): a tool it may not reach is not listed, and unknown to it."""
+        if who is None:
+            return True
+        preset = self.preset(name)
+        target = preset.tool if preset is not None else name
+        agent = self._agents.get(target)
+        if agent is not None:
+            return who.reaches(agent.name)
+        return self.ask(name) is not None or who.may_call_tools()
+
+    def tools(self, who: Caller | None = None) -> list[dict[str, Any]]:
+        """Every exposed tool ``who`` may reach (None: all) as MCP describes one, in a
+        stable order: agents, kernel tools, presets, asks."""
+        listed = [self._agent_tool(name, agent) for name, agent in self._agents.items()
+                  if who is None or who.reaches(agent.name)]
         taken = set(self._agents)
-        for tool in self._kernel_tools():
+        for tool in self._kernel_tools() if who is None or who.may_call_tools() else ():
             if tool.name not in taken:
                 taken.add(tool.name)
                 entry = {"name": tool.name, "description": tool.description,
@@ -127,7 +141,7 @@ class Exposure:
                     entry["annotations"] = tool.annotations
                 listed.append(entry)
         for name, preset in self._presets.items():
-            if name not in taken:
+            if name not in taken and self.reachable(name, who):
                 taken.add(name)
                 listed.append({"name": name, "description": preset.description or f"Calls {preset.tool}.",
                                "inputSchema": preset.input_schema or NO_ARGUMENTS})
@@ -186,11 +200,14 @@ class Exposure:
 
     # --- Calling ------------------------------------------------------------------------
 
-    async def call(self, name: str, arguments: dict[str, Any], *, caller: str, run: Any = None) -> dict[str, Any]:
+    async def call(self, name: str, arguments: dict[str, Any], *, caller: str, run: Any = None,
+                   who: Caller | None = None) -> dict[str, Any]:
         """Run one exposed tool through the pipeline, in ``run`` (a ``pipeline.run()``:
         its progress and log callbacks, and ``run.cancel()`` for the caller to give up);
-        returns an MCP ``CallToolResult``. A name this server does not expose is a
-        protocol error (RpcError -32602), as the spec says."""
+        returns an MCP ``CallToolResult``. A name this server does not expose, or not to
+        ``who``, is a protocol error (RpcError -32602), as the spec says."""
+        if not self.reachable(name, who):
+            raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
         preset = self.preset(name)
         if preset is not None:  # named explicitly in the config: allowed without a glob
             resolved = self.resolve(name, arguments)
