@@ -23,12 +23,16 @@ def add_commands(commands: Commands) -> None:
     listing = commands.add("approvals", cmd_approvals, "list tool calls waiting for approval (and past decisions)")
     listing.add_argument("--state", default="pending", choices=("pending", "approved", "denied", "expired", "all"),
                          help="which requests (default: pending)")
+    listing.add_argument("what", nargs="?", choices=("rules",),
+                         help="rules: the persisted decisions, for whom and who made each (as --rules)")
     listing.add_argument("--rules", action="store_true",
                          help="list the persisted decisions (approve --always / --always-args) instead")
     listing.add_argument("--forget-rules", action="store_true",
                          help="delete persisted decisions (all, or those of --agent / --tool)")
     listing.add_argument("--agent", default=None, help="with --forget-rules: only this agent's")
     listing.add_argument("--tool", default=None, help="with --forget-rules: only this tool's")
+    listing.add_argument("--caller", default=None,
+                         help="with --forget-rules: only the rules for this key ('everyone': those for every caller)")
     listing.add_argument("--json", action="store_true", help="print JSON")
     add_standalone(listing)
     approve = commands.add("approve", cmd_approve, "approve a tool call that waits (see tern approvals)")
@@ -85,6 +89,7 @@ def _through_daemon(args: argparse.Namespace) -> Any:
 
 
 def cmd_approvals(args: argparse.Namespace) -> int:
+    args.rules = args.rules or args.what == "rules"
     daemon = None if args.rules or args.forget_rules else _through_daemon(args)
     if daemon is not None:
         from runtime.ports import Approval
@@ -93,7 +98,8 @@ def cmd_approvals(args: argparse.Namespace) -> int:
         listed = [Approval(**item) for item in answer["approvals"]]
         return _print_approvals(args, listed)
     if args.forget_rules:
-        gone = on_approvals(args, lambda approvals: approvals.forget_rules(args.agent, args.tool))
+        caller = "" if args.caller == "everyone" else args.caller
+        gone = on_approvals(args, lambda approvals: approvals.forget_rules(args.agent, args.tool, caller))
         print(f"forgot {gone} persisted decision{'s' if gone != 1 else ''}")
         return 0
     if args.rules:
@@ -105,7 +111,9 @@ def cmd_approvals(args: argparse.Namespace) -> int:
         for rule in [] if args.json else rules:
             who = f"agent '{rule['agent']}'" if rule["agent"] else "the operator"
             which = "these exact arguments" if rule["arguments"] else "any arguments"
-            print(f"{rule['decision']:<5}  {rule['tool']} by {who}, {which} (by {rule['decided_by'] or '?'})")
+            whose = "every caller" if rule["caller"] == "everyone" else f"the key {rule['caller']!r}'s runs"
+            print(f"{rule['decision']:<5}  {rule['tool']} by {who}, {which}, for {whose} "
+                  f"(made by {rule['made_by'] or '?'} via {rule['decided_by'] or '?'})")
         return 0
     return _print_approvals(args, on_approvals(args, lambda approvals: approvals.list(
         None if args.state == "all" else args.state)))

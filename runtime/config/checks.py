@@ -339,7 +339,9 @@ def _governance_problems(config: Config) -> list[str]:
     from runtime.config.schema import OSSA_TIERS, PRESET_TIERS
 
     governance = config.governance
-    problems = _positive(governance, "governance", ("approval_timeout_secs", "max_pending_per_agent"))
+    problems = _positive(governance, "governance", ("approval_timeout_secs", "max_pending_per_agent",
+                                                    "max_pending_per_caller", "max_kept_per_caller",
+                                                    "approval_retention_days"))
     problems += _duplicates([t.name for t in governance.tiers], "governance.tiers", "name")
     for i, tier in enumerate(governance.tiers):
         if tier.name in PRESET_TIERS or tier.name in OSSA_TIERS:

@@ -71,6 +71,7 @@ class Node:
             self.mcp_server.catalog.reconfigure(self.config)
             settings = self.config.mcp_server
             self.mcp_server.page_size = max(1, settings.page_size)
+            self.mcp_server.caller_may_approve = settings.caller_may_approve
             if settings.instructions:
                 self.mcp_server.instructions = settings.instructions
         if self.a2a_endpoint is not None:

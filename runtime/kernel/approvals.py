@@ -61,6 +61,7 @@ CHANNEL = "tern_approvals"  # NOTIFY of a decision; the payload is the request's
 ORPHANED = "tern stopped while it waited"
 MAX_ARGUMENT_BYTES = 16 * 1024  # what a request keeps of its (redacted) arguments
 LIST_LIMIT = 500
+OWNER_KEYS = ("admin", "local")  # the owner's runs: the api_key's, or tern's own user's (no key configured)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -69,11 +70,17 @@ CREATE TABLE IF NOT EXISTS requests (
     expires REAL NOT NULL, state TEXT NOT NULL, scope TEXT NOT NULL DEFAULT '',
     decided_by TEXT NOT NULL DEFAULT '', channel TEXT NOT NULL DEFAULT '', reason TEXT NOT NULL DEFAULT '',
     decided_at REAL NOT NULL DEFAULT 0, owner TEXT NOT NULL, form TEXT NOT NULL DEFAULT '',
-    answer TEXT NOT NULL DEFAULT '', key_name TEXT NOT NULL DEFAULT 'admin');
+    answer TEXT NOT NULL DEFAULT '', key_name TEXT NOT NULL DEFAULT 'admin', origin TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS requests_pending ON requests (state, agent);
+"""
+_INDEXES = "CREATE INDEX IF NOT EXISTS requests_by_key ON requests (key_name, state, created);"
+#: The rules table: ``caller`` is the key a rule applies to ('' for everyone), ``made_by`` the
+#: key that made it. A file made before rules had callers is moved over (``_open_sqlite``).
+_RULES = """
 CREATE TABLE IF NOT EXISTS rules (
     agent TEXT NOT NULL, tool TEXT NOT NULL, digest TEXT NOT NULL, decision TEXT NOT NULL,
-    created REAL NOT NULL, decided_by TEXT NOT NULL, PRIMARY KEY (agent, tool, digest));
+    created REAL NOT NULL, decided_by TEXT NOT NULL, caller TEXT NOT NULL DEFAULT '',
+    made_by TEXT NOT NULL DEFAULT '', PRIMARY KEY (agent, tool, digest, caller));
 """
 #: PostgreSQL (component "approvals"): append steps, never edit a shipped one. ``seen``: the
 #: waiting node marks its requests alive (``sweep``).
@@ -89,11 +96,19 @@ CREATE INDEX approval_requests_pending ON approval_requests (state, agent);
 CREATE TABLE approval_rules (
     agent text NOT NULL, tool text NOT NULL, digest text NOT NULL, decision text NOT NULL,
     created double precision NOT NULL, decided_by text NOT NULL, PRIMARY KEY (agent, tool, digest));
+""", """
+ALTER TABLE approval_requests ADD COLUMN origin text NOT NULL DEFAULT '';
+CREATE INDEX approval_requests_by_key ON approval_requests (key_name, state, created);
+ALTER TABLE approval_rules ADD COLUMN caller text NOT NULL DEFAULT '';
+ALTER TABLE approval_rules ADD COLUMN made_by text NOT NULL DEFAULT '';
+ALTER TABLE approval_rules DROP CONSTRAINT approval_rules_pkey;
+ALTER TABLE approval_rules ADD PRIMARY KEY (agent, tool, digest, caller);
 """]
 _COLUMNS = ("id, agent, tool, arguments, caller, context_id, created, expires, state, scope, decided_by, channel, "
-            "reason, decided_at, form, key_name")
-_ADDED = {"form": "''", "answer": "''", "key_name": "'admin'"}  # columns a file made by an older tern lacks (and their
-# defaults: a request made before keys had names is the admin's)
+            "reason, decided_at, form, key_name, origin")
+# Columns a file made by an older tern lacks (and their
+# defaults: a request made before keys had names is the admin's).
+_ADDED = {"form": "''", "answer": "''", "key_name": "'admin'", "origin": "''"}
 _decode = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder(order="sorted").encode
 
@@ -105,13 +120,22 @@ def _open_sqlite(path: Path | None) -> sqlite3.Connection:
 
     if path is None:
         db = sqlite3.connect(":memory:", isolation_level=None)
-        db.executescript(_SCHEMA)
+        db.executescript(_SCHEMA + _INDEXES + _RULES)
         return db
     db = open_db(path, _SCHEMA, timeout=5.0, isolation_level=None)
     have = {row[1] for row in db.execute("PRAGMA table_info(requests)")}
     for column, default in _ADDED.items():
         if column not in have:
             db.execute(f"ALTER TABLE requests ADD COLUMN {column} TEXT NOT NULL DEFAULT {default}")
+    db.executescript(_INDEXES)
+    rules = {row[1] for row in db.execute("PRAGMA table_info(rules)")}
+    if rules and "caller" not in rules:  # rules made before they had callers: everyone's, as they were
+        db.executescript("BEGIN; ALTER TABLE rules RENAME TO rules_v1;" + _RULES +
+                         "INSERT INTO rules (agent, tool, digest, decision, created, decided_by, caller, made_by) "
+                         "SELECT agent, tool, digest, decision, created, decided_by, '', decided_by FROM rules_v1; "
+                         "DROP TABLE rules_v1; COMMIT;")
+    else:
+        db.executescript(_RULES)
     return db
 
 
@@ -143,10 +167,19 @@ class Approvals:
     def __init__(self, path: str | Path | None, *, timeout_secs: float = 300.0, max_pending_per_agent: int = 5,
                  audit: Any = None, publish: Callable[[str, dict[str, Any]], None] | None = None,
                  redact: Callable[[Any], Any] | None = None, clock: Callable[[], float] = time.time,
-                 db: Any = None, listener: Any = None, node_id: str = "", lease_secs: float = 15.0) -> None:
+                 db: Any = None, listener: Any = None, node_id: str = "", lease_secs: float = 15.0,
+                 max_pending_per_caller: int = 10, max_kept_per_caller: int = 1000, retention_days: float = 30.0,
+                 self_approval: Callable[[str], bool] | None = None) -> None:
+        """``self_approval(origin)``: whether a caller without the scope ``approvals`` may
+        answer its own run's request when that run came in through ``origin`` (``a2a``:
+        ``[a2a] caller_may_approve``; ``mcp``: ``[mcp_server] caller_may_approve``)."""
         self.path = Path(path) if path else None
         self.timeout_secs = timeout_secs
         self.max_pending = max_pending_per_agent
+        self.max_pending_per_caller = max_pending_per_caller
+        self.max_kept_per_caller = max_kept_per_caller
+        self.retention_secs = retention_days * 86400
+        self.self_approval = self_approval or (lambda origin: False)
         self.audit = audit
         self.publish = publish
         self.redact = redact or (lambda value: value)
@@ -236,7 +269,7 @@ class Approvals:
             return tx.execute(f"SELECT {_COLUMNS} FROM {self._requests} WHERE id = ?", (approval_id,)).fetchone()
 
         row = await self._sql.run(read, "the approval request could not be read")
-        if row is None or who is not None and not answerable(who, row[-1]):
+        if row is None or who is not None and not answerable(who, row[-2]):
             raise UnknownApproval(f"no approval request has the id {approval_id!r} (see `tern approvals`)")
         return _approval(row)
 
@@ -249,50 +282,66 @@ class Approvals:
                                       "the approval requests could not be counted")
         return self._pending
 
-    async def remembered(self, agent: str, tool: str, digest: str) -> str | None:
-        """A persisted decision (``always`` or ``args``) for this call: "allow", "deny" or None."""
-        row = await self._sql.run(lambda tx: tx.execute(
+    async def remembered(self, agent: str, tool: str, digest: str, key: str = "admin") -> str | None:
+        """A persisted decision (``always`` or ``args``) for this call by ``key``'s run:
+        "allow", "deny" or None. Rules for everyone and rules for that key alone count;
+        a deny among them wins (a caller's own yes never overrides another's no)."""
+        same = OWNER_KEYS if key in OWNER_KEYS else (key, key)  # the owner is one caller by either name
+        rows = await self._sql.run(lambda tx: tx.execute(
             f"SELECT decision FROM {self._rules} WHERE agent = ? AND tool = ? AND digest IN ('', ?) "
-            "ORDER BY digest DESC LIMIT 1", (agent, tool, digest)).fetchone(), "the approval rules could not be read")
-        return row[0] if row else None
+            "AND caller IN ('', ?, ?)", (agent, tool, digest, *same)).fetchall(),
+            "the approval rules could not be read")
+        decisions = {row[0] for row in rows}
+        return "deny" if "deny" in decisions else "allow" if decisions else None
 
     # --- asking -----------------------------------------------------------------------
 
     async def request(self, agent: str, tool: str, arguments: Any, digest: str, *, caller: str = "",
                       context_id: str = "", reason: str = "", ask: Ask | None = None,
-                      form: dict[str, Any] | None = None, key: str = "admin") -> Approval:
+                      form: dict[str, Any] | None = None, key: str = "admin", origin: str = "",
+                      bounded: bool = False) -> Approval:
         """Open a request and wait for its end; returns it approved, denied or expired.
         ``ask`` (the caller's way to ask a person) runs meanwhile. If the waiting call
         is cancelled, the request is expired on the way out. ``form`` (checked by
         ``forms.check_form``) makes it a question: see ``take_answer``. ``key``: the
-        key name whose run asks (it may answer; see ``answerable``)."""
+        key name whose run asks, ``origin`` the way it came in (see ``may_answer``). A key
+        (``bounded``: not the owner's) has at most ``max_pending_per_caller`` requests waiting and keeps at most
+        ``max_kept_per_caller`` decided ones (the oldest go); any decided request older
+        than the retention goes too."""
         now = self.clock()
         approval_id = "ap_" + os.urandom(5).hex()
         shown = _bounded(self.redact(arguments))
         expires = now + self.timeout_secs
 
-        def insert(tx: Any) -> int:
+        def insert(tx: Any) -> str:
             waiting = tx.execute(f"SELECT count(*) FROM {self._requests} WHERE state = 'pending' AND agent = ?",
                                  (agent,)).fetchone()[0]
-            if waiting < self.max_pending:
-                tx.execute(f"INSERT INTO {self._requests} (id, agent, tool, arguments, digest, caller, context_id, "
-                           "created, expires, state, owner, form, key_name) "
-                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-                           (approval_id, agent, tool, shown, digest, caller, context_id, now, expires, self.owner,
-                            msgspec.json.encode(form).decode() if form is not None else "", key))  # fields in order
-            return waiting
+            if waiting >= self.max_pending:
+                who = f"agent '{agent}'" if agent else "the operator"
+                return (f"{who} already has {waiting} tool calls waiting for approval, the limit "
+                        "([governance] max_pending_per_agent)")
+            theirs = 0 if not bounded else tx.execute(
+                f"SELECT count(*) FROM {self._requests} WHERE key_name = ? AND state = 'pending'", (key,)).fetchone()[0]
+            if bounded and theirs >= self.max_pending_per_caller:
+                return (f"the key {key!r} already has {theirs} tool calls waiting for approval, the limit "
+                        "([governance] max_pending_per_caller)")
+            tx.execute(f"INSERT INTO {self._requests} (id, agent, tool, arguments, digest, caller, context_id, "
+                       "created, expires, state, owner, form, key_name, origin) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+                       (approval_id, agent, tool, shown, digest, caller, context_id, now, expires, self.owner,
+                        msgspec.json.encode(form).decode() if form is not None else "", key, origin))  # in order
+            self._prune(tx, key, now)
+            return ""
 
         # a full disk or an unreachable database: no request, so no yes: the call is refused
-        waiting = await self._sql.run(insert, "approval request not recorded")
-        if waiting >= self.max_pending:
-            who = f"agent '{agent}'" if agent else "the operator"
-            self._audit("approval_requested", agent=agent, tool=tool, caller=caller, outcome="denied",
-                        reason=f"{who} already has {waiting} calls waiting for approval")
+        refused = await self._sql.run(insert, "approval request not recorded")
+        if refused:
+            self._audit("approval_requested", agent=agent, tool=tool, caller=caller, key=key, outcome="denied",
+                        reason=refused)
             for observe in self.observers:
                 observe("refused")
             return Approval("", agent, tool, None, caller, context_id, now, now, state="denied", channel="policy",
-                            reason=f"{who} already has {waiting} tool calls waiting for approval, the limit "
-                                   "([governance] max_pending_per_agent)")
+                            reason=refused)
         woken = self._waiters[approval_id] = trio.Event()
         timer = trio.CancelScope()
         try:
@@ -379,14 +428,36 @@ class Approvals:
 
     async def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
                      by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
-                     cancel: bool = False, who: Caller | None = None) -> Approval:
+                     cancel: bool = False, who: Caller | None = None, rule_for: str = "") -> Approval:
         """Approve or deny a pending request, first decision wins (one ``UPDATE ... WHERE
         state = 'pending'``, here or on any node). A form's approval carries ``answer``
         (its field values; UsageError if they do not fit the form, and it stays pending);
-        its denial declines, or with ``cancel`` cancels."""
+        its denial declines, or with ``cancel`` cancels.
+
+        ``who`` must hold the scope ``approvals``, or be the key whose run waits with a
+        config that lets such callers decide (``may_answer``; ``Forbidden`` otherwise). An
+        ``always`` or ``args`` decision becomes a rule: for everyone when ``who`` holds
+        ``approvals`` (or is None) and ``rule_for`` is not ``"caller"``, else for the
+        waiting run's key alone. The rule records who made it."""
         if scope not in SCOPES:
             raise UsageError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+        if rule_for not in ("", "caller", "everyone"):
+            raise UsageError(f"rule_for must be caller or everyone, not {rule_for!r}")
         current = await self.get(approval_id, who)  # UnknownApproval for another key's request
+        if who is not None and not self.may_answer(who, current):
+            from runtime.errors import Forbidden
+
+            switch = {"a2a": "[a2a] caller_may_approve", "mcp": "[mcp_server] caller_may_approve"}.get(current.origin)
+            raise Forbidden(f"the key {who.name!r} may not answer approval {approval_id}: that needs the scope "
+                            "'approvals'" + (f" (or {switch} = true, for a caller's own requests)" if switch else ""))
+        everyone = who is None or who.allows("approvals")
+        if rule_for == "everyone" and not everyone:
+            from runtime.errors import Forbidden
+
+            raise Forbidden(f"the key {who.name!r} may make rules for its own runs only: "  # type: ignore[union-attr]
+                            "a rule for everyone needs the scope 'approvals'")
+        applies_to = "" if everyone and rule_for != "caller" else current.key
+        maker = who.name if who is not None else (by or "admin")
         reason = reason[:1000]
         result = self._form_result(current, approve, scope, answer, cancel)
         now = self.clock()
@@ -402,10 +473,12 @@ class Approvals:
             if scope != "once":
                 digest = "" if scope == "always" else tx.execute(
                     f"SELECT digest FROM {self._requests} WHERE id = ?", (approval_id,)).fetchone()[0]
-                tx.execute(f"INSERT INTO {self._rules} (agent, tool, digest, decision, created, decided_by) "
-                           "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (agent, tool, digest) DO UPDATE SET "
-                           "decision = excluded.decision, created = excluded.created, decided_by = excluded.decided_by",
-                           (current.agent, current.tool, digest, "allow" if approve else "deny", now, by[:200]))
+                tx.execute(f"INSERT INTO {self._rules} (agent, tool, digest, decision, created, decided_by, caller, "
+                           "made_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (agent, tool, digest, caller) "
+                           "DO UPDATE SET decision = excluded.decision, created = excluded.created, "
+                           "decided_by = excluded.decided_by, made_by = excluded.made_by",
+                           (current.agent, current.tool, digest, "allow" if approve else "deny", now, by[:200],
+                            applies_to, maker[:200]))
             tx.notify(CHANNEL, approval_id)
             return True
 
@@ -414,9 +487,11 @@ class Approvals:
             raise ApprovalClosed(f"approval {approval_id} is already {current.state}"
                                  f"{' by ' + current.decided_by if current.decided_by else ''}; it takes no decision")
         approval = await self.get(approval_id)
-        extra = {"answer": _digest(result)} if result else {}
+        extra: dict[str, Any] = {"answer": _digest(result)} if result else {}
         if who is not None:
             extra["key"] = who.name
+        if scope != "once":
+            extra["rule_for"] = applies_to or "everyone"
         self._audit("approval_resolved", id=approval_id, agent=approval.agent, tool=approval.tool, outcome=state,
                     scope=scope, decided_by=by, channel=channel, reason=reason, **extra)
         for observe in self.observers:
@@ -471,10 +546,12 @@ class Approvals:
         taken = await self._sql.run(take, "the answer could not be read")
         return _decode.decode(taken) if taken else None
 
-    async def forget_rules(self, agent: str | None = None, tool: str | None = None) -> int:
-        """Remove persisted decisions (all, or one agent's, or one tool's); how many went."""
+    async def forget_rules(self, agent: str | None = None, tool: str | None = None,
+                           caller: str | None = None) -> int:
+        """Remove persisted decisions (all, or one agent's, one tool's, those for one key:
+        ``caller``, "" for everyone's); how many went."""
         clauses, params = [], []
-        for column, value in (("agent", agent), ("tool", tool)):
+        for column, value in (("agent", agent), ("tool", tool), ("caller", caller)):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
@@ -483,11 +560,28 @@ class Approvals:
                                    "the approval rules were not changed")
 
     async def rules(self) -> list[dict[str, Any]]:
+        """Every persisted decision: for whom (``caller``: a key's name, or "everyone"), who
+        made it (``made_by``, a key's name) and through what (``decided_by``)."""
         rows = await self._sql.run(lambda tx: tx.execute(
-            f"SELECT agent, tool, digest, decision, created, decided_by FROM {self._rules} ORDER BY created"
-        ).fetchall(), "the approval rules could not be read")
-        return [{"agent": a, "tool": t, "arguments": d or None, "decision": dec, "created": c, "decided_by": by}
-                for a, t, d, dec, c, by in rows]
+            f"SELECT agent, tool, digest, decision, created, decided_by, caller, made_by FROM {self._rules} "
+            "ORDER BY created").fetchall(), "the approval rules could not be read")
+        return [{"agent": a, "tool": t, "arguments": d or None, "decision": dec, "created": c, "decided_by": by,
+                 "caller": caller or "everyone", "made_by": maker or by}
+                for a, t, d, dec, c, by, caller, maker in rows]
+
+    def may_answer(self, who: Caller, approval: Approval) -> bool:
+        """The scope ``approvals``, or the waiting run's own key where its way in lets
+        callers decide for themselves (``self_approval``)."""
+        return who.allows("approvals") or (who.owns(approval.key) and self.self_approval(approval.origin))
+
+    def _prune(self, tx: Any, key: str, now: float) -> None:
+        """Bound what callers fill: decided requests past the retention go, and a key
+        keeps its newest ``max_kept_per_caller`` decided ones."""
+        tx.execute(f"DELETE FROM {self._requests} WHERE state != 'pending' AND answer = '' AND created < ?",
+                   (now - self.retention_secs,))
+        tx.execute(f"DELETE FROM {self._requests} WHERE key_name = ? AND state != 'pending' AND answer = '' "
+                   f"AND id NOT IN (SELECT id FROM {self._requests} WHERE key_name = ? AND state != 'pending' "
+                   "ORDER BY created DESC LIMIT ?)", (key, key, self.max_kept_per_caller))
 
     # --- housekeeping -----------------------------------------------------------------
 
@@ -574,9 +668,9 @@ def answerable(who: Caller, key: str) -> bool:
 
 def _approval(row: tuple) -> Approval:
     (id_, agent, tool, arguments, caller, context_id, created, expires, state, scope, decided_by, channel, reason,
-     decided_at, form, key) = row
+     decided_at, form, key, origin) = row
     return Approval(id_, agent, tool, _decode.decode(arguments), caller, context_id, created, expires, state, scope,
-                    decided_by, channel, reason, decided_at, _decode.decode(form) if form else None, key)
+                    decided_by, channel, reason, decided_at, _decode.decode(form) if form else None, key, origin)
 
 
 def describe(approval: Approval, *, width: int = 200) -> str:

@@ -90,7 +90,11 @@ class Kernel:
                                    max_pending_per_agent=governance.max_pending_per_agent, audit=audit,
                                    publish=self.events.publish, redact=self.pipeline.redact_obj,
                                    db=self.db, listener=self.listener, node_id=self.node_id,
-                                   lease_secs=config.state.lease_secs)
+                                   lease_secs=config.state.lease_secs,
+                                   max_pending_per_caller=governance.max_pending_per_caller,
+                                   max_kept_per_caller=governance.max_kept_per_caller,
+                                   retention_days=governance.approval_retention_days,
+                                   self_approval=self._self_approval)
         self.pipeline.approvals = self.approvals
         from runtime.kernel.elicitation import person_answers
         from runtime.kernel.sampling_answer import SamplingAnswers
@@ -103,6 +107,9 @@ class Kernel:
         self.agents.publish = self.events.publish  # "agent.message" and "model.call"
         register_agent_tools(self.registry, lambda: self.agents)
         register_mcp_feature_tools(self.registry, lambda: self.mcp, lambda: self.config.agents)
+        #: A key's name to its Caller (a trigger's run_as): the daemon's key table's ``by_name``,
+        #: set by the host that holds the keys (None: no keys, so no run_as but the owner).
+        self.callers: Any = None
         self.external: Any = None  # [a2a] external_agents: a2a_* tools and the remote agents' peers
         if config.a2a.external_agents:
             from runtime.a2a.client.external import ExternalAgents, register_tools
@@ -111,6 +118,15 @@ class Kernel:
             self.external = ExternalAgents(config, Policy.from_security(config.security), on_event=self.events.publish)
             register_tools(self.registry, self.external)
             self.agents.remote = self.external.send
+
+    def _self_approval(self, origin: str) -> bool:
+        """Whether a caller without the scope ``approvals`` may answer its own run's
+        request, by the way that run came in (read live: a reload applies)."""
+        if origin == "a2a":
+            return self.config.a2a.caller_may_approve
+        if origin == "mcp":
+            return self.config.mcp_server.caller_may_approve
+        return False
 
     def reload(self, config: Config) -> dict[str, Any]:
         """Apply ``config`` (already loaded and checked) in place; returns what changed:
@@ -142,6 +158,9 @@ class Kernel:
         self.pipeline.reconfigure(config)
         self.approvals.timeout_secs = config.governance.approval_timeout_secs
         self.approvals.max_pending = config.governance.max_pending_per_agent
+        self.approvals.max_pending_per_caller = config.governance.max_pending_per_caller
+        self.approvals.max_kept_per_caller = config.governance.max_kept_per_caller
+        self.approvals.retention_secs = config.governance.approval_retention_days * 86400
         self.agents.reconfigure(config)
         self.config = config
         report = {"agents": _compare({a.name: a for a in old.agents}, {a.name: a for a in config.agents}),

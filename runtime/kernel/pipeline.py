@@ -31,7 +31,8 @@ import trio
 
 from runtime import tracing
 from runtime.config import AgentConfig, Config
-from runtime.errors import TernError
+from runtime.errors import Forbidden, TernError
+from runtime.kernel.door import enter_tool
 from runtime.log import get_logger, register_secret, registered_secrets, secrets_version
 from runtime.mcp.names import tool_globs
 from runtime.kernel.audit import AuditLog, digest
@@ -250,6 +251,11 @@ class ToolPipeline:
             return _refused(f"{name} was not run: its caller cancelled"), "cancelled"
         if not allowed(agent, name):
             return _refused(f"agent '{agent.name}' may not call {name}: it is not in the agent's tools"), "denied"  # type: ignore[union-attr]
+        if agent is None:  # called outside an agent: the caller's own reach decides (kernel.door)
+            try:
+                enter_tool(run.context.owner, name)
+            except Forbidden as exc:
+                return _refused(str(exc)), "denied"
         if tool is None:  # unknown, or the tool of an MCP server that is down: say which
             try:
                 await self.registry.call(name, arguments)
@@ -313,7 +319,7 @@ class ToolPipeline:
         agent = run.agent.name if run.agent is not None else ""
         arguments_digest = digest(arguments)
         try:
-            remembered = await approvals.remembered(agent, name, arguments_digest)
+            remembered = await approvals.remembered(agent, name, arguments_digest, run.key)
         except TernError as exc:  # the store is away: no rule to read, so no yes
             return _refused(f"{name} was not run: {exc}"), "denied"
         if remembered == "allow":
@@ -326,7 +332,10 @@ class ToolPipeline:
             try:
                 approval = await approvals.request(agent, name, arguments, arguments_digest, caller=caller,
                                                    context_id=run.context_id, reason=verdict.reason,
-                                                   ask=run.context.ask, key=run.key)
+                                                   ask=run.context.ask, key=run.key,
+                                                   origin=run.context.owner.way if run.context.owner else "",
+                                                   bounded=run.context.owner is not None
+                                                   and not run.context.owner.is_owner)
             except TernError as exc:
                 return _refused(f"{name} was not run: {exc}"), "denied"
             finally:

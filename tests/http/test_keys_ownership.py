@@ -77,11 +77,14 @@ async def test_an_old_conversations_file_becomes_the_admins(tmp_path):
 
 
 async def test_approvals_are_answered_by_their_key_or_the_approvals_scope(nursery, autojump_clock):
-    approvals = Approvals(None, timeout_secs=60)
+    """A key sees its own runs' requests; it answers one only where the way its run came in
+    lets callers decide for themselves (``self_approval``: here A2A's switch), and the
+    scope ``approvals`` answers any."""
+    approvals = Approvals(None, timeout_secs=60, self_approval=lambda origin: origin == "a2a")
     ended: dict[str, str] = {}
 
     async def ask(key: str, tool: str) -> None:
-        ended[key] = (await approvals.request("bot", tool, {}, "d-" + tool, key=key)).state
+        ended[key] = (await approvals.request("bot", tool, {}, "d-" + tool, key=key, origin="a2a")).state
 
     nursery.start_soon(ask, "alice", "shell_exec")
     nursery.start_soon(ask, "bob", "file_write")
@@ -129,6 +132,7 @@ def test_an_old_approvals_file_becomes_the_admins(tmp_path):
     path = tmp_path / "approvals.sqlite3"
     Approvals(path).close()
     db = sqlite3.connect(path)
+    db.execute("DROP INDEX requests_by_key")  # an index on it came later too
     db.execute("ALTER TABLE requests DROP COLUMN key_name")
     db.execute("INSERT INTO requests (id, agent, tool, arguments, digest, caller, context_id, created, expires, state, "
                "owner) VALUES ('ap_old', 'bot', 'shell_exec', '{}', 'd', 'agent:bot', '', 1, 2, 'denied', 'x')")

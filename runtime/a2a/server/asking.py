@@ -74,7 +74,7 @@ def approval_asker(task: Task, report: TaskReport, approvals: ApprovalPort | Non
         asked = False
         if caller_may_approve and approvals is not None:
             async def answer(message: Message, caller: str) -> str:
-                return await _decide(approvals, approval, task, message, caller)
+                return await _decide(approvals, approval, task, message, caller, report.who)
 
             asked = report.ask(question(approval), answer)
         if not asked:
@@ -143,8 +143,11 @@ def read_decision(parts: list[dict[str, Any]]) -> Decision:
     raise InvalidTaskRequest(f"{said} is no decision: {_HOW}")
 
 
-async def _decide(approvals: ApprovalPort, approval: Approval, task: Task, message: Message, caller: str) -> str:
-    """The caller's answer to ``approval``; the status text the task works again with."""
+async def _decide(approvals: ApprovalPort, approval: Approval, task: Task, message: Message, caller: str,
+                  who: Any = None) -> str:
+    """The caller's answer to ``approval`` (``who``: the task's caller, whom the binding has
+    already found to own the task; the kernel decides whether it may answer, and a rule it
+    makes is its own); the status text the task works again with."""
     try:
         decision = read_decision(message.parts)
     except InvalidTaskRequest as exc:
@@ -152,7 +155,8 @@ async def _decide(approvals: ApprovalPort, approval: Approval, task: Task, messa
             from None
     try:
         decided = await approvals.decide(approval.id, decision.approve, scope=decision.scope, reason=decision.reason,
-                                   by=caller or "a2a", channel="a2a", answer=decision.answer, cancel=decision.cancel)
+                                   by=caller or "a2a", channel="a2a", answer=decision.answer, cancel=decision.cancel,
+                                   who=who)
     except StorageError:  # the store is away (503): the task still asks, the caller may answer again
         raise
     except UsageError as exc:  # an answer that does not fit the form: the task still asks

@@ -40,7 +40,7 @@ import trio
 
 from runtime.errors import TernError, TernTimeout
 from runtime.log import get_logger
-from runtime.ports import Approval, ApprovalPort
+from runtime.ports import Approval, ApprovalPort, Caller
 
 __all__ = ["Asker", "elicitation", "decision_of", "decide", "notice", "wants_form", "SCOPES", "NOTICE_SECS"]
 
@@ -124,20 +124,24 @@ def decision_of(answer: Any) -> Decision:
     return Decision(False, "once", "the answer named no decision")
 
 
-async def decide(approvals: ApprovalPort, approval_id: str, answer: Any, *, by: str) -> None:
-    """Decide ``approval_id`` with a client's elicitation answer; an answer that comes
-    after the request was closed (decided elsewhere, expired), or a question's answer
-    that does not fit its form, changes nothing."""
+async def decide(approvals: ApprovalPort, approval_id: str, answer: Any, *, by: str,
+                 who: Caller | None = None) -> None:
+    """Decide ``approval_id`` with a client's elicitation answer, as ``who`` (the client's
+    key: the kernel decides whether it may); an answer that comes after the request was
+    closed (decided elsewhere, expired), one ``who`` may not give, or a question's answer
+    that does not fit its form, changes nothing. ``always`` and ``args`` are remembered
+    for this caller's own calls, as the form says."""
     try:
-        if (await approvals.get(approval_id)).form is not None:
+        if (await approvals.get(approval_id, who)).form is not None:
             action = answer.get("action") if isinstance(answer, dict) else None
             content = answer.get("content") if action == "accept" else None
             await approvals.decide(approval_id, action == "accept", by=by, channel="mcp", cancel=action == "cancel",
                              answer=content if isinstance(content, dict) else {} if action == "accept" else None,
-                             reason="" if action in ("accept", "decline", "cancel") else "not understood")
+                             reason="" if action in ("accept", "decline", "cancel") else "not understood", who=who)
             return
         approve, scope, reason = decision_of(answer)
-        await approvals.decide(approval_id, approve, scope=scope, reason=reason, by=by, channel="mcp")
+        await approvals.decide(approval_id, approve, scope=scope, reason=reason, by=by, channel="mcp", who=who,
+                               rule_for="caller")
     except TernError as exc:
         log.info("approval %s: the MCP client's answer changed nothing: %s", approval_id, exc)
 
@@ -151,7 +155,7 @@ class Asker:
     can answer one, else notices (see the module docstring)."""
 
     def __init__(self, approvals: ApprovalPort | None, peer: Any, send: Any, reporter: Any, *, elicit: bool,
-                 mode: bool, log_ok: bool, by: str) -> None:
+                 mode: bool, log_ok: bool, by: str, who: Caller | None = None) -> None:
         self.approvals = approvals
         self.peer = peer  # dispatch.Peer: its ``requests`` route the client's answers
         self.send = send
@@ -160,6 +164,7 @@ class Asker:
         self.mode = mode
         self.log_ok = log_ok and send is not None
         self.by = by
+        self.who = who
 
     async def __call__(self, approval: Approval) -> None:
         if not approval.id:
@@ -174,7 +179,7 @@ class Asker:
             except TernError as exc:  # the client refused, or is busy, or gone: tell its user the other way
                 log.info("could not ask the MCP client about approval %s: %s", approval.id, exc)
             else:
-                await decide(self.approvals, approval.id, answer, by=self.by)  # type: ignore[arg-type]
+                await decide(self.approvals, approval.id, answer, by=self.by, who=self.who)  # type: ignore[arg-type]
                 return
         await self.notices(approval)
 

@@ -143,6 +143,7 @@ class McpServer:
         self.exposure = Exposure(config, tools, events)
         self.catalog = Catalog(config, content, events)  # resources, prompts, completion (content None: none)
         settings = config.mcp_server
+        self.caller_may_approve = settings.caller_may_approve  # node.reload sets it again
         self.page_size = max(1, settings.page_size)
         self.instructions = settings.instructions or (
             "tern hosts agents. Each tern_agent_* tool sends that agent a message and returns its reply; "
@@ -221,7 +222,7 @@ class McpServer:
             raise RpcError(jsonrpc.INVALID_REQUEST, "not initialized: send initialize first (or, for "
                                                     f"{MODERN_VERSION}, put {META_VERSION} in params._meta)")
         if method == "tools/list":
-            return self._tools_page(params)
+            return self._tools_page(params, peer)
         if method == "prompts/get" and (ask := self.catalog.prompts.ask(params.get("name"))) is not None:
             return await self._prompt(request.id, ask, params, peer, notify, None)
         if method in CATALOG_METHODS:
@@ -262,7 +263,7 @@ class McpServer:
                       "capabilities": self.modern_capabilities,
                       "instructions": self.instructions, "cacheScope": "private", "ttlMs": LIST_TTL_MS}
         elif method == "tools/list":
-            result = {**self._tools_page(params), "cacheScope": "private", "ttlMs": LIST_TTL_MS}
+            result = {**self._tools_page(params, peer), "cacheScope": "private", "ttlMs": LIST_TTL_MS}
             if self.tasks is not None:  # agent calls may become tasks
                 result["tools"] = [{**tool, "execution": {"taskSupport": support}}
                                    if (support := self.exposure.task_support(tool["name"])) != "forbidden" else tool
@@ -319,8 +320,15 @@ class McpServer:
 
     # --- Tools --------------------------------------------------------------------------
 
-    def _tools_page(self, params: dict[str, Any]) -> dict[str, Any]:
-        return page(self.exposure.tools(), params, self.page_size, "tools")
+    def _may_answer(self, peer: Peer) -> bool:
+        """Whether this client may answer its own calls' approval requests, so is asked:
+        tern's own user (stdio), a key with the scope ``approvals``, or any key with
+        ``[mcp_server] caller_may_approve`` (the kernel's approvals decide the same way)."""
+        caller = peer.caller
+        return caller is None or caller.allows("approvals") or self.caller_may_approve
+
+    def _tools_page(self, params: dict[str, Any], peer: Peer) -> dict[str, Any]:
+        return page(self.exposure.tools(peer.caller), params, self.page_size, "tools")
 
     async def _call(self, request_id: Any, params: dict[str, Any], peer: Peer, notify: Notify | None,
                     log_level: str | None, *, modern: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -380,7 +388,7 @@ class McpServer:
             peer.client_name = _client_name(modern.get(META_CLIENT_INFO))
             state = params.get("requestState")
             capabilities = modern.get(META_CAPABILITIES)
-            forms = self.approvals is not None and wants_form(capabilities)
+            forms = self.approvals is not None and wants_form(capabilities) and self._may_answer(peer)
             if state is None and self.tasks is not None and declared(capabilities):
                 task = await self._task(name, arguments, peer, capabilities, forms)
                 if task is not None:
@@ -393,12 +401,12 @@ class McpServer:
                                                capabilities)
             elicit, log_ok = False, _at_most_warning(log_level)  # 2026-07-28: no requests to the client
         else:
-            elicit = peer.version >= ELICITATION_SINCE and wants_form(peer.capabilities)
+            elicit = peer.version >= ELICITATION_SINCE and wants_form(peer.capabilities) and self._may_answer(peer)
             log_ok = peer.log_level is None or _at_most_warning(peer.log_level)
         ask = None
         if notify is not None:
             ask = Asker(self.approvals, peer, notify, reporter, elicit=elicit, mode=peer.version >= FORM_MODE_SINCE,
-                        log_ok=log_ok, by=peer.by())
+                        log_ok=log_ok, by=peer.by(), who=peer.caller)
         sample = None
         if modern is None and notify is not None and can_sample(peer.capabilities):
             sample = HandshakeSampler(peer, notify)
@@ -408,13 +416,13 @@ class McpServer:
         peer.inflight[request_id] = run
         try:
             if reporter is None:
-                result = await self.exposure.call(name, arguments, caller=peer.label, run=run)
+                result = await self.exposure.call(name, arguments, caller=peer.label, run=run, who=peer.caller)
             else:
                 fault: RpcError | None = None
                 async with trio.open_nursery() as nursery:  # the reporter's notifications go out before the answer
                     nursery.start_soon(reporter.run)
                     try:
-                        result = await self.exposure.call(name, arguments, caller=peer.label, run=run)
+                        result = await self.exposure.call(name, arguments, caller=peer.label, run=run, who=peer.caller)
                     except RpcError as exc:
                         fault = exc  # raised outside the nursery, not as an exception group
                     finally:
@@ -558,10 +566,10 @@ class McpServer:
                     parked.answer_sample(approval_id, answer)
                 elif self.approvals is not None:
                     parked.answered.add(approval_id)
-                    await decide(self.approvals, approval_id, answer, by=peer.by())
+                    await decide(self.approvals, approval_id, answer, by=peer.by(), who=peer.caller)
         else:
             parked = self.mrtr.park(name, arguments, peer.label)
-            parked.forms = self.approvals is not None and wants_form(capabilities)
+            parked.forms = self.approvals is not None and wants_form(capabilities) and self._may_answer(peer)
 
             async def sample(request: dict[str, Any]) -> dict[str, Any]:
                 return await parked.sample(fit(request, capabilities))
@@ -570,7 +578,8 @@ class McpServer:
                                         sample=sample if can_sample(capabilities) else None, owner=peer.caller)
 
             async def call() -> dict[str, Any]:
-                return await self.exposure.call(name, arguments, caller=peer.label, run=parked.run)
+                return await self.exposure.call(name, arguments, caller=peer.label, run=parked.run,
+                                                 who=peer.caller)
 
             self.mrtr.launch(parked, call)
         return await self._leg(parked, request_id, peer, reporter)

@@ -123,7 +123,7 @@ class McpTasks:
             if not isinstance(responses, dict):
                 raise RpcError(jsonrpc.INVALID_PARAMS, "inputResponses must be an object")
             if lender is not None:
-                await self._answer(lender, responses, by)
+                await self._answer(lender, responses, by, who)
             return {}
         detailed = self._envelope(view, lender)
         if view.state == "completed":  # as the agent tool's own result
@@ -177,7 +177,7 @@ class McpTasks:
                 out.update(status="input_required", inputRequests=asks)
         return out
 
-    async def _answer(self, lender: Parked, responses: dict[str, Any], by: str) -> None:
+    async def _answer(self, lender: Parked, responses: dict[str, Any], by: str, who: Caller | None = None) -> None:
         for request_id, answer in responses.items():
             if not isinstance(answer, dict) or request_id in lender.answered:
                 continue  # ids it never asked, or asked and answered already, are ignored
@@ -186,7 +186,7 @@ class McpTasks:
                 lender.answer_sample(request_id, answer)
             elif request_id in lender.asks and self.approvals is not None:
                 lender.answered.add(request_id)
-                await decide(self.approvals, request_id, answer, by=by)
+                await decide(self.approvals, request_id, answer, by=by, who=who)
 
     def _forget_finished(self) -> None:
         now = time.time()
