@@ -62,6 +62,12 @@ CREATE INDEX conversation_messages_by_context ON conversation_messages (context_
 """]
 _DROP_OLDEST = ("DELETE FROM {table} WHERE context_id NOT IN (SELECT context_id FROM {table} "
                 "GROUP BY context_id ORDER BY MAX(seq) DESC LIMIT ?)")
+# Each key past its share loses its own least recently used first, so one key's traffic
+# does not push the others' conversations out of the global bound.
+_OVER_SHARE = ("SELECT owner FROM {table} WHERE owner NOT IN ('admin', 'local') GROUP BY owner "
+               "HAVING count(DISTINCT context_id) > ?")
+_DROP_OWNERS_OLDEST = ("DELETE FROM {table} WHERE owner = ? AND context_id NOT IN (SELECT context_id FROM {table} "
+                       "WHERE owner = ? GROUP BY context_id ORDER BY MAX(seq) DESC LIMIT ?)")
 
 
 class Message(msgspec.Struct, frozen=True):
@@ -86,6 +92,7 @@ class Conversations:
     ) -> None:
         self.path = Path(path) if path else None
         self.max_contexts = max_contexts
+        self.max_contexts_per_owner = max(1, max_contexts // 10)  # one key's share
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self._pg = PgSql(db) if db is not None else None
@@ -211,12 +218,12 @@ class Conversations:
             "the conversation was not deleted")
 
     async def _housekeeping(self) -> None:
-        """Drop the least recently used conversations beyond ``max_contexts`` (every A2A
-        task or MCP call without a context starts one). SQLite: in a worker thread on its
-        own connection, then a WAL checkpoint (it fsyncs); PostgreSQL: one statement."""
+        """Drop each key's least recently used conversations beyond its share
+        (``max_contexts_per_owner``), then the least recently used beyond ``max_contexts``
+        (every A2A task or MCP call without a context starts one). SQLite: in a worker
+        thread on its own connection, then a WAL checkpoint (it fsyncs); PostgreSQL: one transaction."""
         if self._pg is not None:
-            await self._pg.run(lambda tx: tx.execute(_DROP_OLDEST.format(table=self._table), (self.max_contexts,)),
-                               "the conversations could not be trimmed")
+            await self._pg.run(lambda tx: self._drop_oldest(tx, self._table), "the conversations could not be trimmed")
         else:
             await trio.to_thread.run_sync(self._checkpoint)
 
@@ -224,10 +231,15 @@ class Conversations:
         db = sqlite3.connect(self.path, timeout=10.0)  # type: ignore[arg-type]
         try:
             with db:
-                db.execute(_DROP_OLDEST.format(table="messages"), (self.max_contexts,))
+                self._drop_oldest(db, "messages")
             db.execute("PRAGMA wal_checkpoint(PASSIVE)")
         finally:
             db.close()
+
+    def _drop_oldest(self, tx: Any, table: str) -> None:
+        for (owner,) in tx.execute(_OVER_SHARE.format(table=table), (self.max_contexts_per_owner,)).fetchall():
+            tx.execute(_DROP_OWNERS_OLDEST.format(table=table), (owner, owner, self.max_contexts_per_owner))
+        tx.execute(_DROP_OLDEST.format(table=table), (self.max_contexts,))
 
     @staticmethod
     def message(role: str, agent: str, content: str) -> Message:

@@ -94,6 +94,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
+OWNER_NAMES = frozenset({"admin", "local"})  # the owner's tasks (api_key, tern's own user): no share to keep
+
+
 class A2aError(RpcError):
     """An A2A error: an ``RpcError`` whose code its class names (``protocol.ERRORS``
     names each code), so every binding answers it as it answers any RpcError."""
@@ -164,10 +167,10 @@ class TaskReport:
         self._engine, self._entry = engine, entry
 
     @property
-    def who(self) -> Caller:
-        """The caller whose message this turn answers (for a task loaded from the store,
-        its owner with no scopes: it may go on with its own conversation only)."""
-        return self._entry.who or Caller(self._entry.task.owner, frozenset())
+    def who(self) -> Caller | None:
+        """The caller whose message this turn answers (None: one trusted with every right,
+        as the engine was called without a caller)."""
+        return self._entry.who
 
     @property
     def new_context(self) -> bool:
@@ -288,9 +291,13 @@ class TaskEngine:
         max_subscribers: int = 32,
         on_change: Callable[[Task], None] | None = None,
         on_evict: Callable[[str], None] | None = None,
+        max_tasks_per_caller: int = 0,
     ) -> None:
+        """``max_tasks_per_caller``: what one key's tasks may hold of the store (0: a tenth
+        of ``max_tasks``); past it the key's own oldest finished task goes, never another's."""
         self.runner = runner
         self.max_tasks = max_tasks
+        self.max_tasks_per_caller = max_tasks_per_caller or max(1, max_tasks // 10)
         self.max_task_bytes = max_task_bytes
         self.max_store_bytes = max_store_bytes
         self.max_subscribers = max_subscribers
@@ -438,6 +445,7 @@ class TaskEngine:
             message.context_id, message.task_id = task.context_id, task.id
             size = TASK_OVERHEAD + len(task.id) + len(task.context_id) + len(agent) + size_of(message)
             self._check_task_size(task, size, "the message")
+            self._share_of(task.owner)
             self._make_room(size)
             entry = _Entry(task, size)
             entry.new_context = not message_context
@@ -587,6 +595,24 @@ class TaskEngine:
         self._make_room(added, keep=entry)
         entry.size += added
         self.bytes += added
+
+    def _share_of(self, owner: str) -> None:
+        """Hold a key's tasks to its share of the store: at its share, its own oldest
+        finished task goes (so one key's traffic never evicts another's); with none
+        finished, ``StoreFull`` for that key alone. The owner's tasks are not counted."""
+        if owner in OWNER_NAMES or len(self._tasks) < self.max_tasks_per_caller:
+            return  # cheap on the hot path: no key can be at its share yet
+        theirs = [task_id for task_id, e in self._tasks.items() if e.task.owner == owner]
+        if len(theirs) < self.max_tasks_per_caller:
+            return
+        victim = next((task_id for task_id in theirs if (e := self._tasks[task_id]).task.terminal
+                       and not e.subscribers), None)
+        if victim is None:
+            raise StoreFull(f"the key {owner!r} holds {len(theirs)} unfinished tasks, its share of this tern "
+                            f"([a2a] max_tasks_per_caller); try again when some finish")
+        self.bytes -= self._tasks.pop(victim).size
+        if self.on_evict is not None:
+            self.on_evict(victim)
 
     def _make_room(self, size: int = 0, *, keep: _Entry | None = None) -> None:
         """Evict terminal tasks, oldest first, until one more task (``keep`` is None)
