@@ -19,6 +19,8 @@ def add_commands(commands: Commands) -> None:
     check.add_argument("path", nargs="?", help="the file to check (default: the one tern would use)")
     show = sub.add("show", cmd_config_show, "print the effective config, secrets masked")
     show.add_argument("--json", action="store_true", help="print JSON instead of TOML")
+    show.add_argument("--secrets", action="store_true",
+                      help="show the file's values as they are: MCP servers' args, env and URLs, keys (for the owner)")
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
@@ -106,12 +108,17 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     from runtime.config import dump_toml, load_config, masked
 
     loaded = load_config(getattr(args, "config", None))
-    data = masked(loaded.config)
+    if getattr(args, "secrets", False):
+        import msgspec
+
+        data = msgspec.to_builtins(loaded.config)
+    else:
+        data = masked(loaded.config)
     if args.json:
         import json
 
         print(json.dumps(data, indent=2))
     else:
-        print(f"# effective config from {loaded.label} (secrets masked)")
+        print(f"# effective config from {loaded.label} ({'secrets shown' if args.secrets else 'secrets masked'})")
         print(dump_toml(data), end="")
     return 0

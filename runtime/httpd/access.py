@@ -129,12 +129,14 @@ def _host_name(value: str) -> str:
 
 
 def peer_is_owner(peer: tuple[str, int], local: tuple[str, int]) -> bool:
-    """Whether the loopback client socket ``peer`` belongs to this process's OS user."""
+    """Whether the loopback client socket ``peer`` belongs to this process's OS user, and
+    is not one of tern's own outbound sockets (a ``web_fetch`` pointed at tern): those are
+    never the owner, whatever fed them the URL (``net.peer.is_outbound``)."""
     import os
 
-    from runtime.net.peer import loopback_peer_uid
+    from runtime.net.peer import is_outbound, loopback_peer_uid
 
-    return os.name == "posix" and loopback_peer_uid(peer, local) == os.geteuid()
+    return os.name == "posix" and not is_outbound(peer) and loopback_peer_uid(peer, local) == os.geteuid()
 
 
 class Access:

@@ -97,6 +97,16 @@ class RateLimiter:
             self._sweep(now)
         return 0.0
 
+    def peek(self, key: str, cost: float = 1.0) -> float:
+        """What ``check`` would answer, recording nothing (a look before work whose
+        outcome decides whether it is spent: a webhook's failures)."""
+        if self._unlimited:
+            return 0.0
+        now = self._clock()
+        tat = self._tats.get(key)
+        wait = (now if tat is None or tat < now else tat) + cost * self._interval - now - self._tolerance
+        return wait if wait > self._slack else 0.0
+
     def _sweep(self, now: float) -> None:
         """Drop idle keys; if more than 90% of ``max_keys`` remain, drop the
         oldest-inserted down to 90%.

@@ -22,6 +22,7 @@ import trio
 
 from runtime.errors import TernTimeout
 from runtime.net.guard import AddressPolicy, BlockedAddress, resolve_checked
+from runtime.net.peer import mark_outbound
 from runtime.net.tls import ssl_context
 
 __all__ = ["GuardedBackend", "make_client", "reason"]
@@ -77,11 +78,14 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
             if remaining <= 0:
                 break
             try:
-                return await self._inner.connect_tcp(
+                stream = await self._inner.connect_tcp(
                     address, port, timeout=None if math.isinf(remaining) else remaining,
                     local_address=local_address, socket_options=socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
                 last = error
+            else:
+                mark_outbound(stream.get_extra_info("socket"))  # tern's own server never takes it for the owner
+                return stream
         if last is None:
             raise httpcore.ConnectTimeout(f"connecting to {host} took longer than {timeout} s")
         raise last

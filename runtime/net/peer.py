@@ -17,8 +17,10 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import weakref
+from typing import Any
 
-__all__ = ["loopback_peer_uid", "lookup_enabled", "listener_uid", "PEER_UID_ENV"]
+__all__ = ["loopback_peer_uid", "lookup_enabled", "listener_uid", "PEER_UID_ENV", "mark_outbound", "is_outbound"]
 
 PEER_UID_ENV = "TERN_PEER_UID"
 MAX_PROC_BYTES = 8 * 1024 * 1024  # ~55,000 sockets; past that the peer counts as unknown
@@ -81,6 +83,36 @@ def loopback_peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | No
                      _hex(local[0].split("%")[0], local[1], v6), False)
     except (OSError, ValueError, struct.error):
         return None
+
+
+#: tern's own open outbound sockets by local address (``mark_outbound``); weak, so a closed
+#: and collected socket leaves by itself, and bounded by the sockets tern holds open.
+_OUTBOUND: weakref.WeakValueDictionary[tuple[str, int], Any] = weakref.WeakValueDictionary()
+
+
+def _key(address: tuple[str, int]) -> tuple[str, int]:
+    host = address[0].split("%")[0]
+    return (_unmapped(host) or host, address[1])
+
+
+def mark_outbound(sock: Any) -> None:
+    """Remember a socket tern itself opened (every outbound HTTP connection: the guarded
+    backend calls this), so that tern's own server never takes it for the owner."""
+    try:
+        _OUTBOUND[_key(sock.getsockname()[:2])] = sock
+    except (OSError, TypeError, AttributeError, IndexError):
+        pass  # a socket that cannot say its address, or takes no weak reference: nothing to mark
+
+
+def is_outbound(peer: tuple[str, int]) -> bool:
+    """Whether the client ``peer`` is one of tern's own open outbound sockets (a model's
+    ``web_fetch`` of tern's own API, an A2A peer entry that points back at tern): such a
+    client has tern's uid, but it speaks for whatever fed it the URL, never for the owner."""
+    sock = _OUTBOUND.get(_key(peer))
+    try:
+        return sock is not None and sock.fileno() != -1
+    except OSError:
+        return False
 
 
 def listener_uid(host: str, port: int) -> int | None:

@@ -151,14 +151,17 @@ class ExternalAgents:
         return RemoteReply(reply_text(result), result.context_id or context_id or "", "completed")
 
     def statuses(self) -> list[dict[str, Any]]:
+        """Each peer's state, its URLs masked as the config's are (a token in a path or query)."""
+        from runtime.config.dump import mask_url
+
         return [
             {
                 "name": name,
-                "url": peer.entry.url,
+                "url": mask_url(peer.entry.url),
                 "state": peer.state,
                 "error": peer.error,
                 "dialect": peer.remote.dialect if peer.remote else None,
-                "endpoint": peer.remote.url if peer.remote else None,
+                "endpoint": mask_url(peer.remote.url) if peer.remote else None,
             }
             for name, peer in self.peers.items()
         ]

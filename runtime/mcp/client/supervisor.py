@@ -35,6 +35,7 @@ import msgspec
 import trio
 
 from runtime.config import Config, McpServerEntry, masked, oauth_of
+from runtime.config.dump import mask_urls
 from runtime.errors import ConnectionLost, TernError, UnknownTool, single_leaf
 from runtime.log import get_logger
 from runtime.mcp import names as mcp_names
@@ -514,7 +515,7 @@ def servers_report(config: Config, supervisor: Any) -> dict[str, Any]:
         tools = by_server.get(status.name, [])
         connected.append({"name": status.name, "tools_count": len(tools), "tools": tools,
                           "connected": status.state == "ready", "state": status.state,
-                          "last_error": status.last_error, "restarts": status.restarts,
+                          "last_error": mask_urls(status.last_error), "restarts": status.restarts,
                           "protocol_version": status.protocol_version, "pid": status.pid})
     return {"configured": masked(config).get("mcp_servers", []), "connected": connected}
 
