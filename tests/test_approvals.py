@@ -279,3 +279,39 @@ def test_a_run_on_a_terminal_asks_inline(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
     [resolved] = [r for r in records if r["kind"] == "approval_resolved"]
     assert (resolved["channel"], resolved["scope"]) == ("terminal", "always")
+
+
+def test_approvals_rules_lists_whom_each_rule_is_for_and_who_made_it(tmp_path):
+    """``tern approvals rules``: a rule a key made for its own runs says so, and the
+    owner's rule is for every caller; ``--forget-rules --caller`` removes one key's."""
+    import trio
+
+    from runtime.config.keys import Caller
+    from runtime.kernel.approvals import Approvals
+
+    config = write_config(tmp_path)
+    (tmp_path / "state").mkdir(mode=0o700, exist_ok=True)
+    approvals = Approvals(tmp_path / "state" / "approvals.sqlite3", timeout_secs=60,
+                          self_approval=lambda origin: origin == "mcp")
+
+    async def make_rules() -> None:
+        async with trio.open_nursery() as nursery:
+            for key, origin, who in (("mallory", "mcp", Caller("mallory", frozenset({"mcp"}))), ("admin", "", None)):
+                nursery.start_soon(lambda k=key, o=origin: approvals.request("bot", "shell_exec", {}, "d", key=k,
+                                                                          origin=o))
+                while not (pending := await approvals.list()):
+                    await trio.sleep(0.01)
+                await approvals.decide(pending[0].id, True, scope="always", who=who, by="test")
+                while await approvals.list():
+                    await trio.sleep(0.01)
+
+    trio.run(make_rules)
+    approvals.close()
+    listed = json.loads(tern("approvals", "rules", "--json", "--config", config).stdout)["rules"]
+    assert sorted((r["caller"], r["made_by"]) for r in listed) == [("everyone", "test"), ("mallory", "mallory")]
+    text = tern("approvals", "rules", "--config", config).stdout
+    assert "for the key 'mallory''s runs (made by mallory" in text and "for every caller" in text
+    forgot = tern("approvals", "--forget-rules", "--caller", "mallory", "--config", config)
+    assert "forgot 1 persisted decision" in forgot.stdout
+    left = json.loads(tern("approvals", "rules", "--json", "--config", config).stdout)["rules"]
+    assert [r["caller"] for r in left] == ["everyone"]

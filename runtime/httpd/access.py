@@ -128,15 +128,23 @@ def _host_name(value: str) -> str:
     return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
 
 
-def peer_is_owner(peer: tuple[str, int], local: tuple[str, int]) -> bool:
-    """Whether the loopback client socket ``peer`` belongs to this process's OS user, and
-    is not one of tern's own outbound sockets (a ``web_fetch`` pointed at tern): those are
-    never the owner, whatever fed them the URL (``net.peer.is_outbound``)."""
+#: The ways in tern's own outbound sockets may use as the owner (tern as an A2A or MCP
+#: client of itself, POSTs a model's ``web_fetch`` cannot make); the API, the dashboard's
+#: and the hooks' routes never take them for the owner.
+SELF_WAYS = frozenset({"a2a", "mcp"})
+
+
+def peer_is_owner(peer: tuple[str, int], local: tuple[str, int]) -> str:
+    """Who the loopback client socket ``peer`` is: ``"owner"`` (this process's OS user),
+    ``"self"`` (one of tern's own outbound sockets, ``net.peer.is_outbound``: our uid, but
+    speaking for whatever fed it a URL, so the owner only on ``SELF_WAYS``), or ``""``."""
     import os
 
     from runtime.net.peer import is_outbound, loopback_peer_uid
 
-    return os.name == "posix" and not is_outbound(peer) and loopback_peer_uid(peer, local) == os.geteuid()
+    if os.name != "posix" or loopback_peer_uid(peer, local) != os.geteuid():
+        return ""
+    return "self" if is_outbound(peer) else "owner"
 
 
 class Access:

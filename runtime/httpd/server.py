@@ -49,7 +49,7 @@ import trio
 from runtime import tracing
 from runtime.config import ServerConfig
 from runtime.errors import TernError, single_leaf
-from runtime.httpd.access import Access, certificate_subject, client_key, is_loopback, peer_is_owner
+from runtime.httpd.access import SELF_WAYS, Access, certificate_subject, client_key, is_loopback, peer_is_owner
 from runtime.httpd.metrics import method_label
 from runtime.httpd.messages import HttpError, Request, Response, StreamResponse, error_body, error_headers
 from runtime.httpd.router import Route, Router
@@ -143,7 +143,7 @@ class _Connection:
     def __init__(self, stream: trio.SocketStream, client: tuple[str, int], key: str, max_header_bytes: int) -> None:
         self.stream: trio.abc.Stream = stream  # an SSLStream over it once TLS is on
         self.sock = stream.socket
-        self.same_user: bool | None = None  # the client socket is our OS user's: looked up once, when needed
+        self.same_user: str | None = None  # "owner", "self" (tern's own socket) or "": looked up once, when needed
         self.subject: str | None = None  # the verified TLS client certificate's subject (RFC 4514), if any
         self.fd = -1  # plain TCP only: the socket's fd, for the direct first write (HttpServer._send)
         self.client = client
@@ -443,7 +443,8 @@ class HttpServer:
             if key_required:
                 if conn.same_user is None and conn.loopback and self.access.needs_peer_owner:
                     conn.same_user = self._peer_is_owner(conn)
-                request.caller = self.access.authenticate(request, conn.loopback, conn.same_user is True,
+                same = conn.same_user == "owner" or conn.same_user == "self" and route.way in SELF_WAYS
+                request.caller = self.access.authenticate(request, conn.loopback, same,
                                                           conn.subject).entering(route.way)
                 self.access.check_scope(request.caller, route.scope, route.path)
             if route.websocket:
@@ -500,12 +501,12 @@ class HttpServer:
                         request.client[0], request.caller.name if request.caller is not None else "-")
 
     @staticmethod
-    def _peer_is_owner(conn: _Connection) -> bool:
+    def _peer_is_owner(conn: _Connection) -> str:
         """Once per connection (no key configured): is the loopback client's socket ours?"""
         try:
             local = conn.sock.getsockname()[:2]
         except OSError:
-            return False
+            return ""
         return peer_is_owner(conn.client, local)
 
     async def _read_body(self, conn: _Connection, request: Request, limit: int) -> None:

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from runtime.config.keys import Caller
-from runtime.errors import ApprovalClosed, StorageError, UnknownApproval, UsageError
+from runtime.errors import ApprovalClosed, Forbidden, StorageError, UnknownApproval, UsageError
 from runtime.kernel.approvals import CHANNEL, MAX_ARGUMENT_BYTES, ORPHANED, Approvals
 from runtime.kernel.conversations import Conversations
 from runtime.pg import Database, DatabaseUnavailable
@@ -168,6 +168,27 @@ async def test_rules_decided_on_one_node_apply_on_every_node(store: Store) -> No
     assert [r["tool"] for r in await b.rules()] == ["tool_always"]
 
 
+async def test_a_callers_own_rule_applies_to_its_runs_only_on_every_node(store: Store) -> None:
+    """A key that may decide for itself makes rules for its own runs: the other node reads
+    them for that key alone, a deny for everyone still wins, and each rule names its maker."""
+    mcp_bob = Caller("bob", frozenset({"mcp"}), way="mcp")
+    async with trio.open_nursery() as nursery:
+        a = await store.approvals(nursery, "a", self_approval=lambda origin: origin == "mcp")
+        b = await store.approvals(nursery, "b", self_approval=lambda origin: origin == "mcp")
+        ended: list = []
+        nursery.start_soon(partial(ask, a, ended, "bot", "shell_exec", {}, "d1", key="bob", origin="mcp"))
+        [pending] = await waiting(b)
+        await b.decide(pending.id, True, scope="always", who=mcp_bob, by="mcp:bob")
+        with trio.fail_after(5):
+            while not ended:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert await a.remembered("bot", "shell_exec", "d9", "bob") == "allow"
+    assert await a.remembered("bot", "shell_exec", "d9", "alice") is None
+    assert await a.remembered("bot", "shell_exec", "d9", "admin") is None
+    assert [(r["caller"], r["made_by"]) for r in await b.rules()] == [("bob", "bob")]
+
+
 async def test_a_question_is_answered_on_one_node_and_taken_once_on_another(store: Store) -> None:
     async with trio.open_nursery() as nursery:
         a = await store.approvals(nursery, "a")
@@ -216,7 +237,9 @@ async def test_ownership_bounds_and_hostile_ids(store: Store) -> None:
                 await b.decide(hostile, True)
         with pytest.raises(UsageError):
             await b.decide(bobs, True, scope="forever")
-        await b.decide(bobs, False, who=BOB, reason="r" * 5000)
+        with pytest.raises(Forbidden):  # its own, but no way in lets bob decide for himself
+            await b.decide(bobs, False, who=BOB)
+        await b.decide(bobs, False, who=OPS, reason="r" * 5000)
         assert len((await a.get(bobs)).reason) == 1000
         nursery.cancel_scope.cancel()
 
