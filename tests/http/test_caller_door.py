@@ -159,9 +159,14 @@ async def test_a_callers_always_reaches_no_other_caller(autojump_clock):
     assert (rule["caller"], rule["made_by"]) == ("mallory", "mallory")
 
 
-async def test_no_read_route_shows_an_mcp_servers_secrets(served):
-    """Attack 3: args and URLs are masked in every view; ``tern config show --secrets`` is the owner's way."""
+async def test_no_read_route_shows_an_mcp_servers_secrets(served, caplog):
+    """Attack 3: args and URLs are masked in every view (and in the log's errors);
+    ``tern config show --secrets`` is the owner's way."""
     node, url = served
+    caplog.set_level("INFO", logger="tern")
+    with trio.fail_after(10):
+        while not any(s.last_error for s in node.kernel.mcp.statuses() if s.name == "remote"):
+            await trio.sleep(0.05)
     async with keyed(url, "reader") as reader, keyed(url, "admin") as admin:
         for client, path in ((reader, "/api/mcp/servers"), (reader, "/api/status"), (admin, "/api/config"),
                              (admin, "/api/mcp/servers")):
@@ -169,6 +174,7 @@ async def test_no_read_route_shows_an_mcp_servers_secrets(served):
             assert DB_PASSWORD not in body and URL_TOKEN not in body, (path, body[:300])
         shown = (await admin.get("/api/mcp/servers")).json()["configured"]
         assert shown[0]["transport"]["args"][1:] == ["--password", "********"]
+    assert DB_PASSWORD not in caplog.text and URL_TOKEN not in caplog.text
 
 
 async def test_a_hostile_client_cannot_spend_a_webhooks_budget_or_learn_its_name(served):
@@ -304,7 +310,6 @@ async def test_every_way_in_stops_a_narrow_key_at_its_one_agent(served):
     one = {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
     old = {"message": {"kind": "message", "messageId": "m2", "role": "user", "parts": [{"kind": "text", "text": "x"}]}}
     rest_body = {"message": {"messageId": "m3", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
-    seed = {"id": "seed-1", "message": {"role": "user", "parts": [{"type": "text", "text": "hi"}]}}
 
     def ways(agent: str) -> list[tuple[str, str, dict, dict]]:
         return [("POST", f"/api/agents/{agent}/message", {"message": "hi"}, {}),

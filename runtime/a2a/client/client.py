@@ -28,6 +28,7 @@ import httpx
 import trio
 
 from runtime import __version__, tracing
+from runtime.config.dump import mask_url
 from runtime.a2a import protocol
 from runtime.a2a.client import requests
 from runtime.a2a.client.card_trust import MAX_JWKS_BYTES, CardRefused, CardTrust
@@ -413,8 +414,8 @@ def _transport_error(exc: httpx.HTTPError, url: str) -> TernError:
             return chain
         chain = chain.__cause__ or chain.__context__
     if isinstance(exc, httpx.TimeoutException):
-        return A2aTimeout(f"{url}: timed out ({type(exc).__name__})")
-    return A2aClientError(f"cannot reach {url}: {reason(exc)}")
+        return A2aTimeout(f"{mask_url(url)}: timed out ({type(exc).__name__})")
+    return A2aClientError(f"cannot reach {mask_url(url)}: {reason(exc)}")
 
 
 def _traced(headers: dict[str, str]) -> dict[str, str]:

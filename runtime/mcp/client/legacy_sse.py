@@ -15,6 +15,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import trio
 
+from runtime.config.dump import mask_url
 from runtime.config import SseTransport as SseConfig
 from runtime import tracing
 from runtime.errors import ConnectionLost, ProtocolError
@@ -106,7 +107,8 @@ class LegacySseTransport(HttpTransportBase):
                 self._ended = "the event stream ended"
             except httpx.HTTPError as exc:
                 if not started:
-                    raise ConnectionLost(f"MCP server '{self.name}': cannot reach {self.url}: {reason(exc)}") from None
+                    raise ConnectionLost(f"MCP server '{self.name}': cannot reach {mask_url(self.url)}: "
+                                         f"{reason(exc)}") from None
                 self._ended = f"the event stream broke: {exc}"
             except AuthError as exc:
                 if not started:

@@ -30,6 +30,7 @@ import msgspec
 import trio
 from msgspec import UNSET
 
+from runtime.config.dump import mask_url
 from runtime.config import HttpTransport as HttpConfig, oauth_of
 from runtime.errors import ProtocolError
 from runtime.mcp.client.oauth.model import AuthError, AuthRequired, NotOAuth
@@ -330,9 +331,9 @@ class StreamableHttpTransport(HttpTransportBase):
                 except _NoAnswer as exc:
                     await self._fail(request, str(exc))
                 except httpx.TransportError as exc:
-                    await self._fail(request, f"cannot reach {self.url}: {reason(exc)}")
+                    await self._fail(request, f"cannot reach {mask_url(self.url)}: {reason(exc)}")
                     if isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError)):
-                        self._break(f"cannot reach {self.url}: {reason(exc)}")
+                        self._break(f"cannot reach {mask_url(self.url)}: {reason(exc)}")
                 except (ProtocolError, AuthError) as exc:  # e.g. an oversized SSE event, a failed login
                     await self._fail(request, str(exc))
                     if isinstance(exc, AuthRequired):
@@ -387,7 +388,7 @@ class StreamableHttpTransport(HttpTransportBase):
     def _no_answer_text(self, response: httpx.Response) -> str:
         status = response.status_code
         if status in (401, 403):
-            return (f"HTTP {status} from {self.url}: the server wants credentials "
+            return (f"HTTP {status} from {mask_url(self.url)}: the server wants credentials "
                     "(set headers in [mcp_servers.transport])")
         if status >= 400:
             return f"HTTP {status} from {self.url}"
