@@ -5,6 +5,7 @@ failing on the code before the kernel's door (``kernel.door``) and passing now."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,7 +14,7 @@ import trio
 from runtime.config import (A2aConfig, AgentConfig, Config, GovernanceConfig, McpServerEntry, ModelConfig,
                             ServerConfig, StateConfig, TriggerConfig)
 from runtime.config.keys import Caller
-from runtime.config.schema import ApprovalRule, HttpTransport, KeyConfig, StdioTransport
+from runtime.config.schema import AgentPrompt, ApprovalRule, HttpTransport, KeyConfig, StdioTransport
 from runtime.errors import Forbidden
 from runtime.kernel.approvals import Approvals
 from tests.http.keyed import ADMIN, start
@@ -30,7 +31,9 @@ def door_config(tmp_path, **extra) -> Config:
     ``agent_send``), ``asking`` (calls ``time_now``, which a rule says to ask about); a
     webhook trigger without a secret on ``other``; MCP servers whose args and URL hold
     secrets; keys limited to one agent and one scope each."""
-    agents = [AgentConfig(name="echo", kind="echo"), AgentConfig(name="other", kind="echo"),
+    agents = [AgentConfig(name="echo", kind="echo", prompts=[AgentPrompt(name="hi")]),
+              AgentConfig(name="other", kind="echo", resources=["*.md"], prompts=[AgentPrompt(name="secret")],
+                          workspace=str(tmp_path / "ws-other")),
               AgentConfig(name="relay", kind="tool", tool="agent_send"),
               AgentConfig(name="asking", kind="tool", tool="time_now")]
     keys = [KeyConfig(name="echo-msg", key=KEYS["echo-msg"], scopes=["message"], agents=["echo"]),
@@ -93,17 +96,28 @@ async def test_an_agent_acts_for_its_caller_never_above_it(served):
     assert [r["agent"] for r in sent] == ["relay"]  # other never ran
 
 
+async def _session(client: httpx.AsyncClient) -> dict:
+    headers = {"MCP-Protocol-Version": "2025-11-25", "Accept": "application/json, text/event-stream"}
+    init = await client.post("/mcp", headers=headers, json={
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    headers["Mcp-Session-Id"] = init.headers["mcp-session-id"]
+    await client.post("/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return headers
+
+
 async def test_an_mcp_key_lists_and_calls_only_its_agents(served):
     """Attack 1c: ``mcp`` with ``agents = ["echo"]`` sees and calls tern_agent_echo alone."""
     node, url = served
+    workspace = Path(node.config.agents[1].workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "notes.md").write_text("other's notes")
+    async with keyed(url, "admin") as admin:  # the owner sees them: what the narrow key misses is there
+        owners = await _session(admin)
+        assert "notes.md" in (await admin.post("/mcp", headers=owners, json={
+            "jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {}})).text
     async with keyed(url, "echo-mcp") as narrow:
-        headers = {"MCP-Protocol-Version": "2025-11-25", "Accept": "application/json, text/event-stream"}
-        init = await narrow.post("/mcp", headers=headers, json={
-            "jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                       "clientInfo": {"name": "t", "version": "1"}}})
-        headers["Mcp-Session-Id"] = init.headers["mcp-session-id"]
-        await narrow.post("/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        headers = await _session(narrow)
         listed = (await narrow.post("/mcp", headers=headers,
                                     json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).json()
         assert [t["name"] for t in listed["result"]["tools"]] == ["tern_agent_echo"]
@@ -112,6 +126,18 @@ async def test_an_mcp_key_lists_and_calls_only_its_agents(served):
                                      json={"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                                            "params": {"name": tool, "arguments": {"message": "x"}}})
             assert call.status_code == 200 and "-32602" in call.text, call.text
+        async def rpc(method: str, params: dict, name: str = "") -> str:
+            extra = {"Mcp-Method": method, **({"Mcp-Name": name} if name else {})}
+            answer = await narrow.post("/mcp", headers={**headers, **extra},
+                                       json={"jsonrpc": "2.0", "id": 9, "method": method, "params": params})
+            return answer.text
+
+        other_file = "tern://agent/other/notes.md"
+        assert "notes.md" not in await rpc("resources/list", {})
+        assert "Resource not found" in await rpc("resources/read", {"uri": other_file}, other_file)
+        listed_prompts = await rpc("prompts/list", {})
+        assert "echo/hi" in listed_prompts and "other/secret" not in listed_prompts
+        assert "no prompt named" in await rpc("prompts/get", {"name": "other/secret"}, "other/secret")
         ok = await narrow.post("/mcp", headers={**headers, "Mcp-Method": "tools/call", "Mcp-Name": "tern_agent_echo"},
                                json={"jsonrpc": "2.0", "id": 4, "method": "tools/call",
                                      "params": {"name": "tern_agent_echo", "arguments": {"message": "x"}}})

@@ -41,6 +41,7 @@ from runtime.errors import RpcError, TernTimeout
 from runtime.wire.limits import check_name
 from runtime.log import get_logger
 from runtime.ports import ApprovalPort, Caller, ContentPort, EventPort, TaskPort, ToolPort
+from runtime.mcp.server import reach
 from runtime.mcp.server.catalog import HANDSHAKE_ONLY, METHODS as CATALOG_METHODS, Catalog
 from runtime.mcp.server.asking import Asker, decide, elicitation, wants_form
 from runtime.mcp.server.ask_call import AskStates, ask_handshake, ask_modern, conclude, error_result
@@ -223,10 +224,13 @@ class McpServer:
                                                     f"{MODERN_VERSION}, put {META_VERSION} in params._meta)")
         if method == "tools/list":
             return self._tools_page(params, peer)
+        if method in CATALOG_METHODS:
+            reach.check(method, params, peer.caller, self.catalog.prompts, modern=False)
         if method == "prompts/get" and (ask := self.catalog.prompts.ask(params.get("name"))) is not None:
             return await self._prompt(request.id, ask, params, peer, notify, None)
         if method in CATALOG_METHODS:
-            return await self.catalog.handle(method, params, peer.subscriptions, modern=False)
+            return reach.filtered(method, await self.catalog.handle(method, params, peer.subscriptions, modern=False),
+                                  peer.caller, self.catalog.prompts)
         if method == "logging/setLevel":
             level = params.get("level")
             if level not in LOG_LEVELS:
@@ -258,6 +262,8 @@ class McpServer:
         if not isinstance(meta.get(META_CAPABILITIES), dict):
             raise RpcError(jsonrpc.INVALID_PARAMS, f"_meta[{META_CAPABILITIES!r}] (an object) is required")
         method = request.method
+        if method in CATALOG_METHODS:  # what of the catalog this caller may reach (the tools' rule)
+            reach.check(method, params, peer.caller, self.catalog.prompts, modern=True)
         if method == "server/discover":
             result = {"supportedVersions": [MODERN_VERSION, *HANDSHAKE_VERSIONS],
                       "capabilities": self.modern_capabilities,
@@ -281,7 +287,8 @@ class McpServer:
         elif method == "prompts/get" and (ask := self.catalog.prompts.ask(params.get("name"))) is not None:
             result = await self._prompt(request.id, ask, params, peer, notify, meta)
         elif method in CATALOG_METHODS and method not in HANDSHAKE_ONLY:
-            result = await self.catalog.handle(method, params, None, modern=True)
+            result = reach.filtered(method, await self.catalog.handle(method, params, None, modern=True),
+                                    peer.caller, self.catalog.prompts)
         else:
             raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {method}")
         result.setdefault("resultType", "complete")
@@ -451,8 +458,8 @@ class McpServer:
               forms: bool) -> dict[str, Any] | None:
         """An agent call as a task of the A2A engine (``tasks.py``); None: call it now
         (not an agent, arguments the call itself should refuse, or no room)."""
-        if self.exposure.task_support(name) == "forbidden":
-            return None
+        if self.exposure.task_support(name) == "forbidden" or not self.exposure.reachable(name, peer.caller):
+            return None  # a tool this caller may not reach: the call itself says it is unknown
         resolved = self.exposure.resolve(name, arguments)
         if isinstance(resolved, str):
             return None  # the call itself says what is wrong
