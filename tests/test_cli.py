@@ -126,3 +126,16 @@ def test_logs_go_to_stderr_only(tmp_path, level):
     )
     assert done.returncode == 0
     assert "<bundled config.toml>: OK" in done.stdout
+
+
+def test_a_reader_that_leaves_early_is_not_an_error():
+    """``tern config show | head -c 1``: the pipe closes under tern's output. That is how a
+    pipe ends: exit 0 and nothing on stderr, not ``internal error: BrokenPipeError`` and 70."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for _ in range(20):
+        process = subprocess.Popen([sys.executable, "-m", "runtime", "config", "show"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env=env)
+        assert process.stdout.read(1)
+        process.stdout.close()
+        _, err = process.communicate(timeout=30)
+        assert process.returncode == 0 and b"BrokenPipe" not in err, err

@@ -78,7 +78,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
         setup_logging(getattr(args, "log_level", "warning"), getattr(args, "log_format", "text"))
     try:
-        sys.exit(handler(args))
+        code = handler(args)
+        sys.stdout.flush()  # here, where a closed pipe is still ours to answer (not at interpreter exit)
+        sys.exit(code)
     except KeyboardInterrupt:
         print("tern: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -88,11 +90,27 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         sys.exit(_report(exc, debug))
 
 
+def _reader_left() -> int:
+    """The reader of stdout went away (``tern status | head -1``): that is how a pipe
+    ends, not an error. Point stdout at /dev/null so the exit's flush cannot fail, and
+    exit 0."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def _report(exc: BaseException, debug: bool) -> int:
     """Print an error as one line (plus traceback with --debug); return the exit code."""
     from runtime.errors import TernError, single_leaf
 
     leaf = single_leaf(exc)
+    if isinstance(leaf, BrokenPipeError):
+        return _reader_left()
     if isinstance(leaf, KeyboardInterrupt):
         print("tern: interrupted", file=sys.stderr)
         return 130
