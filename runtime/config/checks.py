@@ -127,6 +127,7 @@ def find_problems(config: Config) -> list[str]:
             elif ".." in re.split(r"[\\/]", transport.command):
                 problems.append(f'{where}.transport.command: a ".." path component is not allowed, '
                                 f'got "{transport.command}"')
+
         else:
             problems += _url_problem(transport.url, f"{where}.transport.url")
             if transport.oauth is not None:

@@ -149,7 +149,23 @@ def load_config(explicit: str | None = None) -> LoadedConfig:
         raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
-    return LoadedConfig(parse_config(text, label, path.resolve().parent), label, path)
+    config = parse_config(text, label, path.resolve().parent)
+    _not_itself(config, label, path)
+    return LoadedConfig(config, label, path)
+
+
+def _not_itself(config: Config, label: str, path: Path) -> None:
+    """ConfigError for an ``[[mcp_servers]]`` entry that starts tern on this very config
+    (``config.itself``): tern would start tern after tern, each booting the next."""
+    from runtime.config.itself import itself
+    from runtime.config.schema import StdioTransport
+
+    for i, server in enumerate(config.mcp_servers):
+        transport = server.transport
+        if isinstance(transport, StdioTransport) and itself(transport.command, transport.args, transport.cwd, path):
+            raise ConfigError(f"{label}: mcp_servers[{i}] ({server.name!r}) starts tern on this config: tern would "
+                              "start tern after tern without end. Remove it (tern's agents are tern's already; "
+                              "`tern mcp` belongs in an assistant's config), or name another config with --config")
 
 
 def _toml_loads(text: str) -> dict[str, Any]:

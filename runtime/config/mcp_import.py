@@ -23,6 +23,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from runtime.config.itself import runs_tern
 from runtime.config.dump import toml_line
 from runtime.config.sentences import json_kind
 from runtime.errors import ConfigError, TernError
@@ -215,6 +216,9 @@ class _Importer:
             if ".." in re.split(r"[\\/]", command):
                 raise _Skip('command: a ".." path component is not allowed in tern; use an absolute path')
             args = [_arg(value, i) for i, value in enumerate(_typed(spec, "args", list, []))]
+            if runs_tern(command, args):
+                raise _Skip("it runs tern itself (the entry `tern setup` wrote): tern's agents are tern's already, "
+                            "and a tern that is its own MCP server starts tern after tern")
             cwd = _typed(spec, "cwd", str, "")
             lines.append(_line("command", command))
             if args:

@@ -29,6 +29,7 @@ from typing import Any
 
 import trio
 
+from runtime.config.itself import DEPTH_ENV, MAX_DEPTH, depth, runs_tern
 from runtime.config import StdioTransport as StdioConfig
 from runtime.errors import ConnectionLost
 from runtime.log import LogBudget, clean, get_logger, log_wire
@@ -79,8 +80,15 @@ class StdioTransport:
     async def start(self, nursery: trio.Nursery) -> None:
         """Spawn the process and start draining its stderr in ``nursery``."""
         argv = [self.config.command, *self.config.args]
+        deep = depth()
+        if deep >= MAX_DEPTH or deep and runs_tern(self.config.command, self.config.args):
+            why = "it runs tern, and this tern was itself started by a tern" if deep < MAX_DEPTH else \
+                f"this tern was started by {deep} terns' MCP servers already (a loop through a wrapper?)"
+            raise ConnectionLost(f"MCP server '{self.name}' not started: {why}; a tern that starts tern through "
+                                 "its own [[mcp_servers]] would start processes without end")
+        env = {**subprocess_env(self.env_names), DEPTH_ENV: str(deep + 1)}
         try:
-            self._process = await spawn(argv, env=subprocess_env(self.env_names), cwd=self.config.cwd or None)
+            self._process = await spawn(argv, env=env, cwd=self.config.cwd or None)
         except OSError as exc:
             raise ConnectionLost(f"cannot start MCP server '{self.name}' ({self.config.command}): "
                                  f"{exc.strerror or exc}") from None
