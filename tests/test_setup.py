@@ -102,7 +102,11 @@ def test_a_keyed_config_gets_a_note_on_sharing_the_daemon_and_a_bad_one_is_refus
     config = write_config(tmp_path)
     config.write_text(config.read_text().replace("[server]\n", '[server]\napi_key_env = "TERN_API_KEY"\n', 1))
     path = tmp_path / "mcp.json"
-    done = setup(tmp_path, "cursor", "--path", str(path), "--config", str(config))
+    unset = setup(tmp_path, "cursor", "--path", str(path), "--config", str(config))
+    assert unset.returncode == 0 and "API key" not in unset.stderr  # a variable that is unset is no key (the
+    # bundled config names TERN_API_KEY: every newcomer's case)
+    path.unlink()  # the entry exists now ("nothing to do"): write it anew, this time with the key set
+    done = setup(tmp_path, "cursor", "--path", str(path), "--config", str(config), TERN_API_KEY="k" * 24)
     assert done.returncode == 0 and '"env": {"TERN_API_KEY": "<the key>"} to the entry' in done.stderr
     assert "TERN_API_KEY" not in path.read_text()  # never a secret, nor its name, written for the user
     config.write_text(config.read_text() + "[[agents]]\nname = 'x'\nbogus = 1\n")

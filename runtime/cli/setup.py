@@ -210,8 +210,11 @@ def cmd_setup(args: argparse.Namespace) -> int:
 def _key_note(config: Any, entry: dict[str, Any]) -> None:
     """A keyed daemon refuses a ``tern mcp`` without the key (it then serves on its own):
     say how to share it, without writing the secret into the assistant's file."""
+    import os
+
     variable = config.server.api_key_env
-    if (variable or config.server.api_key) and variable not in entry.get("env", {}):
+    keyed = config.server.api_key or variable and os.environ.get(variable)  # a variable that is unset is no key
+    if keyed and variable not in entry.get("env", {}):
         shown = variable or "TERN_API_KEY"
         print(f'tern: this config has an API key: to let tern mcp share a running tern serve, add "env": '
               f'{{"{shown}": "<the key>"}} to the entry (without it, tern mcp serves from its own kernel)',
