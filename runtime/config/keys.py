@@ -112,6 +112,7 @@ class KeyTable:
         self._digests: list[tuple[bytes, Caller]] = []
         self._subjects: dict[str, Caller] = {}
         self._names: dict[str, Caller] = {}
+        self.has_api_key = False  # the owner's own key (api_key): without it, the owner is tern's OS user
 
     def __len__(self) -> int:
         return len(self._digests)
@@ -150,6 +151,7 @@ class KeyTable:
         table = cls()
         if api_key:
             table.add(digest(api_key), ADMIN)
+            table.has_api_key = True
         for entry in keys:
             caller = _caller_of(entry.name, entry.scopes, entry.agents, entry.tokens_per_hour,
                                 entry.requests_per_minute)

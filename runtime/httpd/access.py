@@ -16,7 +16,8 @@
   server), or one presenting the local token (``local-token`` in the state directory,
   0600: where the peer's uid cannot be told): the caller ``local``. Another local user gets a 401, a remote
   client a 403, unless ``allow_unauthenticated_remote`` is set (then anyone gets in,
-  and boot logs a warning).
+  and boot logs a warning). Named keys without an ``api_key`` do not lock the owner
+  out: tern's own OS user on loopback, sending no key, is still ``local``.
 - DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 sends
   ``Host: evil.example``. So on a loopback listener the Host must be a loopback name
   (or one of ``allowed_hosts``), and a browser ``Origin`` must be this server's own or
@@ -169,7 +170,7 @@ class Access:
     @property
     def needs_peer_owner(self) -> bool:
         """Whether a loopback request's answer depends on who owns the client socket."""
-        return not self.has_key and not self.allow_unauthenticated_remote
+        return not self.keys.has_api_key and not self.allow_unauthenticated_remote
 
     def authenticate(self, request: Request, client_is_loopback: bool, same_user: bool = False,
                      subject: str | None = None) -> Caller:
@@ -201,6 +202,8 @@ class Access:
                             "for it and its clients)",
                             [(b"www-authenticate", b'Bearer realm="tern"')])
         presented = self._presented(request)
+        if presented is None and same_user and client_is_loopback and not self.keys.has_api_key:
+            return LOCAL  # named keys but no api_key: tern's own OS user is still the owner (no key to lose)
         if presented is None:
             raise HttpError(401, f"an API key is required: Authorization: Bearer KEY or X-API-Key: KEY{self._hint}",
                             [(b"www-authenticate", b'Bearer realm="tern"')])

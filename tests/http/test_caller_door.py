@@ -366,3 +366,26 @@ async def test_every_way_in_stops_a_narrow_key_at_its_one_agent(served):
             assert DB_PASSWORD not in text and URL_TOKEN not in text, path
     sent = [r for r in audit(node) if r.get("kind") == "agent_message"]
     assert {r["agent"] for r in sent} == {"echo"} and {r["key"] for r in sent} == {"echo-msg"}
+
+
+async def test_adding_a_scoped_key_does_not_lock_the_owner_out(nursery, tmp_path):
+    """#34 item 7: with a named key and no api_key, the owner's own curl (tern's OS user on
+    loopback, no key) is still the owner; the scoped key keeps its scope; nobody else gets in."""
+    from runtime.config.keys import KeyTable
+    from runtime.host.api import build_router
+    from runtime.host.node import Node
+    from runtime.httpd.access import Access
+    from runtime.httpd.server import HttpServer
+
+    cfg = Config(agents=[AgentConfig(name="echo", kind="echo")], state=StateConfig(dir=str(tmp_path / "s")),
+                 server=ServerConfig(keys=[KeyConfig(name="ci", key=KEYS["echo-msg"], scopes=["message"])]))
+    node = Node(cfg)
+    await nursery.start(node.run)
+    server = HttpServer(cfg.server, build_router(node), Access("", keys=KeyTable.build("", cfg.server.keys)))
+    bound = await nursery.start(server.serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{bound[0][1]}"
+    async with httpx.AsyncClient(base_url=url) as owner, keyed(url, "echo-msg") as ci:
+        assert (await owner.get("/api/conversations")).status_code == 200
+        assert (await ci.get("/api/conversations")).status_code == 403
+        wrong = await owner.get("/api/status", headers={"Authorization": "Bearer not-a-key-at-all"})
+        assert wrong.status_code == 401  # a key that is presented must be a key
