@@ -1,0 +1,87 @@
+"""tern against FastMCP-family peers that its other tests do not use (issue #32): pydantic-ai's
+MCP client with its task support (``pydantic-ai-slim[mcp-tasks]``, FastMCP 4 + fastmcp-tasks)
+calling a tern agent as a 2026-07-28 task over HTTP. All from one venv
+(``peers.fastmcp_python``), installed once."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import trio
+
+from runtime.config import load_config
+from runtime.host.api import build_router
+from runtime.host.node import Node
+from runtime.httpd.access import Access
+from runtime.httpd.server import HttpServer
+from tests import peers
+from tests.mcp.server_harness import MODERN, request, write_config
+from tests.test_cli import ROOT
+
+PYDANTIC_AI_CLIENT = str(ROOT / "tests" / "fixtures" / "pydantic_ai_tasks_client.py")
+TASKS = "io.modelcontextprotocol/tasks"
+
+
+@pytest.fixture(scope="module")
+def fastmcp_python():
+    return str(peers.require(peers.fastmcp_python))
+
+
+async def serve_node(nursery, tmp_path, extra: str = "") -> str:
+    """tern's HTTP server (``/mcp``) on loopback over an in-process node: its base URL."""
+    config = load_config(str(write_config(tmp_path, "\n[a2a]\nenabled = true\n" + extra))).config
+    node = Node(config)
+    await nursery.start(node.run)
+    bound = await nursery.start(HttpServer(config.server, build_router(node), Access("")).serve, "127.0.0.1", 0)
+    return f"http://127.0.0.1:{bound[0][1]}"
+
+
+async def run_peer(argv: list[str], within: float = 120) -> dict:
+    with trio.fail_after(within):
+        done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False,
+                                      stdin=b"", env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+
+async def test_pydantic_ai_calls_a_tern_agent_as_a_task(fastmcp_python, nursery, tmp_path):
+    """pydantic-ai polls ``tasks/get`` without ``Mcp-Name``: tern answers it (the body's taskId
+    names the task) instead of -32020, and the call completes with the agent's reply."""
+    base = await serve_node(nursery, tmp_path)
+    seen = await run_peer([fastmcp_python, PYDANTIC_AI_CLIENT, base + "/mcp", "tern_agent_echo",
+                           json.dumps({"message": "from pydantic-ai"})])
+    assert "tern_agent_echo" in seen["tools"], seen
+    assert "error" not in seen, seen["error"]
+    assert seen["result"]["reply"] == "from pydantic-ai", seen
+
+
+async def test_tasks_methods_without_mcp_name_but_never_a_wrong_one(nursery, tmp_path):
+    """The leniency is only what pydantic-ai needs: tasks/* without Mcp-Name; a mismatch, or
+    tools/call without it, is still -32020."""
+    base = await serve_node(nursery, tmp_path)
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}}}
+
+    async def post(client, method, params, **headers):
+        sent = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MODERN,
+                "Mcp-Method": method, **headers}
+        answer = await client.post(base + "/mcp", headers=sent, json=request(1, method, {**params, "_meta": meta}))
+        if answer.headers.get("content-type", "").startswith("text/event-stream"):
+            return [json.loads(line[5:]) for line in answer.text.splitlines() if line.startswith("data:")][-1]
+        return answer.json()
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        call = {"name": "tern_agent_echo", "arguments": {"message": "x"}}
+        created = (await post(client, "tools/call", call, **{"Mcp-Name": "tern_agent_echo"}))["result"]
+        task_id = created["taskId"]
+        got = await post(client, "tasks/get", {"taskId": task_id})
+        assert got["result"]["taskId"] == task_id, got
+        wrong = await post(client, "tasks/get", {"taskId": task_id}, **{"Mcp-Name": "another-task"})
+        assert wrong["error"]["code"] == -32020, wrong
+        for method in ("tasks/get", "tasks/cancel"):
+            unnamed = await post(client, method, {})
+            assert unnamed["error"]["code"] == -32020, unnamed
+        bare = await post(client, "tools/call", call)
+        assert bare["error"]["code"] == -32020, bare
