@@ -30,9 +30,9 @@ result, which ``call`` answers and retries with a new id (MRTR, ``inputs.py``), 
 declared as capabilities. The callback runs in the context (``contextvars``) of the call
 the question belongs to, so whoever made that call can be asked: an ``input_required``
 result is the call's own; a request that came on the call's own response stream
-(Streamable HTTP: the transport's ``related(id)``) belongs to it; on a transport that
-cannot tell (stdio, legacy SSE), it belongs to the one call in flight, if there is
-exactly one. Otherwise it belongs to no call. A server that offers the 2026-07-28
+(Streamable HTTP: the transport's ``related(id)``) belongs to it; one that came on no
+call's stream (stdio, legacy SSE, Streamable HTTP's standalone GET stream) belongs to
+the one call in flight, if there is exactly one. Otherwise it belongs to no call. A server that offers the 2026-07-28
 tasks extension gets it declared (``tasks.declare``); its task status notifications
 wake the task's poller (``task_watchers``, see ``client.py``), nothing more.
 
@@ -268,9 +268,11 @@ class McpSession:
     def _related(self, request_id: Any) -> contextvars.Context | None:
         """The context of the call a server request belongs to (module docstring)."""
         related = getattr(self.transport, "related", None)
-        if related is not None:
-            call_id = related(request_id)
-            return self._calls.get(call_id) if call_id is not None else None
+        call_id = related(request_id) if related is not None else None
+        if call_id is not None:
+            return self._calls.get(call_id)
+        # No call's stream carried it (stdio; HTTP's standalone GET stream, where a server
+        # that asks outside a request handler sends it): the one call in flight, if one.
         return next(iter(self._calls.values())) if len(self._calls) == 1 else None
 
     async def _answer(self, request: jsonrpc.Request) -> None:
