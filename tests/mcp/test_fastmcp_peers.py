@@ -1,7 +1,11 @@
-"""tern against FastMCP-family peers that its other tests do not use (issue #32): pydantic-ai's
-MCP client with its task support (``pydantic-ai-slim[mcp-tasks]``, FastMCP 4 + fastmcp-tasks)
-calling a tern agent as a 2026-07-28 task over HTTP. All from one venv
-(``peers.fastmcp_python``), installed once."""
+"""tern against FastMCP-family peers that its other tests do not use (issue #32), all from
+one venv (``peers.fastmcp_python``), installed once:
+
+- pydantic-ai's MCP client with its task support (``pydantic-ai-slim[mcp-tasks]``,
+  FastMCP 4 + fastmcp-tasks) calling a tern agent as a 2026-07-28 task over HTTP;
+- a FastMCP server (which cannot subscribe) as the upstream whose resources ``tern mcp``
+  re-exports: a client subscribes to one, in either era of the upstream, and hears of
+  its changes because tern watches it."""
 
 from __future__ import annotations
 
@@ -17,10 +21,13 @@ from runtime.host.node import Node
 from runtime.httpd.access import Access
 from runtime.httpd.server import HttpServer
 from tests import peers
-from tests.mcp.server_harness import MODERN, request, write_config
+from tests.mcp.conftest import FIXTURES
+from tests.mcp.server_harness import MODERN, TernMcp, request, tern_env, write_config
 from tests.test_cli import ROOT
 
 PYDANTIC_AI_CLIENT = str(ROOT / "tests" / "fixtures" / "pydantic_ai_tasks_client.py")
+FASTMCP_SERVER = FIXTURES / "fastmcp_conformance_server.py"
+WATCHED = "test://watched-resource"  # FastMCP's fixture: it reads differently every time
 TASKS = "io.modelcontextprotocol/tasks"
 
 
@@ -85,3 +92,37 @@ async def test_tasks_methods_without_mcp_name_but_never_a_wrong_one(nursery, tmp
             assert unnamed["error"]["code"] == -32020, unnamed
         bare = await post(client, "tools/call", call)
         assert bare["error"]["code"] == -32020, bare
+
+
+@pytest.mark.parametrize("era", ["auto", "2025-11-25"], ids=["upstream-2026", "upstream-2025"])
+async def test_a_fastmcp_resource_can_be_subscribed_and_its_changes_are_heard(fastmcp_python, tmp_path, era):
+    """FastMCP offers no resources/subscribe: tern accepts the subscription (it advertises
+    ``resources.subscribe``) and watches the resource itself; an unknown URI is still
+    -32002. A 2026-07-28 client's ``subscriptions/listen`` is honoured the same way."""
+    config = write_config(tmp_path, f'\n[[mcp_servers]]\nname = "fx"\nprotocol = "{era}"\n[mcp_servers.transport]\n'
+                                    f'type = "stdio"\ncommand = "{fastmcp_python}"\nargs = ["{FASTMCP_SERVER}"]\n',
+                          mcp_server='upstream = ["fx"]')
+    mcp = await TernMcp.start(config, tern_env(tmp_path), "--standalone")
+    try:
+        reply = await mcp.handshake()
+        assert reply["result"]["capabilities"]["resources"]["subscribe"] is True
+        listed = await mcp.call(1, "resources/list", {})
+        assert WATCHED in [r["uri"] for r in listed["result"]["resources"]], listed
+        assert (await mcp.call(2, "resources/subscribe", {"uri": WATCHED}))["result"] == {}
+        assert (await mcp.call(3, "resources/subscribe", {"uri": "test://nothing-here"}))["error"]["code"] == -32002
+        with trio.fail_after(20):
+            while (heard := await mcp.receive(20)).get("method") != "notifications/resources/updated":
+                pass
+        assert heard["params"] == {"uri": WATCHED}
+        assert (await mcp.call(4, "resources/unsubscribe", {"uri": WATCHED}))["result"] == {}
+        meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+        await mcp.send(request("listen-1", "subscriptions/listen", {"_meta": meta, "notifications": {
+            "resourceSubscriptions": [WATCHED, "test://nothing-here"]}}))
+        acknowledged = await mcp.receive()
+        assert acknowledged["params"]["notifications"] == {"resourceSubscriptions": [WATCHED]}, acknowledged
+        with trio.fail_after(20):
+            while (heard := await mcp.receive(20)).get("method") != "notifications/resources/updated":
+                pass
+        assert heard["params"]["uri"] == WATCHED
+    finally:
+        await mcp.close()
