@@ -125,8 +125,11 @@ MCPB_VERSION = "2.1.2"  # @anthropic-ai/mcpb: the MCP Bundle CLI (validate, info
 A2A_TCK_REPO_DEFAULT = "/work/.mirror/a2aproject+a2a-tck/repo"
 A2A_TCK_REF = "1.0-dev"  # spec 1.0: run_tck.py --sut-host BASE [--transport] [--level]
 A2A_TCK_COMMIT = "357c4a87afa2818731590647cccbea31c31733a2"  # 1.0-dev, 2026-05-05
-A2A_TCK03_REF = "0.3.0.beta4"  # spec 0.3: run_tck.py --sut-url JSONRPC_URL --category ...
-A2A_TCK03_COMMIT = "eb1f804c27ea25db8805264d9ed2d7ca077a7776"  # tag 0.3.0.beta4 (= branch 0.3.x)
+A2A_TCK03_REF = "0.3.0.beta4+push"  # spec 0.3: run_tck.py --sut-url JSONRPC_URL --category ...
+# Tag 0.3.0.beta4 (eb1f804, = branch 0.3.x) plus its one child commit that adds the 0.3 line's
+# push-delivery tests (tests/optional/capabilities/test_push_notification_delivery.py,
+# `payload_is_task`; a2a-tck PR "add push notification webhook delivery tests", 2026-05-05).
+A2A_TCK03_COMMIT = "6d2c6453c849452a41e14fec35b86ed74e60fdc0"
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = Path(os.environ.get("TERN_PEERS_DIR") or ROOT / ".peers").resolve()
