@@ -5,11 +5,18 @@ one venv (``peers.fastmcp_python``), installed once:
   FastMCP 4 + fastmcp-tasks) calling a tern agent as a 2026-07-28 task over HTTP;
 - a FastMCP server (which cannot subscribe) as the upstream whose resources ``tern mcp``
   re-exports: a client subscribes to one, in either era of the upstream, and hears of
-  its changes because tern watches it."""
+  its changes because tern watches it;
+- a FastMCP server over Streamable HTTP whose tool asks a question (handshake-era
+  elicitation) that a person answers after the server's ``timeout_secs``: the call's
+  clock stops while the question waits, so the call survives; a call that ends while its
+  question waits takes the question with it."""
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -22,11 +29,12 @@ from runtime.httpd.access import Access
 from runtime.httpd.server import HttpServer
 from tests import peers
 from tests.mcp.conftest import FIXTURES
-from tests.mcp.server_harness import MODERN, TernMcp, request, tern_env, write_config
+from tests.mcp.server_harness import MODERN, TernMcp, request, tern_env, tern_serve, write_config
 from tests.test_cli import ROOT
 
 PYDANTIC_AI_CLIENT = str(ROOT / "tests" / "fixtures" / "pydantic_ai_tasks_client.py")
 FASTMCP_SERVER = FIXTURES / "fastmcp_conformance_server.py"
+FASTMCP_ELICIT = FIXTURES / "fastmcp_elicit_server.py"
 WATCHED = "test://watched-resource"  # FastMCP's fixture: it reads differently every time
 TASKS = "io.modelcontextprotocol/tasks"
 
@@ -126,3 +134,101 @@ async def test_a_fastmcp_resource_can_be_subscribed_and_its_changes_are_heard(fa
         assert heard["params"]["uri"] == WATCHED
     finally:
         await mcp.close()
+
+
+@pytest.fixture
+async def fastmcp_elicit_url(fastmcp_python):
+    """The FastMCP elicitation server on a free loopback port: its /mcp URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([fastmcp_python, str(FASTMCP_ELICIT), str(port)], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        with trio.fail_after(30):
+            while True:
+                assert process.poll() is None, process.stderr.read().decode()[-2000:]
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=1):
+                        break
+                except OSError:
+                    await trio.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_a_fastmcp_question_answered_after_the_timeout(fastmcp_elicit_url, nursery, tmp_path):
+    """timeout_secs = 5, the answer at 7 s: the handshake-era call waits for it (before
+    issue #32 it died of the HTTP read timeout, its question left pending)."""
+    from runtime.config import Config, GovernanceConfig, HttpTransport, McpServerEntry, StateConfig
+    from runtime.kernel.kernel import Kernel
+
+    entry = McpServerEntry(name="fm", transport=HttpTransport(url=fastmcp_elicit_url), timeout_secs=5,
+                           protocol="2025-11-25")
+    kernel = Kernel(Config(mcp_servers=[entry], state=StateConfig(dir=str(tmp_path / "state")),
+                           governance=GovernanceConfig(approval_timeout_secs=60)))
+    await nursery.start(kernel.run)
+    with trio.fail_after(60):
+        await kernel.mcp.wait_settled()
+    assert kernel.mcp.status("fm").state == "ready", kernel.mcp.status("fm").last_error
+
+    async def question():
+        with trio.fail_after(30):
+            while not (pending := await kernel.approvals.list()):
+                await trio.sleep(0.05)
+        return pending[0]
+
+    async def answer_late() -> None:
+        asked = await question()
+        await trio.sleep(7 - (trio.current_time() - started))
+        await kernel.approvals.decide(asked.id, True, answer={"name": "Ada"}, by="tester")
+
+    started = trio.current_time()
+    async with trio.open_nursery() as inner:
+        inner.start_soon(answer_late)
+        with trio.fail_after(40):
+            result = await kernel.call_tool("mcp_fm_greet", {})
+    assert trio.current_time() - started >= 7
+    assert not result.is_error and result.text == "hello Ada", result
+
+    with trio.move_on_after(2) as waited:  # a call that ends while its question waits ...
+        await kernel.call_tool("mcp_fm_greet", {})
+    assert waited.cancelled_caught
+    with trio.fail_after(10):  # ... takes its question with it: nothing is left to answer in vain
+        while await kernel.approvals.list():
+            await trio.sleep(0.05)
+    await kernel.mcp.aclose()
+
+
+async def test_a_fastmcp_question_answered_late_through_the_daemon(fastmcp_elicit_url, tmp_path):
+    """The same through ``tern serve``: ``tern call`` goes through the daemon, and a person
+    answers with ``tern approve ID --set`` at 7 s, past ``timeout_secs = 5``."""
+    config = write_config(tmp_path, f'\n[[mcp_servers]]\nname = "fm"\ntimeout_secs = 5\nprotocol = "2025-11-25"\n'
+                                    f'[mcp_servers.transport]\ntype = "http"\nurl = "{fastmcp_elicit_url}"\n')
+    env = tern_env(tmp_path)
+    tern = [sys.executable, "-m", "runtime", "--config", str(config)]
+    with tern_serve(tmp_path, config, env, servers_connected=True):
+        async def person() -> None:
+            with trio.fail_after(30):
+                while True:
+                    listed = await trio.run_process([*tern, "approvals", "--json"], capture_stdout=True, env=env,
+                                                    cwd=ROOT)
+                    pending = json.loads(listed.stdout)["approvals"]
+                    if pending:
+                        break
+                    await trio.sleep(0.2)
+            await trio.sleep(7 - (trio.current_time() - started))
+            await trio.run_process([*tern, "approve", pending[0]["id"], "--set", "name=Grace"], env=env, cwd=ROOT,
+                                   capture_stdout=True)
+
+        started = trio.current_time()
+        async with trio.open_nursery() as inner:
+            inner.start_soon(person)
+            with trio.fail_after(60):
+                called = await trio.run_process([*tern, "call", "mcp_fm_greet"], capture_stdout=True,
+                                                capture_stderr=True, check=False, env=env, cwd=ROOT)
+        assert called.returncode == 0, called.stderr.decode()[-2000:]
+        assert called.stdout.decode().strip() == "hello Grace"
+        assert trio.current_time() - started >= 7
