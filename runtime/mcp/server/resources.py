@@ -225,7 +225,7 @@ class Resources:
         for server in readable:
             if await self._upstream_read(server, uri) is not None:
                 if uri not in self.watched and len(self.watched) >= MAX_WATCHED:
-                    del self.watched[next(iter(self.watched))]  # the oldest: a poll of it reads nothing
+                    del self.watched[next(iter(self.watched))]  # the oldest is looked at no more
                 self.watched[uri] = server
                 return server
         return None
