@@ -92,6 +92,10 @@ __all__ = [
     "CHROMIUM",
     "k8s_validator",
     "K8S_VALIDATE_VERSION",
+    "fastmcp_python",
+    "FASTMCP_VERSION",
+    "PYDANTIC_AI_VERSION",
+    "FASTMCP_TASKS_VERSION",
 ]
 
 # Pins (checked against the registries 2026-11; bump together with the tests that use them).
@@ -112,14 +116,20 @@ PROTOBUF_VERSION = "7.36.2"  # the protobuf runtime opentelemetry-proto resolves
 PLAYWRIGHT_VERSION = "1.65.2"  # drives the system Chromium (Debian's package); its own browsers are never fetched
 CHROMIUM = "/usr/bin/chromium"  # Debian's chromium package: .ci/run apt-installs it
 K8S_VALIDATE_VERSION = "1.37.0"  # kubernetes-validate: the Kubernetes JSON schemas it ships, offline
+FASTMCP_VERSION = "4.1.4"  # FastMCP: a third-party MCP server and client (= fastmcp-tasks, below)
+PYDANTIC_AI_VERSION = "2.68.0"  # pydantic-ai-slim[mcp-tasks]: an MCP client that runs tools as tasks (SEP-2663)
+FASTMCP_TASKS_VERSION = "4.1.4"  # fastmcp-tasks (that extra; its newest): pins fastmcp-slim to its own version
 MCPB_VERSION = "2.1.2"  # @anthropic-ai/mcpb: the MCP Bundle CLI (validate, info, unpack, ...)
 # The A2A TCK (a2aproject/a2a-tck) is not on PyPI: cloned from a git repository (TERN_A2A_TCK_REPO),
 # checked out at a pinned commit, installed editable (`pip install -e`, as its README says) into its venv.
 A2A_TCK_REPO_DEFAULT = "/work/.mirror/a2aproject+a2a-tck/repo"
 A2A_TCK_REF = "1.0-dev"  # spec 1.0: run_tck.py --sut-host BASE [--transport] [--level]
 A2A_TCK_COMMIT = "357c4a87afa2818731590647cccbea31c31733a2"  # 1.0-dev, 2026-05-05
-A2A_TCK03_REF = "0.3.0.beta4"  # spec 0.3: run_tck.py --sut-url JSONRPC_URL --category ...
-A2A_TCK03_COMMIT = "eb1f804c27ea25db8805264d9ed2d7ca077a7776"  # tag 0.3.0.beta4 (= branch 0.3.x)
+A2A_TCK03_REF = "0.3.0.beta4+push"  # spec 0.3: run_tck.py --sut-url JSONRPC_URL --category ...
+# Tag 0.3.0.beta4 (eb1f804, = branch 0.3.x) plus its one child commit that adds the 0.3 line's
+# push-delivery tests (tests/optional/capabilities/test_push_notification_delivery.py,
+# `payload_is_task`; a2a-tck PR "add push notification webhook delivery tests", 2026-05-05).
+A2A_TCK03_COMMIT = "6d2c6453c849452a41e14fec35b86ed74e60fdc0"
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = Path(os.environ.get("TERN_PEERS_DIR") or ROOT / ".peers").resolve()
@@ -310,6 +320,22 @@ def a2a_sdk03_python(timeout: float = 600) -> Path:
         " ".join(reqs),
         lambda t: _bin(t, "python"),
         lambda t, log, dl: _venv_install("a2a03-venv", reqs, t, log, dl),
+        timeout,
+    )
+
+
+def fastmcp_python(timeout: float = 600) -> Path:
+    """The python of ``.peers/fastmcp-venv``: FastMCP (third-party MCP servers, both eras) and
+    pydantic-ai with its ``mcp-tasks`` extra, which brings ``fastmcp-tasks`` (an MCP client that
+    runs tools as tasks), one
+    venv for both so CI installs the pair once."""
+    reqs = [f"fastmcp=={FASTMCP_VERSION}", f"pydantic-ai-slim[mcp-tasks]=={PYDANTIC_AI_VERSION}",
+            f"fastmcp-tasks=={FASTMCP_TASKS_VERSION}"]
+    return _ensure(
+        "fastmcp-venv",
+        " ".join(reqs),
+        lambda t: _bin(t, "python"),
+        lambda t, log, dl: _venv_install("fastmcp-venv", reqs, t, log, dl),
         timeout,
     )
 
@@ -643,6 +669,7 @@ if __name__ == "__main__":  # python tests/peers.py [mcp|node24|npm|a2a|ns|tck|t
         "otel": otel_proto_python,
         "mcp-otel": mcp_otel_python,
         "playwright": playwright_site_packages,
+        "fastmcp": fastmcp_python,
     }
     for key in which:
         t0 = time.monotonic()

@@ -1,6 +1,7 @@
 """Push notifications: a real webhook (tern's own HTTP server on loopback) receives every
-event of a task in order, with the token; a failing webhook is retried; config CRUD in
-each dialect; the SSRF guard on webhook URLs."""
+event of a task in order, with the token (1.0: each event; 0.3: the Task after it); a
+failing webhook is retried; config CRUD in each dialect; the SSRF guard on webhook URLs.
+The 0.3 TCK's push-delivery tests (tests/a2a/test_tck.py) check the 0.3 payload too."""
 
 from __future__ import annotations
 
@@ -86,8 +87,13 @@ async def test_a_failing_webhook_is_retried(nursery, tmp_path):
         )
     await wait_for(received, 3)
     headers, first = received[0]
-    assert first["kind"] == "status-update" and headers["authorization"] == "Bearer c-98765"
+    assert headers["authorization"] == "Bearer c-98765"
     assert kernel.a2a.push.delivered == 3 and kernel.a2a.push.failed == 0
+    # 0.3 posts the Task as it is after each event (0.3 spec, a2a-sdk 0.3), not the event (issue #32)
+    bodies = [body for _, body in received]
+    assert all(body["kind"] == "task" and body["id"] == first["id"] for body in bodies), bodies
+    assert [body["status"]["state"] for body in bodies] == ["working", "working", "completed"]
+    assert "artifacts" not in bodies[0] and bodies[-1]["artifacts"][0]["parts"][0]["text"] == "retry"
 
 
 async def test_config_crud_in_each_dialect(nursery, tmp_path):

@@ -64,7 +64,12 @@ def test_a2a_sdk_client_against_tern_serve(a2a_python, tmp_path, key, binding):
     }
     assert seen["sent"]["state"] == 3 and seen["sent"]["artifact"] == "hello from the a2a-sdk"  # TASK_STATE_COMPLETED
     assert seen["got"] == {"id_matches": True, "state": 3, "history": 2}
-    assert seen["same_context"] is True and seen["listed"] == 2
+    assert seen["same_context"] is True and seen["listed"] == 2 and seen["listed_completed"] == 2
+    # An unknown status is refused as invalid params, not answered with an empty list (issue #32).
+    # (Over HTTP+JSON the SDK reads an error by its ErrorInfo reason, which A2A defines only for
+    # its own errors, not for InvalidParams: it reports the bare 400.)
+    refused = "InvalidParamsError" if binding == "JSONRPC" else "A2AClientError: HTTP Error 400"
+    assert seen["listed_unknown_status"].startswith(refused), seen["listed_unknown_status"]
     assert seen["cancel_completed"].startswith("TaskNotCancelableError")
     assert seen["stream"] == ["task", "status_update", "artifact_update", "status_update"]
 

@@ -164,6 +164,24 @@ async def test_multi_turn_context_and_list(url):
             assert refused["error"] == {"code": -32602, "message": "invalid pageToken"}, token
 
 
+
+async def test_list_tasks_refuses_a_status_that_names_no_state(url):
+    """An unknown ``status`` is -32602 (HTTP 400), not an empty list: the caller asked for
+    something that cannot exist (issue #32). Known names, numbers and UNSPECIFIED still list."""
+    async with httpx.AsyncClient() as client:
+        await client.post(url + "/a2a", headers=V10, json=rpc("SendMessage", {"message": message("one")}))
+        for status in ("TASK_STATE_BOGUS", "done", 42, -1, True, {"state": "x"}):
+            refused = (await client.post(url + "/a2a", headers=V10, json=rpc("ListTasks", {"status": status}))).json()
+            assert refused["error"]["code"] == -32602, (status, refused)
+        rest = await client.get(url + "/a2a/echo/rest/tasks", params={"status": "TASK_STATE_BOGUS"}, headers=V10)
+        assert rest.status_code == 400, rest.text
+        for status, count in (("TASK_STATE_COMPLETED", 1), ("completed", 1), (3, 1), ("TASK_STATE_WORKING", 0),
+                              ("TASK_STATE_UNSPECIFIED", 1), (0, 1), ("", 1)):
+            listed = (await client.post(url + "/a2a", headers=V10, json=rpc("ListTasks", {"status": status}))).json()
+            assert listed["result"]["totalSize"] == count, (status, listed)
+        rest = await client.get(url + "/a2a/echo/rest/tasks", params={"status": "3"}, headers=V10)
+        assert rest.json()["totalSize"] == 1, rest.text
+
 async def test_seed_rest_routes(url):
     async with httpx.AsyncClient() as client:
         sent = await client.post(url + "/a2a/tasks/send", json={"id": "rest-1", "message": message("rest", "0.1")})

@@ -205,3 +205,33 @@ async def test_a_server_that_asks_forever_is_stopped_after_the_round_limit(nurse
         assert (await client.call_tool("echo", {"message": "still here"})).text() == "still here"
     finally:
         await client.aclose()
+
+
+@pytest.mark.parametrize("form_id", [0, -7, "q 1", ""], ids=["zero", "negative", "string", "empty-string"])
+def test_standalone_tern_call_asks_a_question_whatever_its_id(tmp_path, form_id):
+    """Every id JSON-RPC allows (0, negative, any string) reaches the person at the terminal
+    of a standalone ``tern call`` (issue #32), and the answer goes back under that id."""
+    config = config_file(tmp_path, "--tools", "ask_form", extra=f'[state]\ndir = "{tmp_path / "state"}"\n'
+                         '[governance]\napproval_timeout_secs = 20\n')  # bounds the wait if it is never shown
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_")}
+    env["PYTHONPATH"] = str(ROOT)
+    process = subprocess.Popen([sys.executable, "-m", "runtime", "--config", config, "call", "mcp_h_ask_form",
+                                "--args", json.dumps({"fields": 1, "form_id": form_id})], env=env, text=True,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert process.stderr is not None and process.stdout is not None
+        deadline = time.monotonic() + 30
+        for line in process.stderr:  # what the person reads at that terminal
+            shown = re.search(r"waiting for a person: tern approve (\S+)", line)
+            if shown:
+                break
+            assert time.monotonic() < deadline
+        else:
+            pytest.fail("tern call never showed the question")
+        approved = tern("--config", config, "approve", shown.group(1), "--set", "f0=yes")
+        assert approved.returncode == 0, approved.stderr
+        assert process.wait(30) == 0
+        assert json.loads(process.stdout.read()) == {"action": "accept", "content": {"f0": "yes"}}
+    finally:
+        process.kill()
+        process.wait()

@@ -198,7 +198,7 @@ class A2aHandler:
     # --- Listing and push configs -----------------------------------------------------------
 
     async def _list(self, params: dict[str, Any], who: Caller | None) -> dict[str, Any]:
-        state = params.get("status")
+        state = _status_filter(params.get("status"))
         size = params.get("pageSize") if isinstance(params.get("pageSize"), int) else 50
         size = max(1, min(size, 100))
         try:
@@ -208,7 +208,7 @@ class A2aHandler:
         if not 0 <= start <= 1_000_000_000:
             raise RpcError(INVALID_PARAMS, "invalid pageToken")
         page, total = await self.engine.list(context_id=params.get("contextId") or None,
-                                             state=dialects.parse_state(state) if state else None, who=who,
+                                             state=state, who=who,
                                              offset=start, limit=size)
         length = params.get("historyLength")
         include = bool(params.get("includeArtifacts"))
@@ -243,6 +243,28 @@ class A2aHandler:
             return await self.push.list(task_id(params), "0.3")
         await self.push.delete(task_id(params), string(params, "pushNotificationConfigId"))
         return None
+
+
+# ProtoJSON may carry an enum as its number (a2a.proto's TaskState).
+_STATE_NUMBERS = ("TASK_STATE_UNSPECIFIED", "TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_COMPLETED",
+                  "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_REJECTED",
+                  "TASK_STATE_AUTH_REQUIRED")
+
+
+def _status_filter(value: Any) -> str | None:
+    """ListTasks' ``status`` as a tern state, None for no filter (absent, empty, or the proto's
+    UNSPECIFIED default). A value that names no state is -32602: answering an empty list would
+    tell the caller that no task is in a state that does not exist."""
+    if isinstance(value, str) and value.isdigit():  # an HTTP+JSON query parameter
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(_STATE_NUMBERS):
+        value = _STATE_NUMBERS[value]
+    if value is None or value in ("", "TASK_STATE_UNSPECIFIED"):
+        return None
+    state = dialects.parse_state(value)
+    if state == "unknown":
+        raise RpcError(INVALID_PARAMS, f"unknown status {value!r}: ListTasks takes a TaskState (TASK_STATE_*)")
+    return state
 
 
 def permit(who: Caller | None, op: str, agent: str) -> None:

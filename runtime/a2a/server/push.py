@@ -1,5 +1,5 @@
-"""A2A push notifications: webhooks a client registers per task, which tern POSTs each
-status and artifact event to.
+"""A2A push notifications: webhooks a client registers per task, which tern POSTs on each
+status and artifact event.
 
 - Each config gets its own bounded queue and one delivery task, so events reach a
   webhook in order and a slow webhook delays nobody else; past the bound the oldest
@@ -8,8 +8,9 @@ status and artifact event to.
   error, a timeout or a 5xx/429; a 4xx is final.
 - URLs pass the SSRF guard twice: checked when registered (a clear error at once), and
   every connection goes through tern's guarded HTTP client (no DNS-rebinding gap).
-- The body is the event in the dialect the config was registered in (1.0: a
-  ``StreamResponse``); the token goes in ``X-A2A-Notification-Token``, credentials
+- The body follows the spec of the dialect the config was registered in: 1.0, the
+  event as a ``StreamResponse``; 0.3, the ``Task`` as it is after the event (0.3 spec
+  §9.5, and what a2a-sdk 0.3 posts); 0.1, the event. The token goes in ``X-A2A-Notification-Token``, credentials
   in ``Authorization``, each at most ``MAX_SECRET_CHARS``. They are the caller's
   secrets, which tern only forwards and never puts in a log line, so they are *not*
   registered as log secrets: a registered value masks every log line it appears in,
@@ -271,9 +272,14 @@ class PushNotifier:
     # --- Delivery ------------------------------------------------------------------------------
 
     def _on_event(self, task: Task, event: Event) -> None:
+        snapshot: dict[str, Any] | None = None
         for config in list(self._configs.get(task.id, {}).values()):
+            item: Event | dict[str, Any] = event
+            if config.dialect == "0.3":  # 0.3 posts the Task as it is now (rendered now: it changes on)
+                snapshot = snapshot if snapshot is not None else dialects.render_task(task, "0.3")
+                item = snapshot
             try:
-                config.send.send_nowait(event)
+                config.send.send_nowait(item)
             except trio.WouldBlock:
                 log.warning("webhook %s for task %s is too slow: an event was dropped", config.url, task.id)
             except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -284,8 +290,9 @@ class PushNotifier:
 
     async def _deliver(self, config: _Config) -> None:
         async with config.receive:
-            async for event in config.receive:
-                await self._post(config, _encoder.encode(dialects.render_event(event, config.dialect)))
+            async for item in config.receive:
+                body = item if isinstance(item, dict) else dialects.render_event(item, config.dialect)
+                await self._post(config, _encoder.encode(body))
 
     def _hook_for(self, url: str) -> _Hook | None:
         """The ``[[a2a.push_webhooks]]`` entry for ``url``: the longest prefix it is under."""

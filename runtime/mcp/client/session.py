@@ -30,9 +30,9 @@ result, which ``call`` answers and retries with a new id (MRTR, ``inputs.py``), 
 declared as capabilities. The callback runs in the context (``contextvars``) of the call
 the question belongs to, so whoever made that call can be asked: an ``input_required``
 result is the call's own; a request that came on the call's own response stream
-(Streamable HTTP: the transport's ``related(id)``) belongs to it; on a transport that
-cannot tell (stdio, legacy SSE), it belongs to the one call in flight, if there is
-exactly one. Otherwise it belongs to no call. A server that offers the 2026-07-28
+(Streamable HTTP: the transport's ``related(id)``) belongs to it; one that came on no
+call's stream (stdio, legacy SSE, Streamable HTTP's standalone GET stream) belongs to
+the one call in flight, if there is exactly one. Otherwise it belongs to no call. A server that offers the 2026-07-28
 tasks extension gets it declared (``tasks.declare``); its task status notifications
 wake the task's poller (``task_watchers``, see ``client.py``), nothing more.
 
@@ -161,6 +161,7 @@ class McpSession:
         self._pending: dict[int | str, _Waiter] = {}
         self._progress: dict[int | str, Callable[[dict[str, Any]], None]] = {}
         self._calls: dict[int | str, contextvars.Context] = {}  # calls a server may ask about (MRTR_METHODS)
+        self._questions: dict[int | str, set[trio.CancelScope]] = {}  # a call id -> its server requests answered now
         #: task id -> what wakes its poller when the server says the task moved
         self.task_watchers: dict[str, Callable[[], None]] = {}
         self._closed: BaseException | None = None
@@ -256,33 +257,53 @@ class McpSession:
                 return
             assert self._nursery is not None
             self._answering += 1
-            context = self._related(message.id)
+            call_id, context = self._related(message.id)
             if context is None:
-                self._nursery.start_soon(self._answer, message)
+                self._nursery.start_soon(self._answer, message, None)
             else:  # the task inherits the call's context: its caller can be asked
-                context.run(self._nursery.start_soon, self._answer, message)
+                context.run(self._nursery.start_soon, self._answer, message, call_id)
         else:
             log_wire("in", message.method, None, len(body), peer=f"mcp:{self.name}")
             self._notification(message.method, message.params)
 
-    def _related(self, request_id: Any) -> contextvars.Context | None:
-        """The context of the call a server request belongs to (module docstring)."""
+    def _related(self, request_id: Any) -> tuple[Any, contextvars.Context | None]:
+        """The id and context of the call a server request belongs to (module docstring);
+        ``(None, None)`` for none."""
         related = getattr(self.transport, "related", None)
-        if related is not None:
-            call_id = related(request_id)
-            return self._calls.get(call_id) if call_id is not None else None
-        return next(iter(self._calls.values())) if len(self._calls) == 1 else None
+        call_id = related(request_id) if related is not None else None
+        if call_id is not None:
+            return call_id, self._calls.get(call_id)
+        # No call's stream carried it (stdio; HTTP's standalone GET stream, where a server
+        # that asks outside a request handler sends it): the one call in flight, if one.
+        if len(self._calls) == 1:
+            return next(iter(self._calls.items()))
+        return None, None
 
-    async def _answer(self, request: jsonrpc.Request) -> None:
+    async def _answer(self, request: jsonrpc.Request, call_id: Any) -> None:
+        """Answer a server's request. One that belongs to a call ends with it: a question
+        nobody can use any more is not left waiting for a person (who would answer it in vain)."""
+        scope = trio.CancelScope()
+        if call_id is not None:
+            self._questions.setdefault(call_id, set()).add(scope)
         try:
             params = None if request.params is UNSET else request.params
-            try:
-                reply: jsonrpc.Message = jsonrpc.Response(request.id, await self.answer_input(request.method, params))
-            except RpcError as exc:
-                reply = jsonrpc.error_response(request.id, exc.code, exc.message)
+            with scope:
+                try:
+                    reply: jsonrpc.Message = jsonrpc.Response(request.id,
+                                                              await self.answer_input(request.method, params))
+                except RpcError as exc:
+                    reply = jsonrpc.error_response(request.id, exc.code, exc.message)
+            if scope.cancelled_caught:
+                reply = jsonrpc.error_response(request.id, -32603, "the call this request belongs to has ended")
             await self._send_quietly(reply)
         finally:
             self._answering -= 1
+            if call_id is not None:
+                waiting = self._questions.get(call_id)
+                if waiting is not None:
+                    waiting.discard(scope)
+                    if not waiting:
+                        del self._questions[call_id]
 
     async def answer_input(self, method: str, params: Any) -> Any:
         """The answer to a server's question, as a request (handshake era) or as one
@@ -435,6 +456,8 @@ class McpSession:
         finally:
             self._progress.pop(request_id, None)
             self._calls.pop(request_id, None)
+            for question in self._questions.pop(request_id, ()):
+                question.cancel()
             if not waiter.event.is_set() or waiter.expired:
                 self._pending.pop(request_id, None)
                 if method != "initialize" and self._closed is None:

@@ -353,8 +353,11 @@ class StreamableHttpTransport(HttpTransportBase):
         generation = self.connection.generation
         await self._authorize()
         headers = self._request_headers(request)
-        # A listen stream is quiet for as long as nothing changes: no read timeout.
-        timeout = httpx.Timeout(self.timeout_secs, read=None) if request.method == LISTEN else httpx.USE_CLIENT_DEFAULT
+        # No read timeout on a request's response: a listen stream is quiet for as long as
+        # nothing changes, and a call's stream while the server's question waits for a
+        # person (the call's clock is stopped then). The session's watchdog bounds each
+        # call by its own deadline, and its cancellation closes this stream.
+        timeout = httpx.Timeout(self.timeout_secs, read=None)
         async with self._client.stream("POST", self.url, content=body, headers=headers, timeout=timeout) as response:
             if await self._challenged(response, auth_tries):
                 await response.aclose()

@@ -36,7 +36,7 @@ MAX_VALUES = 100  # the spec's cap on one completion answer
 MAX_COMPLETION_INPUT = 1024
 CACHE_TTL_MS = 30_000
 READ_TTL_MS = 5_000  # files change: a read is cached for less than a list
-POLL_SECS = 2.0  # how often a subscribed workspace file is looked at
+POLL_SECS = 2.0  # how often a subscribed workspace file (or watched upstream resource) is looked at
 
 
 class Catalog:
@@ -129,8 +129,9 @@ class Catalog:
     async def updates(self, subscriptions: set[str]) -> AsyncIterator[str]:
         """Yields each subscribed URI that changed, for one client, until cancelled: an
         upstream server's ``notifications/resources/updated`` (relayed by the supervisor
-        as an ``mcp.resource`` event), or a workspace file whose size, time or inode
-        changed (looked at every POLL_SECS; one look serves every client that subscribed)."""
+        as an ``mcp.resource`` event), a workspace file whose size, time or inode changed,
+        or a watched upstream resource (``Resources.watched``) that reads differently
+        (looked at every POLL_SECS; one look serves every client that subscribed)."""
         if self.events is None:
             await trio.sleep_forever()
         known: dict[str, Any] = {}
@@ -149,8 +150,11 @@ class Catalog:
                     yield uri
 
     async def _changed_files(self, subscriptions: set[str], known: dict[str, Any]) -> list[str]:
+        """The subscribed URIs that tern looks at itself (workspace files, and upstream
+        resources whose server cannot subscribe) and that changed since the last look."""
         changed = []
-        for uri in [uri for uri in subscriptions if uri.startswith(URI_PREFIX)]:
+        watched = self.resources.watched
+        for uri in [uri for uri in subscriptions if uri.startswith(URI_PREFIX) or uri in watched]:
             stamp = await self._stamp(uri)
             if uri in known and known[uri] != stamp:
                 changed.append(uri)
@@ -164,9 +168,12 @@ class Catalog:
         cached = self._stamps.get(uri)
         if cached is not None and now - cached[0] < POLL_SECS / 2:
             return cached[1]
-        found = self.resources.agent_path(uri)
-        content = self.resources.content
-        stamp = await content.file_stamp(found[0].workspace, found[1]) if found and content else None
+        if uri in self.resources.watched:
+            stamp = await self.resources.watch_stamp(uri)
+        else:
+            found = self.resources.agent_path(uri)
+            content = self.resources.content
+            stamp = await content.file_stamp(found[0].workspace, found[1]) if found and content else None
         if len(self._stamps) > 4 * MAX_SUBSCRIPTIONS:  # forget what nobody looked at lately
             self._stamps = {k: v for k, v in self._stamps.items() if now - v[0] < 2 * POLL_SECS}
         self._stamps[uri] = (now, stamp)

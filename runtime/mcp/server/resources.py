@@ -8,7 +8,10 @@ resources of connected MCP servers it re-exports (a gateway).
   the file is opened by the kernel the way the file tools open one (``ContentPort``:
   beneath the workspace, never through a symlink) and refused above ``max_resource_bytes``.
 - ``[mcp_server] upstream`` names connected ``[[mcp_servers]]`` whose resources and
-  templates are listed as they are (their URIs unchanged) and read through them.
+  templates are listed as they are (their URIs unchanged) and read through them. A
+  subscription to one is passed on to its server; a server that cannot subscribe
+  (FastMCP; every 2026-07-28 server) has its resource watched by tern instead: read
+  every few seconds, a change in what it reads is an update.
 
 Reads answer text when the bytes are UTF-8 without NUL, else a base64 blob. A URI nobody
 offers is "Resource not found" with ``data.uri``: -32002 in the handshake era, -32602 in
@@ -39,6 +42,7 @@ MAX_URI_CHARS = 4096
 MAX_FILES_PER_AGENT = 1000  # listed (a read is not limited to the listed ones)
 MAX_LISTED = 10_000  # resources or templates from all sources together
 MAX_UPSTREAM_PAGES = 20
+MAX_WATCHED = 1024  # upstream URIs tern watches itself, for every client together
 UPSTREAM_ERRORS = (TernError,)  # RpcError (its answer), TernTimeout, ConnectionLost
 
 
@@ -63,6 +67,9 @@ class Resources:
 
     def __init__(self, config: Config, content: ContentPort | None) -> None:
         self.content = content
+        #: upstream URI -> the server tern reads it from to watch it itself (that server
+        #: cannot subscribe: FastMCP, any 2026-07-28 server); shared by every client
+        self.watched: dict[str, str] = {}
         self.reconfigure(config)
 
     def reconfigure(self, config: Config) -> None:
@@ -198,21 +205,41 @@ class Resources:
 
     async def exists(self, uri: str) -> str | None:
         """Where ``uri`` lives for a subscription: "tern" (an allowed workspace path), an
-        upstream server's name (it accepted the subscription), or None."""
+        upstream server's name (it accepted the subscription, or it cannot subscribe but
+        reads ``uri``: then tern watches it, see ``watched``), or None. tern advertises
+        ``resources.subscribe``, so every resource it re-exports must be subscribable."""
         if self.agent_path(uri) is not None:
             return "tern"
         if uri.startswith(URI_PREFIX) or self.content is None:
             return None
+        readable = []
         for server in await self.offering("resources"):
             capabilities = self.content.upstream_capabilities(server) or {}
-            if not (isinstance(capabilities.get("resources"), dict) and capabilities["resources"].get("subscribe")):
-                continue
-            try:
-                await self.content.upstream_request(server, "resources/subscribe", {"uri": uri})
-            except UPSTREAM_ERRORS:
-                continue
-            return server
+            if isinstance(capabilities.get("resources"), dict) and capabilities["resources"].get("subscribe"):
+                try:
+                    await self.content.upstream_request(server, "resources/subscribe", {"uri": uri})
+                    return server
+                except UPSTREAM_ERRORS:
+                    continue  # it can subscribe and refused: it does not have it
+            readable.append(server)
+        for server in readable:
+            if await self._upstream_read(server, uri) is not None:
+                if uri not in self.watched and len(self.watched) >= MAX_WATCHED:
+                    del self.watched[next(iter(self.watched))]  # the oldest is looked at no more
+                self.watched[uri] = server
+                return server
         return None
+
+    async def watch_stamp(self, uri: str) -> Any:
+        """What a watched upstream resource reads as now (a digest of its contents; None if
+        it cannot be read), to compare with the last look."""
+        import hashlib
+
+        import msgspec
+
+        server = self.watched.get(uri)
+        result = await self._upstream_read(server, uri) if server is not None else None
+        return None if result is None else hashlib.sha256(msgspec.json.encode(result)).hexdigest()
 
 
 def allowed(agent: AgentConfig, path: str) -> bool:
