@@ -250,6 +250,8 @@ def test_an_unrelated_config_toml_in_the_working_directory_is_skipped(tmp_path):
     assert done.returncode == 0 and done.stdout.startswith("<bundled config.toml>: OK"), done.stderr
     [note] = done.stderr.splitlines()
     assert f"skipping {site / 'config.toml'}: not a tern config (tern has no baseURL, params, title)" in note
+    listed = tern("tools", cwd=site, env_extra=env)  # looks for its config more than once: says it once
+    assert listed.returncode == 0 and listed.stderr.count("skipping") == 1, listed.stderr
     (xdg / "tern").mkdir(parents=True)
     (xdg / "tern" / "config.toml").write_text('[[agents]]\nname = "mine"\nkind = "echo"\n')
     done = tern("config", "check", cwd=site, env_extra=env)

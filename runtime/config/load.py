@@ -89,6 +89,9 @@ def bundled_config_text() -> str:
         return checkout.read_text(encoding="utf-8")
 
 
+_SKIPPED_SAID: set[str] = set()  # foreign config.toml files this process has already said it skips
+
+
 def find_config(explicit: str | None = None) -> Path | None:
     """The config file to use, or None for the bundled default.
 
@@ -107,7 +110,9 @@ def find_config(explicit: str | None = None) -> Path | None:
         why = foreign_config(local)
         if not why:
             return local
-        log.warning("skipping %s: not a tern config (%s); name it with --config to use it", local.resolve(), why)
+        if str(local.resolve()) not in _SKIPPED_SAID:  # a command may look more than once: say it once
+            _SKIPPED_SAID.add(str(local.resolve()))
+            log.warning("skipping %s: not a tern config (%s); name it with --config to use it", local.resolve(), why)
     user = user_config_dir() / "config.toml"
     return user if user.is_file() else None
 
