@@ -564,3 +564,15 @@ def test_a_line_typed_before_the_approval_question_does_not_answer_it(tmp_path, 
             if running is not None:
                 running.stop()
     assert not (tmp_path / "state" / "workspaces" / "scribe" / "a.txt").exists()
+
+
+def test_events_says_so_when_the_daemon_stops(tmp_path):
+    """#34 item 11: ``tern events`` does not end silently with 0 when its daemon goes."""
+    daemon = Daemon(write_config(tmp_path))
+    try:
+        daemon.process.terminate()
+        daemon.process.wait(timeout=30)
+        _, err = daemon.events.communicate(timeout=30)
+        assert daemon.events.returncode == 1 and "the daemon closed the event stream" in err, err
+    finally:
+        daemon.stop()

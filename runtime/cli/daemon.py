@@ -60,7 +60,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    """Until Ctrl-C (exit 130) or the daemon stops (exit 0)."""
+    """Until Ctrl-C (exit 130) or the daemon stops (exit 1, saying so: a script that
+    follows events learns that it must start again, a person that nothing more will come)."""
     import trio
 
     from runtime.errors import TernError
@@ -79,7 +80,8 @@ def cmd_events(args: argparse.Namespace) -> int:
                     try:
                         message = await socket.get_message()
                     except ConnectionClosed:
-                        return
+                        raise TernError("the daemon closed the event stream (it stopped or restarted): no more "
+                                        "events; run tern events again to follow the next one") from None
                     print(message if args.json else _event_line(json.loads(message)), flush=True)
         except ConnectionRejected as exc:  # 401 without the key, 403...: the daemon's sentence, not a tuple
             from runtime.cli.remote import Daemon
