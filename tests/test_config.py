@@ -279,3 +279,18 @@ def test_what_looks_like_a_tern_config(tmp_path, text, tern_s):
     path = tmp_path / "config.toml"
     path.write_text(text)
     assert (foreign_config(path) == "") is tern_s
+
+
+def test_a_webhook_whose_secret_is_not_set_is_named_at_start(tmp_path, monkeypatch):
+    """#34 item 6: not silent until the first POST."""
+    from runtime.config import AgentConfig, Config, TriggerConfig
+    from runtime.config.checks import missing_key_warnings
+
+    monkeypatch.delenv("HOOK_SECRET_UNSET", raising=False)
+    config = Config(agents=[AgentConfig(name="a", kind="echo")],
+                    triggers=[TriggerConfig(name="ci", agent="a", message="m", kind="webhook",
+                                            secret_env="HOOK_SECRET_UNSET")])
+    [warning] = missing_key_warnings(config)
+    assert "HOOK_SECRET_UNSET" in warning and "/hooks/ci" in warning
+    monkeypatch.setenv("HOOK_SECRET_UNSET", "s" * 20)
+    assert missing_key_warnings(config) == []
