@@ -41,8 +41,9 @@ def key_warning(key: str) -> str | None:
 def missing_key_warnings(config: Config) -> list[str]:
     """llm agents whose ``api_key_env`` names a variable that is not set: the model would
     get no key at all, and a hosted API answers 401; webhook triggers whose ``secret_env``
-    is not set: every delivery would be refused, and nothing said until the first one. Warnings, not errors: a local model
-    needs no key, and the variable may be set for the daemon but not for ``config check``."""
+    is not set: every delivery would be refused, and nothing said until the first one.
+    Warnings, not errors: a local model needs no key, and the variable may be set for the
+    daemon but not for ``config check``."""
     models = [f'agents[{i}].model.api_key_env: "{agent.model.api_key_env}" is not set, so no key is sent '
               f"to {agent.model.base_url}" for i, agent in enumerate(config.agents)
               if agent.model is not None and agent.model.provider == "openai" and agent.model.api_key_env
