@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -574,5 +575,33 @@ def test_events_says_so_when_the_daemon_stops(tmp_path):
         daemon.process.wait(timeout=30)
         _, err = daemon.events.communicate(timeout=30)
         assert daemon.events.returncode == 1 and "the daemon closed the event stream" in err, err
+    finally:
+        daemon.stop()
+
+
+def test_a_command_uses_the_daemon_only_when_it_runs_the_same_config(tmp_path):
+    """#34 item 2: ``--config B`` while a daemon runs A on the same state directory used
+    to answer from A's agents in silence; now it says so and works from B, and
+    ``tern status`` names the config the daemon runs."""
+    a = write_config(tmp_path)
+    b = tmp_path / "b.toml"
+    b.write_text(f'[state]\ndir = "{tmp_path / "state"}"\n[[agents]]\nname = "helper"\nkind = "echo"\n')
+    daemon = Daemon(a)
+    try:
+        status = subprocess.run([sys.executable, "-m", "runtime", "status", "--config", a], capture_output=True,
+                                text=True, env=env(), timeout=60)
+        assert f"config: {Path(a).resolve()}" in status.stdout, status.stdout
+        ran = subprocess.run([sys.executable, "-m", "runtime", "--config", str(b), "run", "helper", "hi"],
+                             capture_output=True, text=True, env=env(), timeout=60)
+        assert ran.returncode == 0 and ran.stdout.strip() == "hi", ran.stderr
+        assert f"runs {Path(a).resolve()}, not this command's config" in ran.stderr
+        mcp = subprocess.run([sys.executable, "-m", "runtime", "--config", str(b), "mcp"], input=(
+            '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+            '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n'
+            '{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+            '{"jsonrpc":"2.0","id":2,"method":"tools/list"}\n'), capture_output=True, text=True, env=env(),
+            timeout=60)
+        assert "tern_agent_helper" in mcp.stdout and "tern_agent_echo" not in mcp.stdout, mcp.stdout[-500:]
+        assert "not this config" in mcp.stderr
     finally:
         daemon.stop()

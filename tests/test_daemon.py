@@ -100,7 +100,8 @@ def test_events_follows_the_daemon(daemon):
         first = follower.stdout.readline()
         assert '"type": "hello"' in first
         process.send_signal(signal.SIGTERM)
-        assert follower.wait(timeout=15) == 0  # the daemon closed the socket: events ends cleanly
+        assert follower.wait(timeout=15) == 1  # the daemon closed the socket: events ends, and says so
+        assert "the daemon closed the event stream" in follower.stderr.read()
     finally:
         follower.kill()
 

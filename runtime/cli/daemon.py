@@ -44,9 +44,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     record, headers, config = _daemon(args)
     status = Daemon(record["url"], headers, int(record["pid"]), config).call("GET", "/api/status", timeout=5.0)
     if args.json:
-        print_json({"url": record["url"], "pid": record["pid"], **status})
+        print_json({"url": record["url"], "pid": record["pid"], "config": record.get("config"), **status})
         return 0
     print(f"tern {status['version']} at {record['url']} (pid {record['pid']}), up {status['uptime_secs']:.0f} s")
+    print(f"  config: {record.get('config', 'not said (a tern older than this one)')}")
     print(f"  agents: {', '.join(a['name'] for a in status['agents']) or 'none'}")
     for server in status["mcp_servers"]:
         error = f": {server['last_error']}" if server["last_error"] and server["state"] != "ready" else ""

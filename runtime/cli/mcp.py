@@ -43,10 +43,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     from runtime.errors import UsageError
 
-    config = load_config(getattr(args, "config", None)).config
+    loaded = load_config(getattr(args, "config", None))
+    config = loaded.config
     if not config.mcp_server.enabled:
         raise UsageError("the MCP server is off in this config ([mcp_server] enabled = false)")
-    trio.run(lambda: serve_stdio(config, relay=False if getattr(args, "standalone", False) else None))
+    trio.run(lambda: serve_stdio(config, relay=False if getattr(args, "standalone", False) else None,
+                                 config_path=loaded.path))
     return 0
 
 

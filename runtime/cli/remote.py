@@ -54,6 +54,15 @@ def find_daemon(args: argparse.Namespace, config: Any) -> Daemon | None:
         if why.startswith("not trusting"):
             print(f"tern: {why}; working in-process", file=sys.stderr)
         return None
+    from runtime.config import find_config
+    from runtime.host.discovery import other_config
+
+    running = other_config(record, find_config(getattr(args, "config", None)))
+    if running:
+        print(f"tern: the daemon on this state directory runs {running}, not this command's config: working "
+              "in-process (--standalone says so quietly; give each config its own [state] dir to run both)",
+              file=sys.stderr)
+        return None
     return Daemon(record["url"], client_headers(config), int(record["pid"]), config)
 
 

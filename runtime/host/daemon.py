@@ -39,7 +39,8 @@ from runtime.config.checks import key_warning
 from runtime.errors import ConfigError, UsageError
 from runtime.log import get_logger, register_secret
 
-from runtime.host.discovery import (DISCOVERY_FILE, api_key, client_headers, discovery_path, ensure_local_token,
+from runtime.host.discovery import (DISCOVERY_FILE, api_key, client_headers, config_label, discovery_path,
+                                    ensure_local_token,
                                     read_record, trusted_daemon, unsafe_owner_or_mode)
 
 __all__ = ["serve", "api_key", "key_hint", "unauthorized_hint", "read_discovery", "discovery_path", "client_headers",
@@ -95,7 +96,7 @@ def _check_state_dir(config: Config) -> Path:
     return state
 
 
-def _write_discovery(config: Config, url: str) -> Path:
+def _write_discovery(config: Config, url: str, config_path: Path | None = None) -> Path:
     path = discovery_path(config)
     record, why = read_record(config)
     if record is not None and record.get("pid") != os.getpid():
@@ -104,7 +105,8 @@ def _write_discovery(config: Config, url: str) -> Path:
     temp = path.with_suffix(f".{os.getpid()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump({"pid": os.getpid(), "url": url, "started": time.time(), "version": __version__}, handle)
+        json.dump({"pid": os.getpid(), "url": url, "started": time.time(), "version": __version__,
+                   "config": config_label(config_path)}, handle)
     os.replace(temp, path)
     return path
 
@@ -291,7 +293,7 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
                 raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
             url = _url(host, bound[0][1], tls is not None)
             node.http_bound = (host, bound[0][1])
-            discovery = _write_discovery(config, url)
+            discovery = _write_discovery(config, url, config_path)
             nursery.start_soon(_signals, server, nursery.cancel_scope, node.reload_from_file)
             if log.isEnabledFor(logging.INFO):  # one line either way: the log's, or a plain one
                 log.info("tern %s (pid %d) serving on %s", __version__, os.getpid(), url)

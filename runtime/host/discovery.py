@@ -28,12 +28,29 @@ from urllib.parse import urlsplit
 from runtime._bundle import unsafe_owner_or_mode
 from runtime.config import Config
 
-__all__ = ["DISCOVERY_FILE", "TOKEN_FILE", "discovery_path", "token_path", "read_record", "trusted_daemon",
+__all__ = ["DISCOVERY_FILE", "TOKEN_FILE", "config_label", "other_config", "discovery_path", "token_path",
+           "read_record", "trusted_daemon",
            "unsafe_owner_or_mode", "ensure_local_token", "read_local_token", "pid_alive", "api_key", "client_headers"]
 
 DISCOVERY_FILE = "daemon.json"
 TOKEN_FILE = "local-token"
 MAX_FILE_BYTES = 64 * 1024
+
+
+def config_label(path: Path | None) -> str:
+    """How the discovery file names the config a daemon runs: its absolute path, or
+    ``<bundled>`` for the built-in default."""
+    return str(path.resolve()) if path is not None else "<bundled>"
+
+
+def other_config(record: dict[str, Any], path: Path | None) -> str:
+    """The config the daemon of ``record`` runs when it is not ``path`` (a client's own), else
+    "" (the same one, or a daemon too old to say). A command uses a daemon only when it
+    runs the client's config: another config's daemon would answer with other agents."""
+    running = record.get("config")
+    if not isinstance(running, str) or running == config_label(path):
+        return ""
+    return running
 
 
 def discovery_path(config: Config) -> Path:

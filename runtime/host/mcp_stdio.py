@@ -19,6 +19,7 @@ would let it share the daemon, in one line on stderr.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 from collections.abc import Callable
@@ -102,15 +103,22 @@ class RelayBackend:
                 self.transport.connection.negotiated(version, "handshake")
 
 
-async def daemon_url(config: Config) -> str | None:
-    """The running daemon's URL if its discovery file is live, it answers /health and
-    it takes this client on ``POST /mcp`` (see the module docstring)."""
+async def daemon_url(config: Config, config_path: Path | None = None) -> str | None:
+    """The running daemon's URL if its discovery file is live, it runs this config
+    (``config_path``: the file ``config`` came from, None the bundled one), it answers
+    /health and it takes this client on ``POST /mcp`` (see the module docstring)."""
     from runtime.host.daemon import client_headers, read_discovery
+    from runtime.host.discovery import other_config
 
     record, why = read_discovery(config)
     if record is None:
         if why.startswith("not trusting"):
             log.warning("%s; serving in-process", why)
+        return None
+    running = other_config(record, config_path)
+    if running:
+        log.warning("the daemon on this state directory runs %s, not this config: serving this config's agents "
+                    "in-process (give each config its own [state] dir to share a daemon)", running)
         return None
     import httpx
 
@@ -160,12 +168,12 @@ def _stdio_streams() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
     return stdin, stdout
 
 
-async def serve_stdio(config: Config, *, relay: bool | None = None) -> None:
-    """``tern mcp``: relay to a running daemon if there is one (``relay=None``: look),
-    else serve from an in-process kernel."""
+async def serve_stdio(config: Config, *, relay: bool | None = None, config_path: Path | None = None) -> None:
+    """``tern mcp``: relay to a running daemon of this config if there is one
+    (``relay=None``: look), else serve from an in-process kernel."""
     from runtime.host.daemon import client_headers
 
-    url = await daemon_url(config) if relay is not False else None
+    url = await daemon_url(config, config_path) if relay is not False else None
     stdin, stdout = _stdio_streams()
     if url is not None:
         log.info("relaying to the tern daemon at %s", url)
