@@ -33,7 +33,7 @@ import trio
 from runtime.errors import StorageError
 from runtime.log import get_logger
 
-__all__ = ["Database", "DatabaseUnavailable", "describe", "driver", "where", "resolve_url"]
+__all__ = ["Database", "DatabaseUnavailable", "StatementFailed", "describe", "driver", "where", "resolve_url"]
 
 log = get_logger("pg")
 T = TypeVar("T")
@@ -46,6 +46,16 @@ _MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS tern_migrations (component text
 class DatabaseUnavailable(StorageError):
     """PostgreSQL cannot be reached, refused tern, or did not answer in time: this call
     fails (503); tern keeps serving and reconnects on the next one."""
+
+
+class StatementFailed(StorageError):
+    """PostgreSQL refused one statement (its data, a constraint, a range): the call fails,
+    the connection stays good. ``error`` is the driver's exception, ``sqlstate`` its code."""
+
+    def __init__(self, message: str, error: BaseException) -> None:
+        super().__init__(message)
+        self.error = error
+        self.sqlstate: str | None = getattr(error, "sqlstate", None)
 
 
 def resolve_url(url: str, environ: Any = None) -> str:
@@ -171,7 +181,8 @@ class Database:
             except psycopg.Error as exc:
                 if not (conn.closed or conn.broken):
                     self._give_back(conn)
-                    raise  # the statement's own error (a constraint, a bad query): the caller's to answer
+                    # the statement's own error (a constraint, bad data): the caller's to answer, as a StorageError
+                    raise StatementFailed(describe(exc, self.url), exc) from exc
                 conn.close()
                 self._drop_idle()  # the server went away: the idle ones are dead too
                 if reused and attempt == 1:

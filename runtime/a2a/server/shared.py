@@ -42,6 +42,7 @@ from runtime.a2a.server.engine import (SUBSCRIBER_EVENTS, A2aError, StorageUnava
                                        TaskNotFound, TooManySubscribers, UnsupportedOperation)
 from runtime.errors import StorageError
 from runtime.log import get_logger
+from runtime.pg.pool import StatementFailed
 from runtime.ports import Caller
 
 __all__ = ["SharedTasks", "STEPS", "CHANNEL"]
@@ -246,8 +247,8 @@ class SharedTasks:
                 if time.monotonic() - pruned > PRUNE_SECS:
                     pruned = time.monotonic()
                     await self.db.run(self._prune, self.max_tasks)
-            except StorageError:
-                pass  # the pool logged it; the next round tries again
+            except Exception as exc:  # a statement refused, a row unreadable: logged; the next round tries again
+                _trouble("a lease and reaper round", exc)
             due = max(due, trio.current_time())  # a round that overran starts the next at once
             await trio.sleep_until(due)
 
@@ -300,7 +301,9 @@ class SharedTasks:
             self._wake = trio.Event()
             try:
                 await self.flush()
-            except A2aError:
+            except Exception as exc:  # the store away (logged by the pool), or worse: tried again, later
+                if not isinstance(exc, A2aError):
+                    log.exception("a2a: writing tasks failed; tried again")
                 failures += 1
                 await trio.sleep(RETRY_SECS[min(failures, len(RETRY_SECS)) - 1])
                 self._wake.set()
@@ -337,8 +340,11 @@ class SharedTasks:
             items[-1]["note"] = f"task {task_id} {items[-1]['new']}"
         self._inflight.update((item["id"], item["new"]) for item in items)
         try:
-            # one task's write is one statement, atomic by itself: no BEGIN and COMMIT round trips
-            lost = await self.db.run(_write, items, transaction=len(items) > 1)
+            try:
+                # one task's write is one statement, atomic by itself: no BEGIN and COMMIT round trips
+                lost = await self.db.run(_write, items, transaction=len(items) > 1)
+            except StatementFailed as exc:
+                lost = await self._alone(items, exc)
         except StorageError as exc:
             for task_id, pending in batch.items():  # kept for the retry, before what came meanwhile
                 if self.engine.peek(task_id) is None:
@@ -360,6 +366,26 @@ class SharedTasks:
                 self._versions[item["id"]] = held.version = item["new"]
         for task_id, row in lost.items():
             self._adopt(task_id, row)
+
+    async def _alone(self, items: list[dict[str, Any]], exc: StatementFailed) -> dict[str, tuple[int, str] | None]:
+        """A write PostgreSQL refused: each task written alone, and a task refused alone
+        fails (its last stored state, failed; a task never stored is let go), so one bad
+        task neither stops the node nor holds back the others."""
+        lost: dict[str, tuple[int, str] | None] = {}
+        for item in items:
+            try:
+                if len(items) == 1:
+                    raise exc
+                lost.update(await self.db.run(_write, [item], transaction=False))
+            except StatementFailed as refused:
+                log.error("a2a: task %s cannot be saved (%s); it fails", item["id"], refused)
+                text = f"tern could not save this task on node {self.node_id} ({refused.sqlstate or 'refused'})"
+                try:
+                    lost[item["id"]] = await self.db.run(_fail_one, item["id"], text)
+                except StorageError as again:
+                    log.error("a2a: task %s could not be failed either (%s); this node lets it go", item["id"], again)
+                    lost[item["id"]] = None
+        return lost
 
     def _adopt(self, task_id: str, row: tuple[int, str] | None) -> None:
         self.forget(task_id)
@@ -388,11 +414,13 @@ class SharedTasks:
             event.set()
         # A version up to the one this node is writing is that write's own notify, or the
         # write that made it lose, which ``_write`` adopts: neither needs a read.
-        if kind == "task" and name in self._versions and number.isdigit() \
+        if not _counter(number):
+            return  # not a number PostgreSQL's bigint holds: no node of tern sent it
+        if kind == "task" and name in self._versions \
                 and int(number) > max(self._versions[name], self._inflight.get(name, 0)):
             self._check.add(name)
             self._checking.set()
-        elif kind == "inbox" and name == self.node_id and number.isdigit():
+        elif kind == "inbox" and name == self.node_id:
             try:
                 self._inbox_send.send_nowait(int(number))
             except trio.WouldBlock:
@@ -407,7 +435,7 @@ class SharedTasks:
     async def _quietly(self, load: Callable[[str], Awaitable[None]], task_id: str) -> None:
         try:
             await load(task_id)
-        except A2aError as exc:
+        except Exception as exc:  # a store away, a config unreadable: the task runs on without them
             log.warning("a2a: could not load the push configs of task %s (%s)", task_id, exc)
 
     async def _checker(self) -> None:
@@ -425,7 +453,8 @@ class SharedTasks:
                         self._checking.set()
                     elif task_id in self._versions and version > self._versions[task_id]:
                         self._adopt(task_id, (version, body))
-            except StorageError:
+            except Exception as exc:  # the database away, a statement refused: read again in a second
+                _trouble("reading tasks other nodes changed", exc)
                 self._check.update(ids)
                 await trio.sleep(1.0)
                 self._checking.set()
@@ -558,6 +587,9 @@ class SharedTasks:
                 while True:
                     try:
                         rows, over = await self.db.run(read, since)
+                    except StatementFailed as exc:
+                        log.warning("a2a: a stream on task %s ends: its events cannot be read (%s)", task_id, exc)
+                        return
                     except StorageError:
                         rows, over = [], False  # the listener's reconnect wakes this stream to catch up
                     for seq, kind, body in rows:
@@ -574,6 +606,8 @@ class SharedTasks:
                             return
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        except Exception:  # an event unreadable: this stream ends, the node serves on
+            log.exception("a2a: a stream on task %s failed", task_id)
         finally:
             left = self._followers.get(task_id, 1) - 1
             if left > 0:
@@ -650,8 +684,8 @@ class SharedTasks:
         async for inbox_id in self._inbox:
             try:
                 await self._answer_inbox(inbox_id)
-            except StorageError as exc:
-                log.warning("a2a: could not take a forwarded answer (%s)", exc)
+            except Exception as exc:  # the forwarding node's wait runs out and says so; the next one is taken
+                _trouble("taking a forwarded answer", exc)
 
     async def _answer_inbox(self, inbox_id: int | None) -> None:
         from runtime.a2a.dialects import BadMessage
@@ -683,6 +717,31 @@ class SharedTasks:
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"answered {row_id} 0"))
 
             await self.db.run(done)
+
+
+def _counter(number: str) -> bool:
+    """A version or inbox id as nodes write them: ASCII digits within a bigint."""
+    return number.isascii() and number.isdigit() and len(number) <= 18
+
+
+def _trouble(doing: str, exc: Exception) -> None:
+    """One log line for a background loop's failed round (an unreachable database is
+    logged once by the pool; anything else each time, with its trace if it is no
+    storage error)."""
+    if isinstance(exc, StatementFailed):
+        log.warning("a2a: %s failed (%s); tried again", doing, exc)
+    elif not isinstance(exc, StorageError):
+        log.exception("a2a: %s failed; tried again", doing)
+
+
+def _fail_one(conn: Any, task_id: str, text: str) -> tuple[int, str] | None:
+    """Fail one task from its stored state (None: none stored, or it ended already)."""
+    row = conn.execute("SELECT version, body FROM a2a_tasks WHERE id = %s AND NOT terminal FOR UPDATE",
+                       (task_id,)).fetchone()
+    if row is None:
+        return None
+    task = _ended(conn, task_id, row[0], row[1], "failed", text)
+    return task.version, _encode(task).decode()
 
 
 def _write(conn: Any, items: list[dict[str, Any]]) -> dict[str, tuple[int, str] | None]:
