@@ -22,8 +22,9 @@ docs/scale-out.md): any node answers for any task.
   lease ran out are failed (``FOR UPDATE SKIP LOCKED``: two reapers never both write)
   within ``lease_secs`` of its death, while a live node's lease always has
   ``lease_secs * 3 / 5`` to run. A clean stop fails this node's own live tasks at once,
-  and so does a start under a node id whose tasks a killed process left (so node ids
-  must be unique per running process: the default is).
+  and so does a start under a node id whose tasks a killed process left. A start under
+  the id of a node still running (its lease renewed while the new one watches) is
+  refused: two processes under one id would fail each other's work.
 - Retention: at most ``max_tasks`` terminal tasks stay (the oldest go); ``counts`` is
   refreshed from the database every few seconds.
 """
@@ -40,7 +41,7 @@ import trio
 from runtime.a2a.model import INTERRUPTED, ArtifactEvent, Event, Message, StatusEvent, Task
 from runtime.a2a.server.engine import (SUBSCRIBER_EVENTS, A2aError, StorageUnavailable, TaskNotCancelable,
                                        TaskNotFound, TooManySubscribers, UnsupportedOperation)
-from runtime.errors import StorageError
+from runtime.errors import ConfigError, StorageError
 from runtime.log import get_logger
 from runtime.pg.pool import StatementFailed
 from runtime.ports import Caller
@@ -169,6 +170,7 @@ class SharedTasks:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         await self.db.migrate("a2a", STEPS)
+        await self._claim()
         # A process before this one under the same node id (a restart) left its live tasks: their work is gone.
         left = await self.db.run(self._fail_live, self.node_id, f"tern restarted on node {self.node_id} while this "
                                  "task was running; the task's work was lost")
@@ -188,6 +190,25 @@ class SharedTasks:
             unfollow()
             with trio.CancelScope(shield=True), trio.move_on_after(10):
                 await self._stop()
+
+    async def _claim(self) -> None:
+        """Refuse to start under a node id a live process holds: its lease, renewed every
+        ``lease_secs / 5``, moves while this one watches (a killed process's does not, so a
+        restart under its id goes on, at most 1.5 renewal periods later)."""
+        def read(conn: Any) -> tuple[Any, bool] | None:
+            return conn.execute("SELECT lease_until, lease_until > now() FROM tern_nodes WHERE id = %s",
+                                (self.node_id,)).fetchone()
+
+        first = await self.db.run(read)
+        if first is None or not first[1]:
+            return
+        log.info("a2a: node id %s has a lease; waiting to see whether a live node renews it", self.node_id)
+        await trio.sleep(self.lease_secs / LEASE_ROUNDS * 1.5)
+        again = await self.db.run(read)
+        if again is not None and again[0] != first[0]:
+            raise ConfigError(f"[state] node_id {self.node_id!r} is held by another running node (its lease was "
+                              "renewed just now): give each node its own id (on Kubernetes: a StatefulSet, or the "
+                              "pod name; the default is unique per process)")
 
     async def _stop(self) -> None:
         """A clean stop: what is pending is written, and this node's live tasks fail at once
