@@ -705,8 +705,13 @@ class SharedTasks:
         async for inbox_id in self._inbox:
             try:
                 await self._answer_inbox(inbox_id)
-            except Exception as exc:  # the forwarding node's wait runs out and says so; the next one is taken
+            except Exception as exc:  # logged; a sweep of this node's open inbox rows a second later retries it
                 _trouble("taking a forwarded answer", exc)
+                await trio.sleep(1.0)
+                try:
+                    self._inbox_send.send_nowait(None)
+                except trio.WouldBlock:
+                    pass  # full: a sweep is queued already
 
     async def _answer_inbox(self, inbox_id: int | None) -> None:
         from runtime.a2a.dialects import BadMessage
