@@ -229,13 +229,20 @@ class Database:
         self._down = why
 
     async def open(self) -> None:
-        """Reach the database once at boot: ``DatabaseUnavailable`` with one line if not."""
+        """Reach the database once at boot: ``DatabaseUnavailable`` with one line if not.
+        A database every role may connect to is named in a warning: any of them could
+        LISTEN on tern's channels (task ids, node ids) and NOTIFY them."""
         try:
-            await self.run(lambda conn: conn.execute("SELECT 1").fetchone())
+            public = await self.run(lambda conn: conn.execute(
+                "SELECT has_database_privilege('public', current_database(), 'CONNECT')").fetchone()[0])
         finally:
             self._down = None
         self._opened = True
         log.info("store: PostgreSQL at %s", where(self.url))
+        if public:
+            log.warning("store: every role may connect to the database at %s (CONNECT is granted to PUBLIC), and so "
+                        "LISTEN on tern's channels and NOTIFY them: REVOKE CONNECT ON DATABASE ... FROM PUBLIC "
+                        "(docs/scale-out.md, The database role)", where(self.url))
 
     async def check(self, timeout: float = 2.0) -> None:
         """Readiness: raises ``DatabaseUnavailable`` when the database does not answer now."""
