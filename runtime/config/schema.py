@@ -52,6 +52,7 @@ class ServerConfig(_Section):
     ``client_ipv6_prefix`` bits (64 by default: one household or server holds a whole
     /64), as it is for ``rate_limit_per_sec``. Above 75% of ``max_connections`` a new or
     idle connection gets 1 s (not ``request_head_timeout_secs``) to start a request.
+    Connections before their first request head hold at most a quarter of the slots.
     """
 
     listen: str = "127.0.0.1:50051"

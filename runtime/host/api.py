@@ -245,11 +245,12 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
 
     async def agent_message(request: Request) -> Response:
         from runtime.errors import AgentError
-        from runtime.wire.limits import check_id
+        from runtime.wire.limits import check_id, check_stored
 
         name = _agent_name(request)
         body = request.json(_MessageIn)
         check_id(body.context_id, "context_id")  # 400 naming the bound (the kernel checks again)
+        check_stored(body.message, "message")
         try:  # an UnknownAgent answers itself: 404 and its message
             reply = await kernel.agents.send(name, body.message, context_id=body.context_id, owner=request.caller)
         except AgentError as exc:
@@ -257,11 +258,12 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         return json_response(reply)
 
     async def agent_stream(request: Request) -> Response:
-        from runtime.wire.limits import check_id
+        from runtime.wire.limits import check_id, check_stored
 
         name = _agent_name(request)
         body = request.json(_MessageIn)
         check_id(body.context_id, "context_id")
+        check_stored(body.message, "message")  # before the stream starts: a 400, not a failed stream
         kernel.agents.admit(name, request.caller)  # unknown (404), not the key's (403), no budget (429): before
         if body.context_id and kernel.conversations is not None \
                 and not await kernel.conversations.visible(body.context_id, request.caller):

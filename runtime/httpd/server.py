@@ -15,6 +15,12 @@ One task per connection, keep-alive, and a bound on everything a client controls
 - under pressure (above 75% of the cap) a connection that has not started a request
   (new, TLS handshake, or idle keep-alive) gets ``PRESSURE_IDLE_SECS``, not the usual
   timeout, so idle sockets cannot hold the slots that working clients need;
+- connections not yet proven (no TLS handshake and request head completed yet) hold at
+  most a quarter of the slots (``UNPROVEN``): one more sheds one of them, and so does a
+  new connection when every slot is taken; the one shed is the oldest of the client
+  holding the most. So half-open handshakes, reopened as fast as they are closed, can
+  neither fill the server nor push out a real client's one handshake (1,200 of them
+  from 40 addresses kept 1,000 slots full before);
 - a failing ``accept`` (EMFILE, ENFILE) backs off, doubling up to 2 s, and logs once.
 
 Per request, in this order: rate limit (per client address, the route's cost) ->
@@ -63,6 +69,8 @@ access_log = get_logger("http.access")  # one info line per request: see HttpSer
 READ_BYTES = 65536
 PRESSURE = 0.75  # above this share of max_connections, connections not in a request go sooner
 PRESSURE_IDLE_SECS = 1.0
+UNPROVEN = 0.25  # the share of max_connections that connections before their first request head may hold
+SHED_PENDING = 64  # connections shed but not yet closed, at most: beyond, a new one is refused (503)
 _ACCEPT_BACKOFF_MAX = 2.0
 
 
@@ -138,7 +146,7 @@ class _Connection:
     """
 
     __slots__ = ("stream", "client", "key", "loopback", "h11", "timer", "phase", "deadline", "fd", "sock",
-                 "same_user", "subject")
+                 "same_user", "subject", "shed")
 
     def __init__(self, stream: trio.SocketStream, client: tuple[str, int], key: str, max_header_bytes: int) -> None:
         self.stream: trio.abc.Stream = stream  # an SSLStream over it once TLS is on
@@ -153,6 +161,7 @@ class _Connection:
         self.timer = trio.CancelScope()
         self.phase = "busy"
         self.deadline = math.inf
+        self.shed = False  # closed to make room for another (HttpServer._shed)
 
     def expire_in(self, phase: str, seconds: float) -> None:
         self.phase = phase
@@ -178,6 +187,10 @@ class HttpServer:
             log.info("max_connections lowered from %d to %d to fit the open-file limit", config.max_connections,
                      self.max_connections)
         self._pressure = max(1, int(self.max_connections * PRESSURE))
+        self.max_unproven = max(1, int(self.max_connections * UNPROVEN))
+        self._unproven: dict[str, dict[_Connection, None]] = {}  # before their first request head, per client
+        self.unproven = 0
+        self._shedding = 0  # shed, not yet closed
         self._per_client: dict[str, int] = {}
         self._connections: set[_Connection] = set()
         self._streams: set[trio.CancelScope] = set()
@@ -263,9 +276,11 @@ class HttpServer:
         except OSError:
             await trio.aclose_forcefully(stream)
             return
-        if self.active >= self.max_connections:
-            await self._refuse_full(stream, "too many connections; try again shortly")
-            return
+        if self.active - self._shedding >= self.max_connections:
+            if not self.unproven or self._shedding >= SHED_PENDING:
+                await self._refuse_full(stream, "too many connections; try again shortly")
+                return
+            self._shed()  # full: the oldest connection that has sent no request yet makes room
         key = client_key(client[0], self.config.client_ipv6_prefix)
         per_client = self._per_client.get(key, 0)
         if per_client >= self.config.max_connections_per_client > 0:
@@ -275,6 +290,10 @@ class HttpServer:
         self.active += 1
         conn = _Connection(stream, client, key, self.config.max_header_bytes)
         self._connections.add(conn)
+        if self.unproven >= self.max_unproven:
+            self._shed()
+        self._unproven.setdefault(key, {})[conn] = None
+        self.unproven += 1
         try:
             with conn.timer:
                 if self.ssl_context is not None:
@@ -294,6 +313,9 @@ class HttpServer:
             log.exception("connection from %s failed", client[0])
         finally:
             self.active -= 1
+            self._proven(conn)
+            if conn.shed:
+                self._shedding -= 1
             left = self._per_client[key] - 1
             if left:
                 self._per_client[key] = left
@@ -301,6 +323,25 @@ class HttpServer:
                 del self._per_client[key]
             self._connections.discard(conn)
             await trio.aclose_forcefully(conn.stream)
+
+    def _shed(self) -> None:
+        """Close the oldest connection that has not yet completed a request head, of the
+        client holding the most (a client's one handshake outlasts many others')."""
+        most = max(self._unproven.values(), key=len)
+        oldest = next(iter(most))
+        self._proven(oldest)
+        oldest.shed = True
+        self._shedding += 1
+        oldest.timer.cancel()
+
+    def _proven(self, conn: _Connection) -> None:
+        """``conn`` is no longer among the unproven (its head came, or it is gone)."""
+        mine = self._unproven.get(conn.key)
+        if mine is not None and conn in mine:
+            del mine[conn]
+            self.unproven -= 1
+            if not mine:
+                del self._unproven[conn.key]
 
     def _first_wait(self) -> float:
         """How long a new connection may take to start its first request."""
@@ -347,9 +388,11 @@ class HttpServer:
             except h11.RemoteProtocolError as exc:
                 await self._send_error(conn, exc.error_status_hint, str(exc) or "malformed request", close=True)
                 return
-            first = False
             if not isinstance(event, h11.Request):
                 return  # closed, timed out, or shutting down
+            if first:  # proven: handshake and head complete, no longer among those shed for room
+                self._proven(conn)
+            first = False
             if _head_size(event) > self.config.max_header_bytes:  # h11 only bounds a head still incomplete
                 await self._send_error(conn, 431, f"the request head is larger than {self.config.max_header_bytes} "
                                        "bytes", close=True)

@@ -50,7 +50,7 @@ from runtime.kernel.conversations import Conversations
 from runtime.kernel.door import enter_agent
 from runtime.kernel.pipeline import ToolPipeline
 from runtime.net.process import shutdown, spawn, subprocess_env
-from runtime.wire.limits import check_id, check_name
+from runtime.wire.limits import check_id, check_name, check_stored
 
 __all__ = ["Agents"]
 
@@ -116,6 +116,7 @@ class Agents:
         conversation has it and its owner is not looked up."""
         check_name(name, "the agent name")
         check_id(context_id, "context_id")
+        check_stored(message, "the message")  # its conversation keeps it: storable on either store
         agent = self.get(name)
         enter_agent(owner, agent.name)  # every way in reaches an agent through here: the one decision
         key = owner.name if owner is not None else "admin"

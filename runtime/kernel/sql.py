@@ -108,10 +108,9 @@ class PgSql(Sql):
         self.db = db  # runtime.pg.Database
 
     async def run(self, fn: Callable[[Any], T], what: str) -> T:
-        from runtime.pg.pool import driver
+        from runtime.pg.pool import StatementFailed
 
-        psycopg = driver()
         try:
             return await self.db.run(lambda conn: fn(_PgTx(conn)))
-        except psycopg.Error as exc:  # the statement's own error (DatabaseUnavailable is a StorageError already)
-            raise failed(what, exc) from None
+        except StatementFailed as exc:  # the statement's own error (DatabaseUnavailable passes as it is)
+            raise failed(what, exc.error) from None

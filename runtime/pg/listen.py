@@ -81,10 +81,11 @@ class Listener:
                         self._tell(channel, payload)
             except (DatabaseUnavailable, OSError) as exc:
                 self._lost(failures, str(exc))
-            except Exception as exc:
-                if not isinstance(exc, driver().Error):
-                    raise
-                self._lost(failures, describe(exc, self.db.url))
+            except Exception as exc:  # whatever a statement raises: this connection goes, a new one listens
+                if isinstance(exc, driver().Error):
+                    self._lost(failures, describe(exc, self.db.url))
+                else:
+                    log.exception("listener: failed; reconnecting")
             finally:
                 self.connected = False
                 if conn is not None:

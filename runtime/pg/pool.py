@@ -33,7 +33,7 @@ import trio
 from runtime.errors import StorageError
 from runtime.log import get_logger
 
-__all__ = ["Database", "DatabaseUnavailable", "describe", "driver", "where", "resolve_url"]
+__all__ = ["Database", "DatabaseUnavailable", "StatementFailed", "describe", "driver", "where", "resolve_url"]
 
 log = get_logger("pg")
 T = TypeVar("T")
@@ -46,6 +46,16 @@ _MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS tern_migrations (component text
 class DatabaseUnavailable(StorageError):
     """PostgreSQL cannot be reached, refused tern, or did not answer in time: this call
     fails (503); tern keeps serving and reconnects on the next one."""
+
+
+class StatementFailed(StorageError):
+    """PostgreSQL refused one statement (its data, a constraint, a range): the call fails,
+    the connection stays good. ``error`` is the driver's exception, ``sqlstate`` its code."""
+
+    def __init__(self, message: str, error: BaseException) -> None:
+        super().__init__(message)
+        self.error = error
+        self.sqlstate: str | None = getattr(error, "sqlstate", None)
 
 
 def resolve_url(url: str, environ: Any = None) -> str:
@@ -171,7 +181,8 @@ class Database:
             except psycopg.Error as exc:
                 if not (conn.closed or conn.broken):
                     self._give_back(conn)
-                    raise  # the statement's own error (a constraint, a bad query): the caller's to answer
+                    # the statement's own error (a constraint, bad data): the caller's to answer, as a StorageError
+                    raise StatementFailed(describe(exc, self.url), exc) from exc
                 conn.close()
                 self._drop_idle()  # the server went away: the idle ones are dead too
                 if reused and attempt == 1:
@@ -218,13 +229,20 @@ class Database:
         self._down = why
 
     async def open(self) -> None:
-        """Reach the database once at boot: ``DatabaseUnavailable`` with one line if not."""
+        """Reach the database once at boot: ``DatabaseUnavailable`` with one line if not.
+        A database every role may connect to is named in a warning: any of them could
+        LISTEN on tern's channels (task ids, node ids) and NOTIFY them."""
         try:
-            await self.run(lambda conn: conn.execute("SELECT 1").fetchone())
+            public = await self.run(lambda conn: conn.execute(
+                "SELECT has_database_privilege('public', current_database(), 'CONNECT')").fetchone()[0])
         finally:
             self._down = None
         self._opened = True
         log.info("store: PostgreSQL at %s", where(self.url))
+        if public:
+            log.warning("store: every role may connect to the database at %s (CONNECT is granted to PUBLIC), and so "
+                        "LISTEN on tern's channels and NOTIFY them: REVOKE CONNECT ON DATABASE ... FROM PUBLIC "
+                        "(docs/scale-out.md, The database role)", where(self.url))
 
     async def check(self, timeout: float = 2.0) -> None:
         """Readiness: raises ``DatabaseUnavailable`` when the database does not answer now."""

@@ -90,14 +90,24 @@ async def test_over_the_per_client_cap_is_a_503(nursery):
         await assert_healthy(served.server, served.port)
 
 
+async def _proven(port: int) -> RawClient:
+    """A keep-alive connection that has had one request answered (so it is no longer
+    among those shed to make room), idle now."""
+    client = await RawClient.connect(port)
+    await client.send(request("GET", "/ok"))
+    response = await client.response()
+    assert response is not None and response.status == 200
+    return client
+
+
 async def test_under_pressure_idle_connections_are_closed_quickly(nursery, loopback_clock):
-    """Above 75% of the cap a connection that sends nothing goes after ~1 s, not the
-    configured 30 s head timeout."""
+    """Above 75% of the cap an idle keep-alive connection goes after ~1 s, not the
+    configured 30 s keep-alive timeout."""
     with trio.fail_after(60):
         served = await start_server(nursery, small_config(max_connections=20, max_connections_per_client=0,
-                                                          request_head_timeout_secs=30.0))
+                                                          keep_alive_timeout_secs=30.0))
         start = trio.current_time()
-        idle = [await RawClient.connect(served.port) for _ in range(18)]
+        idle = [await _proven(served.port) for _ in range(18)]
         while served.server.active < 18:
             await trio.sleep(0.01)
         for client in idle:
@@ -117,6 +127,39 @@ async def test_without_pressure_idle_connections_keep_the_head_timeout(nursery, 
         assert await client.closed()
         assert 7.9 <= trio.current_time() - start < 9.0
         await client.aclose()
+
+
+async def test_unproven_connections_hold_a_quarter_of_the_slots_and_the_oldest_goes(nursery):
+    """Connections that have sent no request head hold at most a quarter of the slots: one
+    more closes the oldest of the client holding the most; a proven one is never shed, and
+    a client's one connection outlasts another's many."""
+    with trio.fail_after(30):
+        served = await start_server(nursery, small_config(max_connections=20, max_connections_per_client=0,
+                                                          request_head_timeout_secs=30.0))
+        server = served.server
+        assert server.max_unproven == 5
+        working = [await _proven(served.port) for _ in range(3)]
+        silent = [await RawClient.connect(served.port) for _ in range(5)]
+        while server.unproven < 5:
+            await trio.sleep(0.01)
+        newer = await RawClient.connect(served.port)
+        assert await silent[0].closed()  # the oldest made room
+        while server.unproven < 5:
+            await trio.sleep(0.01)
+        assert server.unproven == 5 and server.active == 3 + 5
+        for client in working:  # untouched: they answer as before
+            await client.send(request("GET", "/ok"))
+            assert (await client.response()).status == 200
+        if _can_bind("127.0.0.2"):  # one connection from another client outlasts five more from the first
+            lone = await _connect_from("127.0.0.2", served.port)
+            for _ in range(5):
+                silent.append(await RawClient.connect(served.port))
+            await lone.send(request("GET", "/ok", {"Connection": "close"}))
+            assert (await lone.response()).status == 200
+            await lone.aclose()
+        for client in [*working, *silent, newer]:
+            await client.aclose()
+        await assert_healthy(served.server, served.port)
 
 
 def test_max_connections_is_sized_from_the_open_file_limit():

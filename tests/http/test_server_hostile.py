@@ -558,7 +558,8 @@ async def test_a_thousand_concurrent_connections(nursery, open_files_for_a_thous
     n = THOUSAND
     with trio.fail_after(30):
         served = await start_server(nursery, small_config(max_connections=2000, max_connections_per_client=0,
-                                                          request_head_timeout_secs=20.0))
+                                                          request_head_timeout_secs=20.0,
+                                                          keep_alive_timeout_secs=20.0))
         connected = 0
         all_connected = trio.Event()
         go = trio.Event()
@@ -567,6 +568,9 @@ async def test_a_thousand_concurrent_connections(nursery, open_files_for_a_thous
         async def one() -> None:
             nonlocal connected
             client = await RawClient.connect(served.port)
+            await client.send(request("GET", "/ok"))  # proven (a head answered): never shed to make room
+            first = await client.response()
+            assert first is not None and first.status == 200
             connected += 1
             if connected == n:
                 all_connected.set()
@@ -594,7 +598,11 @@ async def test_a_thousand_concurrent_connections(nursery, open_files_for_a_thous
 async def test_connections_over_the_cap_get_503(nursery):
     with trio.fail_after(10):
         served = await start_server(nursery, small_config(max_connections=5))
-        held = [await RawClient.connect(served.port) for _ in range(5)]
+        held = []
+        for _ in range(5):  # each has had a request answered: a full server of these refuses the next
+            held.append(await RawClient.connect(served.port))
+            await held[-1].send(request("GET", "/ok"))
+            assert (await held[-1].response()).status == 200
         with trio.fail_after(2):
             while served.server.active < 5:
                 await trio.sleep(0.01)

@@ -9,7 +9,7 @@ from runtime.a2a import protocol
 from runtime.a2a.dialects import BadMessage
 from runtime.errors import RpcError
 from runtime.httpd.messages import Request
-from runtime.wire.limits import check_id
+from runtime.wire.limits import check_id, check_stored
 
 __all__ = ["check_ids", "task_id", "string", "history_length", "json_names", "require_1x", "caller_of"]
 
@@ -20,12 +20,15 @@ _ID_PARAMS = ("id", "taskId", "contextId", "sessionId", "pushNotificationConfigI
 
 def check_ids(params: dict[str, Any]) -> None:
     """Every id in an operation's params within ``MAX_ID_CHARS`` (invalid params
-    otherwise); the message's own ids are checked where it is read (``parse_message``)."""
+    otherwise); the message's own ids are checked where it is read (``parse_message``).
+    No string anywhere in the params (ids, message text, metadata, webhook configs: what
+    the task store keeps) holds what a store cannot (a NUL, a lone surrogate)."""
     for key in _ID_PARAMS:
         check_id(params.get(key), f"params.{key}")
     for key in ("pushNotificationConfig", "config"):
         if isinstance(params.get(key), dict):
             check_id(params[key].get("id"), f"params.{key}.id")
+    check_stored(params, "params")
 
 
 def task_id(params: dict[str, Any]) -> str:

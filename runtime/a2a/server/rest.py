@@ -7,7 +7,7 @@ from runtime.a2a import dialects
 from runtime.a2a.dialects import BadMessage
 from runtime.a2a.server.engine import A2aError, TaskNotFound
 from runtime.a2a.server.handler import A2aHandler, permit
-from runtime.a2a.server.request import caller_of
+from runtime.a2a.server.request import caller_of, check_ids
 from runtime.httpd.messages import HttpError, Request, Response, json_response
 
 __all__ = ["SeedRest"]
@@ -34,6 +34,7 @@ class SeedRest:
     async def get(self, request: Request) -> Response:
         try:
             permit(request.caller, "get", self.agent)
+            check_ids({"id": request.params["id"]})  # bounded, and storable: the same answer on either store
             task = await self.handler.engine.find(request.params["id"], request.caller)
         except TaskNotFound as exc:
             raise HttpError(404, str(exc)) from None
@@ -42,6 +43,7 @@ class SeedRest:
     async def cancel(self, request: Request) -> Response:
         try:
             permit(request.caller, "cancel", self.agent)
+            check_ids({"id": request.params["id"]})  # bounded, and storable: the same answer on either store
             task = await self.handler.engine.cancel(request.params["id"], request.caller)
         except TaskNotFound as exc:
             raise HttpError(404, str(exc)) from None

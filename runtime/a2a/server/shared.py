@@ -22,8 +22,9 @@ docs/scale-out.md): any node answers for any task.
   lease ran out are failed (``FOR UPDATE SKIP LOCKED``: two reapers never both write)
   within ``lease_secs`` of its death, while a live node's lease always has
   ``lease_secs * 3 / 5`` to run. A clean stop fails this node's own live tasks at once,
-  and so does a start under a node id whose tasks a killed process left (so node ids
-  must be unique per running process: the default is).
+  and so does a start under a node id whose tasks a killed process left. A start under
+  the id of a node still running (its lease renewed while the new one watches) is
+  refused: two processes under one id would fail each other's work.
 - Retention: at most ``max_tasks`` terminal tasks stay (the oldest go); ``counts`` is
   refreshed from the database every few seconds.
 """
@@ -40,8 +41,9 @@ import trio
 from runtime.a2a.model import INTERRUPTED, ArtifactEvent, Event, Message, StatusEvent, Task
 from runtime.a2a.server.engine import (SUBSCRIBER_EVENTS, A2aError, StorageUnavailable, TaskNotCancelable,
                                        TaskNotFound, TooManySubscribers, UnsupportedOperation)
-from runtime.errors import StorageError
+from runtime.errors import ConfigError, StorageError
 from runtime.log import get_logger
+from runtime.pg.pool import StatementFailed
 from runtime.ports import Caller
 
 __all__ = ["SharedTasks", "STEPS", "CHANNEL"]
@@ -168,6 +170,7 @@ class SharedTasks:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         await self.db.migrate("a2a", STEPS)
+        await self._claim()
         # A process before this one under the same node id (a restart) left its live tasks: their work is gone.
         left = await self.db.run(self._fail_live, self.node_id, f"tern restarted on node {self.node_id} while this "
                                  "task was running; the task's work was lost")
@@ -187,6 +190,25 @@ class SharedTasks:
             unfollow()
             with trio.CancelScope(shield=True), trio.move_on_after(10):
                 await self._stop()
+
+    async def _claim(self) -> None:
+        """Refuse to start under a node id a live process holds: its lease, renewed every
+        ``lease_secs / 5``, moves while this one watches (a killed process's does not, so a
+        restart under its id goes on, at most 1.5 renewal periods later)."""
+        def read(conn: Any) -> tuple[Any, bool] | None:
+            return conn.execute("SELECT lease_until, lease_until > now() FROM tern_nodes WHERE id = %s",
+                                (self.node_id,)).fetchone()
+
+        first = await self.db.run(read)
+        if first is None or not first[1]:
+            return
+        log.info("a2a: node id %s has a lease; waiting to see whether a live node renews it", self.node_id)
+        await trio.sleep(self.lease_secs / LEASE_ROUNDS * 1.5)
+        again = await self.db.run(read)
+        if again is not None and again[0] != first[0]:
+            raise ConfigError(f"[state] node_id {self.node_id!r} is held by another running node (its lease was "
+                              "renewed just now): give each node its own id (on Kubernetes: a StatefulSet, or the "
+                              "pod name; the default is unique per process)")
 
     async def _stop(self) -> None:
         """A clean stop: what is pending is written, and this node's live tasks fail at once
@@ -246,8 +268,8 @@ class SharedTasks:
                 if time.monotonic() - pruned > PRUNE_SECS:
                     pruned = time.monotonic()
                     await self.db.run(self._prune, self.max_tasks)
-            except StorageError:
-                pass  # the pool logged it; the next round tries again
+            except Exception as exc:  # a statement refused, a row unreadable: logged; the next round tries again
+                _trouble("a lease and reaper round", exc)
             due = max(due, trio.current_time())  # a round that overran starts the next at once
             await trio.sleep_until(due)
 
@@ -300,7 +322,9 @@ class SharedTasks:
             self._wake = trio.Event()
             try:
                 await self.flush()
-            except A2aError:
+            except Exception as exc:  # the store away (logged by the pool), or worse: tried again, later
+                if not isinstance(exc, A2aError):
+                    log.exception("a2a: writing tasks failed; tried again")
                 failures += 1
                 await trio.sleep(RETRY_SECS[min(failures, len(RETRY_SECS)) - 1])
                 self._wake.set()
@@ -337,8 +361,11 @@ class SharedTasks:
             items[-1]["note"] = f"task {task_id} {items[-1]['new']}"
         self._inflight.update((item["id"], item["new"]) for item in items)
         try:
-            # one task's write is one statement, atomic by itself: no BEGIN and COMMIT round trips
-            lost = await self.db.run(_write, items, transaction=len(items) > 1)
+            try:
+                # one task's write is one statement, atomic by itself: no BEGIN and COMMIT round trips
+                lost = await self.db.run(_write, items, transaction=len(items) > 1)
+            except StatementFailed as exc:
+                lost = await self._alone(items, exc)
         except StorageError as exc:
             for task_id, pending in batch.items():  # kept for the retry, before what came meanwhile
                 if self.engine.peek(task_id) is None:
@@ -360,6 +387,26 @@ class SharedTasks:
                 self._versions[item["id"]] = held.version = item["new"]
         for task_id, row in lost.items():
             self._adopt(task_id, row)
+
+    async def _alone(self, items: list[dict[str, Any]], exc: StatementFailed) -> dict[str, tuple[int, str] | None]:
+        """A write PostgreSQL refused: each task written alone, and a task refused alone
+        fails (its last stored state, failed; a task never stored is let go), so one bad
+        task neither stops the node nor holds back the others."""
+        lost: dict[str, tuple[int, str] | None] = {}
+        for item in items:
+            try:
+                if len(items) == 1:
+                    raise exc
+                lost.update(await self.db.run(_write, [item], transaction=False))
+            except StatementFailed as refused:
+                log.error("a2a: task %s cannot be saved (%s); it fails", item["id"], refused)
+                text = f"tern could not save this task on node {self.node_id} ({refused.sqlstate or 'refused'})"
+                try:
+                    lost[item["id"]] = await self.db.run(_fail_one, item["id"], text)
+                except StorageError as again:
+                    log.error("a2a: task %s could not be failed either (%s); this node lets it go", item["id"], again)
+                    lost[item["id"]] = None
+        return lost
 
     def _adopt(self, task_id: str, row: tuple[int, str] | None) -> None:
         self.forget(task_id)
@@ -388,11 +435,13 @@ class SharedTasks:
             event.set()
         # A version up to the one this node is writing is that write's own notify, or the
         # write that made it lose, which ``_write`` adopts: neither needs a read.
-        if kind == "task" and name in self._versions and number.isdigit() \
+        if not _counter(number):
+            return  # not a number PostgreSQL's bigint holds: no node of tern sent it
+        if kind == "task" and name in self._versions \
                 and int(number) > max(self._versions[name], self._inflight.get(name, 0)):
             self._check.add(name)
             self._checking.set()
-        elif kind == "inbox" and name == self.node_id and number.isdigit():
+        elif kind == "inbox" and name == self.node_id:
             try:
                 self._inbox_send.send_nowait(int(number))
             except trio.WouldBlock:
@@ -407,7 +456,7 @@ class SharedTasks:
     async def _quietly(self, load: Callable[[str], Awaitable[None]], task_id: str) -> None:
         try:
             await load(task_id)
-        except A2aError as exc:
+        except Exception as exc:  # a store away, a config unreadable: the task runs on without them
             log.warning("a2a: could not load the push configs of task %s (%s)", task_id, exc)
 
     async def _checker(self) -> None:
@@ -425,7 +474,8 @@ class SharedTasks:
                         self._checking.set()
                     elif task_id in self._versions and version > self._versions[task_id]:
                         self._adopt(task_id, (version, body))
-            except StorageError:
+            except Exception as exc:  # the database away, a statement refused: read again in a second
+                _trouble("reading tasks other nodes changed", exc)
                 self._check.update(ids)
                 await trio.sleep(1.0)
                 self._checking.set()
@@ -558,6 +608,9 @@ class SharedTasks:
                 while True:
                     try:
                         rows, over = await self.db.run(read, since)
+                    except StatementFailed as exc:
+                        log.warning("a2a: a stream on task %s ends: its events cannot be read (%s)", task_id, exc)
+                        return
                     except StorageError:
                         rows, over = [], False  # the listener's reconnect wakes this stream to catch up
                     for seq, kind, body in rows:
@@ -574,6 +627,8 @@ class SharedTasks:
                             return
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        except Exception:  # an event unreadable: this stream ends, the node serves on
+            log.exception("a2a: a stream on task %s failed", task_id)
         finally:
             left = self._followers.get(task_id, 1) - 1
             if left > 0:
@@ -650,8 +705,13 @@ class SharedTasks:
         async for inbox_id in self._inbox:
             try:
                 await self._answer_inbox(inbox_id)
-            except StorageError as exc:
-                log.warning("a2a: could not take a forwarded answer (%s)", exc)
+            except Exception as exc:  # logged; a sweep of this node's open inbox rows a second later retries it
+                _trouble("taking a forwarded answer", exc)
+                await trio.sleep(1.0)
+                try:
+                    self._inbox_send.send_nowait(None)
+                except trio.WouldBlock:
+                    pass  # full: a sweep is queued already
 
     async def _answer_inbox(self, inbox_id: int | None) -> None:
         from runtime.a2a.dialects import BadMessage
@@ -683,6 +743,31 @@ class SharedTasks:
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"answered {row_id} 0"))
 
             await self.db.run(done)
+
+
+def _counter(number: str) -> bool:
+    """A version or inbox id as nodes write them: ASCII digits within a bigint."""
+    return number.isascii() and number.isdigit() and len(number) <= 18
+
+
+def _trouble(doing: str, exc: Exception) -> None:
+    """One log line for a background loop's failed round (an unreachable database is
+    logged once by the pool; anything else each time, with its trace if it is no
+    storage error)."""
+    if isinstance(exc, StatementFailed):
+        log.warning("a2a: %s failed (%s); tried again", doing, exc)
+    elif not isinstance(exc, StorageError):
+        log.exception("a2a: %s failed; tried again", doing)
+
+
+def _fail_one(conn: Any, task_id: str, text: str) -> tuple[int, str] | None:
+    """Fail one task from its stored state (None: none stored, or it ended already)."""
+    row = conn.execute("SELECT version, body FROM a2a_tasks WHERE id = %s AND NOT terminal FOR UPDATE",
+                       (task_id,)).fetchone()
+    if row is None:
+        return None
+    task = _ended(conn, task_id, row[0], row[1], "failed", text)
+    return task.version, _encode(task).decode()
 
 
 def _write(conn: Any, items: list[dict[str, Any]]) -> dict[str, tuple[int, str] | None]:
