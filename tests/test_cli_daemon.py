@@ -505,7 +505,9 @@ def test_the_readme_quick_start_goes_through_the_daemon(tmp_path):
         assert "hello" in event_lines.get(timeout=30)  # subscribed before the run
         ran = subprocess.run(argv(files[:4]) + [files[4]], cwd=home, env=quick, capture_output=True, text=True,
                              timeout=60)
-        assert ran.returncode == 0 and "(empty directory)" in ran.stdout and "[tool] file_list" in ran.stderr, ran
+        assert ran.returncode == 0 and "(empty directory: " in ran.stdout and "[tool] file_list" in ran.stderr, ran
+        assert "workspaces/files)" in ran.stdout and "tool_error" not in ran.stderr, ran  # #34 item 5: it names the
+        # directory, and the guessed path that failed is not shown as a broken first call
         chat = subprocess.run(argv(commands[3]), cwd=home, env=quick, input="hi there\n/exit\n", capture_output=True,
                               text=True, timeout=60)
         assert chat.returncode == 0 and "hi there" in chat.stdout and "--context" in chat.stderr, chat

@@ -351,16 +351,22 @@ class Agents:
         allowed = (
             agent if agent.tool in agent.tools else msgspec.structs.replace(agent, tools=[*agent.tools, agent.tool])
         )
-        run = self.pipeline.run(allowed, ask=ask, context_id=context_id, on_tool=on_tool, owner=owner)
-        result = await self.pipeline.call(agent.tool, arguments, run=run, caller=f"agent:{agent.name}")
         guessed = _guessed_optional(arguments, message, tool.input_schema if tool is not None else {})
-        if result.is_error and guessed and tool is not None and is_read_only(tool):
+        retriable = bool(guessed) and tool is not None and is_read_only(tool)
+        held: list[dict[str, Any]] = []  # a guess's tool events: shown only if the guess is what answers
+        run = self.pipeline.run(allowed, ask=ask, context_id=context_id, owner=owner,
+                                on_tool=held.append if retriable and on_tool is not None else on_tool)
+        result = await self.pipeline.call(agent.tool, arguments, run=run, caller=f"agent:{agent.name}")
+        if result.is_error and retriable:
             # "list my files" is a request, not a path: a read-only tool whose only
             # argument is optional answers it with its default instead, and says so.
+            run.on_tool = on_tool
             retry = await self.pipeline.call(agent.tool, {}, run=run, caller=f"agent:{agent.name}")
             if not retry.is_error:
                 return (f"({json.dumps(message.strip())} is not a {guessed} here ({result.text}), so this is "
                         f"{agent.tool} with no {guessed}; send a {guessed} for something else.)\n{retry.text}")
+        for event in held if on_tool is not None else ():
+            on_tool(event)
         if result.is_error:
             raise AgentError(result.text)
         return result.text

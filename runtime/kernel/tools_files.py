@@ -332,7 +332,10 @@ def _file_list(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         else:
             if more:
                 lines.append(f"[{more} more]")
-    return ToolResult("\n".join(lines) if lines else "(empty directory)")
+    if lines:
+        return ToolResult("\n".join(lines))
+    where = os.path.join(str(ws), *parts)  # name it: "(empty directory)" alone leaves a person asking which
+    return ToolResult(f"(empty directory: {where})")
 
 
 def _file_search(arguments: dict[str, Any], context: ToolContext) -> ToolResult:

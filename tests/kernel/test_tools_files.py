@@ -156,7 +156,7 @@ async def test_no_workspace_is_a_tool_error():
 
 async def test_workspace_is_created_private(tmp_path):
     ctx = ToolContext(workspace=str(tmp_path / "new" / "ws"))
-    assert (await file_list({}, ctx)).text == "(empty directory)"
+    assert (await file_list({}, ctx)).text == f"(empty directory: {ctx.workspace})"
     assert (os.stat(tmp_path / "new" / "ws").st_mode & 0o777) == 0o700
 
 
