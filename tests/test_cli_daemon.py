@@ -607,3 +607,33 @@ def test_a_command_uses_the_daemon_only_when_it_runs_the_same_config(tmp_path):
         assert "not this config" in mcp.stderr
     finally:
         daemon.stop()
+
+
+def test_an_operator_reaches_a_daemon_it_cannot_discover_by_url(tmp_path):
+    """#34 item 4: a daemon run as another user (the system service) has its own state
+    directory; ``--url`` (or ``TERN_URL``) with the key reaches it, and with neither the
+    CLI says where it looked instead of a bare "no pending approval requests"."""
+    key = "operator-key-0123456789abcdef"
+    config = write_config(tmp_path, extra="")
+    Path(config).write_text(Path(config).read_text().replace("[server]\n", '[server]\napi_key_env = "TERN_API_KEY"\n'))
+    daemon = Daemon(config, TERN_API_KEY=key)
+    try:
+        elsewhere = tmp_path / "operator"
+        elsewhere.mkdir()
+        mine = elsewhere / "config.toml"
+        mine.write_text(f'[state]\ndir = "{elsewhere / "state"}"\n')
+        local = subprocess.run([sys.executable, "-m", "runtime", "--config", str(mine), "approvals"],
+                               capture_output=True, text=True, env=env(), timeout=60)
+        assert "no daemon runs on this state directory" in local.stdout, local.stdout
+        for args, extra in (([f"--url={daemon.url}"], {}), ([], {"TERN_URL": daemon.url})):
+            reached = subprocess.run([sys.executable, "-m", "runtime", "--config", str(mine), *args, "approvals"],
+                                     capture_output=True, text=True, env=env(TERN_API_KEY=key, **extra), timeout=60)
+            assert reached.returncode == 0 and reached.stdout.strip() == "no pending approval requests", reached
+            status = subprocess.run([sys.executable, "-m", "runtime", "--config", str(mine), *args, "status"],
+                                    capture_output=True, text=True, env=env(TERN_API_KEY=key, **extra), timeout=60)
+            assert status.returncode == 0 and daemon.url in status.stdout, status
+        refused = subprocess.run([sys.executable, "-m", "runtime", "--config", str(mine), "--url", daemon.url,
+                                  "approvals"], capture_output=True, text=True, env=env(), timeout=60)
+        assert refused.returncode != 0 and "key" in refused.stderr, refused
+    finally:
+        daemon.stop()

@@ -41,6 +41,9 @@ def _common_options() -> argparse.ArgumentParser:
                         help="log line format (default: text)")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks for errors")
+    common.add_argument("--url", metavar="URL", default=argparse.SUPPRESS,
+                        help="the daemon to talk to (default: $TERN_URL, else the one on this config's state "
+                             "directory); its key from $TERN_API_KEY or the config's api_key_env")
     return common
 
 

@@ -116,17 +116,30 @@ def cmd_approvals(args: argparse.Namespace) -> int:
                   f"(made by {rule['made_by'] or '?'} via {rule['decided_by'] or '?'})")
         return 0
     return _print_approvals(args, on_approvals(args, lambda approvals: approvals.list(
-        None if args.state == "all" else args.state)))
+        None if args.state == "all" else args.state)), where=_store_of(args))
 
 
-def _print_approvals(args: argparse.Namespace, listed: list[Any]) -> int:
+def _store_of(args: argparse.Namespace) -> str:
+    """Where an answer read with no daemon came from: a person whose daemon runs as
+    another user (a system service) must not take "none" for the daemon's answer."""
+    from runtime.config import load_config
+
+    config = load_config(getattr(args, "config", None)).config
+    if config.state.store == "postgres":
+        return "the shared PostgreSQL store"
+    return f"{config.state.dir}/approvals.sqlite3 (no daemon runs on this state directory; a daemon run as " \
+           "another user, as the system service is, keeps its own: see docs/deploying.md)"
+
+
+def _print_approvals(args: argparse.Namespace, listed: list[Any], where: str = "") -> int:
     from runtime.kernel.approvals import describe, remaining
 
     if args.json:
         print_json({"approvals": listed})
         return 0
     if not listed:
-        print(f"no {'' if args.state == 'all' else args.state + ' '}approval requests")
+        print(f"no {'' if args.state == 'all' else args.state + ' '}approval requests"
+              f"{' in ' + where if where else ''}")
         return 0
     for approval in listed:
         if approval.state == "pending":

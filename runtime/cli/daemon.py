@@ -30,7 +30,12 @@ def _daemon(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str], A
     from runtime.host.daemon import client_headers, read_discovery
     from runtime.errors import TernError
 
+    from runtime.host.discovery import named_daemon
+
     config = load_config(getattr(args, "config", None)).config
+    named = named_daemon(getattr(args, "url", None), config)
+    if named is not None:
+        return named[0], named[1], config
     record, why = read_discovery(config)
     if record is None:
         raise TernError(why)

@@ -45,9 +45,15 @@ def find_daemon(args: argparse.Namespace, config: Any) -> Daemon | None:
     """The daemon on this config's state directory, if there is one to trust and the
     command did not say ``--standalone``; a discovery file that fails the checks is
     reported in one line and the command runs in-process."""
-    if getattr(args, "standalone", False) or not config.state.dir:
+    if getattr(args, "standalone", False):
         return None
-    from runtime.host.discovery import client_headers, trusted_daemon
+    from runtime.host.discovery import client_headers, named_daemon, trusted_daemon
+
+    named = named_daemon(getattr(args, "url", None), config)
+    if named is not None:
+        return Daemon(named[0]["url"], named[1], 0, config)
+    if not config.state.dir:
+        return None
 
     record, why = trusted_daemon(config)
     if record is None:

@@ -29,8 +29,8 @@ from runtime._bundle import unsafe_owner_or_mode
 from runtime.config import Config
 
 __all__ = ["DISCOVERY_FILE", "TOKEN_FILE", "config_label", "other_config", "discovery_path", "token_path",
-           "read_record", "trusted_daemon",
-           "unsafe_owner_or_mode", "ensure_local_token", "read_local_token", "pid_alive", "api_key", "client_headers"]
+           "read_record", "trusted_daemon", "unsafe_owner_or_mode", "ensure_local_token", "read_local_token",
+           "pid_alive", "api_key", "client_headers", "named_daemon"]
 
 DISCOVERY_FILE = "daemon.json"
 TOKEN_FILE = "local-token"
@@ -198,6 +198,25 @@ def api_key(config: Config) -> str:
     if key:
         register_secret(key)
     return key
+
+
+def named_daemon(explicit: str | None, config: Config) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """A daemon the person named (``--url``, else ``$TERN_URL``): its record as the
+    discovery file's would be, and the headers with the key (``$TERN_API_KEY``, else the
+    config's). How an operator reaches a daemon run as another user (the system service),
+    or on another host. None when none is named."""
+    url = (explicit or os.environ.get("TERN_URL", "")).rstrip("/")
+    if not url:
+        return None
+    from runtime.errors import UsageError
+    from runtime.log import register_secret
+
+    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+        raise UsageError(f"--url / TERN_URL must be an http(s) URL, not {url[:100]!r}")
+    key = os.environ.get("TERN_API_KEY", "") or api_key(config)
+    if key:
+        register_secret(key)
+    return {"url": url, "pid": 0, "config": "(named by --url)"}, ({"Authorization": f"Bearer {key}"} if key else {})
 
 
 def client_headers(config: Config) -> dict[str, str]:
