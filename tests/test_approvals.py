@@ -315,3 +315,22 @@ def test_approvals_rules_lists_whom_each_rule_is_for_and_who_made_it(tmp_path):
     assert "forgot 1 persisted decision" in forgot.stdout
     left = json.loads(tern("approvals", "rules", "--json", "--config", config).stdout)["rules"]
     assert [r["caller"] for r in left] == ["everyone"]
+
+
+@pytest.mark.parametrize("through_daemon", [False, True], ids=["in-process", "daemon"])
+def test_no_wait_fails_at_once_naming_the_request(tmp_path, daemon, through_daemon):
+    """#34 item 8: a script's ``tern call``/``tern run --no-wait`` does not wait
+    approval_timeout_secs (300 s) for a person: it fails now, the request named and denied."""
+    config = write_config(tmp_path)
+    if through_daemon:
+        daemon()
+    args = ["call", "shell_exec", "--args", '{"argv": ["echo", "hi"]}', "--no-wait", "--config", config]
+    started = time.monotonic()
+    done = tern(*args)
+    assert time.monotonic() - started < 30
+    assert done.returncode == 1 and "does not wait (--no-wait): request ap_" in done.stderr, done
+    assert "denied" in done.stdout + done.stderr
+    listed = json.loads(tern("approvals", "--json", "--state", "denied", "--config", config).stdout)["approvals"]
+    assert [a["reason"] for a in listed] == ["its caller does not wait for a person (--no-wait)"]
+    ran = tern("run", "writer", '{"path": "x.txt", "content": "x"}', "--no-wait", "--config", config)
+    assert ran.returncode == 1 and "does not wait (--no-wait)" in ran.stderr, ran

@@ -38,6 +38,9 @@ def add_commands(commands: Commands) -> None:
     run.add_argument("--context", metavar="ID", help="continue this conversation (default: a new one)")
     run.add_argument("--json", action="store_true", help="print the reply as JSON (agent, context_id, text)")
     run.add_argument("-q", "--quiet", action="store_true", help="do not show tool calls on stderr")
+    run.add_argument("--no-wait", action="store_true",
+                     help="a call that needs a person's approval fails at once, its request denied and named (for "
+                          "scripts: nothing waits approval_timeout_secs)")
     add_standalone(run)
     chat = commands.add("chat", cmd_chat, "talk with an agent interactively (replies streamed, history kept)")
     chat.add_argument("agent", help="the agent's name")
@@ -69,14 +72,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     daemon = _daemon(args)
     out = TextOut(enabled=not args.json)
     if daemon is not None:
-        reply = _send_through(daemon, args.agent, message, args.context, out, args.quiet)
+        reply = _send_through(daemon, args.agent, message, args.context, out, args.quiet, args.no_wait)
         _finish(reply, out, args.json)
         return 0
 
     async def work(kernel: Kernel) -> int:
         import msgspec
 
-        reply = await _send_here(kernel, args.agent, message, args.context, out, args.quiet)
+        reply = await _send_here(kernel, args.agent, message, args.context, out, args.quiet, args.no_wait)
         _finish(msgspec.to_builtins(reply), out, args.json)
         return 0
 
@@ -84,7 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _send_through(daemon: Any, agent: str, message: str, context_id: str | None, out: TextOut,
-                  quiet: bool) -> dict[str, Any]:
+                  quiet: bool, no_wait: bool = False) -> dict[str, Any]:
     from runtime.cli.remote import follow, quote_path
 
     body: dict[str, Any] = {"message": message}
@@ -92,17 +95,17 @@ def _send_through(daemon: Any, agent: str, message: str, context_id: str | None,
         body["context_id"] = context_id
     stream = daemon.stream(f"/api/agents/{quote_path(agent)}/stream", body)
     try:
-        return follow(daemon, stream, out, quiet=quiet)
+        return follow(daemon, stream, out, quiet=quiet, no_wait=no_wait)
     finally:
         stream.close()
 
 
 async def _send_here(kernel: Kernel, agent: str, message: str, context_id: str | None, out: TextOut,
-                     quiet: bool) -> Any:
+                     quiet: bool, no_wait: bool = False) -> Any:
     from runtime.cli.approvals import terminal_ask
 
     return await kernel.agents.send(agent, message, context_id=context_id, on_text=out,
-                                    ask=terminal_ask(kernel.approvals, before=out.end_line),
+                                    ask=terminal_ask(kernel.approvals, before=out.end_line, no_wait=no_wait),
                                     on_tool=lambda event: out.tool(event, quiet))
 
 

@@ -211,7 +211,7 @@ _PROMPT = "approve? [y]es / [n]o / [a]lways for this tool / [A]lways with these 
 _HELP = "tern: answer y (yes), n (no), a (always for this tool), A (always with these arguments)"
 
 
-def terminal_ask(approvals: Any, before: Any = None) -> Any:
+def terminal_ask(approvals: Any, before: Any = None, *, no_wait: bool = False) -> Any:
     """The ``Ask`` of a command run by a person (``tern run``, ``chat``, ``call``): the
     request is shown on stderr, and on a terminal the answer is read inline. Elsewhere
     (stdin is a pipe, a script) it says how to answer from another shell and waits for
@@ -228,6 +228,11 @@ def terminal_ask(approvals: Any, before: Any = None) -> Any:
     async def ask(approval: Any) -> None:
         if before is not None:
             before()
+        if no_wait:  # a script: fail now, the request named, rather than wait approval_timeout_secs
+            print(_no_wait_line(approval), file=sys.stderr, flush=True)
+            await approvals.decide(approval.id, False, reason=NO_WAIT_REASON, by=f"terminal:{_user()}",
+                                   channel="terminal", cancel=approval.form is not None)
+            return
         print(f"tern: {describe(approval)} — approval {approval.id}, {remaining(approval)} s to answer",
               file=sys.stderr, flush=True)
         if not interactive:
@@ -289,7 +294,17 @@ def _user() -> str:
         return "?"
 
 
-def ask_through_daemon(daemon: Any, stream: Any, data: dict[str, Any], backlog: Any) -> None:
+NO_WAIT_REASON = "its caller does not wait for a person (--no-wait)"
+
+
+def _no_wait_line(approval: Any) -> str:
+    return (f"tern: {approval.tool} needs a person's approval and this command does not wait (--no-wait): "
+            f"request {approval.id} denied; allow it ahead with a [[governance.rules]] entry, or run without "
+            "--no-wait and answer it")
+
+
+def ask_through_daemon(daemon: Any, stream: Any, data: dict[str, Any], backlog: Any, *,
+                       no_wait: bool = False) -> None:
     """A streamed run in the daemon waits for approval (its ``approval`` event): what
     ``terminal_ask`` does in-process, over the API. On a terminal the person answers
     inline and the answer goes to ``POST /api/approvals/{id}`` (channel "terminal");
@@ -302,6 +317,15 @@ def ask_through_daemon(daemon: Any, stream: Any, data: dict[str, Any], backlog: 
     from runtime.ports import Approval
 
     approval = Approval(**data)
+    if no_wait:
+        print(_no_wait_line(approval), file=sys.stderr, flush=True)
+        try:
+            daemon.call("POST", f"/api/approvals/{quote_path(approval.id)}",
+                        {"decision": "cancel" if approval.form is not None else "deny", "reason": NO_WAIT_REASON,
+                         "channel": "terminal"})
+        except TernError as exc:  # decided elsewhere a moment before: the stream says how it ended
+            print(f"tern: {exc}", file=sys.stderr, flush=True)
+        return
     print(f"tern: {describe(approval)} — approval {approval.id}, {remaining(approval)} s to answer",
           file=sys.stderr, flush=True)
     if not isatty():

@@ -244,7 +244,7 @@ class Stream:
         self._connection.close()
 
 
-def follow(daemon: Daemon, stream: Stream, out: Any, *, quiet: bool = False) -> dict[str, Any]:
+def follow(daemon: Daemon, stream: Stream, out: Any, *, quiet: bool = False, no_wait: bool = False) -> dict[str, Any]:
     """Render a streamed run until its end: text to ``out`` (a ``common.TextOut``), tool
     calls as lines on stderr, approvals put to the person (``approvals.ask_through_daemon``);
     the final ``reply`` or ``result`` is returned, an ``error`` raised as the sentence it is."""
@@ -260,7 +260,7 @@ def follow(daemon: Daemon, stream: Stream, out: Any, *, quiet: bool = False) -> 
             from runtime.cli.approvals import ask_through_daemon
 
             out.end_line()
-            ask_through_daemon(daemon, stream, data, backlog)
+            ask_through_daemon(daemon, stream, data, backlog, no_wait=no_wait)
         elif kind in ("reply", "result"):
             return data
         elif kind == "error":

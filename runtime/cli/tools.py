@@ -29,6 +29,9 @@ def add_commands(commands: Commands) -> None:
     call.add_argument("--args", metavar="JSON", default="{}", help="the arguments as a JSON object")
     call.add_argument("--timeout", type=float, metavar="SECS", help="override the server's timeout_secs")
     call.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    call.add_argument("--no-wait", action="store_true",
+                      help="a call that needs a person's approval fails at once, its request denied and named (for "
+                          "scripts: nothing waits approval_timeout_secs)")
     add_standalone(call)
 
 
@@ -103,7 +106,7 @@ def cmd_call(args: argparse.Namespace) -> int:
         stream = daemon.stream(f"/api/tools/{quote_path(args.tool)}/call",
                                {"arguments": arguments, "timeout_secs": args.timeout})
         try:
-            return _show_result(args, follow(daemon, stream, TextOut(), quiet=True))
+            return _show_result(args, follow(daemon, stream, TextOut(), quiet=True, no_wait=args.no_wait))
         finally:
             stream.close()
 
@@ -112,7 +115,7 @@ def cmd_call(args: argparse.Namespace) -> int:
 
         from runtime.cli.approvals import terminal_ask
 
-        run = kernel.pipeline.run(ask=terminal_ask(kernel.approvals))
+        run = kernel.pipeline.run(ask=terminal_ask(kernel.approvals, no_wait=args.no_wait))
         result = await kernel.call_tool(args.tool, arguments, timeout_secs=args.timeout, caller="cli", run=run)
         return _show_result(args, msgspec.to_builtins(result))
 

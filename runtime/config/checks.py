@@ -350,6 +350,11 @@ def _governance_problems(config: Config) -> list[str]:
                                                     "max_pending_per_caller", "max_kept_per_caller",
                                                     "approval_retention_days"))
     problems += _duplicates([t.name for t in governance.tiers], "governance.tiers", "name")
+    for i, rule in enumerate(governance.rules):
+        if not 0 <= rule.wait_secs <= 86400 or rule.wait_secs != rule.wait_secs:
+            problems.append(f"governance.rules[{i}].wait_secs: expected 0 to 86400 seconds, got {rule.wait_secs}")
+        elif rule.wait_secs and rule.decision != "ask":
+            problems.append(f'governance.rules[{i}].wait_secs: only used with decision = "ask"')
     for i, tier in enumerate(governance.tiers):
         if tier.name in PRESET_TIERS or tier.name in OSSA_TIERS:
             problems.append(f'governance.tiers[{i}].name: "{tier.name}" is a preset tier; choose another name')

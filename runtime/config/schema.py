@@ -554,6 +554,9 @@ class ApprovalRule(_Section):
     tool: str
     decision: Decision
     agent: str = "*"
+    # "ask": how long its request waits for a person before it is denied (0: the
+    # [governance] approval_timeout_secs); a short wait suits unattended callers.
+    wait_secs: float = 0.0
 
 
 class AccessTier(_Section):

@@ -299,7 +299,7 @@ class Approvals:
     async def request(self, agent: str, tool: str, arguments: Any, digest: str, *, caller: str = "",
                       context_id: str = "", reason: str = "", ask: Ask | None = None,
                       form: dict[str, Any] | None = None, key: str = "admin", origin: str = "",
-                      bounded: bool = False) -> Approval:
+                      bounded: bool = False, wait_secs: float = 0.0) -> Approval:
         """Open a request and wait for its end; returns it approved, denied or expired.
         ``ask`` (the caller's way to ask a person) runs meanwhile. If the waiting call
         is cancelled, the request is expired on the way out. ``form`` (checked by
@@ -311,7 +311,8 @@ class Approvals:
         now = self.clock()
         approval_id = "ap_" + os.urandom(5).hex()
         shown = _bounded(self.redact(arguments))
-        expires = now + self.timeout_secs
+        timeout = wait_secs if wait_secs > 0 else self.timeout_secs  # a rule's own wait, else the governance one
+        expires = now + timeout
 
         def insert(tx: Any) -> str:
             waiting = tx.execute(f"SELECT count(*) FROM {self._requests} WHERE state = 'pending' AND agent = ?",
@@ -351,7 +352,7 @@ class Approvals:
             self._event("approval_requested", approval)
             for observe in self.observers:
                 observe("requested")
-            with trio.move_on_after(self.timeout_secs) as timer:
+            with trio.move_on_after(timeout) as timer:
                 async with trio.open_nursery() as nursery:
                     if ask is not None:
                         nursery.start_soon(self._ask, ask, approval)

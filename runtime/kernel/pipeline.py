@@ -331,6 +331,7 @@ class ToolPipeline:
             run._scopes.add(scope)
             try:
                 approval = await approvals.request(agent, name, arguments, arguments_digest, caller=caller,
+                                                   wait_secs=verdict.wait_secs,
                                                    context_id=run.context_id, reason=verdict.reason,
                                                    ask=run.context.ask, key=run.key,
                                                    origin=run.context.owner.way if run.context.owner else "",

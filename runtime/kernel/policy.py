@@ -40,6 +40,7 @@ ASK_BY_DEFAULT = frozenset({"shell_exec", "script_run"})
 class Verdict(NamedTuple):
     decision: Decision
     reason: str
+    wait_secs: float = 0.0  # an "ask": how long its request waits (0: [governance] approval_timeout_secs)
 
 
 def is_read_only(tool: Any) -> bool:
@@ -65,12 +66,13 @@ class _Rule(NamedTuple):
     agents: ToolGlobs
     decision: Decision
     index: int
+    wait_secs: float = 0.0
 
 
 class Policy:
     def __init__(self, config: Config) -> None:
         governance = config.governance
-        self.rules = [_Rule(ToolGlobs([r.tool]), ToolGlobs([r.agent]), r.decision, i)
+        self.rules = [_Rule(ToolGlobs([r.tool]), ToolGlobs([r.agent]), r.decision, i, r.wait_secs)
                       for i, r in enumerate(governance.rules)]
         self.custom_tiers = {t.name: ToolGlobs(t.tools) for t in governance.tiers}
         self._cache: dict[tuple[str, str, str], tuple[Any, Verdict]] = {}
@@ -114,7 +116,7 @@ class Policy:
         for rule in self.rules:
             if rule.tools.matches(tool.name) and _agent_matches(rule.agents, agent_name):
                 return Verdict(rule.decision, f"[[governance.rules]] #{rule.index + 1} says {rule.decision} "
-                                              f"for {tool.name} by {who}")
+                                              f"for {tool.name} by {who}", rule.wait_secs)
         if tool.name in ASK_BY_DEFAULT or _explicitly_destructive(tool):
             return Verdict("ask", f"{tool.name} needs a person's approval by default")
         return Verdict("allow", "")

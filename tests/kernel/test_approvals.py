@@ -331,3 +331,19 @@ def test_the_readme_governance_example_loads_and_means_what_it_says(tmp_path):
     assert p.verdict(ops, Tool("mcp_github_delete_repo", "", OBJECT, source="mcp")).decision == "deny"
     assert p.verdict(AgentConfig(name="notes", kind="echo"), Tool("file_write", "", OBJECT)).decision == "allow"
     assert (ops.requests_per_minute, ops.tokens_per_hour, ops.max_tool_calls_per_run) == (30, 200000, 20)
+
+
+async def test_a_rules_wait_secs_bounds_its_requests_wait(tmp_path, autojump_clock):
+    """#34 item 8: an ``ask`` rule may wait less than approval_timeout_secs (unattended
+    callers fail in seconds, not five minutes)."""
+    import trio
+
+    from runtime.config import ApprovalRule, Config, GovernanceConfig, StateConfig
+    from runtime.kernel.kernel import Kernel
+
+    kernel = Kernel(Config(state=StateConfig(dir=str(tmp_path)), governance=GovernanceConfig(
+        rules=[ApprovalRule(tool="time_now", decision="ask", wait_secs=5)], approval_timeout_secs=300)))
+    started = trio.current_time()
+    result = await kernel.pipeline.call("time_now", {})
+    assert result.is_error and "expired" in result.text
+    assert trio.current_time() - started == pytest.approx(5, abs=0.5)
