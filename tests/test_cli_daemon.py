@@ -475,22 +475,22 @@ def lines_of(stream) -> queue.Queue:
 
 
 def test_the_readme_quick_start_goes_through_the_daemon(tmp_path):
-    """The quick start's commands, as written (``python3 dist/tern.pyz`` as ``python -m
-    runtime``), on the bundled config against a running daemon: events sees the run."""
+    """The quick start's commands, as written (``tern``, which ``tern install`` makes, as
+    ``python -m runtime``), on the bundled config against a running daemon: events sees the run."""
     readme = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
     block = readme.split("In another terminal", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     commands = [line.split("#", 1)[0].split() for line in block.splitlines()]
-    assert [c[2] for c in commands] == ["status", "events", "run", "chat"]
+    assert [c[1] for c in commands] == ["status", "events", "run", "chat"]
     home = tmp_path / "home"
     home.mkdir()
     quick = env(HOME=str(home), XDG_STATE_HOME=str(home / "state"), XDG_CONFIG_HOME=str(home / "config"))
 
     def argv(words: list[str]) -> list[str]:
-        assert words[:2] == ["python3", "dist/tern.pyz"]
-        return [sys.executable, "-m", "runtime", *(w.strip('"') for w in words[2:])]
+        assert words[:1] == ["tern"]
+        return [sys.executable, "-m", "runtime", *(w.strip('"') for w in words[1:])]
 
-    files = next(c for c in commands if c[2] == "run")
-    files = files[:4] + [" ".join(files[4:]).strip('"')]  # the quoted message is one argument
+    files = next(c for c in commands if c[1] == "run")
+    files = files[:3] + [" ".join(files[3:]).strip('"')]  # the quoted message is one argument
     daemon = subprocess.Popen([sys.executable, "-m", "runtime", "serve", "--listen", "127.0.0.1:0"], cwd=home,
                               env=quick, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True)
@@ -503,7 +503,7 @@ def test_the_readme_quick_start_goes_through_the_daemon(tmp_path):
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         event_lines = lines_of(events.stdout)
         assert "hello" in event_lines.get(timeout=30)  # subscribed before the run
-        ran = subprocess.run(argv(files[:4]) + [files[4]], cwd=home, env=quick, capture_output=True, text=True,
+        ran = subprocess.run(argv(files[:3]) + [files[3]], cwd=home, env=quick, capture_output=True, text=True,
                              timeout=60)
         assert ran.returncode == 0 and "(empty directory: " in ran.stdout and "[tool] file_list" in ran.stderr, ran
         assert "workspaces/files)" in ran.stdout and "tool_error" not in ran.stderr, ran  # #34 item 5: it names the

@@ -19,14 +19,14 @@ from collections.abc import Sequence
 
 from runtime import __version__
 from runtime.cli import (a2a, agents, approvals, audit, auth, cache, completion, config, conversations, daemon, imports,
-                         keys, mcp, scripts, serve, setup, tools, triggers)
+                         install, keys, mcp, scripts, serve, setup, tools, triggers)
 from runtime.cli.common import Commands, Handler
 
 __all__ = ["main", "build_parser"]
 
 # the order of `tern --help`
 GROUPS = (config, serve, mcp, auth, setup, daemon, agents, conversations, approvals, keys, scripts, a2a, audit, tools,
-          triggers, imports, cache, completion)
+          triggers, imports, cache, completion, install)
 
 
 def _common_options() -> argparse.ArgumentParser:
