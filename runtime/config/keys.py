@@ -14,6 +14,7 @@ import hmac
 import os
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from runtime.errors import ConfigError
 
@@ -81,12 +82,18 @@ class Caller:
         return "admin" in self.scopes or hmac.compare_digest(owner.encode(), self.name.encode())
 
     def entering(self, way: str) -> Caller:
-        """This caller as the way in names it (``a2a``, ``mcp``...)."""
-        return self if self.way == way else replace(self, way=way)
+        """This caller as the way in names it (``a2a``, ``mcp``...): made once per key and
+        way (``_entered``), not per request (a dataclass copy is microseconds)."""
+        return self if self.way == way else _entered(self, way)
 
     def acting(self, actor: str) -> Caller:
         """This caller, with ``actor`` (``agent:bot``, ``trigger:daily``) acting for it."""
         return replace(self, via=(*self.via, actor))
+
+
+@lru_cache(maxsize=1024)  # configured keys times ways in: bounded; a reload's new keys push old ones out
+def _entered(caller: Caller, way: str) -> Caller:
+    return replace(caller, way=way)
 
 
 ADMIN = Caller("admin", frozenset({"admin"}))
