@@ -376,12 +376,14 @@ DEFAULT_TURN_TOKENS = 1024  # what a turn's answer is reckoned at when the model
 
 
 def _turn_reserve(agent: AgentConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> int:
-    """What a model turn holds of a token budget while it runs: its prompt as
-    ``kernel.llm`` estimates one (a quarter of the characters) plus the most it may answer
-    (the model's ``max_tokens``)."""
+    """What a model turn holds of a token budget while it runs: its prompt at two
+    characters a token (tokenizers give three to four for prose, fewer for JSON and code:
+    too much held costs nothing, it is given back at ``settle``, while too little would let
+    turns running together pass the budget) plus the most it may answer (the model's
+    ``max_tokens``)."""
     size = len(json.dumps(messages, ensure_ascii=False)) + len(json.dumps(tools, ensure_ascii=False))
     answer = agent.model.max_tokens if agent.model is not None and agent.model.max_tokens else DEFAULT_TURN_TOKENS
-    return -(-size // 4) + answer
+    return -(-size // 2) + answer
 
 
 def _trace_turn(span: Any, turn: Any) -> None:

@@ -230,7 +230,7 @@ async def test_a_token_budget_holds_under_concurrency(nursery, tmp_path, mock_cl
     replies = []
     for _ in range(20):
         reply = whole("ok")
-        reply["json"]["usage"] = {"prompt_tokens": 20, "completion_tokens": 80, "total_tokens": 100}
+        reply["json"]["usage"] = {"prompt_tokens": 12, "completion_tokens": 80, "total_tokens": 92}
         replies.append(reply)
     llm = ScriptedLLM(*replies)
     await nursery.start(llm.serve)
@@ -248,9 +248,11 @@ async def test_a_token_budget_holds_under_concurrency(nursery, tmp_path, mock_cl
     async with trio.open_nursery() as many:
         for i in range(20):
             many.start_soon(one, i)
+    from runtime.kernel.agents import _turn_reserve
+
     used = kernel.agents.budgets.status()["bot"]["tokens_per_hour"]["used"]
-    reserve = 80 + 40  # max_tokens and the prompt's estimate, generously
-    assert used == 100 * len(answered) and used <= 1000 + reserve, used
+    reserve = _turn_reserve(bot, [{"role": "user", "content": "message 10"}], [])  # one turn's
+    assert used == 92 * len(answered) and used <= 1000 + reserve, (used, reserve)
     assert len(llm.requests) == len(answered) < 20
 
 
