@@ -278,8 +278,9 @@ class McpServerExposure(_Section):
     asks: list[McpAsk] = []
     instructions: str = ""
     page_size: int = 100
-    # A client whose key lacks the scope "approvals" may answer the approval requests of its
-    # own calls (elicitation, or the API); off: only a key with "approvals" (or the owner) may.
+    # A client whose key lacks the scope "approvals" may answer the approval requests of the
+    # calls it made over MCP (by elicitation, or over the API); off: only a key with
+    # "approvals" (or the owner) may.
     caller_may_approve: bool = False
     max_sessions: int = 256  # POST /mcp, handshake era: the least recently used idle one goes first
     session_idle_secs: float = 1800.0
