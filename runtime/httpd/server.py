@@ -15,9 +15,10 @@ One task per connection, keep-alive, and a bound on everything a client controls
 - under pressure (above 75% of the cap) a connection that has not started a request
   (new, TLS handshake, or idle keep-alive) gets ``PRESSURE_IDLE_SECS``, not the usual
   timeout, so idle sockets cannot hold the slots that working clients need;
-- connections not yet proven (no TLS handshake and request head completed yet) hold at
-  most a quarter of the slots (``UNPROVEN``): one more sheds one of them, and so does a
-  new connection when every slot is taken; the one shed is the oldest of the client
+- under pressure, connections not yet proven (no TLS handshake and request head
+  completed yet) hold at most a quarter of the slots (``UNPROVEN``): one more sheds one
+  of them, and so does a new connection when every slot is taken (with room to spare, a
+  burst of a thousand real clients connecting at once is not shed); the one shed is the oldest of the client
   holding the most. So half-open handshakes, reopened as fast as they are closed, can
   neither fill the server nor push out a real client's one handshake (1,200 of them
   from 40 addresses kept 1,000 slots full before);
@@ -290,8 +291,8 @@ class HttpServer:
         self.active += 1
         conn = _Connection(stream, client, key, self.config.max_header_bytes)
         self._connections.add(conn)
-        if self.unproven >= self.max_unproven:
-            self._shed()
+        if self.unproven >= self.max_unproven and self.active > self._pressure:
+            self._shed()  # under pressure only: a burst of real clients with room to spare is not shed
         self._unproven.setdefault(key, {})[conn] = None
         self.unproven += 1
         try:

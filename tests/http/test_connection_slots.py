@@ -130,15 +130,28 @@ async def test_without_pressure_idle_connections_keep_the_head_timeout(nursery, 
 
 
 async def test_unproven_connections_hold_a_quarter_of_the_slots_and_the_oldest_goes(nursery):
-    """Connections that have sent no request head hold at most a quarter of the slots: one
-    more closes the oldest of the client holding the most; a proven one is never shed, and
-    a client's one connection outlasts another's many."""
+    """Under pressure (above 75% of the slots), connections that have sent no request head
+    hold at most a quarter of the slots: one more closes the oldest of the client holding
+    the most; a proven one is never shed, and a client's one connection outlasts another's
+    many. With room to spare, a burst of new connections is not shed at all."""
     with trio.fail_after(30):
         served = await start_server(nursery, small_config(max_connections=20, max_connections_per_client=0,
                                                           request_head_timeout_secs=30.0))
         server = served.server
         assert server.max_unproven == 5
-        working = [await _proven(served.port) for _ in range(3)]
+        burst = [await RawClient.connect(served.port) for _ in range(10)]
+        while server.unproven < 10:  # 10 of 20 slots: room to spare, so none of them goes
+            await trio.sleep(0.01)
+        for client in burst:
+            with trio.move_on_after(0.1) as still_open:
+                await client.closed()
+            assert still_open.cancelled_caught
+        assert server.active == 10
+        for client in burst:
+            await client.aclose()
+        while server.active:
+            await trio.sleep(0.01)
+        working = [await _proven(served.port) for _ in range(11)]  # 11 + 5 = 16 of 20: under pressure
         silent = [await RawClient.connect(served.port) for _ in range(5)]
         while server.unproven < 5:
             await trio.sleep(0.01)
@@ -146,7 +159,7 @@ async def test_unproven_connections_hold_a_quarter_of_the_slots_and_the_oldest_g
         assert await silent[0].closed()  # the oldest made room
         while server.unproven < 5:
             await trio.sleep(0.01)
-        assert server.unproven == 5 and server.active == 3 + 5
+        assert server.unproven == 5 and server.active == 11 + 5
         for client in working:  # untouched: they answer as before
             await client.send(request("GET", "/ok"))
             assert (await client.response()).status == 200
