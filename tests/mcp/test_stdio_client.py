@@ -168,6 +168,8 @@ async def test_environment_is_cleared(fake_entry, nursery, monkeypatch):
     await client.aclose()
     assert "TERN_TEST_SECRET" not in env
     assert env["TERN_TEST_PASSED"] == "visible"
+    # tern's own spawn-depth marker is the one variable tern adds (runtime/config/itself.py), never one of its own
+    assert env.pop("TERN_SPAWN_DEPTH") == "1"
     assert set(env) - {"PATH", "HOME", "TMP", "TEMP", "TMPDIR", "TERN_TEST_PASSED", "LC_CTYPE"} == set()
 
 
