@@ -204,12 +204,12 @@ def find_problems(config: Config) -> list[str]:
 
 def _key_problems(server: msgspec.Struct) -> list[str]:
     """``[[server.keys]]`` and mTLS: names, one source per key, known scopes."""
-    from runtime.config.keys import NAME_PATTERN, SCOPES
+    from runtime.config.keys import NAME_PATTERN, OWNER_NAMES, SCOPES
 
     problems = _duplicates([k.name for k in server.keys], "server.keys", "name")
     for i, key in enumerate(server.keys):
         where = f"server.keys[{i}]"
-        if not NAME_PATTERN.fullmatch(key.name) or key.name in ("admin", "local"):
+        if not NAME_PATTERN.fullmatch(key.name) or key.name in OWNER_NAMES:
             problems.append(f'{where}.name: expected 1-64 of a-z 0-9 _ . - (not "admin" or "local"), got {key.name!r}')
         sources = [n for n in ("key_env", "key", "key_sha256") if getattr(key, n)]
         if len(sources) > 1 or not sources and not key.tls_subject:

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 from runtime.errors import ConfigError
 
-__all__ = ["Caller", "SCOPES", "DEFAULT_SCOPES", "ADMIN", "LOCAL", "KeyTable", "digest", "NAME_PATTERN"]
+__all__ = ["Caller", "OWNER_NAMES", "SCOPES", "DEFAULT_SCOPES", "ADMIN", "LOCAL", "KeyTable", "digest", "NAME_PATTERN"]
 
 SCOPES = ("message", "tasks", "approvals", "mcp", "metrics", "audit", "events", "card", "admin")
 DEFAULT_SCOPES = frozenset({"message", "tasks"})
@@ -97,6 +97,9 @@ def _entered(caller: Caller, way: str) -> Caller:
 
 
 ADMIN = Caller("admin", frozenset({"admin"}))
+#: The owner's two names: the api_key's (``admin``) and tern's own OS user's (``local``). No
+#: named key may take either; what they own is the owner's, outside any per-key share.
+OWNER_NAMES = ("admin", "local")
 LOCAL = Caller("local", frozenset({"admin"}))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from runtime.config import Config
-from runtime.config.keys import DEFAULT_SCOPES, NAME_PATTERN, SCOPES
+from runtime.config.keys import DEFAULT_SCOPES, NAME_PATTERN, OWNER_NAMES, SCOPES
 from runtime.errors import UsageError
 from runtime.host.discovery import _read_private
 from runtime.log import get_logger
@@ -88,7 +88,7 @@ def add_key(config: Config, name: str, scopes: list[str], agents: list[str]) -> 
     """Make a key named ``name`` and store its hash; the key is returned, once."""
     import time
 
-    if not NAME_PATTERN.fullmatch(name) or name in ("admin", "local"):
+    if not NAME_PATTERN.fullmatch(name) or name in OWNER_NAMES:
         raise UsageError(f'a key name is 1-64 of a-z 0-9 _ . - (not "admin" or "local"), got {name!r}')
     unknown = sorted(set(scopes) - set(SCOPES))
     if unknown:

@@ -48,6 +48,7 @@ import trio
 from runtime.errors import ApprovalClosed, StorageError, UnknownApproval, UsageError
 from runtime.kernel.sql import PgSql, SqliteSql
 from runtime.log import get_logger
+from runtime.config.keys import OWNER_NAMES
 from runtime.ports import Approval, Ask, Caller
 
 __all__ = ["Approvals", "SCOPES", "POLL_SECS", "CHANNEL"]
@@ -61,7 +62,6 @@ CHANNEL = "tern_approvals"  # NOTIFY of a decision; the payload is the request's
 ORPHANED = "tern stopped while it waited"
 MAX_ARGUMENT_BYTES = 16 * 1024  # what a request keeps of its (redacted) arguments
 LIST_LIMIT = 500
-OWNER_KEYS = ("admin", "local")  # the owner's runs: the api_key's, or tern's own user's (no key configured)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -286,7 +286,7 @@ class Approvals:
         """A persisted decision (``always`` or ``args``) for this call by ``key``'s run:
         "allow", "deny" or None. Rules for everyone and rules for that key alone count;
         a deny among them wins (a caller's own yes never overrides another's no)."""
-        same = OWNER_KEYS if key in OWNER_KEYS else (key, key)  # the owner is one caller by either name
+        same = OWNER_NAMES if key in OWNER_NAMES else (key, key)  # the owner is one caller by either name
         rows = await self._sql.run(lambda tx: tx.execute(
             f"SELECT decision FROM {self._rules} WHERE agent = ? AND tool = ? AND digest IN ('', ?) "
             "AND caller IN ('', ?, ?)", (agent, tool, digest, *same)).fetchall(),

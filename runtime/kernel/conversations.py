@@ -28,6 +28,7 @@ import trio
 from runtime.errors import StorageError
 from runtime.kernel.sql import PgSql, Sql, SqliteSql
 from runtime.log import get_logger
+from runtime.config.keys import OWNER_NAMES
 from runtime.ports import Caller
 from runtime.storage import failed, open_db
 
@@ -64,7 +65,7 @@ _DROP_OLDEST = ("DELETE FROM {table} WHERE context_id NOT IN (SELECT context_id 
                 "GROUP BY context_id ORDER BY MAX(seq) DESC LIMIT ?)")
 # Each key past its share loses its own least recently used first, so one key's traffic
 # does not push the others' conversations out of the global bound.
-_OVER_SHARE = ("SELECT owner FROM {table} WHERE owner NOT IN ('admin', 'local') GROUP BY owner "
+_OVER_SHARE = (f"SELECT owner FROM {{table}} WHERE owner NOT IN {OWNER_NAMES!r} GROUP BY owner "
                "HAVING count(DISTINCT context_id) > ?")
 _DROP_OWNERS_OLDEST = ("DELETE FROM {table} WHERE owner = ? AND context_id NOT IN (SELECT context_id FROM {table} "
                        "WHERE owner = ? GROUP BY context_id ORDER BY MAX(seq) DESC LIMIT ?)")

@@ -11,13 +11,11 @@ goes through the same door and cannot compose into a hole. ``None`` is tern's ow
 
 from __future__ import annotations
 
+from runtime.config.keys import ADMIN as OWNER  # whose rights a run without a caller has: every scope
 from runtime.errors import Forbidden
 from runtime.ports import Caller
 
 __all__ = ["enter_agent", "enter_tool", "OWNER"]
-
-#: Whose rights a run without a caller has: the owner's (every scope).
-OWNER = Caller("admin", frozenset({"admin"}))
 
 
 def enter_agent(who: Caller | None, agent: str) -> None:

@@ -11,7 +11,6 @@ The attack is bounded in sockets (1,200), reopenings and time.
 
 from __future__ import annotations
 
-import socket
 import ssl
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import httpx
 import pytest
 import trio
 
+from tests.http.test_connection_slots import _can_bind
 from tests.http.test_tls_handshake import PARTIAL_HELLO, tls_files  # noqa: F401 - a fixture
 from tests.mcp.server_harness import tern_env
 from tests.test_cli import ROOT
@@ -31,13 +31,6 @@ REOPENINGS = 200_000  # the attack's bound, beside its time
 TRIES = 20
 
 
-def _can_bind(address: str) -> bool:
-    try:
-        with socket.socket() as sock:
-            sock.bind((address, 0))
-        return True
-    except OSError:
-        return False
 
 
 pytestmark = [pytest.mark.slow,

@@ -45,6 +45,7 @@ from runtime import tracing
 from runtime.a2a import protocol
 from runtime.a2a.model import (INTERRUPTED, Artifact, ArtifactEvent, Event, Message, StatusEvent, Task, new_id)
 from runtime.errors import RpcError, TernError
+from runtime.config.keys import OWNER_NAMES
 from runtime.ports import Caller
 from runtime.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
@@ -92,9 +93,6 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "failed": frozenset(),
     "rejected": frozenset(),
 }
-
-
-OWNER_NAMES = frozenset({"admin", "local"})  # the owner's tasks (api_key, tern's own user): no share to keep
 
 
 class A2aError(RpcError):
