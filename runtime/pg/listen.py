@@ -68,7 +68,6 @@ class Listener:
                 if failures:
                     log.warning("listener: connected to PostgreSQL again; followers catch up")
                 failures = 0
-                self.connected = True
                 while True:
                     fresh = [c for c in self._followers if c not in listening]
                     if fresh:
@@ -76,6 +75,7 @@ class Listener:
                         listening.update(fresh)
                         for channel in fresh:
                             self._tell(channel, None)  # listened to from now on: read what came before
+                    self.connected = True  # only now: a notify sent after this is heard
                     notes = await trio.to_thread.run_sync(_poll, conn, self.poll_secs, abandon_on_cancel=True)
                     for channel, payload in notes:
                         self._tell(channel, payload)

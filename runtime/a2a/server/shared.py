@@ -426,6 +426,10 @@ class SharedTasks:
                 self._inbox_send.send_nowait(None)
             except trio.WouldBlock:
                 pass
+            if self._nursery is not None:  # a push config set while this node was not listening
+                for task_id in list(self._versions):
+                    for load in self.on_hold:
+                        self._nursery.start_soon(self._quietly, load, task_id)
             return
         words = payload.split(" ")
         if len(words) != 3:
