@@ -454,7 +454,7 @@ class AgentConfig(_Section):
     remote: str = ""
     # Taint policy: may this agent pass untrusted content to sensitive tools?
     allow_tainted_sinks: bool = False
-    # Governance (README "Governance"): an access tier narrows the tools the agent may call
+    # Governance (docs/governance.md): an access tier narrows the tools the agent may call
     # ("read", "write", "full", an OSSA tier name, or a [[governance.tiers]] name; "" is full).
     access_tier: str = ""
     # Budgets; 0 is no limit. requests_per_minute counts messages sent to the agent;

@@ -316,13 +316,12 @@ async def test_requests_of_a_gone_process_expire_at_boot(tmp_path, autojump_cloc
 
 
 def test_the_readme_governance_example_loads_and_means_what_it_says(tmp_path):
-    """The README's example config is real: it loads, and the policy reads it as the prose says."""
+    """The governance page's example config is real: it loads, and the policy reads it as the prose says."""
     from pathlib import Path
 
     from runtime.config import parse_config
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Governance", 1)[1]
+    section = (Path(__file__).resolve().parents[2] / "docs" / "governance.md").read_text()
     block = section.split("```toml\n", 1)[1].split("```", 1)[0]
     config = parse_config(block + '[agents.model]\nmodel = "m"\n', "README", tmp_path)
     p = Policy(config)

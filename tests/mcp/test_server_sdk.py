@@ -94,8 +94,7 @@ def test_a_client_that_pipelines_through_the_relay_is_answered(daemon):
 
 
 def readme_snippets() -> list[dict]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Use tern from your desktop assistant or IDE", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs" / "mcp-server.md").read_text().split("\n## ", 1)[0]
     blocks = [json.loads(block.split("```", 1)[0]) for block in section.split("```json\n")[1:]]
     assert len(blocks) == 3  # Claude Desktop, Cursor, VS Code
     return [(block.get("mcpServers") or block["servers"])["tern"] for block in blocks]

@@ -79,8 +79,8 @@ def test_the_message_bound_is_the_templates():
 def test_the_readmes_triggers_example_loads():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Triggers: ", 1)[1]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "triggers.md").read_text()
+    section = page.split("## An example", 1)[1]
     block = section.split("```toml\n", 1)[1].split("```", 1)[0]
     config = parse_config('[[agents]]\nname = "assistant"\nkind = "echo"\n' + block, "README", None)
     assert [(t.name, t.kind) for t in config.triggers] == [("morning", "schedule"), ("ci", "webhook")]
