@@ -71,7 +71,9 @@ class PgServer:
                           f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], timeout=120)
         with open(server.data / "postgresql.conf", "a") as conf:
             conf.write(f"\nlisten_addresses = '127.0.0.1'\nport = {server.port}\nunix_socket_directories = '{root}'\n"
-                       "max_connections = 300\nfsync = on\nshared_buffers = 64MB\n")
+                       "max_connections = 300\nshared_buffers = 64MB\n"
+                       # the tests stop and restart the server, never the OS: nothing needs to reach the disk
+                       "fsync = off\nfull_page_writes = off\n")
         server._pg_ctl("start")
         return server
 
