@@ -63,3 +63,56 @@ def test_every_boundary_reads_the_error_it_is_given():
     assert HttpError(409, "busy").http_status == 409
     answer = jsonrpc.error_answer(7, jsonrpc.InvalidMessage(jsonrpc.INVALID_PARAMS, "bad"))
     assert jsonrpc.encode(answer) == b'{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"bad"}}'
+
+
+def test_the_drawn_tree_lists_every_class():
+    """``errors.py``'s tree names every TernError tern defines, so a reader sees them all."""
+    import runtime.errors
+
+    drawn = set(re.findall(r"\b_?[A-Z]\w+", runtime.errors.__doc__))
+    missing = sorted(name for name, cls in _exception_classes().items()
+                     if issubclass(cls, TernError) and cls.__name__ not in drawn)
+    assert not missing, missing
+
+
+def test_one_map_from_a_tern_error_to_http_and_json_rpc():
+    from runtime.a2a.server.engine import StorageUnavailable, StoreFull, TaskNotFound
+    from runtime.errors import (BudgetExceeded, Forbidden, RpcError, StorageError, TernTimeout, UnknownTool,
+                                rpc_error)
+    from runtime.wire import jsonrpc
+
+    # A2A's own table, not ProtocolError's 400: TaskNotFound is 404, an internal error 500.
+    assert (TaskNotFound("t").http_status, StoreFull("t").http_status) == (404, 500)
+    # "Storage down" is one class: A2A says it in its terms, HTTP and the CLI read a StorageError.
+    down = StorageUnavailable("disk full")
+    assert isinstance(down, StorageError) and down.http_status == 503 and rpc_error(down).code == jsonrpc.INTERNAL_ERROR
+    assert RpcError(jsonrpc.METHOD_NOT_FOUND, "m").http_status == 404
+    assert RpcError(jsonrpc.INTERNAL_ERROR, "m").http_status == 500
+    said = {cls.__name__: (rpc_error(cls("why")).code, rpc_error(cls("why")).message)
+            for cls in (StorageError, UnknownTool, TernTimeout, Forbidden, BudgetExceeded)}
+    assert said == {"StorageError": (jsonrpc.INTERNAL_ERROR, "why"), "UnknownTool": (jsonrpc.INVALID_PARAMS, "why"),
+                    "TernTimeout": (-32001, "why"), "Forbidden": (jsonrpc.INVALID_REQUEST, "why"),
+                    "BudgetExceeded": (jsonrpc.INTERNAL_ERROR, "why")}
+
+
+async def test_tern_mcp_answers_a_store_that_is_down_with_its_message_not_as_a_bug(caplog):
+    """A StorageError under ``tools/call`` is said to the MCP client (its message, -32603)
+    and logged as one warning, not as "internal error: StorageError" with a traceback."""
+    from runtime.errors import StorageError
+    from runtime.mcp.server.dispatch import McpServer
+    from runtime.wire import jsonrpc
+
+    class Down:
+        async def handle(self, *args, **kwargs):
+            raise StorageError("tern cannot save conversations right now (disk full)")
+
+    server = McpServer.__new__(McpServer)
+    server._request = Down().handle  # the one request path, failing as a full disk does
+
+    class Peer:
+        last_seen = 0.0
+
+    answer = await server.handle(jsonrpc.Request(3, "tools/call", {"name": "tern_agent_echo"}), Peer(), None)
+    assert jsonrpc.encode(answer) == (b'{"jsonrpc":"2.0","id":3,"error":{"code":-32603,'
+                                      b'"message":"tern cannot save conversations right now (disk full)"}}')
+    assert not any(r.exc_info for r in caplog.records) and "disk full" in caplog.text

@@ -44,7 +44,7 @@ import trio
 from runtime import tracing
 from runtime.a2a import protocol
 from runtime.a2a.model import (INTERRUPTED, Artifact, ArtifactEvent, Event, Message, StatusEvent, Task, new_id)
-from runtime.errors import RpcError, TernError
+from runtime.errors import RpcError, StorageError, TernError
 from runtime.config.keys import OWNER_NAMES
 from runtime.ports import Caller
 from runtime.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
@@ -103,6 +103,7 @@ class A2aError(RpcError):
 
     def __init__(self, message: str, data: object = None) -> None:
         super().__init__(type(self).code, message, data)
+        self.http_status = protocol.http_status(self.code)  # A2A's own table: 404 for TaskNotFound, ...
 
 
 class TaskNotFound(A2aError):
@@ -135,10 +136,15 @@ class TooManySubscribers(A2aError):
     code = INTERNAL_ERROR
 
 
-class StorageUnavailable(A2aError):
-    """Tasks cannot be saved right now (the disk is full): new work waits for space."""
+class StorageUnavailable(A2aError, StorageError):
+    """Tasks cannot be saved right now (the disk is full): new work waits for space. It is
+    the one "storage down" (a ``StorageError``), said in A2A's terms."""
 
     code = INTERNAL_ERROR
+
+    def __init__(self, message: str, data: object = None) -> None:
+        super().__init__(message, data)
+        self.http_status = StorageError.http_status  # 503 wherever plain HTTP says it
 
 
 class IllegalTransition(TernError):

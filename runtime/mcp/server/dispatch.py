@@ -37,7 +37,7 @@ from msgspec import UNSET
 
 from runtime import __version__, tracing
 from runtime.config import Config
-from runtime.errors import RpcError, TernTimeout
+from runtime.errors import RpcError, TernError, TernTimeout, rpc_error
 from runtime.wire.limits import check_name
 from runtime.log import get_logger
 from runtime.ports import ApprovalPort, Caller, ContentPort, EventPort, TaskPort, ToolPort
@@ -182,6 +182,9 @@ class McpServer:
             return None  # no reply, as the spec says
         except RpcError as error:
             return jsonrpc.error_answer(message.id, error)
+        except TernError as error:  # a store down, a budget spent: said to the caller, not a bug of ours
+            log.warning("MCP %s (id %r): %s", message.method, message.id, error)
+            return jsonrpc.error_answer(message.id, rpc_error(error))
         except Exception as exc:  # a bug of ours: answer it, log it, keep serving
             log.exception("MCP %s (id %r) failed", message.method, message.id)
             return jsonrpc.error_response(message.id, jsonrpc.INTERNAL_ERROR,

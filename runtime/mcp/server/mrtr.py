@@ -47,7 +47,7 @@ from collections.abc import Callable
 import msgspec
 import trio
 
-from runtime.errors import RpcError
+from runtime.errors import RpcError, TernError, rpc_error
 from runtime.log import get_logger
 from runtime.mcp.server.asking import notice
 from runtime.ports import Approval
@@ -224,8 +224,8 @@ class Mrtr:
         outcome: dict[str, Any] | RpcError | None = None
         try:
             outcome = await call()
-        except RpcError as exc:
-            outcome = exc
+        except TernError as exc:  # an RpcError as it is; a store down, a budget spent: said, not a bug
+            outcome = rpc_error(exc)
         except Exception as exc:  # a bug of ours: the leg answers it, the log has it
             log.exception("MCP tools/call %s failed", parked.tool)
             outcome = RpcError(jsonrpc.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")
