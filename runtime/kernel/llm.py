@@ -31,6 +31,7 @@ import trio
 from runtime.wire.depth import loads as json_loads
 from runtime.config import ModelConfig
 from runtime.errors import TernError
+from runtime.wire.retry import Backoff, retry_after
 from runtime.wire.sse import SseDecoder
 
 __all__ = ["ChatClient", "LlmError", "ToolCall", "Turn", "estimate_tokens"]
@@ -231,7 +232,7 @@ class ChatClient:
             body["temperature"] = self.model.temperature
         if self.model.max_tokens is not None:
             body["max_tokens"] = self.model.max_tokens
-        delay = 0.5
+        backoff = Backoff(0.5, 30.0)
         for attempt in range(RETRIES + 1):
             try:
                 with trio.fail_after(self.model.timeout_secs):
@@ -241,8 +242,8 @@ class ChatClient:
             except _Retry as retry:
                 if attempt == RETRIES:
                     raise LlmError(f"the model at {self.model.base_url} kept answering HTTP {retry.status}") from None
-                await trio.sleep(min(retry.after if retry.after is not None else delay, 30.0))
-                delay *= 2
+                pause = backoff.next()
+                await trio.sleep(retry_after(retry.after, default=pause, most=30.0))
             except trio.TooSlowError:
                 raise LlmError(f"the model at {self.model.base_url} did not answer within "
                                f"{self.model.timeout_secs:g} s") from None
@@ -257,8 +258,7 @@ class ChatClient:
         assembler = _Assembler()
         async with self._http().stream("POST", self.url, json=body, headers=self._headers) as response:
             if response.status_code == 429 or response.status_code >= 500:
-                after = response.headers.get("retry-after", "")
-                raise _Retry(response.status_code, float(after) if after.replace(".", "", 1).isdigit() else None)
+                raise _Retry(response.status_code, response.headers.get("retry-after"))
             if response.status_code >= 400:
                 text = (await _read_bounded(response, 300, cut=True)).decode("utf-8", "replace")
                 hint = self._key_hint() if response.status_code in (401, 403) else ""
@@ -320,6 +320,6 @@ class ChatClient:
 
 
 class _Retry(Exception):
-    def __init__(self, status: int, after: float | None) -> None:
+    def __init__(self, status: int, after: str | None) -> None:
         self.status = status
         self.after = after

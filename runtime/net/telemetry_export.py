@@ -26,6 +26,7 @@ from runtime.log import get_logger, register_secret
 from runtime.net.guard import AddressPolicy
 from runtime.net.headers import expand_headers
 from runtime.net.outbound import make_client
+from runtime.wire.retry import retry_after
 from runtime.telemetry import semconv
 from runtime.telemetry.batch import Batch, BatchQueue
 from runtime.telemetry.otlp import CONTENT_TYPE, RETRYABLE_STATUSES, TRACES_PATH, OtlpEncoder
@@ -131,7 +132,7 @@ class Exporter:
                 with trio.fail_after(self.timeout):  # the whole exchange
                     async with self._client.stream("POST", self.url, content=batch.body,
                                                    headers=self.headers) as response:
-                        status, retry_after = response.status_code, response.headers.get("retry-after")
+                        status, header = response.status_code, response.headers.get("retry-after")
                         read = 0  # a short answer is read to its end, so the connection is kept
                         async for chunk in response.aiter_raw():
                             read += len(chunk)
@@ -145,7 +146,7 @@ class Exporter:
                 return
             if status not in RETRYABLE_STATUSES or attempt:
                 break
-            await trio.sleep(_retry_after(retry_after))
+            await trio.sleep(retry_after(header, default=1.0, most=MAX_RETRY_AFTER_SECS))
         self._lose(batch, f"HTTP {status}")
 
     def _lose(self, batch: Batch, why: str) -> None:
@@ -155,11 +156,3 @@ class Exporter:
             log.warning("traces: %d spans not exported to %s (%s; %d requests failed so far)",
                         batch.spans, self.url, why, self.failed)
 
-
-def _retry_after(value: str | None) -> float:
-    """Seconds to wait before the retry: the header's (seconds only), within bounds."""
-    try:
-        seconds = float(value) if value is not None else 1.0
-    except ValueError:
-        seconds = 1.0
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECS) if seconds == seconds else 1.0

@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from runtime.log import get_logger
+from runtime.wire.retry import Backoff
 from runtime.pg.pool import Database, DatabaseUnavailable, describe, driver
 
 __all__ = ["Listener", "Follower"]
@@ -59,15 +60,15 @@ class Listener:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        failures = 0
+        backoff = Backoff(ladder=RETRY_SECS)
         while True:
             conn = None
             try:
                 conn = await trio.to_thread.run_sync(lambda: self.db.connect(autocommit=True), abandon_on_cancel=True)
                 listening: set[str] = set()
-                if failures:
+                if backoff.failures:
                     log.warning("listener: connected to PostgreSQL again; followers catch up")
-                failures = 0
+                backoff.reset()
                 while True:
                     fresh = [c for c in self._followers if c not in listening]
                     if fresh:
@@ -80,10 +81,10 @@ class Listener:
                     for channel, payload in notes:
                         self._tell(channel, payload)
             except (DatabaseUnavailable, OSError) as exc:
-                self._lost(failures, str(exc))
+                self._lost(backoff.failures, str(exc))
             except Exception as exc:  # whatever a statement raises: this connection goes, a new one listens
                 if isinstance(exc, driver().Error):
-                    self._lost(failures, describe(exc, self.db.url))
+                    self._lost(backoff.failures, describe(exc, self.db.url))
                 else:
                     log.exception("listener: failed; reconnecting")
             finally:
@@ -93,8 +94,7 @@ class Listener:
                         conn.close()
                     except Exception:
                         pass
-            failures += 1
-            await trio.sleep(RETRY_SECS[min(failures, len(RETRY_SECS)) - 1])
+            await trio.sleep(backoff.next())
 
     def _lost(self, failures: int, why: str) -> None:
         if failures == 0:

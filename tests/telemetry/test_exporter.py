@@ -13,7 +13,8 @@ import trio
 
 from runtime import log, tracing
 from runtime.config.schema import TelemetryConfig
-from runtime.net.telemetry_export import Exporter, _retry_after, traces_url
+from runtime.net.telemetry_export import MAX_RETRY_AFTER_SECS, Exporter, traces_url
+from runtime.wire.retry import retry_after
 from tests.telemetry.collector import Collector
 
 SECRET = "collector-token-7f3a9c"
@@ -42,9 +43,10 @@ def test_traces_url():
 
 
 @pytest.mark.parametrize("value, seconds", [(None, 1.0), ("2", 2.0), ("0", 0.0), ("-5", 0.0), ("3600", 5.0),
-                                            ("Wed, 21 Oct 2015 07:28:00 GMT", 1.0), ("nan", 1.0), ("inf", 5.0)])
+                                            ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0), ("nan", 1.0), ("inf", 1.0)])
 def test_retry_after_is_bounded(value, seconds):
-    assert _retry_after(value) == seconds
+    """The exporter's reading of Retry-After (the one in wire.retry): at most 5 s, 1 s if unreadable."""
+    assert retry_after(value, default=1.0, most=MAX_RETRY_AFTER_SECS) == seconds
 
 
 async def test_batches_reach_the_collector_with_headers_and_nothing_secret(decode_otlp, monkeypatch):

@@ -41,6 +41,7 @@ from runtime.a2a.dialects import Dialect
 from runtime.a2a.server.engine import A2aError, InvalidTaskRequest, TaskEngine
 from runtime.a2a.model import Event, Task, new_id
 from runtime.log import get_logger
+from runtime.wire.retry import Backoff
 from runtime.wire.limits import check_id
 
 __all__ = ["PushNotifier", "ConfigNotFound"]
@@ -317,7 +318,7 @@ class PushNotifier:
         credential = hook.credential if hook is not None and not config.auth.get("credentials") else None
         if config.auth.get("credentials"):
             headers["Authorization"] = f"{config.auth.get('scheme') or 'Bearer'} {config.auth['credentials']}"
-        delay = 0.5
+        backoff = Backoff(0.5, 0.5 * 2 ** ATTEMPTS)
         refreshed = False
         attempt = 0
         while attempt < ATTEMPTS:
@@ -340,7 +341,6 @@ class PushNotifier:
             except (httpx.HTTPError, trio.TooSlowError, OSError, TernError) as exc:
                 why = str(exc) or type(exc).__name__
             if attempt < ATTEMPTS:
-                await trio.sleep(delay)
-                delay *= 2
+                await trio.sleep(backoff.next())
         self.failed += 1
         log.warning("webhook %s for task %s: delivery failed (%s)", config.url, config.task_id, why)

@@ -43,6 +43,7 @@ from runtime.a2a.server.engine import (SUBSCRIBER_EVENTS, A2aError, StorageUnava
                                        TaskNotFound, TooManySubscribers, UnsupportedOperation)
 from runtime.errors import ConfigError, StorageError
 from runtime.log import get_logger
+from runtime.wire.retry import Backoff
 from runtime.pg.pool import StatementFailed
 from runtime.ports import Caller
 
@@ -315,7 +316,7 @@ class SharedTasks:
     async def _writer(self) -> None:
         """Writes what running work reports, gathered for ``GATHER_SECS`` (its events
         then go in one write; a send or a cancel does not wait for this: it flushes)."""
-        failures = 0
+        backoff = Backoff(ladder=RETRY_SECS)
         while True:
             await self._wake.wait()
             await trio.sleep(GATHER_SECS)
@@ -325,11 +326,10 @@ class SharedTasks:
             except Exception as exc:  # the store away (logged by the pool), or worse: tried again, later
                 if not isinstance(exc, A2aError):
                     log.exception("a2a: writing tasks failed; tried again")
-                failures += 1
-                await trio.sleep(RETRY_SECS[min(failures, len(RETRY_SECS)) - 1])
+                await trio.sleep(backoff.next())
                 self._wake.set()
             else:
-                failures = 0
+                backoff.reset()
 
     async def flush(self, task_id: str | None = None) -> None:
         """Everything reported before this call (of ``task_id``, when given) is written (or

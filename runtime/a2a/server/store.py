@@ -29,6 +29,7 @@ import trio
 
 from runtime.a2a.model import Task
 from runtime.log import get_logger
+from runtime.wire.retry import Backoff
 from runtime.storage import open_db
 
 __all__ = ["TaskStore"]
@@ -127,18 +128,17 @@ class TaskStore:
         try:
             if self._pruned:
                 await self._vacuum()
-            failures = 0
+            backoff = Backoff(ladder=RETRY_SECS)
             while True:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 try:
                     await self.flush()
                 except (sqlite3.Error, OSError):
-                    failures += 1
-                    await trio.sleep(RETRY_SECS[min(failures, len(RETRY_SECS)) - 1])
+                    await trio.sleep(backoff.next())
                     self._wake.set()  # retry what is still pending
                 else:
-                    failures = 0
+                    backoff.reset()
         finally:
             with trio.CancelScope(shield=True):
                 try:

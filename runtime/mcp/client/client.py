@@ -19,6 +19,7 @@ from runtime.log import get_logger
 from runtime.mcp import protocol
 from runtime.mcp.client import tasks
 from runtime.mcp.client.session import InputHandler, McpSession, NotificationHandler
+from runtime.wire.retry import Backoff
 from runtime.wire import jsonrpc
 
 __all__ = ["McpClient", "MAX_TOOL_PAGES"]
@@ -275,7 +276,7 @@ class McpClient:
         notifications = self.listens()
         if not notifications:
             return
-        delay = backoff_secs
+        backoff = Backoff(backoff_secs, backoff_max_secs)
         while self.session.close_reason is None:
             started = trio.current_time()
             try:
@@ -292,9 +293,8 @@ class McpClient:
             except TernError as exc:
                 log.info("MCP server '%s': subscriptions/listen ended: %s", self.entry.name, exc)
             if trio.current_time() - started > backoff_max_secs:
-                delay = backoff_secs  # it lived a while: not a failing loop
-            await trio.sleep(delay)
-            delay = min(delay * 2, backoff_max_secs)
+                backoff.reset()  # it lived a while: not a failing loop
+            await trio.sleep(backoff.next())
 
     async def aclose(self) -> None:
         await self.session.aclose()

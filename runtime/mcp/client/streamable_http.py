@@ -44,6 +44,7 @@ from runtime import tracing
 from runtime.net.headers import expand_headers
 from runtime.net.outbound import make_client, reason
 from runtime.net.tls import client_context
+from runtime.wire.retry import Backoff
 from runtime.wire import framing, jsonrpc
 from runtime.wire.depth import too_deep
 from runtime.wire.sse import SseDecoder
@@ -498,7 +499,7 @@ class StreamableHttpTransport(HttpTransportBase):
         reconnects with ``Last-Event-ID`` and backoff, stops at 405 or any 4xx.
         ``listening`` is set once the first GET is answered (or has failed)."""
         assert self._client is not None
-        backoff, last_event_id = 1.0, ""
+        backoff, last_event_id = Backoff(1.0, 30.0), ""
         stand_in = jsonrpc.Request(0, "(GET stream)", UNSET)
         while not self._stopped.is_set() and self.connection.era == "handshake":
             headers = self._request_headers(None, "GET")
@@ -513,7 +514,7 @@ class StreamableHttpTransport(HttpTransportBase):
                     if response.status_code != 200:
                         log.debug("MCP server '%s' offers no GET stream (HTTP %d)", self.name, response.status_code)
                         return
-                    backoff = 1.0
+                    backoff.reset()
                     async with aclosing(self._messages(response, stand_in)) as messages:
                         async for message in messages:
                             if isinstance(message, tuple):
@@ -523,5 +524,4 @@ class StreamableHttpTransport(HttpTransportBase):
             except (httpx.HTTPError, ProtocolError, _NoAnswer) as exc:
                 log.debug("MCP server '%s': GET stream ended: %s", self.name, exc)
             listening.set()
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, 30.0)
+            await trio.sleep(backoff.next())
