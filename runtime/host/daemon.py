@@ -207,7 +207,7 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
     from runtime.httpd.access import Access, is_loopback
     from runtime.host.api import build_router
     from runtime.httpd.metrics import Metrics
-    from runtime.httpd.ratelimit import RateLimiter
+    from runtime.wire.ratelimit import RateLimiter
     from runtime.httpd.server import HttpServer
     from runtime.host.node import Node
     from runtime.host.traces import traces

@@ -27,7 +27,7 @@ import msgspec
 from runtime.config import TriggerConfig
 from runtime.errors import Forbidden
 from runtime.httpd.messages import HttpError, Request, Response, json_response, retry_after
-from runtime.httpd.ratelimit import RateLimiter
+from runtime.wire.ratelimit import RateLimiter
 from runtime.httpd.router import Admission, Router
 from runtime.kernel.triggers.signature import SIGNATURE_HEADER, ReplayCache, TriggerAuthError, verify_hub_signature
 from runtime.log import LogBudget, get_logger, register_secret

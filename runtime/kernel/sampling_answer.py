@@ -32,7 +32,6 @@ model used; the text never goes to the log, the audit file or an event.
 
 from __future__ import annotations
 
-import collections
 import re
 import time
 from typing import Any, NamedTuple
@@ -48,6 +47,7 @@ from runtime.kernel.elicitation import CALL_ASK
 from runtime.log import get_logger, shorten
 from runtime.mcp.names import format_mcp_tool_name
 from runtime.wire.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
+from runtime.wire.ratelimit import RateLimiter
 
 __all__ = ["SamplingAnswers", "chat_messages", "USER_REJECTED", "RATE_LIMITED", "MAX_MESSAGES", "MAX_TEXT_CHARS",
            "MAX_MEDIA_BYTES", "MAX_REPLY_CHARS"]
@@ -199,7 +199,7 @@ class SamplingAnswers:
         self.config = config  # the current config (a reload may change the servers' sampling)
         self.pipeline = pipeline  # its policy, audit log, events and redaction
         self.approvals = approvals
-        self._recent: dict[str, collections.deque[float]] = {}
+        self._limits: dict[tuple[str, int], RateLimiter] = {}  # by server and its rate (a reload may change it)
 
     async def __call__(self, server: str, params: dict[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
@@ -250,14 +250,12 @@ class SamplingAnswers:
         return await self._complete(model, request, record)
 
     def _admit(self, server: str, per_minute: int) -> bool:
-        now = trio.current_time()
-        recent = self._recent.setdefault(server, collections.deque())
-        while recent and recent[0] <= now - 60.0:
-            recent.popleft()
-        if len(recent) >= per_minute:
-            return False
-        recent.append(now)
-        return True
+        limit = self._limits.get((server, per_minute))
+        if limit is None:
+            self._limits = {k: v for k, v in self._limits.items() if k[0] != server}  # the old rate goes
+            limit = self._limits[(server, per_minute)] = RateLimiter(per_minute / 60.0, per_minute,
+                                                                     clock=trio.current_time)
+        return limit.check(server) == 0.0
 
     async def _decide(self, server: str, tool: str, request: Request, model: str, record: dict[str, Any]) -> str:
         """Why the request may not be answered ("" when it may): the policy, a persisted

@@ -19,7 +19,7 @@ from runtime.config import ServerConfig
 from runtime.errors import BudgetExceeded, TernError, UnknownAgent
 from runtime.httpd.access import Access
 from runtime.httpd.messages import Request, Response, StreamResponse
-from runtime.httpd.ratelimit import RateLimiter
+from runtime.wire.ratelimit import RateLimiter
 from runtime.httpd.router import Router
 from runtime.httpd.server import HttpServer
 

@@ -16,7 +16,7 @@ from runtime.httpd.access import Access
 from runtime.host.api import build_router
 from runtime.httpd.metrics import Metrics
 from runtime.host.openapi import document
-from runtime.httpd.ratelimit import RateLimiter
+from runtime.wire.ratelimit import RateLimiter
 from runtime.httpd.server import HttpServer
 from runtime.host.node import Node
 from tests.mcp.conftest import FAKE

@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from runtime.httpd.access import client_key
-from runtime.httpd.ratelimit import RateLimiter
+from runtime.wire.ratelimit import RateLimiter
 from runtime.httpd.server import HttpServer, fd_budget
 from runtime.httpd.access import Access
 from tests.http.serving import RawClient, State, assert_healthy, build_test_router, request, small_config, start_server

@@ -23,7 +23,7 @@ from runtime.host.api import build_router
 from runtime.host.hooks import NOT_VALID
 from runtime.host.node import Node
 from runtime.httpd.access import Access
-from runtime.httpd.ratelimit import RateLimiter
+from runtime.wire.ratelimit import RateLimiter
 from runtime.httpd.server import HttpServer
 
 SECRET = "hook-secret-0123456789"

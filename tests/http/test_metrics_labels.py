@@ -13,7 +13,7 @@ import trio
 
 from runtime.httpd.access import Access
 from runtime.httpd.metrics import Metrics
-from runtime.httpd.ratelimit import RateLimiter
+from runtime.wire.ratelimit import RateLimiter
 from runtime.httpd.server import HttpServer
 from tests.http.serving import State, build_test_router, small_config
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from runtime.httpd import server as server_module
 from runtime.httpd.access import Access
 from runtime.httpd.messages import HttpError, Request
-from runtime.httpd.ratelimit import RateLimiter
+from runtime.wire.ratelimit import RateLimiter
 from tests.http.serving import (
     OK_BODY,
     RawClient,
