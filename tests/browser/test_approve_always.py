@@ -62,7 +62,8 @@ def test_always_with_these_arguments_holds_for_the_same_arguments_only(watched, 
             assert [r.status_code for r in results] == [200], results
             decided = client.get("/api/approvals?state=all").json()["approvals"]
             assert [(a["state"], a["scope"]) for a in decided] == [("approved", "args")]
-            expect(page.locator("#main li").filter(has_text="(always with these arguments) file_write")).to_have_count(1)
+            recent = page.locator("#main li").filter(has_text="(always with these arguments) file_write")
+            expect(recent).to_have_count(1)
             again = client.post("/api/agents/writer/message", timeout=30,
                                 json={"message": '{"path": "same.txt", "content": "same arguments"}'})
             assert again.status_code == 200, again.text
