@@ -26,7 +26,7 @@ import trio
 
 from runtime.log import get_logger
 
-__all__ = ["ActivityStore", "audit_rows", "record_events", "KEEP_ROWS", "KINDS"]
+__all__ = ["ActivityStore", "open_store", "audit_rows", "record_events", "KEEP_ROWS", "KINDS"]
 
 log = get_logger("activity")
 
@@ -181,6 +181,18 @@ class ActivityStore:
         run = self._costed(dict(zip(_COLUMNS, row)))
         run["spans"] = self._spans(run, SPANS)
         return run
+
+
+def open_store(state_dir: str) -> ActivityStore:
+    """The state dir's store; one in memory when there is none, or it cannot be opened
+    (the daemon serves without a history across restarts rather than not at all)."""
+    if state_dir:
+        try:
+            return ActivityStore(Path(state_dir) / "activity.sqlite3")
+        except (OSError, sqlite3.Error) as exc:
+            log.error("the activity store in %s cannot be opened (%s): the dashboard's history is kept in memory "
+                      "until tern restarts", state_dir, exc)
+    return ActivityStore(None)
 
 
 def audit_rows(audit_path: Path, since: float) -> list[tuple]:

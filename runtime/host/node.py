@@ -52,10 +52,10 @@ class Node:
         self.config_path: Path | None = None  # the file the daemon was started with (None: the bundled default)
         #: the daemon's reload (``daemon.reload_config``), for ``POST /api/config/reload``; None: not a daemon
         self.reload_from_file: Callable[[], dict[str, Any]] | None = None
-        from runtime.host.activity import ActivityStore
+        from runtime.host.activity import open_store
 
         #: what ran, who asked, what it cost: the dashboard's history (host/activity.py)
-        self.activity = ActivityStore(Path(config.state.dir) / "activity.sqlite3" if config.state.dir else None)
+        self.activity = open_store(config.state.dir)
         #: the node's nursery once it runs, for work that outlives a request (an MCP server's OAuth login)
         self.nursery: trio.Nursery | None = None
 

@@ -123,3 +123,10 @@ async def test_a_keyed_daemon_names_its_key_not_a_local_token(nursery, tmp_path,
                                "key_hint": "tern's own clients send $TERN_TEST_ACTIVITY_KEY: set it to this "
                                            "daemon's key"}
         assert (await client.get("/api/activity")).status_code == 401
+
+
+def test_a_store_that_cannot_be_opened_is_kept_in_memory(tmp_path):
+    (tmp_path / "activity.sqlite3").mkdir()  # a directory where the file should be
+    store = activity.open_store(str(tmp_path))
+    assert store.add([row_of(event("agent.message", NOW, 1, agent="echo"))]) == 1
+    assert [r["agent"] for r in store.runs()] == ["echo"]

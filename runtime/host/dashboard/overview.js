@@ -159,7 +159,7 @@ export function render(main, {signal}) {
       ? h("p", {class: "muted", text: "A2A is off on this tern ([a2a] enabled = true serves tasks)."})
       : table("Tasks by state", ["State", "Tasks"], counts.map(([state, n]) =>
         row(h("td", null, h("a", {href: `#/tasks?state=${encodeURIComponent(state)}`}, stateBadge(state))),
-          String(n))), "No A2A tasks yet."));
+          String(n))), "No A2A tasks yet.", true));
   };
   const showApprovals = (approvals) => {
     redraw(boxes.approvals, approvals.map((a) => a.id), () => [approvals.length

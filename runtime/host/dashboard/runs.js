@@ -84,7 +84,7 @@ function list(main, {signal, params}) {
         text: `Run ${r.seq}`})), h("td", {class: "nowrap", text: when(r.ended)}), r.agent,
       h("td", {class: "wrap", text: r.caller || "—"}), stateBadge(r.outcome || "ok"), took(r.ms),
       String(r.model_calls), String(r.tool_calls), r.tokens ? String(r.tokens) : "—")),
-      context ? "That run is not in the history." : "Nothing has run yet."));
+      context ? "That run is not in the history (it may still be running)." : "Nothing has run yet.", true));
     } catch (exc) {
       if (exc.name !== "AbortError") fill(box, alertBox(exc.message));
     }

@@ -73,7 +73,7 @@ export function render(main, {signal, rest}) {
             onclick: (e) => act(e.target, "fire", t.name)}),
           t.paused ? h("button", {type: "button", class: "primary", text: "Resume", "aria-label": `Resume ${t.name}`,
             onclick: (e) => act(e.target, "resume", t.name)}) : null))),
-      "No triggers are configured ([[triggers]] in the config: docs/triggers.md)."));
+      "No triggers are configured ([[triggers]] in the config: docs/triggers.md).", true));
       if (rest) await loadRuns(rest);
     } catch (exc) {
       if (exc.name !== "AbortError") fill(box, alertBox(exc.message));
