@@ -49,7 +49,8 @@ def test_overview_shows_the_running_daemon(watched, dashboard):
         expect(nav.get_by_role("link", name=name, exact=True)).to_be_visible()
     expect(nav.get_by_role("link", name="Overview", exact=True)).to_have_attribute("aria-current", "page")
     main = page.locator("#main")
-    for heading in ("Agents", "Recent runs", "MCP servers", "External agents", "Tasks", "Approvals", "Activity"):
+    for heading in ("Agents", "Recent runs", "MCP servers", "External agents", "Tasks", "Approvals", "Triggers",
+                    "Activity"):
         expect(main.get_by_role("heading", level=2, name=heading, exact=True)).to_be_visible()
     agents = main.locator("section", has=page.get_by_role("heading", name="Agents", exact=True))
     for agent in ("echo", "writer", "helper"):

@@ -99,11 +99,14 @@ def test_the_overview_remembers_what_ran_before_the_restart(watched, restarted):
     files = agents.get_by_role("row").filter(has_text="Lists the files")
     expect(files.get_by_role("link", name=re.compile("ago"))).to_have_count(1)  # its last run
     expect(agents.get_by_role("row").filter(has_text="A general assistant")).to_contain_text("never")
+    triggers = page.get_by_role("table", name="Triggers")
+    expect(triggers.get_by_role("row").filter(has_text="hourly")).to_contain_text("(Europe/Berlin)")
+    expect(triggers.get_by_role("row").filter(has_text="hourly")).to_contain_text("ok")
     # one heading per section: the tables' captions are for screen readers only
     seen = page.evaluate("""names => names.map(n => [...document.querySelectorAll('#main h2, #main caption')]
         .filter(e => e.textContent.trim() === n && e.getBoundingClientRect().width > 2).length)""",
-                         ["Agents", "Recent runs", "MCP servers", "Activity"])
-    assert seen == [1, 1, 1, 1], seen
+                         ["Agents", "Recent runs", "MCP servers", "Activity", "Triggers"])
+    assert seen == [1, 1, 1, 1, 1], seen
     shot(page, "history-overview")
 
 

@@ -114,6 +114,18 @@ export function relative(seconds) {
   return diff >= 0 ? `in ${text}` : `${text} ago`;
 }
 
+/** A time in a zone, with the zone's own abbreviation and name: "Mon, Nov 30, 07:00 AM GMT+1 (Europe/Berlin)". */
+export function inZone(seconds, zone) {
+  const date = new Date(seconds * 1000);
+  try {
+    const text = new Intl.DateTimeFormat(undefined, {weekday: "short", month: "short", day: "numeric",
+      hour: "2-digit", minute: "2-digit", timeZone: zone || "UTC", timeZoneName: "short"}).format(date);
+    return zone && zone !== "UTC" ? `${text} (${zone})` : text;
+  } catch { // a zone this browser does not know: UTC, said so
+    return `${date.toISOString().slice(0, 16).replace("T", " ")} UTC`;
+  }
+}
+
 export function stateBadge(state) {
   const tone = {ready: "ok", completed: "ok", ok: "ok", approved: "ok", working: "busy", connecting: "busy",
     restarting: "busy", submitted: "busy", "input-required": "warn", needs_auth: "warn", pending: "warn",

@@ -4,7 +4,7 @@
 // they start filled after a restart, not counting from page load.
 
 import {RESYNC, api, isApprovalEvent, onEvent} from "./api.js";
-import {alertBox, debounce, fill, h, redraw, relative, row, stateBadge, svg, table, took, when} from "./dom.js";
+import {alertBox, debounce, fill, h, inZone, redraw, relative, row, stateBadge, svg, table, took, when} from "./dom.js";
 
 const POLL_MS = 3000;
 const MINUTES = 40;
@@ -68,6 +68,7 @@ export function render(main, {signal}) {
     peers: h("div", null, h("p", {class: "muted", text: "Loading…"})),
     tasks: h("div", null, h("p", {class: "muted", text: "Loading…"})),
     approvals: h("div", null, h("p", {class: "muted", text: "Loading…"})),
+    triggers: h("div", null, h("p", {class: "muted", text: "Loading…"})),
     charts: h("div", {class: "charts"}),
   };
   const notice = h("div", {class: "notice"});
@@ -78,6 +79,7 @@ export function render(main, {signal}) {
     section("Agents", true, boxes.agents),
     section("MCP servers", true, boxes.mcp),
     section("Approvals", false, boxes.approvals),
+    section("Triggers", false, boxes.triggers),
     section("Tasks", false, boxes.tasks),
     section("External agents", false, boxes.peers)));
   let history = null; // the last /api/activity answer
@@ -170,18 +172,29 @@ export function render(main, {signal}) {
       : "Open the approvals queue"}))]);
   };
 
+  const showTriggers = (triggers) => redraw(boxes.triggers, triggers, () => [table("Triggers",
+    ["Name", "Agent", "Next run", "Last run"], triggers.map((t) => row(
+      h("th", {scope: "row"}, h("a", {href: `#/triggers/${encodeURIComponent(t.name)}`, text: t.name})), t.agent,
+      t.paused ? stateBadge("paused") : t.next_fire ? h("td", {class: "small", text: `${inZone(t.next_fire, t.timezone)}` +
+        ` · ${relative(t.next_fire)}`}) : h("td", {class: "muted", text: t.kind === "schedule" ? "—" : "when called"}),
+      t.last_run ? h("td", {class: "nowrap"}, stateBadge(t.last_run.outcome), " ", h("a", {text: relative(
+        t.last_run.started_at), href: `#/runs?context=${encodeURIComponent(t.last_run.id)}`}))
+        : h("td", {class: "muted", text: "never"}))), "No triggers are configured.", true),
+  h("p", null, h("a", {href: "#/triggers", text: "Open the triggers"}))]);
   const load = async () => {
     // All asked at once; each section is drawn as soon as its answer is in.
     const approvals = api("/api/approvals?state=pending", {signal}).then((listed) => showApprovals(listed.approvals),
       (exc) => exc.name !== "AbortError" && fill(boxes.approvals, alertBox(exc.message)));
     const past = loadHistory();
+    const triggers = api("/api/triggers", {signal}).then((listed) => showTriggers(listed.triggers),
+      (exc) => exc.name !== "AbortError" && fill(boxes.triggers, alertBox(exc.message)));
     try {
       show(await api("/api/status", {signal}));
       if (notice.querySelector(".error.poll")) fill(notice);
     } catch (exc) {
       if (exc.name !== "AbortError") fill(notice, h("p", {role: "alert", class: "error poll", text: exc.message}));
     }
-    await Promise.all([approvals, past]);
+    await Promise.all([approvals, past, triggers]);
   };
   const refresh = debounce(load, 300);
   const timer = setInterval(() => document.hidden || load(), POLL_MS); // a hidden tab asks nothing
@@ -191,7 +204,7 @@ export function render(main, {signal}) {
     if (LIVE.has(type)) {
       debouncedHistory();
     } else if (type.startsWith("mcp.") || isApprovalEvent(event) || type === "a2a.task" || type.startsWith("config.") ||
-      type === RESYNC) {
+      type.startsWith("trigger.") || type === RESYNC) {
       refresh();
     }
   }, signal);

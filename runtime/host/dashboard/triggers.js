@@ -3,19 +3,7 @@
 // each linked to its timeline. Refreshed on trigger.* events.
 
 import {RESYNC, api, onEvent} from "./api.js";
-import {alertBox, debounce, fill, h, redraw, relative, row, stateBadge, table, took, when} from "./dom.js";
-
-/** A time in a zone, with the zone's own abbreviation and name: "Mon, 30 Nov, 07:00 CET (Europe/Berlin)". */
-export function inZone(seconds, zone) {
-  const date = new Date(seconds * 1000);
-  try {
-    const text = new Intl.DateTimeFormat(undefined, {weekday: "short", month: "short", day: "numeric",
-      hour: "2-digit", minute: "2-digit", timeZone: zone || "UTC", timeZoneName: "short"}).format(date);
-    return zone && zone !== "UTC" ? `${text} (${zone})` : text;
-  } catch { // a zone this browser does not know: UTC, said so
-    return `${date.toISOString().slice(0, 16).replace("T", " ")} UTC`;
-  }
-}
+import {alertBox, debounce, fill, h, inZone, redraw, relative, row, stateBadge, table, took, when} from "./dom.js";
 
 function when_(trigger) {
   if (trigger.kind === "schedule") return `${trigger.schedule} · ${trigger.timezone || "UTC"}`;
