@@ -191,7 +191,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         return json_response({
             "version": __version__,
             "uptime_secs": round(time.time() - kernel.started, 3),
-            "agents": [{"name": a.name, "kind": a.kind} for a in node.config.agents],
+            "agents": [{"name": a.name, "kind": a.kind, "description": a.description} for a in node.config.agents],
             "mcp_servers": [{"name": s.name, "state": s.state, "tools": s.tool_count,
                              "last_error": mask_urls(s.last_error),
                              "restarts": s.restarts} for s in kernel.mcp.statuses()],

@@ -1,5 +1,6 @@
 """The API routes the dashboard needs beyond the CLI's: A2A tasks, the running config
-and its reload, and an MCP server's OAuth login. Each is an ordinary key-protected API
+and its reload, an MCP server's OAuth login, the activity history (``host/activity.py``)
+and what the sign-in form may say about the local token. Each is an ordinary key-protected API
 route (``openapi.py`` describes them); inputs are bounded as elsewhere (ids by
 ``wire.limits``, list sizes by ``MAX_TASKS``).
 """
@@ -107,6 +108,57 @@ def add_routes(router: Router, node: Node) -> None:
         name = check_name(request.params["name"], "the MCP server name")
         return json_response({"authorization_url": await logins.start(name)})
 
+    async def activity(request: Request) -> Response:
+        query = parse_qs(request.query)
+        try:
+            minutes = int(query.get("minutes", ["40"])[0])
+            limit = int(query.get("limit", ["20"])[0])
+        except ValueError:
+            raise HttpError(400, "minutes and limit must be whole numbers") from None
+        store = node.activity
+        return json_response({**store.history(minutes), "runs": store.runs(limit),
+                              "last_runs": store.last_runs(), "write_failures": store.write_failures})
+
+    async def activity_runs(request: Request) -> Response:
+        from runtime.wire.limits import check_id, check_name
+
+        query = parse_qs(request.query)
+        agent = check_name(query.get("agent", [None])[0] or None, "agent")
+        context_id = check_id(query.get("context_id", [None])[0] or None, "context_id")
+        try:
+            limit = int(query.get("limit", ["50"])[0])
+        except ValueError:
+            raise HttpError(400, "limit must be a whole number") from None
+        return json_response({"runs": node.activity.runs(limit, agent=agent, context_id=context_id)})
+
+    async def activity_run(request: Request) -> Response:
+        raw = request.params["id"]
+        run = node.activity.run(int(raw)) if raw.isdigit() and len(raw) < 19 else None
+        if run is None:
+            raise HttpError(404, f"no run has the id {raw[:40]!r} (the history keeps the last runs only)")
+        return json_response(run)
+
+    async def sign_in_hint(request: Request) -> Response:
+        """Where the local token is, for a client on this machine (the only one it lets in)."""
+        from runtime.httpd.access import is_loopback
+
+        access = node.access
+        path = None
+        if access is not None and access.takes_local_token and is_loopback(request.client[0]):
+            from runtime.host.discovery import token_path
+
+            path = str(token_path(node.config))
+        return json_response({"local_token_path": path,
+                              "key_hint": access.key_hint if access is not None else ""})
+
+    router.add("GET", "/api/activity", activity, scope="audit",
+               summary="the history: per-minute counts (?minutes=40), the last runs (?limit=20), each agent's last run")
+    router.add("GET", "/api/activity/runs", activity_runs, scope="audit",
+               summary="runs, newest first, with their cost (?agent=&context_id=&limit=)")
+    router.add("GET", "/api/activity/runs/{id}", activity_run, scope="audit",
+               summary="one run and its model and tool calls in order (its timeline)")
+    router.add("GET", "/api/sign-in", sign_in_hint, auth=False,
+               summary="what the sign-in form says: the local token's file (to a loopback client), the key's variable")
     router.add("GET", "/api/tasks", task_list, scope="tasks",
                summary="A2A tasks, newest first (?state=&context_id=&limit=)")
     router.add("GET", "/api/tasks/{id}", task_get, scope="tasks", summary="one A2A task: status, history, artifacts")

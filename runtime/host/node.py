@@ -52,6 +52,10 @@ class Node:
         self.config_path: Path | None = None  # the file the daemon was started with (None: the bundled default)
         #: the daemon's reload (``daemon.reload_config``), for ``POST /api/config/reload``; None: not a daemon
         self.reload_from_file: Callable[[], dict[str, Any]] | None = None
+        from runtime.host.activity import open_store
+
+        #: what ran, who asked, what it cost: the dashboard's history (host/activity.py)
+        self.activity = open_store(config.state.dir)
         #: the node's nursery once it runs, for work that outlives a request (an MCP server's OAuth login)
         self.nursery: trio.Nursery | None = None
 
@@ -78,11 +82,26 @@ class Node:
             self.a2a_endpoint.reconfigure(self.config)
         return report
 
+    async def _record_activity(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        from runtime.host.activity import audit_rows, record_events
+
+        audit = self.kernel.pipeline.audit
+        if audit is not None:  # what ran while no daemon did (tern run, tern call): read once, at start
+            try:
+                since = self.activity.newest() + 1.0  # its own records trail its events by a moment
+                self.activity.add(await trio.to_thread.run_sync(audit_rows, audit.path, since), "audit")
+            except OSError as exc:
+                from runtime.log import get_logger
+
+                get_logger("activity").warning("the audit log could not be read for the history: %s", exc)
+        await record_events(self.kernel.events, self.activity, task_status=task_status)
+
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Run until cancelled; ``task_status.started()`` once booted (MCP servers still connecting)."""
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
             await nursery.start(self.kernel.run)
+            await nursery.start(self._record_activity)
             if self.a2a is not None:
                 await nursery.start(self.a2a.run)
             if self.mcp_server is not None:

@@ -52,6 +52,29 @@ def _dashboard_paths() -> dict[str, Any]:
         "/ui/{file}": {"get": {"summary": "the dashboard's files (script, styles, icons)", "security": [],
                                "parameters": [{"name": "file", "in": "path", "required": True,
                                                "schema": {"type": "string"}}], "responses": page}},
+        "/api/activity": {"get": {
+            "summary": "the history the daemon keeps (host/activity.py): per-minute counts of runs, model calls, "
+                       "tool calls, errors and tokens; the last runs with their cost; each agent's last run",
+            "parameters": [{"name": n, "in": "query", "required": False, "schema": sch} for n, sch in (
+                ("minutes", {"type": "integer", "default": 40, "maximum": 60}),
+                ("limit", {"type": "integer", "default": 20, "maximum": 200}))],
+            "responses": {**_ok("the history", {"type": "object", "required": ["start", "series", "runs",
+                                                                             "last_runs"]}), "400": _ERROR}}},
+        "/api/activity/runs": {"get": {
+            "summary": "runs, newest first, each with its model calls, tool calls and tokens",
+            "parameters": [{"name": n, "in": "query", "required": False, "schema": sch} for n, sch in (
+                ("agent", {"type": "string"}), ("context_id", {"type": "string"}),
+                ("limit", {"type": "integer", "default": 50, "maximum": 200}))],
+            "responses": {**_ok("runs", {"type": "object", "required": ["runs"]}), "400": _ERROR}}},
+        "/api/activity/runs/{id}": {"get": {
+            "summary": "one run and its model and tool calls in the order they started (its timeline)",
+            "parameters": [_ID], "responses": {**_ok("the run", {"type": "object", "required": [
+                "seq", "agent", "started", "ended", "outcome", "spans"]}), "404": _ERROR}}},
+        "/api/sign-in": {"get": {
+            "summary": "what the dashboard's sign-in form says: the local token's file (to a loopback client "
+                       "of a daemon that takes it; else null) and where tern's clients take the key from",
+            "security": [], "responses": {"200": {"description": "the hint", "content": {"application/json": {
+                "schema": {"type": "object", "required": ["local_token_path", "key_hint"]}}}}, "403": _ERROR}}},
         "/api/tasks": {"get": {
             "summary": "A2A tasks, newest first, without history or artifacts (404 while A2A is off)",
             "parameters": [{"name": n, "in": "query", "required": False, "schema": sch} for n, sch in (

@@ -157,6 +157,7 @@ class Access:
         ``keys``: every accepted key (default: ``api_key`` alone)."""
         self.keys = keys if keys is not None else KeyTable.build(api_key, [])
         self._hint = f" ({key_hint})" if key_hint else ""
+        self.key_hint = key_hint
         self._local_token = local_token.encode() if local_token else b""
         self.allow_unauthenticated_remote = allow_unauthenticated_remote
         self.loopback_listener = loopback_listener
@@ -166,6 +167,11 @@ class Access:
     @property
     def has_key(self) -> bool:
         return len(self.keys) > 0
+
+    @property
+    def takes_local_token(self) -> bool:
+        """Whether a loopback client may send the local token (the dashboard's sign-in says so)."""
+        return bool(self._local_token)
 
     @property
     def needs_peer_owner(self) -> bool:

@@ -149,7 +149,8 @@ class Agents:
                                            **({"caller": caller} if caller else {}))
             if self.publish is not None:
                 self.publish("agent.message", {"agent": name, "context_id": context_id, "outcome": outcome, "ms": ms,
-                                               "chars_in": len(message), **({"caller": caller} if caller else {})})
+                                               "chars_in": len(message), "key": key,
+                                               **({"caller": caller} if caller else {})})
         if self.conversations is not None and agent.kind in REMEMBERING_KINDS:
             await self.conversations.append(context_id, Conversations.message("user", name, message),
                                             Conversations.message("agent", name, text), owner=key)

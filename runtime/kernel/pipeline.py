@@ -218,7 +218,8 @@ class ToolPipeline:
                 if result.task:
                     event["task"] = result.task
                 if events is not None:
-                    events.publish("tool.call", {**event, "arguments": self.short_arguments(arguments)})
+                    events.publish("tool.call", {**event, "arguments": self.short_arguments(arguments),
+                                                 "context_id": run.context_id})
                 if run.on_tool is not None:
                     run.on_tool({"phase": "end", **event})
             if audit is not None:

@@ -40,3 +40,37 @@ def test_approve_always_lets_the_next_call_through_unasked(watched, pyz, tmp_pat
     finally:
         watched.allowed.append("ERR_CONNECTION_REFUSED")  # the open page retries its socket once the daemon is gone
         daemon.stop()
+
+
+def test_always_with_these_arguments_holds_for_the_same_arguments_only(watched, pyz, tmp_path):
+    """"Always with these arguments": the same call again runs unasked; the same tool with
+    other arguments still waits for a person."""
+    config = tmp_path / "config.toml"
+    config.write_text(config_text(tmp_path / "state"))
+    daemon = Daemon(config, pyz)
+    try:
+        with httpx.Client(base_url=daemon.url, timeout=30) as client:
+            results: list = []
+            waiting = ask_to_write(client, "same.txt", "same arguments", results)
+            pending_approval(client, "same.txt")
+            page = watched.page
+            page.goto(daemon.url + "/#/approvals")
+            expect(page.get_by_role("status", name="Connection")).to_have_text("Live")
+            item = page.get_by_role("listitem").filter(has_text="same.txt")
+            item.get_by_role("button", name="Always with these arguments").click()
+            waiting.join(30)
+            assert [r.status_code for r in results] == [200], results
+            decided = client.get("/api/approvals?state=all").json()["approvals"]
+            assert [(a["state"], a["scope"]) for a in decided] == [("approved", "args")]
+            recent = page.locator("#main li").filter(has_text="(always with these arguments) file_write")
+            expect(recent).to_have_count(1)
+            again = client.post("/api/agents/writer/message", timeout=30,
+                                json={"message": '{"path": "same.txt", "content": "same arguments"}'})
+            assert again.status_code == 200, again.text
+            assert len(client.get("/api/approvals?state=all").json()["approvals"]) == 1  # not asked again
+            other: list = []
+            ask_to_write(client, "other.txt", "other arguments", other)
+            assert pending_approval(client, "other.txt")["state"] == "pending"  # these arguments were not approved
+    finally:
+        watched.allowed.append("ERR_CONNECTION_REFUSED")
+        daemon.stop()

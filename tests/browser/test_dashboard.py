@@ -7,7 +7,6 @@ test-artifacts/dashboard/. The fixtures are in conftest.py."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import httpx
@@ -17,7 +16,7 @@ from tests.browser.support import ARTIFACTS, a2a_send, ask_to_write, expect, pen
 
 pytestmark = pytest.mark.slow
 
-PAGES = ("Overview", "Chat", "Approvals", "Tasks", "Audit", "Tools", "Config")
+PAGES = ("Overview", "Chat", "Approvals", "Runs", "Triggers", "Tasks", "Audit", "Tools", "Config")
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
@@ -50,11 +49,13 @@ def test_overview_shows_the_running_daemon(watched, dashboard):
         expect(nav.get_by_role("link", name=name, exact=True)).to_be_visible()
     expect(nav.get_by_role("link", name="Overview", exact=True)).to_have_attribute("aria-current", "page")
     main = page.locator("#main")
-    for heading in ("Agents", "MCP servers", "External agents", "Tasks", "Approvals", "Activity"):
+    for heading in ("Agents", "Recent runs", "MCP servers", "External agents", "Tasks", "Approvals", "Triggers",
+                    "Activity"):
         expect(main.get_by_role("heading", level=2, name=heading, exact=True)).to_be_visible()
     agents = main.locator("section", has=page.get_by_role("heading", name="Agents", exact=True))
     for agent in ("echo", "writer", "helper"):
         expect(agents.get_by_text(agent, exact=True).first).to_be_visible()
+    expect(agents).to_contain_text("each write waits for a person to approve it")  # the agents' descriptions
     row = main.get_by_role("row").filter(has_text="everything")
     expect(row).to_have_count(1)
     expect(row).to_contain_text("ready")
@@ -64,7 +65,7 @@ def test_overview_shows_the_running_daemon(watched, dashboard):
     expect(tasks).to_contain_text(re.compile(r"completed\D*[1-9]", re.I))
     approvals = main.locator("section", has=page.get_by_role("heading", name="Approvals", exact=True))
     expect(approvals).to_contain_text("file_write")
-    for chart in ("Requests", "Tool calls", "Errors"):
+    for chart in ("Agent runs", "Model calls", "Tool calls", "Errors"):
         expect(main.get_by_role("img", name=chart, exact=True)).to_be_visible()
     shot(page, "overview")
 
@@ -121,6 +122,8 @@ def test_approving_on_the_page_unblocks_the_waiting_call(watched, dashboard):
     waiting = ask_to_write(dashboard.client, "approved.txt", "approved in the browser", results)
     item = page.get_by_role("listitem").filter(has_text="approved.txt")  # arrives live: no reload
     expect(item).to_have_count(1)
+    expect(item).to_contain_text(re.compile(r"\b9:\d\d left"))  # the countdown to its expiry (600 s)
+    expect(item.get_by_role("button", name="Always with these arguments")).to_be_visible()
     assert not results, "the write went ahead before anyone approved it"
     item.get_by_label("Reason").fill("looks fine")
     item.get_by_role("button", name="Approve once").click()
@@ -133,6 +136,8 @@ def test_approving_on_the_page_unblocks_the_waiting_call(watched, dashboard):
     assert decided[0]["state"] == "approved" and decided[0]["reason"] == "looks fine"
     expect(item).to_have_count(0)
     expect(page.get_by_role("listitem").filter(has_text="pending.txt")).to_have_count(1)
+    recent = page.locator("#main li").filter(has_text="looks fine")
+    expect(recent).to_contain_text(re.compile(r"approved \(once\) file_write for writer · by api:127\.0\.0\.1"))
 
 
 def test_deny_with_a_reason_reaches_the_caller(watched, dashboard):
@@ -203,16 +208,19 @@ def test_audit_shows_records_the_chain_verdict_and_live_calls(watched, dashboard
 
 
 def test_tools_lists_schemas_and_calls_one(watched, dashboard):
+    """Each tool's arguments are a form made from its input schema (the raw schema is only
+    behind a closed disclosure); filling it calls the tool."""
     page = open_page(watched, dashboard, "Tools")
     main = page.locator("#main")
     expect(main).to_contain_text("time_now")
     expect(main).to_contain_text("mcp_everything_echo")
-    tool = main.locator("section, article, li, details").filter(
-        has=page.get_by_text("mcp_everything_echo", exact=True)).last
-    expect(tool.locator("pre")).to_contain_text('"message"')
+    tool = main.locator("article").filter(has=page.get_by_text("mcp_everything_echo", exact=True))
+    message = tool.get_by_role("group", name="Arguments").get_by_label("message (required)")
+    expect(message).to_be_visible()
+    expect(tool.locator("pre")).not_to_be_visible()  # no raw JSON Schema on show
+    expect(tool.get_by_role("group", name="Arguments")).to_contain_text("string")  # its type, in the field's hint
     shot(page, "tools")
-    tool.get_by_text("Try", exact=True).click()
-    tool.get_by_label("Arguments (JSON)").fill(json.dumps({"message": "called from the page"}))
+    message.fill("called from the page")
     tool.get_by_role("button", name="Call", exact=True).click()
     expect(tool.get_by_role("region", name="Result")).to_contain_text("called from the page")
 
@@ -299,12 +307,13 @@ def test_keyboard_reaches_the_nav_and_send(watched, dashboard):
 
 def test_activity_charts_count_tool_calls_live(watched, dashboard):
     page = open_page(watched, dashboard, "Overview")
-    chart = page.locator("figure", has=page.get_by_role("img", name="Tool calls", exact=True))
-    expect(chart).to_contain_text("peak 0")
+    caption = page.locator("figure", has=page.get_by_role("img", name="Tool calls", exact=True)).locator("figcaption")
+    expect(caption).to_contain_text(re.compile(r"\d+ in \d+ min"))
+    before = int(re.search(r"(\d+) in \d+ min", caption.inner_text()).group(1))
     for _ in range(3):
         with dashboard.client.stream("POST", "/api/tools/time_now/call", json={"arguments": {}}) as called:
             called.read()
-    expect(chart).to_contain_text(re.compile(r"peak [1-9]"))  # from the counters' deltas, without a reload
+    expect(caption).to_contain_text(re.compile(rf"^Tool calls {before + 3} in \d+ min"))  # live, without a reload
 
 
 def test_trying_a_tool_goes_through_the_pipeline_and_its_approval(watched, dashboard):
@@ -312,10 +321,9 @@ def test_trying_a_tool_goes_through_the_pipeline_and_its_approval(watched, dashb
     its buttons, and approving it there runs the tool (which, called by the operator rather
     than an agent, has no workspace to write in: its own error is the proof it ran)."""
     page = open_page(watched, dashboard, "Tools")
-    tool = page.locator("#main").locator("section, article, li, details").filter(
-        has=page.get_by_text("file_write", exact=True)).last
-    tool.get_by_text("Try", exact=True).click()
-    tool.get_by_label("Arguments (JSON)").fill(json.dumps({"path": "tried.txt", "content": "from the tools page"}))
+    tool = page.locator("#main article").filter(has=page.get_by_text("file_write", exact=True))
+    tool.get_by_label("path (required)").fill("tried.txt")
+    tool.get_by_label("content (required)").fill("from the tools page")
     tool.get_by_role("button", name="Call", exact=True).click()
     result = tool.get_by_role("region", name="Result")
     result.get_by_role("button", name="Approve once").click()

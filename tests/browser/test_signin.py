@@ -33,6 +33,9 @@ def test_without_the_key_the_page_shows_the_form_and_no_data(watched, keyed):
     form = sign_in_form(page)
     expect(form).to_be_visible()
     expect(form.get_by_label("API key")).to_have_attribute("type", "password")
+    # a daemon with a key takes no local token: the form names where the key comes from instead
+    expect(form.get_by_role("note", name="Where the key is")).to_contain_text("$TERN_API_KEY")
+    expect(form).not_to_contain_text("local token")
     page.screenshot(path=str(ARTIFACTS / "sign-in.png"))
     text = page.locator("body").inner_text()
     assert "Replies with the message it was sent" not in text and "writer" not in text, text

@@ -12,6 +12,8 @@ const PAGES = {
   overview: ["Overview", async () => overview],
   chat: ["Chat", () => import("./chat.js")],
   approvals: ["Approvals", () => import("./approvals.js")],
+  runs: ["Runs", () => import("./runs.js")],
+  triggers: ["Triggers", () => import("./triggers.js")],
   tasks: ["Tasks", () => import("./tasks.js")],
   audit: ["Audit", () => import("./audit.js")],
   tools: ["Tools", () => import("./tools.js")],
@@ -71,6 +73,7 @@ function signIn(error) {
     spellcheck: "false"});
   const message = h("div");
   const button = h("button", {type: "submit", class: "primary", text: "Sign in"});
+  const hint = h("div", {class: "hint-box", role: "note", "aria-label": "Where the key is"});
   const form = h("form", {class: "card sign-in", "aria-label": "Sign in", onsubmit: async (e) => {
     e.preventDefault();
     const typed = key.value.trim();
@@ -96,9 +99,21 @@ function signIn(error) {
     }
   }},
   h("p", {text: "This tern asks for its API key. It is kept in this tab only (session storage) and sent as a header."}),
+  hint,
   h("div", {class: "field"}, h("label", {for: "api-key", text: "API key"}), key),
   message, h("div", {class: "actions"}, button));
   fill(main, h("h1", {text: "Sign in"}), form);
+  // Where a key can be found: the local token's file (said only to a browser on tern's own
+  // machine, the only place it works), or the variable tern's own clients read the key from.
+  fetch("/api/sign-in", {cache: "no-store", signal: current.signal}).then((r) => r.ok ? r.json() : null).then((said) => {
+    if (!said) return;
+    fill(hint, said.local_token_path ? [
+      h("p", null, "On the machine tern runs on, its ", h("strong", {text: "local token"}), " works as a key. It is " +
+        "in the file ", h("code", {text: said.local_token_path}), ": print it with"),
+      h("pre", {class: "code", text: `cat ${said.local_token_path}`}),
+      h("p", {text: "copy the line it prints and paste it below."})]
+      : said.key_hint ? h("p", {class: "muted", text: `This daemon's API key: ${said.key_hint}.`}) : null);
+  }, () => {});
   if (getKey() && error) fill(message, alertBox(`The saved key was refused: ${error.message}`));
   key.focus();
 }

@@ -4,7 +4,33 @@
 import {RESYNC, api, isApprovalEvent, onEvent} from "./api.js";
 import {alertBox, debounce, fill, h, pretty, when} from "./dom.js";
 
-function field(name, spec, required) {
+const SCOPES = {once: "once", always: "always", args: "always with these arguments"};
+
+/** "4:59 left", counting down every second until the request expires (then "expired"). */
+function countdown(expires, signal) {
+  const out = h("span", {class: "countdown"});
+  const tick = () => {
+    const left = Math.round(expires - Date.now() / 1000);
+    if (!out.isConnected && out.dataset.drawn) return stop();
+    out.dataset.drawn = "1";
+    if (left <= 0) {
+      out.textContent = "expired";
+      return stop();
+    }
+    const h_ = Math.floor(left / 3600);
+    const m = Math.floor((left % 3600) / 60);
+    const s = String(left % 60).padStart(2, "0");
+    out.textContent = `${h_ ? `${h_}:${String(m).padStart(2, "0")}` : m}:${s} left`;
+    out.classList.toggle("soon", left < 60);
+  };
+  const timer = setInterval(tick, 1000);
+  const stop = () => clearInterval(timer);
+  signal?.addEventListener("abort", stop);
+  tick();
+  return out;
+}
+
+export function field(name, spec, required) {
   const id = `f-${Math.random().toString(36).slice(2)}`;
   const label = h("label", {for: id, text: `${spec.title || name}${required ? " (required)" : ""}`});
   const hint = spec.description ? h("span", {class: "hint", text: spec.description}) : null;
@@ -58,7 +84,7 @@ function formFields(form) {
 }
 
 /** One request with its buttons; onDecided(approval) after a decision is accepted. */
-export function approvalCard(approval, {onDecided} = {}) {
+export function approvalCard(approval, {onDecided, signal} = {}) {
   const form = approval.form;
   const reasonId = `reason-${approval.id}`;
   const reason = h("input", {id: reasonId, type: "text", maxlength: "500", autocomplete: "off"});
@@ -100,7 +126,8 @@ export function approvalCard(approval, {onDecided} = {}) {
     h("dl", {class: "facts"},
       h("dt", {text: "Caller"}), h("dd", {text: approval.caller || "—"}),
       h("dt", {text: "Asked"}), h("dd", {text: when(approval.created)}),
-      h("dt", {text: "Expires"}), h("dd", {text: when(approval.expires)})),
+      h("dt", {text: "Expires"}), h("dd", null, when(approval.expires), " · ",
+        approval.expires ? countdown(approval.expires, signal) : "")),
     form ? null : h("details", {open: true}, h("summary", {text: "Arguments"}),
       h("pre", {class: "code", text: pretty(approval.arguments)})),
     fields.length ? h("fieldset", null, h("legend", {text: "Answer"}), fields) : null,
@@ -108,6 +135,7 @@ export function approvalCard(approval, {onDecided} = {}) {
     h("div", {class: "actions"},
       button("Approve once", "approve", "once", "primary"),
       form ? null : button("Approve always", "approve", "always"),
+      form ? null : button("Always with these arguments", "approve", "args"),
       button("Deny", "deny", "once", "danger")),
     result);
   if (approval.state && approval.state !== "pending") settled(card, approval);
@@ -119,7 +147,7 @@ export function settled(card, approval) {
   if (!card || card.classList.contains("done")) return;
   card.classList.add("done");
   card.querySelectorAll("button, input, select").forEach((el) => (el.disabled = true));
-  const scope = approval.scope && approval.state === "approved" ? ` (${approval.scope})` : "";
+  const scope = approval.scope && approval.state === "approved" ? ` (${SCOPES[approval.scope] || approval.scope})` : "";
   const by = approval.decided_by ? ` by ${approval.decided_by}` : "";
   const line = card.querySelector(".result-line");
   fill(line, h("p", {class: `verdict ${approval.state}`, tabIndex: -1,
@@ -146,12 +174,15 @@ export function render(main, {signal}) {
       fill(list, pending.map((a) => {
         const old = keep.get(a.id);
         return old && !old.querySelector(".done") ? old
-          : h("div", {role: "listitem", "data-id": a.id}, approvalCard(a, {onDecided: () => refresh()}));
+          : h("div", {role: "listitem", "data-id": a.id}, approvalCard(a, {onDecided: () => refresh(), signal}));
       }));
       if (focused && !focused.isConnected) status.focus(); // the answered request left the list
       const decided = all.filter((a) => a.state !== "pending").slice(0, 10);
       fill(recent, decided.length ? h("ul", {class: "plain"}, decided.map((a) => h("li", null,
-        h("span", {class: `verdict ${a.state}`, text: a.state}), ` ${a.tool} for ${a.agent || "the operator"}`,
+        h("span", {class: `verdict ${a.state}`, text: a.state}),
+        a.state === "approved" && a.scope ? h("span", {class: "muted", text: ` (${SCOPES[a.scope] || a.scope})`}) : null,
+        ` ${a.tool} for ${a.agent || "the operator"}`,
+        a.decided_by ? h("span", {text: ` · by ${a.decided_by}`}) : null,
         a.reason ? h("span", {class: "muted", text: ` — ${a.reason}`}) : null,
         h("span", {class: "muted", text: ` · ${when(a.decided_at)}`})))) : h("p", {class: "muted", text: "None yet."}));
     } catch (exc) {

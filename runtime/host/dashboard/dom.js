@@ -64,11 +64,12 @@ export function redraw(box, data, build) {
   if (focused !== null) [...box.querySelectorAll("a, button")].find((el) => named(el) === focused)?.focus();
 }
 
-/** A table in its own scrolling box (the page never scrolls sideways at 375 px). */
-export function table(caption, headers, rows, empty = "None.") {
+/** A table in its own scrolling box (the page never scrolls sideways at 375 px). ``quiet``:
+ * the caption is for screen readers only (a section's heading already says it on screen). */
+export function table(caption, headers, rows, empty = "None.", quiet = false) {
   const body = h("tbody", null, rows.length ? rows : h("tr", null, h("td", {colspan: headers.length, class: "muted"},
     empty)));
-  return h("div", {class: "table-wrap"}, h("table", null, h("caption", {text: caption}),
+  return h("div", {class: "table-wrap"}, h("table", null, h("caption", {text: caption, class: quiet ? "sr-only" : null}),
     h("thead", null, h("tr", null, headers.map((name) => h("th", {scope: "col", text: name})))), body));
 }
 
@@ -96,10 +97,40 @@ export function when(seconds) {
   return today ? date.toLocaleTimeString() : date.toLocaleString();
 }
 
+/** A duration in ms as people say it: 840 ms, 3.2 s, 4 min 10 s. */
+export function took(ms) {
+  if (ms === null || ms === undefined) return "";
+  if (ms < 1000) return `${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  return `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`;
+}
+
+/** How far from now a time (Unix seconds) is: "in 4 min", "3 h ago". */
+export function relative(seconds) {
+  const diff = Math.round(seconds - Date.now() / 1000);
+  const size = Math.abs(diff);
+  const text = size < 60 ? `${size} s` : size < 3600 ? `${Math.floor(size / 60)} min`
+    : size < 172800 ? `${Math.floor(size / 3600)} h ${Math.floor((size % 3600) / 60)} min` : `${Math.floor(size / 86400)} d`;
+  return diff >= 0 ? `in ${text}` : `${text} ago`;
+}
+
+/** A time in a zone, with the zone's own abbreviation and name: "Mon, Nov 30, 07:00 AM GMT+1 (Europe/Berlin)". */
+export function inZone(seconds, zone) {
+  const date = new Date(seconds * 1000);
+  try {
+    const text = new Intl.DateTimeFormat(undefined, {weekday: "short", month: "short", day: "numeric",
+      hour: "2-digit", minute: "2-digit", timeZone: zone || "UTC", timeZoneName: "short"}).format(date);
+    return zone && zone !== "UTC" ? `${text} (${zone})` : text;
+  } catch { // a zone this browser does not know: UTC, said so
+    return `${date.toISOString().slice(0, 16).replace("T", " ")} UTC`;
+  }
+}
+
 export function stateBadge(state) {
   const tone = {ready: "ok", completed: "ok", ok: "ok", approved: "ok", working: "busy", connecting: "busy",
     restarting: "busy", submitted: "busy", "input-required": "warn", needs_auth: "warn", pending: "warn",
-    "auth-required": "warn", failed: "bad", error: "bad", denied: "bad", rejected: "bad", canceled: "muted",
+    "auth-required": "warn", running: "busy", queued: "busy", skipped: "muted", timeout: "bad",
+    paused: "warn", tool_error: "bad", cancelled: "muted", budget_exceeded: "warn", failed: "bad", error: "bad", denied: "bad", rejected: "bad", canceled: "muted",
     stopped: "muted", disabled: "muted", expired: "muted"}[state] || "muted";
   return h("span", {class: `badge ${tone}`, text: state});
 }

@@ -36,7 +36,7 @@ function list(main, {signal, params}) {
         h("th", {scope: "row", class: "mono"}, h("a", {href: `#/tasks/${encodeURIComponent(t.id)}`, text: t.id})),
         t.agent || "", stateBadge(t.state), h("td", {class: "wrap", text: t.status_text || ""}),
         when(t.timestamp || t.created), String(t.history ?? ""))), filter.value ? `No ${filter.value} tasks.`
-        : "No tasks yet."), data.total > tasks.length ? h("p", {class: "muted",
+        : "No tasks yet.", true), data.total > tasks.length ? h("p", {class: "muted",
         text: `The newest ${tasks.length} of ${data.total}.`}) : null]);
     } catch (exc) {
       if (exc.name !== "AbortError") fill(box, alertBox(exc.message));

@@ -1,17 +1,51 @@
-// Tools: every tool agents can call, with its schema; Try calls one through the pipeline
-// (policy and approvals apply: an approval asked shows in the result with its buttons).
+// Tools: every tool agents can call, its arguments as a form made from its input schema;
+// Call runs it through the pipeline (policy and approvals apply: an approval asked shows
+// in the result with its buttons).
 
 import {api, stream} from "./api.js";
-import {approvalCard, settled} from "./approvals.js";
+import {approvalCard, field, settled} from "./approvals.js";
 import {alertBox, append, fill, h, pretty} from "./dom.js";
 
-function example(schema) {
-  const out = {};
-  for (const [name, spec] of Object.entries((schema && schema.properties) || {})) {
-    if (!(schema.required || []).includes(name)) continue;
-    out[name] = spec.default ?? {string: "", number: 0, integer: 0, boolean: false, array: [], object: {}}[spec.type] ?? null;
-  }
-  return out;
+const SIMPLE = new Set(["string", "number", "integer", "boolean"]);
+
+function typeOf(spec) {
+  const type = Array.isArray(spec.type) ? spec.type.find((t) => t !== "null") : spec.type;
+  return type || (spec.enum ? "string" : "");
+}
+
+/** A JSON box for what a plain input cannot hold (objects, lists of objects, no type). */
+function jsonField(name, spec, required, type) {
+  const id = `j-${Math.random().toString(36).slice(2)}`;
+  const input = h("textarea", {id, rows: "3", class: "mono", spellcheck: "false",
+    value: spec.default !== undefined ? JSON.stringify(spec.default, null, 2) : ""});
+  const node = h("div", {class: "field"}, h("label", {for: id, text: `${name}${required ? " (required)" : ""}`}),
+    input, h("span", {class: "hint", text: `${spec.description ? `${spec.description} · ` : ""}` +
+      `${type || "any value"}, as JSON`}));
+  node.read = () => {
+    if (!input.value.trim()) return undefined;
+    try {
+      return JSON.parse(input.value);
+    } catch (exc) {
+      throw new Error(`${name} is not valid JSON: ${exc.message}`);
+    }
+  };
+  return node;
+}
+
+/** The form fields of a tool's input schema, one per property, each with its own read(). */
+function schemaFields(schema) {
+  const required = new Set((schema && schema.required) || []);
+  return Object.entries((schema && schema.properties) || {}).map(([name, raw]) => {
+    const spec = raw && typeof raw === "object" ? raw : {};
+    const type = typeOf(spec);
+    const items = spec.items || {};
+    const simple = SIMPLE.has(type) || type === "array" && (items.enum || items.anyOf);
+    const node = simple ? field(name, {...spec, type, title: name,
+      description: [spec.description, type].filter(Boolean).join(" · ")}, required.has(name))
+      : jsonField(name, spec, required.has(name), type);
+    node.fieldName = name;
+    return node;
+  });
 }
 
 const IMAGE = /^image\/(png|jpeg|gif|webp)$/;
@@ -27,20 +61,20 @@ function media(item) {
     `${item.uri || item.resource?.uri ? `: ${item.uri || item.resource.uri}` : ""}]`});
 }
 
-function tryBox(tool, index) {
-  const id = `args-${index}`;
-  const args = h("textarea", {id, rows: "4", class: "mono", spellcheck: "false",
-    value: JSON.stringify(example(tool.input_schema), null, 2)});
+function tryBox(tool) {
+  const fields = schemaFields(tool.input_schema);
   const result = h("div", {role: "region", "aria-label": "Result", class: "result", "aria-live": "polite"});
   const call = h("button", {type: "submit", class: "primary", text: "Call"});
-  const form = h("form", {onsubmit: async (e) => {
+  const form = h("form", {"aria-label": `Arguments of ${tool.name}`, onsubmit: async (e) => {
     e.preventDefault();
-    let parsed;
+    const parsed = {};
     try {
-      parsed = args.value.trim() ? JSON.parse(args.value) : {};
-      if (typeof parsed !== "object" || Array.isArray(parsed) || parsed === null) throw new Error("not an object");
+      for (const node of fields) {
+        const value = node.read();
+        if (value !== undefined) parsed[node.fieldName] = value;
+      }
     } catch (exc) {
-      fill(result, alertBox(`The arguments are not a JSON object: ${exc.message}`));
+      fill(result, alertBox(exc.message));
       return;
     }
     call.disabled = true;
@@ -77,9 +111,10 @@ function tryBox(tool, index) {
       call.disabled = false;
     }
   }},
-  h("div", {class: "field"}, h("label", {for: id, text: "Arguments (JSON)"}), args),
+  fields.length ? h("fieldset", null, h("legend", {text: "Arguments"}), fields)
+    : h("p", {class: "muted", text: "This tool takes no arguments."}),
   h("div", {class: "actions"}, call));
-  return h("details", {class: "try"}, h("summary", {text: "Try"}), form, result);
+  return h("div", {class: "try"}, form, result);
 }
 
 export function render(main, {signal}) {
@@ -94,9 +129,9 @@ export function render(main, {signal}) {
         h("h2", {id: `tool-${i}`, class: "mono", text: tool.name}),
         h("p", {class: "muted small", text: tool.source === "mcp" ? `MCP server ${tool.server}` : tool.source}),
         h("p", {class: "desc", text: tool.description || "No description."}),
-        h("pre", {class: "code schema", "aria-label": `Schema of ${tool.name}`, tabIndex: 0,
-          text: pretty(tool.input_schema)}),
-        tryBox(tool, i));
+        tryBox(tool),
+        h("details", null, h("summary", {text: "Input schema (JSON)"}), h("pre", {class: "code schema",
+          "aria-label": `Schema of ${tool.name}`, tabIndex: 0, text: pretty(tool.input_schema)})));
       node.dataset.search = `${tool.name} ${tool.description}`.toLowerCase();
       return node;
     });
