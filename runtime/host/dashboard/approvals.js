@@ -57,9 +57,18 @@ function formFields(form) {
   });
 }
 
+/** A tern.lock request: each tool's change as the diff of its old and new definition. */
+function lockDiffs(approval) {
+  const tools = Array.isArray(approval.arguments?.tools) ? approval.arguments.tools : [];
+  return h("div", null, ...tools.map((t) => h("details", {open: true},
+    h("summary", {text: `${t.tool} (${t.state}): sha256 ${String(t.sha256).slice(0, 16)}…`}),
+    h("pre", {class: "code", text: String(t.diff ?? "")}))));
+}
+
 /** One request with its buttons; onDecided(approval) after a decision is accepted. */
 export function approvalCard(approval, {onDecided} = {}) {
   const form = approval.form;
+  const lock = approval.origin === "mcp-lock"; // tern.lock: new tool definitions, approved once
   const reasonId = `reason-${approval.id}`;
   const reason = h("input", {id: reasonId, type: "text", maxlength: "500", autocomplete: "off"});
   const result = h("div", {class: "result-line"});
@@ -101,13 +110,13 @@ export function approvalCard(approval, {onDecided} = {}) {
       h("dt", {text: "Caller"}), h("dd", {text: approval.caller || "—"}),
       h("dt", {text: "Asked"}), h("dd", {text: when(approval.created)}),
       h("dt", {text: "Expires"}), h("dd", {text: when(approval.expires)})),
-    form ? null : h("details", {open: true}, h("summary", {text: "Arguments"}),
+    lock ? lockDiffs(approval) : form ? null : h("details", {open: true}, h("summary", {text: "Arguments"}),
       h("pre", {class: "code", text: pretty(approval.arguments)})),
     fields.length ? h("fieldset", null, h("legend", {text: "Answer"}), fields) : null,
     h("div", {class: "field"}, h("label", {for: reasonId, text: "Reason"}), reason),
     h("div", {class: "actions"},
       button("Approve once", "approve", "once", "primary"),
-      form ? null : button("Approve always", "approve", "always"),
+      form || lock ? null : button("Approve always", "approve", "always"),
       button("Deny", "deny", "once", "danger")),
     result);
   if (approval.state && approval.state !== "pending") settled(card, approval);
