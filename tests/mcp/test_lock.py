@@ -179,3 +179,33 @@ async def test_a_lock_request_is_decided_once_and_reads_as_a_diff(tmp_path):
                 await approvals.decide(request.id, True, scope=scope)
         await approvals.decide(request.id, True, channel="test")
     assert answers == [True] and await approvals.rules() == []
+
+
+async def test_a_changed_executable_is_not_started_under_enforce_and_is_warned_of_under_warn(tmp_path, nursery):
+    """The lock pinned other bytes for the server's command: enforce refuses to start it,
+    once and with the fix; warn starts it and says so (the fake server, a real process)."""
+    import trio
+
+    from runtime.mcp.client.supervisor import McpSupervisor
+    from tests.mcp.conftest import FAKE
+
+    path = tmp_path / "tern.lock"
+    source = lock.source_of(entry(command=sys.executable))
+    lock.write_lock(path, lock.LockFile(servers={name: lock.LockedServer({**source, "sha256": "0" * 64})
+                                                 for name in ("strict", "lenient")}))
+    seen = []
+    supervisor = McpSupervisor([entry("strict", sys.executable, [FAKE]), entry("lenient", sys.executable, [FAKE],
+                                                                                lock_mode="warn")],
+                               lock=lock.LockStore(path, ["strict", "lenient"]),
+                               on_event=lambda kind, data: seen.append((kind, data)))
+    await nursery.start(supervisor.run)
+    with trio.fail_after(30):
+        await supervisor.wait_settled()
+    strict, lenient = supervisor.status("strict"), supervisor.status("lenient")
+    assert strict.state == "failed" and strict.restarts == 0 and strict.pid is None
+    assert f"its executable {source['path']} changed" in strict.last_error
+    assert strict.last_error.endswith("run `tern mcp lock strict` to pin it (tern.lock)")
+    assert lenient.state == "ready" and lenient.lock == "warn"
+    assert lenient.tool_count == 9 and lenient.unlocked and set(lenient.unlocked.values()) == {"new"}
+    actions = {(data["server"], data["action"]) for kind, data in seen if kind == "mcp.lock"}
+    assert actions == {("strict", "source_changed"), ("lenient", "source_changed"), ("lenient", "warned")}

@@ -83,6 +83,10 @@ async def test_a_changed_description_waits_for_a_person_then_is_pinned(sdk_pytho
     report = servers_report(kernel.config, kernel.mcp)["connected"][0]
     assert report["unlocked"] == {"greet": "drifted"} and "mcp_demo_greet" not in {t["name"] for t in report["tools"]}
 
+    listing = await tern("mcp", "servers", "--config", str(config_file), cwd=tmp_path)
+    assert b"demo: stdio, ready" in listing.stdout and b"held for approval: greet drifted" in listing.stdout
+    assert b"MCP server 'demo' holds back greet (drifted)" in listing.stderr
+
     pending = await wait_until(kernel.approvals.list)
     shown = await tern("approvals", "--config", str(config_file), cwd=tmp_path)
     out = shown.stdout.decode()

@@ -618,7 +618,7 @@ class McpSupervisor:
                 self._lock_event(server, "not_approved", tools={t: server.status.unlocked.get(t, "") for t in tools})
                 return
             try:
-                self.lock.approve(name, server.source, held)
+                await trio.to_thread.run_sync(self.lock.approve, name, server.source, held)
                 written = ""
             except OSError as exc:
                 written = f"tern.lock not written ({exc.strerror or exc}): the approval holds until tern stops"
