@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable
 
 from runtime.log import clean
 
-__all__ = ["LOCK_ORIGIN", "LOCK_WAIT_SECS", "MAX_DIFF_CHARS", "approver", "is_lock", "describe_lock", "diff_lines"]
+__all__ = ["LOCK_ORIGIN", "LOCK_WAIT_SECS", "MAX_REQUEST_BYTES", "approver", "is_lock", "describe_lock", "diff_lines"]
 
 LOCK_ORIGIN = "mcp-lock"
 LOCK_WAIT_SECS = 7 * 86400.0
-MAX_DIFF_CHARS = 12 * 1024  # all the request's diffs together: the request keeps 16 KiB of arguments
+MAX_REQUEST_BYTES = 15 * 1024  # the request's arguments as JSON: an approval keeps 16 KiB of them whole
 
 
 def approver(approvals: Any, redact: Callable[[Any], Any]) -> Callable[[str, list[dict[str, Any]]], Awaitable[bool]]:
@@ -44,13 +44,24 @@ def approver(approvals: Any, redact: Callable[[Any], Any]) -> Callable[[str, lis
 
 
 def _bounded(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Share ``MAX_DIFF_CHARS`` among the changes' diffs, cutting the longest first."""
-    share = MAX_DIFF_CHARS // max(1, len(changes))
+    """Fit the request in ``MAX_REQUEST_BYTES`` of JSON (what a request keeps whole):
+    the digests always, each diff cut to an equal share of what is left, saying so."""
+    import json
+
+    def size(value: Any) -> int:
+        return len(json.dumps(value, ensure_ascii=False).encode())
+
+    bare = [{**change, "diff": ""} for change in changes]
+    share = max(0, MAX_REQUEST_BYTES - size(bare)) // max(1, len(changes))
     out = []
     for change in changes:
         diff = change["diff"]
-        if len(diff) > share:
-            diff = diff[:share].rsplit("\n", 1)[0] + f"\n... diff cut at {share} characters"
+        if size(diff) > share:
+            note = "\n... diff cut to fit the request"
+            keep = len(diff)
+            while keep > 0 and size(diff[:keep] + note) > share:
+                keep = keep * 3 // 4 if keep > 64 else 0
+            diff = (diff[:keep].rsplit("\n", 1)[0] + note) if keep else note.lstrip("\n")
         out.append({**change, "diff": diff})
     return out
 

@@ -209,3 +209,18 @@ async def test_a_changed_executable_is_not_started_under_enforce_and_is_warned_o
     assert lenient.tool_count == 9 and lenient.unlocked and set(lenient.unlocked.values()) == {"new"}
     actions = {(data["server"], data["action"]) for kind, data in seen if kind == "mcp.lock"}
     assert actions == {("strict", "source_changed"), ("lenient", "source_changed"), ("lenient", "warned")}
+
+
+def test_a_request_for_many_big_tools_keeps_every_digest_and_fits_whole():
+    from runtime.kernel.approvals import MAX_ARGUMENT_BYTES
+    from runtime.kernel.mcp_lock import _bounded
+
+    tools = [tool(f"tool_{i}", '"quoted" words\n' * 400) for i in range(60)]
+    changes = [check.shown() for check in lock.check_tools(None, tools).values()]
+    bounded = _bounded(changes)
+    encoded = json.dumps({"server": "big", "tools": bounded}, ensure_ascii=False).encode()
+    assert len(encoded) <= MAX_ARGUMENT_BYTES
+    assert [c["sha256"] for c in bounded] == [c["sha256"] for c in changes]
+    assert all(c["diff"].endswith("diff cut to fit the request") for c in bounded)
+    one = [lock.check_tools(None, [tool()])["greet"].shown()]
+    assert _bounded(one) == one  # what fits is kept whole
