@@ -224,3 +224,21 @@ def test_a_request_for_many_big_tools_keeps_every_digest_and_fits_whole():
     assert all(c["diff"].endswith("diff cut to fit the request") for c in bounded)
     one = [lock.check_tools(None, [tool()])["greet"].shown()]
     assert _bounded(one) == one  # what fits is kept whole
+
+
+def test_config_check_says_what_the_lock_pins_and_stops_at_a_bad_one(tmp_path):
+    from tests.test_cli import tern
+
+    config = tmp_path / "config.toml"
+    config.write_text('[[mcp_servers]]\nname = "demo"\ntransport = { type = "stdio", command = "true" }\n'
+                      '[[mcp_servers]]\nname = "w"\nlock = "warn"\ntransport = { type = "stdio", command = "true" }\n')
+    done = tern("config", "check", "--config", str(config))
+    assert done.returncode == 0 and "tern.lock: none (off: demo; warn: w; `tern mcp lock` pins" in done.stdout
+    lock.write_lock(tmp_path / "tern.lock", lock.LockFile(servers={"demo": locked(tool()), "old": locked(tool())}))
+    done = tern("config", "check", "--config", str(config))
+    assert done.returncode == 0 and "tern.lock: 2 servers pinned (enforce: demo; warn: w)" in done.stdout
+    assert "pins MCP server 'old', which the config does not have: ignored" in done.stderr
+    (tmp_path / "tern.lock").write_text("{")
+    done = tern("config", "check", "--config", str(config))
+    assert done.returncode != 0 and done.stdout == "" and len(done.stderr.splitlines()) == 1
+    assert "tern.lock: not a tern lock file" in done.stderr
