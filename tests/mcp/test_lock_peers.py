@@ -168,3 +168,34 @@ async def test_warn_offers_and_says_so_and_a_stale_or_bad_lock(sdk_python, tmp_p
         assert done.returncode != 0 and len(lines) == 1 and str(lock_file) in lines[0], done.stderr
         assert "internal error" not in lines[0] and "Traceback" not in done.stderr.decode()
 
+
+
+def test_through_a_daemon_the_cli_and_the_api_show_and_approve_the_change(sdk_python, tmp_path):
+    """``tern serve`` holds the drifted tool back and asks; ``tern mcp servers``,
+    ``tern tools``, ``tern approvals`` and ``tern approve`` go through its API."""
+    from tests.test_cli_daemon import Daemon, tern as tern_sync
+
+    (tmp_path / "description.txt").write_text("Say hello to someone.")
+    config = write_config(tmp_path, sdk_python, "").read_text()
+    config_file = tmp_path / "config.toml"
+    config_file.write_text('[server]\nlisten = "127.0.0.1:0"\nrate_limit_per_sec = 0\n' + config)
+    assert tern_sync("mcp", "lock", config=str(config_file)).returncode == 0
+    (tmp_path / "description.txt").write_text("Say hello, and mean it.")
+    daemon = Daemon(str(config_file))
+    try:
+        held = daemon.event("mcp.lock", within=40)
+        assert (held["server"], held["action"], held["tools"]) == ("demo", "held", {"greet": "drifted"})
+        servers = tern_sync("mcp", "servers", config=str(config_file))
+        assert "held for approval: greet drifted" in servers.stdout and "holds back" not in servers.stderr
+        tools = tern_sync("tools", config=str(config_file))
+        assert "mcp_demo_add" in tools.stdout and "mcp_demo_greet" not in tools.stdout
+        requested = daemon.event("approval_requested")["approval"]
+        listed = tern_sync("approvals", config=str(config_file))
+        assert requested["id"] in listed.stdout and '+  "description": "Say hello, and mean it.",' in listed.stdout
+        approved = tern_sync("approve", requested["id"], config=str(config_file))
+        assert approved.returncode == 0, approved.stderr
+        assert daemon.event("mcp.lock")["action"] == "approved"
+        assert "mcp_demo_greet" in tern_sync("tools", config=str(config_file)).stdout
+        assert "mean it" in (tmp_path / "tern.lock").read_text()
+    finally:
+        daemon.stop()
