@@ -113,7 +113,6 @@ class _Server:
         self.attempt_started = 0.0  # trio time the current connection attempt began
         self.asked_login = False  # a connection ended in AuthRequired (what needs_auth waits on without [oauth])
         self.listed: list[McpTool] = []  # what the server offers (include/exclude applied), before the lock
-        self.checks: dict[str, ToolCheck] = {}
         self.source: dict[str, str] = {}  # tern.lock's view of what runs it (read at each connection)
         self.nursery: trio.Nursery | None = None  # the live connection's
         self.asking: tuple[frozenset[tuple[str, str]], trio.CancelScope] | None = None  # the approval it waits on
@@ -558,12 +557,11 @@ class McpSupervisor:
         mode = self.lock.mode(entry)
         status.lock = mode
         if mode == "off":
-            server.checks, status.unlocked = {}, {}
+            status.unlocked = {}
             self._set_tools(server, server.listed)
             self._stop_asking(server)
             return
         checks = check_tools(self.lock.server(entry.name), server.listed)
-        server.checks = checks
         unlocked = {name: check.state for name, check in checks.items() if check.state != "locked"}
         changed = unlocked != status.unlocked
         status.unlocked = unlocked
