@@ -51,7 +51,7 @@ BASH_CASES = [
     (["tern", "--config", "$CONFIG", "run", ""], ["alpha", "beta-2"]),
     (["tern", "chat", "--config", "$CONFIG", "b"], ["beta-2"]),
     (["tern", "config", "check", "$DIR/no"], ["$DIR/notes.txt"]),
-    (["tern", "mcp", ""], ["servers", "import", "restart"]),
+    (["tern", "mcp", ""], ["servers", "import", "lock", "restart"]),
 ]
 
 

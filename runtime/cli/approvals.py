@@ -152,6 +152,10 @@ def _print_approvals(args: argparse.Namespace, listed: list[Any], where: str = "
             from runtime.cli.form_prompt import field_lines
 
             print("\n".join(field_lines(approval.form)))
+        if approval.origin == "mcp-lock" and approval.state == "pending":  # tern.lock: old vs new definition
+            from runtime.kernel.mcp_lock import diff_lines
+
+            print("\n".join(diff_lines(approval)))
     if args.state == "pending":
         print("answer with: tern approve ID [--always | --always-args]   or   tern deny ID [--reason TEXT]")
         if any(approval.form is not None for approval in listed):

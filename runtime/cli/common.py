@@ -56,20 +56,30 @@ def with_kernel(args: argparse.Namespace, work: Callable[[Kernel], Awaitable[T]]
     from runtime.host.traces import traces
     from runtime.kernel.kernel import Kernel
 
-    config = load_config(getattr(args, "config", None)).config
+    from runtime.mcp.client.lock import lock_path
+
+    loaded = load_config(getattr(args, "config", None))
+    config = loaded.config
 
     async def main() -> T:
-        kernel = Kernel(config)
+        import sys
+
+        kernel = Kernel(config, lock_path=lock_path(loaded.path))
+        kernel.mcp.approve_tools = None  # one command's kernel: a held tool is not put to a person (it names them)
         async with traces(config), trio.open_nursery() as nursery:
             await nursery.start(kernel.run)
             await kernel.mcp.wait_settled(MCP_PATIENCE_SECS)
             waiting = [s.name for s in kernel.mcp.statuses() if s.state == "connecting"]
             if waiting and not getattr(args, "quiet", False):
-                import sys
-
                 print(f"tern: waiting for MCP server{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} "
                       "(a running `tern serve` keeps them connected)", file=sys.stderr, flush=True)
             await kernel.mcp.wait_settled()
+            for status in kernel.mcp.statuses():
+                if status.unlocked and status.lock == "enforce" and not getattr(args, "quiet", False):
+                    held = ", ".join(f"{name} ({state})" for name, state in sorted(status.unlocked.items()))
+                    print(f"tern: MCP server '{status.name}' holds back {held}: not as tern.lock pins them; a "
+                          f"running `tern serve` asks a person to approve them, or pin them with `tern mcp lock "
+                          f"{status.name}`", file=sys.stderr, flush=True)
             try:
                 return await work(kernel)
             finally:
@@ -90,6 +100,10 @@ def status_line(status: Any) -> str:
         parts.append(f"{status.protocol_version}, {status.tool_count} tools")
     if status.restarts:
         parts.append(f"{status.restarts} restarts")
+    unlocked = getattr(status, "unlocked", None)
+    if unlocked:  # tern.lock: drifted or new tools (held back under lock = "enforce")
+        verb = "offered anyway" if getattr(status, "lock", "") == "warn" else "held for approval"
+        parts.append(f"{verb}: " + ", ".join(f"{name} {state}" for name, state in sorted(unlocked.items())))
     line = ", ".join(parts)
     return f"{line}: {status.last_error}" if status.last_error and status.state != "ready" else line
 

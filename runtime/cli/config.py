@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runtime.cli.common import Commands, needs_subcommand
 
@@ -30,6 +30,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
 
     loaded = load_config(args.path or getattr(args, "config", None))
     config = loaded.config
+    lock_lines = _lock_lines(loaded.path, config)  # tern.lock: a bad one stops here as it would stop the boot
     agents = ", ".join(a.name for a in config.agents) or "none"
     servers = ", ".join(f"{s.name} ({s.transport.__struct_config__.tag})" for s in config.mcp_servers) or "none"
     peers = ", ".join(a.name for a in config.a2a.external_agents) or "none"
@@ -41,6 +42,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{t.name} ({t.kind} -> {t.agent})" for t in config.triggers)
         print(f"  triggers ({len(config.triggers)}): {shown}")
     print(f"  listen: {config.server.listen}   state: {config.state.dir}   store: {_store(config)}")
+    for line in lock_lines:
+        print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
     weak = key_warning(api_key(config))
     if weak:
         print(f"warning: {weak}", file=sys.stderr)
@@ -122,3 +125,25 @@ def cmd_config_show(args: argparse.Namespace) -> int:
         print(f"# effective config from {loaded.label} ({'secrets shown' if args.secrets else 'secrets masked'})")
         print(dump_toml(data), end="")
     return 0
+
+
+def _lock_lines(config_path: Any, config: Config) -> list[str]:
+    """What tern.lock pins and how each server is held to it (docs/mcp-lock.md);
+    ConfigError for a bad file."""
+    from runtime.mcp.client.lock import LockStore, lock_path
+
+    path = lock_path(config_path)
+    if path is None or not config.mcp_servers:
+        return []
+    store = LockStore(path)
+    modes: dict[str, list[str]] = {}
+    for entry in config.mcp_servers:
+        modes.setdefault(store.mode(entry), []).append(entry.name)
+    shown = "; ".join(f"{mode}: {', '.join(names)}" for mode, names in sorted(modes.items()))
+    if store.lock is None:
+        return [f"  tern.lock: none ({shown}; `tern mcp lock` pins the servers)"]
+    lines = [f"  tern.lock: {len(store.lock.servers)} servers pinned ({shown})"]
+    configured = {entry.name for entry in config.mcp_servers}
+    lines += [f"warning: {path} pins MCP server '{name}', which the config does not have: ignored "
+              "(`tern mcp lock` drops it)" for name in store.lock.servers if name not in configured]
+    return lines

@@ -1,11 +1,12 @@
-"""``tern mcp``: tern's agents as MCP tools over stdio; ``tern mcp servers`` and
-``tern mcp import`` for people setting up their MCP servers."""
+"""``tern mcp``: tern's agents as MCP tools over stdio; ``tern mcp servers``,
+``tern mcp import`` and ``tern mcp lock`` (tern.lock: docs/mcp-lock.md) for people
+setting up their MCP servers."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runtime.cli.common import Commands, all_ready, print_json, status_line, with_kernel
 from runtime.cli.remote import add_standalone
@@ -28,6 +29,11 @@ def add_commands(commands: Commands) -> None:
     imported = sub.add("import", cmd_mcp_import,
                        "convert a Claude Desktop / Cursor / VS Code mcpServers JSON file to [[mcp_servers]] TOML")
     imported.add_argument("file", help="the JSON file ('-' for stdin)")
+    locking = sub.add("lock", cmd_mcp_lock,
+                      "connect the MCP servers and pin their sources and tool definitions in tern.lock "
+                      "(beside the config): a tool that changes later waits for a person's approval")
+    locking.add_argument("names", nargs="*", metavar="NAME",
+                         help="only these servers (the others keep what the file pins); default: every enabled one")
     restart = sub.add("restart", cmd_mcp_restart,
                       "reconnect one MCP server of the running daemon (a failed one is revived)")
     restart.add_argument("name", help="the MCP server's name")
@@ -108,6 +114,98 @@ def cmd_mcp_import(args: argparse.Namespace) -> int:
         print(f"tern: warning: {warning}", file=sys.stderr)
     print(result.toml, end="" if result.toml.endswith("\n") else "\n")
     return 0
+
+
+def cmd_mcp_lock(args: argparse.Namespace) -> int:
+    """Connect the servers here (never through a daemon: it holds changed tools back,
+    and the lock pins what the servers offer), then write tern.lock atomically. Exit 1
+    when a server could not be locked (it keeps what the file had for it)."""
+    import msgspec
+    import trio
+
+    from runtime.config import load_config
+    from runtime.errors import ConfigError
+    from runtime.mcp.client import lock as mcp_lock
+    from runtime.mcp.client.supervisor import McpSupervisor
+    from runtime.net.guard import AddressPolicy
+
+    loaded = load_config(getattr(args, "config", None))
+    config, path = loaded.config, mcp_lock.lock_path(loaded.path)
+    if path is None:
+        raise UsageError("tern.lock sits beside a config file, and this is the bundled default: name one with "
+                         "--config (or $TERN_CONFIG)")
+    configured = {entry.name: entry for entry in config.mcp_servers}
+    unknown = [name for name in args.names if name not in configured]
+    if unknown:
+        raise UsageError(f"no MCP server named {', '.join(map(repr, unknown))} in {loaded.label} "
+                         f"(servers: {', '.join(configured) or 'none configured'})")
+    try:
+        old = mcp_lock.read_lock(path) or mcp_lock.LockFile()
+    except ConfigError as exc:
+        if args.names:
+            raise
+        print(f"tern: warning: {exc}: replacing it", file=sys.stderr)
+        old = mcp_lock.LockFile()
+    entries = [entry for entry in config.mcp_servers if entry.enabled and (not args.names or entry.name in args.names)]
+
+    async def connect() -> tuple[McpSupervisor, dict[str, Any]]:
+        supervisor = McpSupervisor(entries, policy=AddressPolicy.from_security(config.security),
+                                   state_dir=config.state.dir)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervisor.run)
+            await supervisor.wait_settled()
+            statuses = {status.name: msgspec.structs.replace(status) for status in supervisor.statuses()}
+            nursery.cancel_scope.cancel()
+        return supervisor, statuses
+
+    supervisor, statuses = trio.run(connect)
+    servers = {name: entry for name, entry in old.servers.items() if name in configured}
+    failed = 0
+    for entry in entries:
+        status = statuses[entry.name]
+        if status.state != "ready":
+            failed += 1
+            kept = " (tern.lock keeps what it had for it)" if entry.name in servers else ""
+            print(f"tern: {entry.name}: not locked: it is {status.state}"
+                  f"{': ' + status.last_error if status.last_error else ''}{kept}", file=sys.stderr)
+            continue
+        tools = {}
+        for tool in supervisor.listed(entry.name):
+            shape = mcp_lock.definition(tool)
+            tools[tool.name] = mcp_lock.LockedTool(mcp_lock.digest(shape), shape)
+        source = mcp_lock.source_of(entry)
+        servers[entry.name] = mcp_lock.LockedServer(source, tools)
+        print(f"{entry.name}: {len(tools)} tools, {_source_line(source)}")
+        unpinned = _unpinned(source)
+        if unpinned:
+            print(f"tern: warning: {entry.name}: {unpinned}", file=sys.stderr)
+    dropped = [name for name in old.servers if name not in configured]
+    if dropped:
+        print(f"tern: dropped {', '.join(dropped)} from tern.lock: not in the config", file=sys.stderr)
+    try:
+        mcp_lock.write_lock(path, mcp_lock.LockFile(mcp_lock.FORMAT, servers))
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    print(f"wrote {path} ({len(servers)} servers); a running daemon applies it at `tern reload`")
+    return 1 if failed else 0
+
+
+def _source_line(source: dict[str, str]) -> str:
+    if source.get("kind") == "command":
+        return f"command {source.get('path')} (sha256 {source.get('sha256', '')[:12]}...)"
+    if source.get("kind") == "url":
+        return f"remote {source.get('url')}"
+    return f"{source.get('kind')} package {source.get('package')}"
+
+
+def _unpinned(source: dict[str, str]) -> str:
+    """A package spec without a version: the next release runs, and only its tools' definitions are checked."""
+    package = source.get("package", "")
+    if source.get("kind") == "npm" and "@" not in package.lstrip("@"):
+        return f"the package {package} names no version: pin it ({package}@VERSION) so a new release is not run"
+    if source.get("kind") == "pypi" and not any(mark in package for mark in ("==", "@")):
+        return f"the package {package} names no version: pin it ({package}==VERSION) so a new release is not run"
+    return ""
 
 
 def cmd_mcp_restart(args: argparse.Namespace) -> int:

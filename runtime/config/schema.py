@@ -188,6 +188,10 @@ class McpServerEntry(_Section):
     gets the ``[tools]`` timeout in all, each of its requests this). ``tools_include``/``tools_exclude``
     are globs matched on the tool's name or its ``mcp_{name}_{tool}`` name, casefolded
     and with ``-`` and ``_`` the same: ``delete_*`` also excludes ``Delete-Repo``.
+    ``lock``: how ``tern.lock`` (beside the config, written by ``tern mcp lock``) binds
+    this server: ``enforce`` holds a changed or new tool back until a person approves
+    it, ``warn`` offers it and says so, ``off`` ignores the lock; unset, ``enforce``
+    when a ``tern.lock`` exists, else ``off`` (docs/mcp-lock.md).
     """
 
     name: str
@@ -201,6 +205,7 @@ class McpServerEntry(_Section):
     tools_exclude: list[str] = []
     protocol: McpProtocol = "auto"
     sampling: SamplingConfig | None = None
+    lock: Literal["off", "warn", "enforce"] | None = None
 
 
 # --- [mcp_server] ------------------------------------------------------------------------

@@ -194,7 +194,8 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
             "agents": [{"name": a.name, "kind": a.kind, "description": a.description} for a in node.config.agents],
             "mcp_servers": [{"name": s.name, "state": s.state, "tools": s.tool_count,
                              "last_error": mask_urls(s.last_error),
-                             "restarts": s.restarts} for s in kernel.mcp.statuses()],
+                             "restarts": s.restarts, "lock": s.lock, "unlocked": s.unlocked}
+                            for s in kernel.mcp.statuses()],
             "mcp_server_states": states,
             "a2a_peers": kernel.external.statuses() if kernel.external is not None else [],
             "tasks": node.a2a.engine.counts() if node.a2a is not None else None,  # None: A2A is off

@@ -233,7 +233,9 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
         log.warning("listening on %s with no API key: remote clients will be refused (403); "
                     "set [server] api_key_env to serve them", host)
     tls = _ssl_context(config)
-    node = Node(config)
+    from runtime.mcp.client.lock import lock_path
+
+    node = Node(config, lock_path=lock_path(config_path))
     node.config_path = config_path
     node.reload_from_file = lambda: reload_config(node, config_path)
     kernel = node.kernel

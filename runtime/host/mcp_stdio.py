@@ -184,7 +184,9 @@ async def serve_stdio(config: Config, *, relay: bool | None = None, config_path:
 
     from runtime.host.traces import traces
 
-    kernel = Kernel(config)
+    from runtime.mcp.client.lock import lock_path
+
+    kernel = Kernel(config, lock_path=lock_path(config_path))
     async with traces(config), trio.open_nursery() as nursery:
         await nursery.start(kernel.run)
         server = McpServer(config, kernel.pipeline, kernel.events, approvals=kernel.approvals,

@@ -18,11 +18,12 @@ __all__ = ["Node"]
 
 
 class Node:
-    def __init__(self, config: Config, *, serve_a2a: bool = True) -> None:
+    def __init__(self, config: Config, *, serve_a2a: bool = True, lock_path: Path | None = None) -> None:
         """``serve_a2a``: this node answers A2A tasks (with ``[a2a] enabled``): the task
-        engine, push notifier and store exist only then."""
+        engine, push notifier and store exist only then. ``lock_path``: the MCP servers'
+        tern.lock (``Kernel``)."""
         self.config = config
-        self.kernel = Kernel(config)
+        self.kernel = Kernel(config, lock_path=lock_path)
         self.a2a: Any = None  # an A2aService
         if serve_a2a and config.a2a.enabled:
             from runtime.a2a.server.runner import A2aService

@@ -445,6 +445,9 @@ class Approvals:
         if rule_for not in ("", "caller", "everyone"):
             raise UsageError(f"rule_for must be caller or everyone, not {rule_for!r}")
         current = await self.get(approval_id, who)  # UnknownApproval for another key's request
+        if current.origin == "mcp-lock" and scope != "once":  # kernel.mcp_lock: a definition, approved once
+            raise UsageError(f"approval {approval_id} approves MCP tool definitions for tern.lock: it is decided "
+                             "once, not remembered")
         if who is not None and not self.may_answer(who, current):
             from runtime.errors import Forbidden
 
@@ -676,6 +679,10 @@ def _approval(row: tuple) -> Approval:
 
 def describe(approval: Approval, *, width: int = 200) -> str:
     """One line for a person: who wants to call what, with what (or who asks what)."""
+    if approval.origin == "mcp-lock":
+        from runtime.kernel.mcp_lock import describe_lock
+
+        return describe_lock(approval)
     if approval.form is not None:
         asked = " ".join(str(approval.form.get("message", "")).split())
         asked = asked if len(asked) <= width else asked[:width - 3] + "..."

@@ -52,7 +52,10 @@ log = get_logger("kernel")
 
 
 class Kernel:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, lock_path: Path | None = None) -> None:
+        """``lock_path``: the MCP servers' ``tern.lock`` (beside the config file: a bad
+        one stops the boot with its one line); None: no lock file (the bundled config)."""
+        from runtime.mcp.client.lock import LockStore
         from runtime.net.guard import AddressPolicy
 
         self.config = config
@@ -73,7 +76,8 @@ class Kernel:
             self.db = Database(resolve_url(config.state.postgres_url), pool_size=config.state.pool_size)
             self.listener = Listener(self.db)
         self.mcp = McpSupervisor(config.mcp_servers, policy=AddressPolicy.from_security(config.security),
-                                 on_event=self.events.publish, state_dir=config.state.dir)
+                                 on_event=self.events.publish, state_dir=config.state.dir,
+                                 lock=LockStore(lock_path, [entry.name for entry in config.mcp_servers]))
         self.registry = ToolRegistry([self.mcp.source()])
         self.content = KernelContent(self.mcp)  # what the MCP server re-exports: files, upstream resources, prompts
         register_builtins(self.registry, config)
@@ -101,6 +105,9 @@ class Kernel:
 
         sampling = SamplingAnswers(lambda: self.config, self.pipeline, self.approvals)  # [mcp_servers.sampling]
         self.mcp.on_input = person_answers(self.approvals, self.pipeline.redact_obj, sampling)  # servers' questions
+        from runtime.kernel.mcp_lock import approver
+
+        self.mcp.approve_tools = approver(self.approvals, self.pipeline.redact_obj)  # tern.lock: held tools
         self.conversations = Conversations(state / "conversations.sqlite3" if state else None, db=self.db) \
             if state or self.db is not None else None
         self.agents = Agents(config, self.pipeline, self.conversations)
@@ -146,6 +153,8 @@ class Kernel:
                                          mcp_server=msgspec.structs.replace(config.mcp_server, **kept))
         self.mcp.policy = AddressPolicy.from_security(config.security)
         servers = self.mcp.reconcile(config.mcp_servers)
+        self.mcp.lock.configured = [entry.name for entry in config.mcp_servers]
+        self.mcp.recheck_lock()  # a server's lock mode may have changed, or tern.lock did
         fresh = ToolRegistry()
         register_builtins(fresh, config)
         register_agent_tools(fresh, lambda: self.agents)

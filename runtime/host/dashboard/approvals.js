@@ -83,9 +83,18 @@ function formFields(form) {
   });
 }
 
+/** A tern.lock request: each tool's change as the diff of its old and new definition. */
+function lockDiffs(approval) {
+  const tools = Array.isArray(approval.arguments?.tools) ? approval.arguments.tools : [];
+  return h("div", null, ...tools.map((t) => h("details", {open: true},
+    h("summary", {text: `${t.tool} (${t.state}): sha256 ${String(t.sha256).slice(0, 16)}…`}),
+    h("pre", {class: "code", text: String(t.diff ?? "")}))));
+}
+
 /** One request with its buttons; onDecided(approval) after a decision is accepted. */
 export function approvalCard(approval, {onDecided, signal} = {}) {
   const form = approval.form;
+  const lock = approval.origin === "mcp-lock"; // tern.lock: new tool definitions, approved once
   const reasonId = `reason-${approval.id}`;
   const reason = h("input", {id: reasonId, type: "text", maxlength: "500", autocomplete: "off"});
   const result = h("div", {class: "result-line"});
@@ -128,14 +137,14 @@ export function approvalCard(approval, {onDecided, signal} = {}) {
       h("dt", {text: "Asked"}), h("dd", {text: when(approval.created)}),
       h("dt", {text: "Expires"}), h("dd", null, when(approval.expires), " · ",
         approval.expires ? countdown(approval.expires, signal) : "")),
-    form ? null : h("details", {open: true}, h("summary", {text: "Arguments"}),
+    lock ? lockDiffs(approval) : form ? null : h("details", {open: true}, h("summary", {text: "Arguments"}),
       h("pre", {class: "code", text: pretty(approval.arguments)})),
     fields.length ? h("fieldset", null, h("legend", {text: "Answer"}), fields) : null,
     h("div", {class: "field"}, h("label", {for: reasonId, text: "Reason"}), reason),
     h("div", {class: "actions"},
       button("Approve once", "approve", "once", "primary"),
-      form ? null : button("Approve always", "approve", "always"),
-      form ? null : button("Always with these arguments", "approve", "args"),
+      form || lock ? null : button("Approve always", "approve", "always"),
+      form || lock ? null : button("Always with these arguments", "approve", "args"),
       button("Deny", "deny", "once", "danger")),
     result);
   if (approval.state && approval.state !== "pending") settled(card, approval);

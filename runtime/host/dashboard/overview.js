@@ -57,7 +57,16 @@ function mcpRow(server, onAction) {
     server.state === "needs_auth" ? h("button", {type: "button", class: "primary", text: "Log in",
       "aria-label": `Log in to ${server.name}`, onclick: (e) => onAction(e.target, "login", server.name)}) : null);
   return row(h("th", {scope: "row", text: server.name}), stateBadge(server.state), String(server.tools ?? ""),
-    h("td", {class: "wrap", text: server.last_error || "—"}), String(server.restarts ?? 0), actions);
+    h("td", {class: "wrap", text: [server.last_error, held(server)].filter(Boolean).join("; ") || "—"}),
+    String(server.restarts ?? 0), actions);
+}
+
+/** Tools not as tern.lock pins them: held for approval (enforce) or offered anyway (warn). */
+function held(server) {
+  const tools = Object.entries(server.unlocked || {});
+  if (!tools.length) return "";
+  const verb = server.lock === "warn" ? "offered anyway" : "held for approval";
+  return `${verb}: ${tools.map(([name, state]) => `${name} ${state}`).join(", ")}`;
 }
 
 export function render(main, {signal}) {

@@ -23,6 +23,13 @@ triggers a debounced re-list; a 2026-07-28 server sends it on the
 ``subscriptions/listen`` stream ``McpClient.listen`` holds open) and filtered by ``tools_include`` / ``tools_exclude``
 globs, which match the tool's own name or its ``mcp_{server}_{tool}`` name, casefolded
 and with ``-`` and ``_`` the same (``delete_*`` excludes ``Delete-Repo`` too).
+
+Each listing is checked against ``tern.lock`` (``mcp.client.lock``) under the server's
+``lock`` mode: a tool whose definition drifted, or that the lock does not name, is held
+back (``enforce``: not offered, not callable; ``unlocked`` in its status) and put to a
+person through ``approve_tools`` (the kernel's approvals); once approved it is pinned in
+the file and offered. A server whose source (package, executable) changed is not
+started under ``enforce``. Every finding is an ``mcp.lock`` event.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from runtime.errors import ConnectionLost, TernError, UnknownTool, single_leaf
 from runtime.log import get_logger
 from runtime.mcp import names as mcp_names
 from runtime.mcp.client.client import McpClient, make_transport
+from runtime.mcp.client.lock import LockStore, ToolCheck, check_tools, source_change, source_of
 from runtime.mcp.protocol import CallResult, McpTool
 from runtime.ports import Tool, ToolResult
 
@@ -80,6 +88,8 @@ class ServerStatus(msgspec.Struct):
     server_name: str = ""
     ready_since: float | None = None
     pid: int | None = None  # a stdio server's process while connected
+    lock: str = "off"  # the tern.lock mode in force: off, warn or enforce
+    unlocked: dict[str, str] = msgspec.field(default_factory=dict)  # tool -> drifted | new (enforce: held back)
 
 
 class McpToolEntry(msgspec.Struct, frozen=True):
@@ -102,6 +112,10 @@ class _Server:
         self.scope = trio.CancelScope()  # its supervising task: cancelled to stop or restart this server
         self.attempt_started = 0.0  # trio time the current connection attempt began
         self.asked_login = False  # a connection ended in AuthRequired (what needs_auth waits on without [oauth])
+        self.listed: list[McpTool] = []  # what the server offers (include/exclude applied), before the lock
+        self.source: dict[str, str] = {}  # tern.lock's view of what runs it (read at each connection)
+        self.nursery: trio.Nursery | None = None  # the live connection's
+        self.asking: tuple[frozenset[tuple[str, str]], trio.CancelScope] | None = None  # the approval it waits on
         if not entry.enabled:
             self.settled.set()
 
@@ -121,7 +135,8 @@ class McpSupervisor:
 
     def __init__(self, entries: list[McpServerEntry], *, policy: Any = None, roots: list[str] | None = None,
                  on_event: Callable[[str, dict[str, Any]], None] | None = None,
-                 backoff_base: float = 0.5, backoff_max: float = 30.0, state_dir: str = "") -> None:
+                 backoff_base: float = 0.5, backoff_max: float = 30.0, state_dir: str = "",
+                 lock: LockStore | None = None) -> None:
         self._servers = {entry.name: _Server(entry) for entry in entries}
         self.policy = policy
         self.state_dir = state_dir  # where OAuth tokens live
@@ -130,6 +145,10 @@ class McpSupervisor:
         #: server name -> the session's ``on_input`` (who answers that server's questions);
         #: None: elicitation and sampling are refused and not declared
         self.on_input: Callable[[str], Any] | None = None
+        self.lock = lock if lock is not None else LockStore(None)
+        #: (server, [ToolCheck.shown()...]) -> whether a person approved those definitions; None:
+        #: nobody to ask, so held tools wait for `tern mcp lock`
+        self.approve_tools: Callable[[str, list[dict[str, Any]]], Any] | None = None
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self._tools: dict[str, McpToolEntry] = {}
@@ -361,6 +380,12 @@ class McpSupervisor:
         failures = 0
         while True:
             await self._await_login(server)
+            refused = await self._source_refused(server)
+            if refused:
+                status.last_error = refused
+                self._set_state(server, "failed")
+                log.error("MCP server '%s' not started: %s", entry.name, refused)
+                return
             server.attempt_started = trio.current_time()
             self._set_state(server, "connecting" if failures == 0 and status.restarts == 0 else "restarting")
             error = await self._connection(server)
@@ -445,12 +470,16 @@ class McpSupervisor:
                     status.pid = getattr(client.session.transport, "pid", None)
                     self._set_state(server, "ready")
                     server.client = client
+                    server.nursery = nursery
+                    self._check_lock(server)  # held tools are put to a person in this nursery
                     server.settled.set()
                     nursery.start_soon(self._refresher, server, client)
                     nursery.start_soon(client.listen)  # 2026-07-28: list_changed rides subscriptions/listen
                     await client.closed.wait()
                 finally:
                     server.client = None
+                    server.nursery = None
+                    server.asking = None  # its task ends with this nursery: the request expires
                     server.status.pid = None
                     if server.status.state == "ready":
                         self._set_state(server, "restarting")
@@ -482,8 +511,128 @@ class McpSupervisor:
 
     async def _list(self, server: _Server, client: McpClient) -> None:
         tools = [tool for tool in await client.list_tools() if _wanted(server.entry, tool.name)]
-        self._set_tools(server, tools)
+        server.listed = tools
+        self._check_lock(server)
         log.info("MCP server '%s': %d tools", server.entry.name, len(tools))
+
+    def listed(self, name: str) -> list[McpTool]:
+        """What a ready server offers (include/exclude applied), held tools too: what
+        ``tern mcp lock`` pins."""
+        server = self._servers.get(name)
+        return list(server.listed) if server is not None else []
+
+    # --- tern.lock ----------------------------------------------------------------------
+
+    async def _source_refused(self, server: _Server) -> str:
+        """Read what runs the server (an executable is hashed in a thread); under
+        ``enforce`` a source that moved from the lock's is the sentence that stops it."""
+        self.lock.refresh()
+        mode = self.lock.mode(server.entry)
+        server.status.lock = mode
+        if mode == "off":
+            return ""
+        server.source = await trio.to_thread.run_sync(source_of, server.entry)
+        locked = self.lock.server(server.entry.name)
+        moved = source_change(locked.source, server.source) if locked is not None else ""
+        if not moved:
+            return ""
+        self._lock_event(server, "source_changed", detail=moved)
+        if mode == "warn":
+            log.warning("MCP server '%s': %s (tern.lock, lock = \"warn\")", server.entry.name, moved)
+            return ""
+        return f"{moved}; check it, then run `tern mcp lock {server.entry.name}` to pin it (tern.lock)"
+
+    def recheck_lock(self) -> None:
+        """Apply the lock file again to every connected server (it changed on disk, or
+        the config did)."""
+        self.lock.refresh()
+        for server in self._servers.values():
+            if server.client is not None:
+                self._check_lock(server)
+
+    def _check_lock(self, server: _Server) -> None:
+        """Offer the listed tools the lock lets through; put the rest to a person."""
+        entry, status = server.entry, server.status
+        self.lock.refresh()
+        mode = self.lock.mode(entry)
+        status.lock = mode
+        if mode == "off":
+            status.unlocked = {}
+            self._set_tools(server, server.listed)
+            self._stop_asking(server)
+            return
+        checks = check_tools(self.lock.server(entry.name), server.listed)
+        unlocked = {name: check.state for name, check in checks.items() if check.state != "locked"}
+        changed = unlocked != status.unlocked
+        status.unlocked = unlocked
+        offered = server.listed if mode == "warn" else [t for t in server.listed if t.name not in unlocked]
+        self._set_tools(server, offered)
+        if unlocked and changed:
+            listing = ", ".join(f"{name} ({state})" for name, state in sorted(unlocked.items()))
+            if mode == "warn":
+                log.warning("MCP server '%s': tools not as tern.lock pins them, offered anyway (lock = \"warn\"): %s",
+                            entry.name, listing)
+            else:
+                log.warning("MCP server '%s': tools held back until a person approves them (tern.lock): %s",
+                            entry.name, listing)
+            self._lock_event(server, "warned" if mode == "warn" else "held", tools=unlocked)
+        if mode != "enforce" or not unlocked:
+            self._stop_asking(server)
+            return
+        self._ask(server, [checks[name] for name in sorted(unlocked)])
+
+    def _stop_asking(self, server: _Server) -> None:
+        if server.asking is not None:
+            server.asking[1].cancel()
+            server.asking = None
+
+    def _ask(self, server: _Server, held: list[ToolCheck]) -> None:
+        """One approval request per server for what is held now; a request for another
+        set (the server changed again) is withdrawn first."""
+        key = frozenset((check.tool, check.sha256) for check in held)
+        if server.asking is not None and server.asking[0] == key:
+            return
+        self._stop_asking(server)
+        if self.approve_tools is None or server.nursery is None:
+            return
+        scope = trio.CancelScope()
+        server.asking = (key, scope)
+        server.nursery.start_soon(self._await_approval, server, held, scope)
+
+    async def _await_approval(self, server: _Server, held: list[ToolCheck], scope: trio.CancelScope) -> None:
+        name = server.entry.name
+        with scope:
+            try:
+                approved = await self.approve_tools(name, [check.shown() for check in held])  # type: ignore[misc]
+            except Exception as exc:  # the store is away: the tools stay held; a reconnect asks again
+                log.warning("MCP server '%s': could not ask to approve its tools: %s", name, single_leaf(exc))
+                return
+            if server.asking is not None and server.asking[1] is scope:
+                server.asking = None
+            tools = [check.tool for check in held]
+            if not approved:
+                log.warning("MCP server '%s': %s not approved; held back until the server changes or reconnects",
+                            name, ", ".join(tools))
+                self._lock_event(server, "not_approved", tools={t: server.status.unlocked.get(t, "") for t in tools})
+                return
+            try:
+                await trio.to_thread.run_sync(self.lock.approve, name, server.source, held)
+                written = ""
+            except OSError as exc:
+                written = f"tern.lock not written ({exc.strerror or exc}): the approval holds until tern stops"
+                log.error("MCP server '%s': %s", name, written)
+            log.info("MCP server '%s': %s approved and pinned in tern.lock", name, ", ".join(tools))
+            self._lock_event(server, "approved", tools={t: "locked" for t in tools},
+                             **({"detail": written} if written else {}))
+            if self._servers.get(name) is server:
+                self._check_lock(server)
+                if self.on_event is not None:
+                    self.on_event("mcp.tools", {"server": name, "tools": server.status.tool_count})
+
+    def _lock_event(self, server: _Server, action: str, **data: Any) -> None:
+        if self.on_event is not None and self._servers.get(server.entry.name) is server:
+            self.on_event("mcp.lock", {"server": server.entry.name, "mode": server.status.lock, "action": action,
+                                       **data})
 
     def _set_tools(self, server: _Server, tools: list[McpTool]) -> None:
         server.tools = tools
@@ -505,7 +654,8 @@ class McpSupervisor:
 
 def servers_report(config: Config, supervisor: Any) -> dict[str, Any]:
     """The seed's ``GET /api/mcp/servers`` shape (``configured``, ``connected``), with
-    each server's state, last error and restart count added."""
+    each server's state, last error and restart count added, and its ``lock`` mode with
+    the tools that are not as tern.lock pins them (``unlocked``: tool -> drifted | new)."""
     by_server: dict[str, list[dict[str, str]]] = {}
     for entry in supervisor.tools():
         description = f"[MCP:{entry.server}] {entry.tool.description}".rstrip()
@@ -516,7 +666,8 @@ def servers_report(config: Config, supervisor: Any) -> dict[str, Any]:
         connected.append({"name": status.name, "tools_count": len(tools), "tools": tools,
                           "connected": status.state == "ready", "state": status.state,
                           "last_error": mask_urls(status.last_error), "restarts": status.restarts,
-                          "protocol_version": status.protocol_version, "pid": status.pid})
+                          "protocol_version": status.protocol_version, "pid": status.pid,
+                          "lock": status.lock, "unlocked": dict(status.unlocked)})
     return {"configured": masked(config).get("mcp_servers", []), "connected": connected}
 
 
