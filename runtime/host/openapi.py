@@ -92,8 +92,10 @@ def _trigger_paths() -> dict[str, Any]:
            "properties": {"source": {"enum": ["schedule", "webhook", "watch", "manual"]},
                           "outcome": {"enum": ["queued", "running", "ok", "failed", "timeout", "skipped"]},
                           "ended_at": {"type": ["number", "null"]}, "reply": {"type": "string"},
+                          "started_iso": {"type": "string"}, "ended_iso": {"type": ["string", "null"]},
                           "error": {"type": "string"}, "sink_error": {"type": "string"}}}
-    listed = {"type": "object", "required": ["name", "kind", "agent", "paused", "failures", "next_fire", "last_run"]}
+    listed = {"type": "object", "required": ["name", "kind", "agent", "paused", "failures", "next_fire", "last_run"],
+              "properties": {"timezone": {"type": "string"}, "next_fire_iso": {"type": ["string", "null"]}}}
     return {
         "/api/triggers": {"get": {"summary": "the triggers: kind, agent, paused, failures, next fire, last run",
                                   "responses": _ok("triggers", {"type": "object", "required": ["triggers"],
