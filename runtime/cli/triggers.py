@@ -102,7 +102,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         took = f"{run['ended_at'] - run['started_at']:.1f} s" if run["ended_at"] else "..."
         why = run["error"] or run["sink_error"]
         text = " ".join((why or run["reply"]).split())
-        print(f"{run['id']}  {_when(run.get('started_iso'), run['started_at'])}  {run['source']:<8} {run['outcome']:<8} {took:>8}  "
+        started = _when(run.get("started_iso"), run["started_at"])
+        print(f"{run['id']}  {started}  {run['source']:<8} {run['outcome']:<8} {took:>8}  "
               f"{text[:100]}{'...' if len(text) > 100 else ''}")
     return 0
 
