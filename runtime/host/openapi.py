@@ -34,6 +34,7 @@ def document(*, a2a_path: Any = None, mcp: bool = True) -> dict[str, Any]:
     doc["paths"].update(_dashboard_paths())
     doc["paths"].update(_trigger_paths())
     doc["paths"].update(_hook_paths())
+    doc["paths"].update(_link_paths())
     if not mcp:
         del doc["paths"]["/mcp"]
     if a2a_path is not None:
@@ -83,6 +84,25 @@ def _dashboard_paths() -> dict[str, Any]:
             "responses": {**_ok("the URL", {"type": "object", "required": ["authorization_url"]}), "400": _ERROR,
                           "404": _ERROR, "409": _ERROR, "502": _ERROR, "504": _ERROR}}},
     }
+
+
+def _link_paths() -> dict[str, Any]:
+    """The one-time approve/deny links of ``[[governance.notify]]`` (docs/approvals-notify.md)."""
+    token = {"name": "token", "in": "path", "required": True, "schema": {"type": "string"}}
+    page = {"content": {"text/html": {"schema": {"type": "string"}}}}
+    refused = {"description": "the link is forged, spent, expired, or may not make this decision", **page}
+    return {"/approve/{token}": {
+        "get": {"summary": "a notify link's page: what would be approved, and its buttons (decides nothing)",
+                "security": [], "parameters": [token],
+                "responses": {"200": {"description": "the page", **page}, "403": refused,
+                              "429": {"description": "too many refused links from this address"}}},
+        "post": {"summary": "decide through a one-time notify link: the token's own decision, or the form's "
+                            "decision=approve|deny (a deny link only denies)",
+                 "security": [], "parameters": [token],
+                 "requestBody": {"required": False, "content": {"application/x-www-form-urlencoded": {"schema": {
+                     "type": "object", "properties": {"decision": {"enum": ["approve", "deny"]}}}}}},
+                 "responses": {"200": {"description": "decided", **page}, "403": refused,
+                               "429": {"description": "too many refused links from this address"}}}}}
 
 
 def _trigger_paths() -> dict[str, Any]:
