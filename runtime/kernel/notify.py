@@ -143,11 +143,14 @@ def email_message(channel: NotifyChannel, item: dict[str, Any]) -> EmailMessage:
     message["To"] = ", ".join(channel.to)
     message["Date"] = formatdate(localtime=False)
     message["Message-ID"] = make_msgid(domain=channel.mail_from.rpartition("@")[2] or None)
-    message.set_content(
-        f"{item['summary']}\n\ncaller: {item['caller'] or '-'}\ntool: {item['tool']}\narguments:\n"
-        f"{item['arguments_text']}\narguments sha256: {item['arguments_sha256']}\n"
-        f"expires: {item['expires_at']}\n\nOpen to approve (the page shows it again first):\n{item['approve_url']}\n\n"
-        f"Open to deny:\n{item['deny_url']}\n\nEach link works once, until the request expires.\n")
+    text = (f"{item['summary']}\n\ncaller: {item['caller'] or '-'}\ntool: {item['tool']}\narguments:\n"
+            f"{item['arguments_text']}\narguments sha256: {item['arguments_sha256']}\n"
+            f"expires: {item['expires_at']}\n\nOpen to approve (the page shows it again first):\n"
+            f"{item['approve_url']}\n\nOpen to deny:\n{item['deny_url']}\n\n"
+            "Each link works once, until the request expires.\n")
+    # 7bit keeps the links whole on one line each for any reader; other text needs encoding
+    message.set_content(text, cte="7bit" if text.isascii() and max(map(len, text.splitlines())) < 990
+                        else "quoted-printable")
     return message
 
 
@@ -276,6 +279,6 @@ class Notifier:
             log.warning("approval %s: the %s channel %s failed: %s", approval.id, channel.kind, channel.name, why)
         if self.audit is not None:
             self.audit.record("approval_notified", id=approval.id, channel=f"notify:{channel.name}",
-                              kind=channel.kind, outcome=outcome, **({"reason": why} if why else {}))
+                              notify=channel.kind, outcome=outcome, **({"reason": why} if why else {}))
         self.sent = [*self.sent[-99:], (approval.id, channel.name, outcome)]
         return outcome == "ok"
