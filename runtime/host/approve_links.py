@@ -101,9 +101,9 @@ def add_routes(router: Router, node: Node) -> None:
         return _page(done, f"<p>{done}: {html.escape(approval.tool)} ({html.escape(approval.id)}). The waiting run "
                            "goes on.</p>")
 
-    router.add("GET", "/approve/{token}", show, auth=False, way=WAY,
+    router.add("GET", "/approve/{token}", show, auth=False, way=WAY, secret_path=True,
                summary="a notify link's page: what would be approved, and the buttons (no key: the token)")
-    router.add("POST", "/approve/{token}", act, auth=False, way=WAY, cost=5.0,
+    router.add("POST", "/approve/{token}", act, auth=False, way=WAY, cost=5.0, secret_path=True,
                summary="decide through a one-time notify link (no key: the token; body decision=approve|deny)")
 
 

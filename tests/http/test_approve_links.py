@@ -148,7 +148,10 @@ def audit(tmp_path) -> list[dict]:
     return [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
 
 
-async def test_a_phone_follows_the_link_and_the_waiting_run_goes_on(served, nursery):
+async def test_a_phone_follows_the_link_and_the_waiting_run_goes_on(served, nursery, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="tern.http.access")
     node, public, received, mailbox, tmp_path = served
     replies: list[str] = []
 
@@ -218,6 +221,8 @@ async def test_a_phone_follows_the_link_and_the_waiting_run_goes_on(served, nurs
     assert any("used already" in r for r in refusals) and any("already approved" in r for r in refusals)
     log = (tmp_path / "audit.jsonl").read_text()
     assert "mail-password-for-tests" not in log and "tk_ntfy-token" not in log
+    token = phone_links[0].rsplit("/", 1)[1]
+    assert "POST /approve/{token} 200" in caplog.text and token not in caplog.text  # the access log keeps no link
 
 
 async def test_deny_expired_forged_and_moved_links_are_refused(served, nursery):
