@@ -326,3 +326,30 @@ def test_notify_config_is_checked_and_its_secrets_masked():
     assert masked(config)["governance"]["notify"][0]["topic"] != "secret-topic"
     assert masked(config)["governance"]["notify"][0]["token_env"] == "UNSET_NTFY_TOKEN_FOR_TESTS"
     assert any("UNSET_NTFY_TOKEN_FOR_TESTS" in w and "is not set" in w for w in missing_key_warnings(config))
+
+
+async def test_after_secs_tells_only_when_nobody_answered_in_time(tmp_path, nursery):
+    """A channel with ``after_secs`` is cancelled with the wait: a request answered sooner
+    is never sent; one still pending then is."""
+    from runtime.kernel.kernel import Kernel
+
+    peers, received = await receiver(nursery)
+    channel = NotifyChannel(name="late", kind="webhook", url=f"{peers}/hook", after_secs=1, allow_private=True)
+    kernel = Kernel(Config(state=StateConfig(dir=str(tmp_path)),
+                           governance=GovernanceConfig(notify=[channel], approval_timeout_secs=30)))
+    ended: list[str] = []
+
+    async def ask(n: int) -> None:
+        ended.append((await kernel.approvals.request("", "work", {"n": n}, f"sha256:{n}")).state)
+
+    nursery.start_soon(ask, 1)
+    with trio.fail_after(5):
+        while not (pending := await kernel.approvals.list()):
+            await trio.sleep(0.02)
+    await kernel.approvals.decide(pending[0].id, True, by="me")
+    nursery.start_soon(ask, 2)
+    with trio.fail_after(10):
+        while not received:
+            await trio.sleep(0.02)
+    await trio.sleep(0.5)
+    assert ended == ["approved"] and [json.loads(b)["arguments"] for _, _, b in received] == [{"n": 2}]
