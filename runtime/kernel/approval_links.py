@@ -35,9 +35,12 @@ from typing import Any
 import msgspec
 
 from runtime.errors import ApprovalClosed, TernError, UnknownApproval
+from runtime.log import get_logger
 from runtime.ports import Approval
 
 __all__ = ["ApprovalLinks", "LinkRefused", "arguments_sha256", "KEY_FILE"]
+
+log = get_logger("approval_links")
 
 KEY_FILE = "approval-links.key"
 MAX_SPENT = 10_000  # spent tokens remembered at once (each only until its request's expiry)
@@ -77,6 +80,7 @@ class ApprovalLinks:
         self._spent: dict[str, float] = {}  # MAC -> its request's expiry
 
     def key(self) -> bytes:
+        """The links' key; ``AuditError`` (naming the file) when it may be known to others."""
         if self._key is None:
             if self.key_path is None:
                 self._key = os.urandom(32)
@@ -136,8 +140,12 @@ class ApprovalLinks:
             approval = await self.approvals.get(approval_id)
         except UnknownApproval:
             raise LinkRefused("this link is not valid") from None
-        expected = self._mac(approval_id, letter, str(round(approval.expires * 1000)), channel,
-                             arguments_sha256(approval.arguments))
+        try:
+            expected = self._mac(approval_id, letter, str(round(approval.expires * 1000)), channel,
+                                 arguments_sha256(approval.arguments))
+        except TernError as exc:  # the key file is refused: the holder of a link is not told where it is
+            log.error("approval links cannot be checked: %s", exc)
+            raise LinkRefused("links cannot be checked on this tern now (its log says why)") from None
         if not hmac.compare_digest(expected, mac) or expires_ms != str(round(approval.expires * 1000)):
             raise LinkRefused("this link is not valid")
         now = self.clock()

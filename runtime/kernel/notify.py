@@ -244,7 +244,6 @@ class Notifier:
         self.config = config
         self.links = links
         self.audit = audit
-        self.sent: list[tuple[str, str, str]] = []  # (request id, channel, outcome), the last 100: tests, status
 
     async def __call__(self, approval: Approval) -> None:
         config = self.config()
@@ -280,5 +279,4 @@ class Notifier:
         if self.audit is not None:
             self.audit.record("approval_notified", id=approval.id, channel=f"notify:{channel.name}",
                               notify=channel.kind, outcome=outcome, **({"reason": why} if why else {}))
-        self.sent = [*self.sent[-99:], (approval.id, channel.name, outcome)]
         return outcome == "ok"

@@ -294,6 +294,13 @@ async def test_a_loopback_target_needs_allow_private_and_a_failure_is_audited(tm
     allowed = NotifyChannel(name="hook", kind="webhook", url=f"{peers}/hook", allow_private=True)
     assert await kernel.approvals.notify.send(allowed, approval, config)
     assert json.loads(received[0][2])["approve_url"].startswith("https://tern.example.org/approve/ap_0123456789.a.")
+    key = tmp_path / "approval-links.key"
+    assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_bytes()) == 32
+    key.chmod(0o644)  # a key others may read signs nothing: a fresh kernel refuses it, and says so
+    again = Kernel(config)
+    assert not await again.approvals.notify.send(allowed, approval, config) and len(received) == 1
+    record = [r for r in audit(tmp_path) if r["kind"] == "approval_notified"][-1]
+    assert record["outcome"] == "failed" and "other users may read it" in record["reason"]
 
 
 def test_notify_config_is_checked_and_its_secrets_masked():
