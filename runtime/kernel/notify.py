@@ -32,7 +32,7 @@ import trio
 
 from runtime.config import Config
 from runtime.config.schema import NotifyChannel
-from runtime.errors import TernError
+from runtime.errors import TernError, TernTimeout
 from runtime.kernel.approval_links import ApprovalLinks, arguments_sha256
 from runtime.log import get_logger, register_secret
 from runtime.net.guard import AddressPolicy
@@ -49,11 +49,20 @@ log = get_logger("notify")
 
 SIGNATURE_HEADER = "X-Tern-Signature-256"
 DEFAULT_NTFY = "https://ntfy.sh"
+MAX_ATTEMPTS = 3  # per channel and request, within its timeout_secs
 MAX_SHOWN_CHARS = 2000  # the arguments as text in a message (the JSON body carries them whole, bounded by the store)
 
 
 class NotifyError(TernError):
-    """A channel could not deliver; the message is one line for the log and the audit."""
+    """A channel could not deliver; the message is one line for the log and the audit.
+    ``final``: trying again would fail the same way (a 4xx, an unset secret, a refusal)."""
+
+    def __init__(self, message: str, *, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
+
+    def line(self) -> str:
+        return " ".join(str(self).split())[:300]
 
 
 def base_url(config: Config) -> str:
@@ -93,7 +102,7 @@ def _secret(channel: NotifyChannel, field: str) -> str:
         return ""
     value = os.environ.get(name, "")
     if not value:
-        raise NotifyError(f"{field} names {name}, which is not set")
+        raise NotifyError(f"{field} names {name}, which is not set", final=True)
     register_secret(value)
     return value
 
@@ -165,7 +174,7 @@ def _policy(channel: NotifyChannel, config: Config) -> AddressPolicy:
 async def _post(url: str, body: bytes, headers: dict[str, str], policy: AddressPolicy, timeout: float) -> None:
     import httpx
 
-    from runtime.net.guard import check_url
+    from runtime.net.guard import BlockedAddress, check_url
     from runtime.net.outbound import make_client, reason
 
     check_url(url, policy)
@@ -173,9 +182,13 @@ async def _post(url: str, body: bytes, headers: dict[str, str], policy: AddressP
         async with make_client(policy, timeout=timeout) as client:
             answer = await client.post(url, content=body, headers=headers)
     except httpx.HTTPError as exc:
-        raise NotifyError(reason(exc)) from None
+        blocked, chain = False, exc.__cause__ or exc.__context__
+        while chain is not None and not blocked:  # the guard refused the address the name resolved to
+            blocked, chain = isinstance(chain, BlockedAddress), chain.__cause__ or chain.__context__
+        raise NotifyError(reason(exc), final=blocked) from None
     if not 200 <= answer.status_code < 300:
-        raise NotifyError(f"answered {answer.status_code}")
+        raise NotifyError(f"answered {answer.status_code}", final=answer.status_code < 500 and
+                          answer.status_code not in (408, 429))
 
 
 def _pinned(address: str, channel: NotifyChannel, timeout: float, context: ssl.SSLContext) -> smtplib.SMTP:
@@ -208,7 +221,7 @@ def _send_mail(channel: NotifyChannel, message: EmailMessage, address: str, pass
         smtp.ehlo()
         if channel.tls == "starttls":
             if not smtp.has_extn("starttls"):
-                raise NotifyError(f"{channel.host} offers no STARTTLS; nothing was sent in the clear")
+                raise NotifyError(f"{channel.host} offers no STARTTLS; nothing was sent in the clear", final=True)
             smtp.starttls(context=context)
             smtp.ehlo()
         if channel.username:
@@ -226,14 +239,16 @@ async def _mail(channel: NotifyChannel, message: EmailMessage, policy: AddressPo
     try:
         addresses = await resolve_checked(channel.host, channel.port, policy, timeout)
     except BlockedAddress as exc:
-        raise NotifyError(str(exc)) from None
+        raise NotifyError(str(exc), final=True) from None
     try:
         await trio.to_thread.run_sync(_send_mail, channel, message, addresses[0], password, timeout,
                                       abandon_on_cancel=True)
-    except smtplib.SMTPException as exc:
-        raise NotifyError(f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
+    except smtplib.SMTPException as exc:  # a refused login or address will be refused again; a 4xx reply may pass
+        permanent = isinstance(exc, (smtplib.SMTPAuthenticationError, smtplib.SMTPNotSupportedError)) or \
+            getattr(exc, "smtp_code", 0) >= 500
+        raise NotifyError(f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", final=permanent) from None
     except ssl.SSLError as exc:
-        raise NotifyError(f"TLS: {exc.reason or exc}") from None
+        raise NotifyError(f"TLS: {exc.reason or exc}", final=True) from None
 
 
 class Notifier:
@@ -254,29 +269,48 @@ class Notifier:
                 nursery.start_soon(self.send, channel, approval, config)
 
     async def send(self, channel: NotifyChannel, approval: Approval, config: Config) -> bool:
-        """Tell ``channel`` about ``approval``; whether it took it (a failure is logged and audited)."""
+        """Tell ``channel`` about ``approval``; whether it took it. A failure that may pass
+        (a connection, a 5xx, a timeout of the mail server) is tried again after 1 s, then
+        2 s, while ``timeout_secs`` lasts; a refusal (a 4xx, a blocked address, an unset
+        secret) is not. The outcome is logged when it failed and always audited."""
         if channel.after_secs:
             await trio.sleep(channel.after_secs)
-        outcome, why = "ok", ""
-        try:
-            with trio.fail_after(channel.timeout_secs):
-                item = notice(approval, self.links, channel.name, base_url(config))
-                policy = _policy(channel, config)
-                if channel.kind == "webhook":
-                    await _post(*webhook_request(channel, item, _secret(channel, "secret_env")), policy,
-                                channel.timeout_secs)
-                elif channel.kind == "ntfy":
-                    await _post(*ntfy_request(channel, item, _secret(channel, "token_env")), policy,
-                                channel.timeout_secs)
-                else:
-                    await _mail(channel, email_message(channel, item), policy, channel.timeout_secs)
-        except trio.TooSlowError:
-            outcome, why = "failed", f"took longer than {channel.timeout_secs:g} s"
-        except (TernError, OSError) as exc:
-            outcome, why = "failed", " ".join(str(exc).split())[:300] or type(exc).__name__
+        outcome, why, attempts = "failed", "", 0
+        with trio.move_on_after(channel.timeout_secs) as scope:
+            while True:
+                attempts += 1
+                try:
+                    await self._deliver(channel, approval, config)
+                    outcome, why = "ok", ""
+                    break
+                except NotifyError as exc:
+                    why = exc.line()
+                    if exc.final:
+                        break
+                except (TernError, OSError) as exc:
+                    why = " ".join(str(exc).split())[:300] or type(exc).__name__
+                    if isinstance(exc, TernError) and not isinstance(exc, TernTimeout):
+                        break  # a blocked address, a key refused: the same next time
+                if attempts >= MAX_ATTEMPTS:
+                    break
+                await trio.sleep(float(attempts))
+        if scope.cancelled_caught:
+            why = f"took longer than {channel.timeout_secs:g} s" + (f" (last: {why})" if why else "")
         if outcome != "ok":
-            log.warning("approval %s: the %s channel %s failed: %s", approval.id, channel.kind, channel.name, why)
+            log.warning("approval %s: the %s channel %s failed after %d attempts: %s", approval.id, channel.kind,
+                        channel.name, attempts, why)
         if self.audit is not None:
             self.audit.record("approval_notified", id=approval.id, channel=f"notify:{channel.name}",
-                              notify=channel.kind, outcome=outcome, **({"reason": why} if why else {}))
+                              notify=channel.kind, outcome=outcome, attempts=attempts,
+                              **({"reason": why} if why else {}))
         return outcome == "ok"
+
+    async def _deliver(self, channel: NotifyChannel, approval: Approval, config: Config) -> None:
+        item = notice(approval, self.links, channel.name, base_url(config))
+        policy = _policy(channel, config)
+        if channel.kind == "webhook":
+            await _post(*webhook_request(channel, item, _secret(channel, "secret_env")), policy, channel.timeout_secs)
+        elif channel.kind == "ntfy":
+            await _post(*ntfy_request(channel, item, _secret(channel, "token_env")), policy, channel.timeout_secs)
+        else:
+            await _mail(channel, email_message(channel, item), policy, channel.timeout_secs)

@@ -54,11 +54,16 @@ def jcs_sha256(value: dict) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-async def receiver(nursery) -> tuple[str, list[tuple[str, dict, bytes]]]:
-    """tern's HTTP server on loopback as the webhook's and the ntfy server's endpoint."""
+async def receiver(nursery, fail_first: int = 0) -> tuple[str, list[tuple[str, dict, bytes]]]:
+    """tern's HTTP server on loopback as the webhook's and the ntfy server's endpoint; the
+    first ``fail_first`` deliveries are answered 503."""
     received: list[tuple[str, dict, bytes]] = []
+    failing = [fail_first]
 
     async def take(request: Request) -> Response:
+        if failing[0] > 0:
+            failing[0] -= 1
+            return Response(503, b"{}")
         received.append((request.path, {k.decode().lower(): v.decode() for k, v in request.headers}, request.body))
         return Response(200, b'{"id":"x"}')
 
@@ -360,3 +365,19 @@ async def test_after_secs_tells_only_when_nobody_answered_in_time(tmp_path, nurs
             await trio.sleep(0.02)
     await trio.sleep(0.5)
     assert ended == ["approved"] and [json.loads(b)["arguments"] for _, _, b in received] == [{"n": 2}]
+
+
+async def test_a_failing_channel_is_tried_again_and_a_refusal_is_not(tmp_path, nursery):
+    from runtime.kernel.kernel import Kernel
+
+    peers, received = await receiver(nursery, fail_first=2)
+    flaky = NotifyChannel(name="flaky", kind="webhook", url=f"{peers}/hook", allow_private=True)
+    wrong = NotifyChannel(name="wrong", kind="webhook", url=f"{peers}/nowhere", allow_private=True)
+    config = Config(state=StateConfig(dir=str(tmp_path)), governance=GovernanceConfig(notify=[flaky, wrong]))
+    kernel = Kernel(config)
+    approval = Approval("ap_0123456789", "worker", "work", ARGS, "cron", "", 1.0, 2e9)
+    assert await kernel.approvals.notify.send(flaky, approval, config) and len(received) == 1  # 503, 503, 200
+    assert not await kernel.approvals.notify.send(wrong, approval, config)  # 404: the same next time
+    records = {r["channel"]: r for r in audit(tmp_path) if r["kind"] == "approval_notified"}
+    assert (records["notify:flaky"]["outcome"], records["notify:flaky"]["attempts"]) == ("ok", 3)
+    assert records["notify:wrong"]["attempts"] == 1 and records["notify:wrong"]["reason"] == "answered 404"
