@@ -52,8 +52,14 @@ def _name(name: str) -> str:
     return quote_path(name)
 
 
-def _when(stamp: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else "-"
+def _when(iso: str | None, stamp: float | None = None) -> str:
+    """A time as the daemon gave it: ISO 8601 with its zone's offset (``2026-03-29
+    09:00:00+02:00``); from a daemon too old to give one, the local time with its offset."""
+    if iso:
+        return iso.replace("T", " ", 1)
+    if not stamp:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S%z", time.localtime(stamp))
 
 
 def _state(item: dict[str, Any]) -> str:
@@ -74,11 +80,12 @@ def cmd_triggers(args: argparse.Namespace) -> int:
         print("no triggers configured ([[triggers]] in the config)")
         return 0
     for item in listed:
-        what = {"schedule": lambda: f"{item.get('schedule')} ({item.get('timezone')}), next {_when(item['next_fire'])}",
+        what = {"schedule": lambda: f"{item.get('schedule')} ({item.get('timezone')}), "
+                                       f"next {_when(item.get('next_fire_iso'), item['next_fire'])}",
                 "webhook": lambda: f"POST {item.get('path')}",
                 "watch": lambda: f"watching {item.get('path')}"}[item["kind"]]()
         last = item["last_run"]
-        shown = f"last {last['outcome']} {_when(last['started_at'])}" if last else "never run"
+        shown = f"last {last['outcome']} {_when(last.get('started_iso'), last['started_at'])}" if last else "never run"
         print(f"{item['name']:<20} {item['kind']:<8} -> {item['agent']:<16} {what}; {shown}; {_state(item)}")
     return 0
 
@@ -95,7 +102,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         took = f"{run['ended_at'] - run['started_at']:.1f} s" if run["ended_at"] else "..."
         why = run["error"] or run["sink_error"]
         text = " ".join((why or run["reply"]).split())
-        print(f"{run['id']}  {_when(run['started_at'])}  {run['source']:<8} {run['outcome']:<8} {took:>8}  "
+        started = _when(run.get("started_iso"), run["started_at"])
+        print(f"{run['id']}  {started}  {run['source']:<8} {run['outcome']:<8} {took:>8}  "
               f"{text[:100]}{'...' if len(text) > 100 else ''}")
     return 0
 

@@ -51,7 +51,12 @@ def missing_key_warnings(config: Config) -> list[str]:
     hooks = [f'triggers[{i}].secret_env: "{trigger.secret_env}" is not set, so every delivery to '
              f"/hooks/{trigger.name} is refused (503) until it is" for i, trigger in enumerate(config.triggers)
              if trigger.kind == "webhook" and trigger.secret_env and not os.environ.get(trigger.secret_env)]
-    return models + hooks
+    notify = [f'governance.notify[{i}].{field}: "{getattr(channel, field)}" is not set, so the {channel.kind} '
+              f"channel {channel.name} cannot {'sign' if field == 'secret_env' else 'log in'}"
+              for i, channel in enumerate(config.governance.notify)
+              for field in ("secret_env", "token_env", "password_env")
+              if getattr(channel, field) and not os.environ.get(getattr(channel, field))]
+    return models + hooks + notify
 
 
 def _runnable(command: str, cwd: str = "") -> bool:
@@ -196,6 +201,7 @@ def find_problems(config: Config) -> list[str]:
                  for i, path in enumerate(config.tools.shell_sandbox_paths) if not path.strip() or "\x00" in path]
     problems += _mcp_server_problems(config)
     problems += _governance_problems(config)
+    problems += _notify_problems(config)
     problems += _scripts_problems(config)
     problems += _telemetry_problems(config)
     problems += _trigger_problems(config)
@@ -366,6 +372,59 @@ def _governance_problems(config: Config) -> list[str]:
         for budget in ("requests_per_minute", "tokens_per_hour", "max_tool_calls_per_run"):
             if getattr(agent, budget) < 0:
                 problems.append(f"agents[{i}].{budget}: expected 0 (no limit) or more, got {getattr(agent, budget)}")
+    return problems
+
+
+#: Each kind's own fields: set on another kind, they would be silently ignored.
+_NOTIFY_FIELDS = {"url": ("webhook", "ntfy"), "secret_env": ("webhook",), "topic": ("ntfy",), "token_env": ("ntfy",),
+                  "host": ("smtp",), "username": ("smtp",), "password_env": ("smtp",), "mail_from": ("smtp",),
+                  "to": ("smtp",)}
+_ADDRESS = re.compile(r"[^@\s<>,;\r\n]{1,64}@[^@\s<>,;\r\n]{1,255}")
+_TOPIC = re.compile(r"[A-Za-z0-9_-]{1,64}")  # as ntfy.sh accepts
+
+
+def _notify_problems(config: Config) -> list[str]:
+    """``[[governance.notify]]`` and ``public_url``: names, what each kind needs and no
+    field of another kind, secrets named by variables, addresses that cannot smuggle a
+    header into a mail, and bounds."""
+    governance = config.governance
+    problems = _duplicates([c.name for c in governance.notify], "governance.notify", "name")
+    if governance.public_url:
+        problems += _url_problem(governance.public_url, "governance.public_url")
+        if "?" in governance.public_url or "#" in governance.public_url:
+            problems.append("governance.public_url: a base URL takes no query or fragment")
+    for i, channel in enumerate(governance.notify):
+        where = f"governance.notify[{i}]"
+        if not _TRIGGER_NAME.fullmatch(channel.name):
+            problems.append(f'{where}.name: expected 1-64 of a-z 0-9 _ -, got "{shorten(channel.name)}"')
+        problems += [f'{where}.{field}: only used by kind = {" or ".join(kinds)}' for field, kinds
+                     in _NOTIFY_FIELDS.items() if getattr(channel, field) and channel.kind not in kinds]
+        for field in ("secret_env", "token_env", "password_env"):
+            value = getattr(channel, field)
+            if value and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
+                problems.append(f'{where}.{field}: expected the name of an environment variable, '
+                                f'got "{shorten(value)}"')
+        if channel.kind in ("webhook", "ntfy") and (channel.url or channel.kind == "webhook"):
+            problems += _url_problem(channel.url, f"{where}.url")
+        if channel.kind == "ntfy" and not _TOPIC.fullmatch(channel.topic):
+            problems.append(f'{where}.topic: expected 1-64 of A-Z a-z 0-9 _ -, got "{shorten(channel.topic)}"')
+        if channel.kind == "smtp":
+            if not channel.host or not 0 < channel.port < 65536:
+                problems.append(f"{where}: an smtp channel needs host and a port of 1-65535")
+            if not channel.to or len(channel.to) > 20:
+                problems.append(f"{where}.to: expected 1 to 20 addresses")
+            for address in [channel.mail_from, *channel.to]:
+                if not _ADDRESS.fullmatch(address):
+                    problems.append(f'{where}: "{shorten(address)}" is not a mail address (name@host)')
+            if bool(channel.username) != bool(channel.password_env):
+                problems.append(f"{where}: username and password_env go together")
+            if channel.username and channel.tls == "none":
+                problems.append(f'{where}: tls = "none" would send the password in the clear; use starttls or '
+                                "implicit")
+        elif channel.tls != "starttls" or channel.port != 587:
+            problems.append(f'{where}: tls and port are only used by kind = "smtp"')
+        if not 0 <= channel.after_secs <= 86400 or not 0 < channel.timeout_secs <= 300:
+            problems.append(f"{where}: after_secs is 0 to 86400 and timeout_secs above 0 up to 300")
     return problems
 
 

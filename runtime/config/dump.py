@@ -129,7 +129,7 @@ def masked(config: Config) -> dict[str, Any]:
             if key == "args" and all(isinstance(v, str) for v in node):
                 return mask_args(node)
             return [walk(v, key) for v in node]
-        if isinstance(node, str) and node and key == "api_key":
+        if isinstance(node, str) and node and key in ("api_key", "topic"):  # an ntfy topic is its password
             return SECRET_MASK
         if isinstance(node, str) and key == "postgres_url":
             return mask_url_password(node)

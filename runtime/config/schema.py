@@ -573,6 +573,36 @@ class AccessTier(_Section):
     tools: list[str]
 
 
+class NotifyChannel(_Section):
+    """``[[governance.notify]]``: a way to reach a person who is not watching when a tool
+    call waits for approval, with one-time approve and deny links to ``[governance]
+    public_url`` (docs/approvals-notify.md). ``kind = "webhook"``: a JSON POST to ``url``,
+    signed with the secret in ``secret_env`` if set; ``"ntfy"``: a message to ``topic`` on
+    the ntfy server ``url`` (https://ntfy.sh by default), with the token in ``token_env``
+    if set; ``"smtp"``: an email to ``to`` from ``mail_from`` through ``host``:``port``
+    (STARTTLS by default; ``tls = "implicit"`` for port 465), logging in as ``username``
+    with the password in ``password_env``. Secrets only ever come from variables. Targets
+    go through the SSRF guard; a private or loopback address only with ``allow_private``.
+    ``after_secs``: notify only when the request is still pending then (0: at once)."""
+
+    name: str
+    kind: Literal["webhook", "ntfy", "smtp"]
+    url: str = ""
+    secret_env: str = ""
+    topic: str = ""
+    token_env: str = ""
+    host: str = ""
+    port: int = 587
+    tls: Literal["starttls", "implicit", "none"] = "starttls"
+    username: str = ""
+    password_env: str = ""
+    mail_from: str = ""
+    to: list[str] = []
+    after_secs: float = 0.0
+    timeout_secs: float = 15.0
+    allow_private: bool = False
+
+
 class GovernanceConfig(_Section):
     """Who may run what without a person saying yes.
 
@@ -590,6 +620,11 @@ class GovernanceConfig(_Section):
     max_pending_per_caller: int = 10
     max_kept_per_caller: int = 1000
     approval_retention_days: float = 30.0
+    # Approvals that find a person who is not watching: channels that carry one-time
+    # approve/deny links, and the base URL those links start with as a phone reaches tern
+    # ("": http://<server listen address>, which only a browser on this machine reaches).
+    notify: list[NotifyChannel] = []
+    public_url: str = ""
 
 
 class ScriptsConfig(_Section):

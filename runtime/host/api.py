@@ -455,6 +455,9 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     with router.entering("api"):
         dashboard_api.add_routes(router, node)
         triggers_api.add_routes(router, node)
+    from runtime.host import approve_links
+
+    approve_links.add_routes(router, node)  # way "link": authenticated by a one-time token, never a key
     from runtime.host.hooks import Hooks
 
     with router.entering("hook"):

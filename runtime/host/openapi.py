@@ -34,6 +34,7 @@ def document(*, a2a_path: Any = None, mcp: bool = True) -> dict[str, Any]:
     doc["paths"].update(_dashboard_paths())
     doc["paths"].update(_trigger_paths())
     doc["paths"].update(_hook_paths())
+    doc["paths"].update(_link_paths())
     if not mcp:
         del doc["paths"]["/mcp"]
     if a2a_path is not None:
@@ -108,6 +109,25 @@ def _dashboard_paths() -> dict[str, Any]:
     }
 
 
+def _link_paths() -> dict[str, Any]:
+    """The one-time approve/deny links of ``[[governance.notify]]`` (docs/approvals-notify.md)."""
+    token = {"name": "token", "in": "path", "required": True, "schema": {"type": "string"}}
+    page = {"content": {"text/html": {"schema": {"type": "string"}}}}
+    refused = {"description": "the link is forged, spent, expired, or may not make this decision", **page}
+    return {"/approve/{token}": {
+        "get": {"summary": "a notify link's page: what would be approved, and its buttons (decides nothing)",
+                "security": [], "parameters": [token],
+                "responses": {"200": {"description": "the page", **page}, "403": refused,
+                              "429": {"description": "too many refused links from this address"}}},
+        "post": {"summary": "decide through a one-time notify link: the token's own decision, or the form's "
+                            "decision=approve|deny (a deny link only denies)",
+                 "security": [], "parameters": [token],
+                 "requestBody": {"required": False, "content": {"application/x-www-form-urlencoded": {"schema": {
+                     "type": "object", "properties": {"decision": {"enum": ["approve", "deny"]}}}}}},
+                 "responses": {"200": {"description": "decided", **page}, "403": refused,
+                               "429": {"description": "too many refused links from this address"}}}}}
+
+
 def _trigger_paths() -> dict[str, Any]:
     """``tern triggers``: the list, runs, fire and resume (docs/triggers.md)."""
     name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -115,8 +135,10 @@ def _trigger_paths() -> dict[str, Any]:
            "properties": {"source": {"enum": ["schedule", "webhook", "watch", "manual"]},
                           "outcome": {"enum": ["queued", "running", "ok", "failed", "timeout", "skipped"]},
                           "ended_at": {"type": ["number", "null"]}, "reply": {"type": "string"},
+                          "started_iso": {"type": "string"}, "ended_iso": {"type": ["string", "null"]},
                           "error": {"type": "string"}, "sink_error": {"type": "string"}}}
-    listed = {"type": "object", "required": ["name", "kind", "agent", "paused", "failures", "next_fire", "last_run"]}
+    listed = {"type": "object", "required": ["name", "kind", "agent", "paused", "failures", "next_fire", "last_run"],
+              "properties": {"timezone": {"type": "string"}, "next_fire_iso": {"type": ["string", "null"]}}}
     return {
         "/api/triggers": {"get": {"summary": "the triggers: kind, agent, paused, failures, next fire, last run",
                                   "responses": _ok("triggers", {"type": "object", "required": ["triggers"],

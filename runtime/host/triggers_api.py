@@ -42,13 +42,13 @@ def add_routes(router: Router, node: Node) -> None:
             limit = min(max(int(parse_qs(request.query).get("limit", ["50"])[0]), 0), LIST_LIMIT)
         except ValueError:
             raise HttpError(400, "limit must be a whole number") from None
-        return json_response({"trigger": name, "runs": runner().store.runs(name, limit)})
+        return json_response({"trigger": name, "runs": runner().runs(name, limit)})
 
     async def trigger_run(request: Request) -> Response:
         from runtime.wire.limits import check_id
 
         name = name_of(request)
-        run = runner().store.run(check_id(request.params["id"], "the run id"))
+        run = runner().run_record(check_id(request.params["id"], "the run id"))
         if run is None or run["trigger"] != name:
             raise HttpError(404, f"trigger {name!r} has no run {request.params['id']!r} (see `tern triggers runs "
                                  f"{name}`)")

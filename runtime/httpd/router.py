@@ -37,12 +37,13 @@ class Admission(NamedTuple):
 
 class Route:
     __slots__ = ("method", "path", "handler", "auth", "cost", "guard_origin", "websocket", "watch_disconnect",
-                 "summary", "scope", "admit", "way")
+                 "summary", "scope", "admit", "way", "secret_path")
 
     def __init__(self, method: str, path: str, handler: Handler, *, auth: bool = True, cost: float = 1.0,
                  guard_origin: bool = True, websocket: bool = False, watch_disconnect: bool = False,
                  summary: str = "", scope: str | None = None,
-                 admit: Callable[[Request], Admission] | None = None, way: str = "") -> None:
+                 admit: Callable[[Request], Admission] | None = None, way: str = "",
+                 secret_path: bool = False) -> None:
         self.method = method
         self.path = path  # the template, e.g. /api/agents/{name}/message; also the metrics label
         self.handler = handler
@@ -55,6 +56,7 @@ class Route:
         self.scope = scope  # the key scope it needs (runtime.config.keys.SCOPES); None: any caller, or per operation
         self.admit = admit  # may raise HttpError (404, 429, ...) before the key check; replaces ``auth`` then
         self.way = way  # the way in its callers come by (Caller.way); "" only on a public route
+        self.secret_path = secret_path  # the path holds a credential (a one-time link): logs show the template
 
 
 class Router:

@@ -540,8 +540,11 @@ class HttpServer:
         """The access log line: method, path, status, duration, client, and the key's name
         (``-`` before or without one). Never the query string (a key sent there is refused,
         and must not be kept either), never a header, never a key; the path is cut to 200
-        characters (the log escapes control characters)."""
-        access_log.info("%s %s %d %.1f ms %s %s", request.method[:16], request.path[:200], status, seconds * 1000,
+        characters (the log escapes control characters); a path that holds a credential
+        (``Route.secret_path``: a one-time approval link) is logged as its template."""
+        route = request.route
+        path = route.path if route is not None and route.secret_path else request.path
+        access_log.info("%s %s %d %.1f ms %s %s", request.method[:16], path[:200], status, seconds * 1000,
                         request.client[0], request.caller.name if request.caller is not None else "-")
 
     @staticmethod
@@ -734,6 +737,8 @@ def _trace_answer(span: Any, method: str, route: Route | None, status: int) -> N
     if route is not None:
         span.rename(f"{method_label(method)} {route.path}")
         span.set("http.route", route.path)
+        if route.secret_path:
+            span.set("url.path", route.path)
     span.set("http.response.status_code", status)
     if status >= 500:
         span.error(str(status))

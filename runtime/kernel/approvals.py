@@ -185,6 +185,9 @@ class Approvals:
         self.redact = redact or (lambda value: value)
         self.clock = clock
         self.observers: list[Callable[[str], None]] = []  # (outcome): metrics
+        #: Whom to tell while a tool call waits, besides its caller (``kernel.notify``): an
+        #: ``Ask`` started beside the caller's own, cancelled by the decision like it.
+        self.notify: Ask | None = None
         self.listener = listener
         self.lease_secs = lease_secs
         self._waiters: dict[str, trio.Event] = {}  # set when decided in this process
@@ -356,6 +359,8 @@ class Approvals:
                 async with trio.open_nursery() as nursery:
                     if ask is not None:
                         nursery.start_soon(self._ask, ask, approval)
+                    if self.notify is not None and form is None:
+                        nursery.start_soon(self._ask, self.notify, approval)
                     nursery.start_soon(self._watch, approval_id, woken)
                     await woken.wait()
                     nursery.cancel_scope.cancel()

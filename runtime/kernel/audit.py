@@ -331,43 +331,44 @@ def _tail(fd: int, size: int) -> tuple[tuple[int, bytes] | None, bool]:
         window *= 8
 
 
-def load_key(path: Path, *, create: bool) -> bytes | None:
+def load_key(path: Path, *, create: bool, what: str = "audit key") -> bytes | None:
     """The audit key: 32 random bytes, made on first use (``create``) with ``O_EXCL`` and
     mode 0600 beside the log, then only read. None if there is none and ``create`` is
     false. Raises ``AuditError`` for a key that may be known to someone else: a
-    symbolic link, another user's file, one that others may read, the wrong length."""
+    symbolic link, another user's file, one that others may read, the wrong length.
+    ``what`` names the key in those sentences (the approval links' key is kept the same way)."""
     try:
         fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     except FileNotFoundError:
         if not create:
             return None
-        _make_key(path)
+        _make_key(path, what)
         fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     except OSError:
         if os.path.islink(path):
-            raise AuditError(f"refusing the audit key {path}: it is a symbolic link, so someone else may know "
+            raise AuditError(f"refusing the {what} {path}: it is a symbolic link, so someone else may know "
                                 "the key it points to; remove it, and tern makes a new one") from None
         raise
     with os.fdopen(fd, "rb") as handle:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise AuditError(f"refusing the audit key {path}: it is not a regular file; remove it, and tern makes "
+            raise AuditError(f"refusing the {what} {path}: it is not a regular file; remove it, and tern makes "
                                 "a new one")
         if os.name == "posix" and st.st_uid != os.geteuid():
-            raise AuditError(f"refusing the audit key {path}: it is owned by uid {st.st_uid}, not by this user "
+            raise AuditError(f"refusing the {what} {path}: it is owned by uid {st.st_uid}, not by this user "
                                 f"(uid {os.geteuid()}), who may know it; remove it, and tern makes a new one")
         if os.name == "posix" and st.st_mode & 0o077:
-            raise AuditError(f"refusing the audit key {path}: other users may read it (mode "
+            raise AuditError(f"refusing the {what} {path}: other users may read it (mode "
                                 f"{stat.S_IMODE(st.st_mode):o}); if none did, run chmod 600 {path}, else remove "
                                 "it and tern makes a new one")
         key = handle.read(KEY_BYTES + 1)
     if len(key) != KEY_BYTES:
-        raise AuditError(f"refusing the audit key {path}: it holds {len(key)} bytes, not {KEY_BYTES}; remove it, "
+        raise AuditError(f"refusing the {what} {path}: it holds {len(key)} bytes, not {KEY_BYTES}; remove it, "
                             "and tern makes a new one")
     return key
 
 
-def _make_key(path: Path) -> None:
+def _make_key(path: Path, what: str = "audit key") -> None:
     """A new key, written whole to a private temporary file and then linked into place,
     so no process ever reads half a key; if another process linked its key first, that
     one is the key."""
@@ -380,7 +381,7 @@ def _make_key(path: Path) -> None:
         finally:
             os.close(fd)
         os.link(temp, path)
-        log.info("made a new audit key %s: records from now on are chained with it", path)
+        log.info("made a new %s %s", what, path)
     except FileExistsError:
         pass
     finally:

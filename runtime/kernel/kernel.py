@@ -100,6 +100,12 @@ class Kernel:
                                    retention_days=governance.approval_retention_days,
                                    self_approval=self._self_approval)
         self.pipeline.approvals = self.approvals
+        from runtime.kernel.approval_links import KEY_FILE, ApprovalLinks
+        from runtime.kernel.notify import Notifier
+
+        #: the one-time links of [[governance.notify]] (minted here, redeemed by the daemon's /approve route)
+        self.approval_links = ApprovalLinks(state / KEY_FILE if state else None, self.approvals)
+        self.approvals.notify = Notifier(lambda: self.config, self.approval_links, audit=audit)
         from runtime.kernel.elicitation import person_answers
         from runtime.kernel.sampling_answer import SamplingAnswers
 

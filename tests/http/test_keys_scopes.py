@@ -18,6 +18,7 @@ from tests.http.keyed import KEYS, client, start
 
 PUBLIC = "public"
 HOOK = "hook"  # decided by the webhook's own door (tests/http/test_hooks.py)
+LINK = "link"  # a one-time token is the credential, never a key (tests/http/test_approve_links.py)
 ANY = "any"  # any key: the operation decides (A2A JSON-RPC), or the route reads nothing private
 P = "/a2a"
 REST = f"{P}/{{agent}}/rest"
@@ -40,6 +41,7 @@ TABLE = {
     # its own door: a signature, or a key with "message"; an unknown name is a 401 like a bad
     # signature (tests/http/test_hooks.py)
     ("post", "/hooks/{name}"): HOOK,
+    ("get", "/approve/{token}"): LINK, ("post", "/approve/{token}"): LINK,
     ("post", "/api/agents/{name}/message"): "message", ("post", "/api/agents/{name}/stream"): "message",
     ("post", f"{REST}/message:send"): "message", ("post", f"{REST}/message:stream"): "message",
     ("post", f"{P}/tasks/send"): "message",
@@ -78,7 +80,7 @@ def test_every_route_with_a_key_check_names_its_way_in(tmp_path):
         if route.auth or route.admit is not None:
             assert route.way in WAYS, (route.method, route.path, route.way)
         else:
-            assert route.way in WAYS | {""}, (route.method, route.path)
+            assert route.way in WAYS | {"", "link"}, (route.method, route.path)
 
 
 def test_the_table_names_every_route():
@@ -100,7 +102,7 @@ async def test_every_route_refuses_a_key_without_its_scope(url):
         clients = {name: await stack.enter_async_context(client(url, name))
                    for name in (None, *(f"only-{s}" for s in SCOPES))}
         for (method, path), scope in TABLE.items():
-            if scope == HOOK:
+            if scope in (HOOK, LINK):
                 continue
             target = concrete(path)
             if scope == PUBLIC:

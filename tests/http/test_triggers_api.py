@@ -121,3 +121,36 @@ def test_a_reload_keeps_the_running_triggers_and_says_so(tmp_path):
     assert "[[triggers]]" in report["not_applied"]
     assert node.config.triggers == [say] and node.kernel.config.triggers == [say]
     assert "[[triggers]]" not in node.reload(node.config)["not_applied"]
+
+
+async def test_every_time_is_shown_with_its_zone(nursery, tmp_path, monkeypatch, capsys):
+    """Issue 34: trigger times named no zone. The API gives each time as ISO 8601 with the
+    offset of the schedule's own zone (UTC for a webhook's runs), and ``tern triggers``
+    prints those, through the daemon's API."""
+    import argparse
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    from runtime.cli import triggers as cli
+    from runtime.cli.remote import Daemon
+
+    node, _, url = await start(nursery, tmp_path)
+    async with httpx.AsyncClient(base_url=url, headers=AUTH) as client:
+        run = await ended(client, "say", (await client.post("/api/triggers/say/fire")).json()["run_id"])
+        listed = {t["name"]: t for t in (await client.get("/api/triggers")).json()["triggers"]}
+    daily, say = listed["daily"], listed["say"]
+    berlin = dt.datetime.fromtimestamp(daily["next_fire"], ZoneInfo("Europe/Berlin"))
+    assert daily["timezone"] == "Europe/Berlin" and daily["next_fire_iso"] == berlin.isoformat(timespec="seconds")
+    assert daily["next_fire_iso"][10:19] == "T00:00:00" and daily["next_fire_iso"][19:] in ("+01:00", "+02:00")
+    assert dt.datetime.fromisoformat(daily["next_fire_iso"]).timestamp() == daily["next_fire"]
+    assert say["timezone"] == "UTC" and say["next_fire_iso"] is None
+    assert say["last_run"]["started_iso"].endswith("+00:00") and run["ended_iso"].endswith("+00:00")
+    assert dt.datetime.fromisoformat(run["started_iso"]).timestamp() == pytest.approx(run["started_at"], abs=1)
+
+    monkeypatch.setattr(cli, "_daemon", lambda args: (Daemon(url, AUTH), node.config))
+    assert await trio.to_thread.run_sync(cli.cmd_triggers, argparse.Namespace(json=False)) == 0
+    await trio.to_thread.run_sync(cli.cmd_runs, argparse.Namespace(name="say", n=5, json=False))
+    out = capsys.readouterr().out
+    assert f"@daily (Europe/Berlin), next {berlin.isoformat(sep=' ', timespec='seconds')};" in out
+    assert f"last ok {run['started_iso'].replace('T', ' ')};" in out
+    assert f"{run['id']}  {run['started_iso'].replace('T', ' ')}  manual" in out

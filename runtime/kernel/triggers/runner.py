@@ -163,24 +163,39 @@ class TriggerRunner:
         return [self.describe(name) for name in self.triggers]
 
     def describe(self, name: str) -> dict[str, Any]:
+        """The trigger's state; every time is a number (Unix seconds) and, beside it, the
+        same instant as ISO 8601 with its offset in ``timezone`` (``*_iso``)."""
         trigger = self.get(name)
         state = self._states[name]
-        runs = self.store.runs(name, 1)
+        runs = self.runs(name, 1)
         item: dict[str, Any] = {
             "name": name, "kind": trigger.kind, "agent": trigger.agent, "overlap": trigger.overlap,
             "paused": state.paused, "paused_reason": state.paused_reason, "failures": state.failures,
             "max_failures": trigger.max_failures, "active": state.active, "last_run": runs[0] if runs else None,
-            "next_fire": None}
+            "timezone": zone_name(trigger), "next_fire": None, "next_fire_iso": None}
         if trigger.kind == "schedule":
             item["schedule"] = trigger.cron or f"every {trigger.every}"
-            item["timezone"] = trigger.timezone
             if not state.paused:
                 item["next_fire"] = self._next_fire(name).timestamp()
+                item["next_fire_iso"] = iso_time(item["next_fire"], trigger)
         elif trigger.kind == "webhook":
             item["path"] = f"/hooks/{name}"
         else:
             item["path"] = trigger.path
         return item
+
+    def runs(self, name: str, limit: int = 50) -> list[dict[str, Any]]:
+        """A trigger's runs, newest first, with their times as ISO 8601 in its zone too."""
+        trigger = self.get(name)
+        return [with_iso(run, trigger) for run in self.store.runs(name, limit)]
+
+    def run_record(self, run_id: str) -> dict[str, Any] | None:
+        """One run (any trigger's), with its times as ISO 8601 in its trigger's zone too."""
+        run = self.store.run(run_id)
+        if run is None:
+            return None
+        trigger = self.triggers.get(run["trigger"])
+        return with_iso(run, trigger) if trigger is not None else run
 
     def _next_fire(self, name: str) -> datetime:
         """The next scheduled fire (before jitter): after the last one while that is recent, else after now."""
@@ -378,6 +393,28 @@ class TriggerRunner:
 
     def _now(self) -> datetime:
         return self._wall_clock().now()
+
+
+def zone_name(trigger: TriggerConfig) -> str:
+    """The zone a trigger's times are shown in: a schedule's own ``timezone``; UTC for the
+    others, which have none (a webhook or a watch fires whenever it is told)."""
+    return trigger.timezone if trigger.kind == "schedule" else "UTC"
+
+
+def iso_time(stamp: float | None, trigger: TriggerConfig) -> str | None:
+    """``stamp`` (Unix seconds) as ISO 8601 with the offset of the trigger's zone
+    (``2026-03-29T09:00:00+02:00``): a time a person reads never leaves its zone unsaid."""
+    if stamp is None:
+        return None
+    from zoneinfo import ZoneInfo
+
+    return datetime.fromtimestamp(stamp, ZoneInfo(zone_name(trigger))).isoformat(timespec="seconds")
+
+
+def with_iso(run: dict[str, Any], trigger: TriggerConfig) -> dict[str, Any]:
+    """A run record with ``started_iso`` and ``ended_iso`` beside its numbers."""
+    return {**run, "started_iso": iso_time(run["started_at"], trigger),
+            "ended_iso": iso_time(run["ended_at"], trigger)}
 
 
 def _busy(trigger: TriggerConfig) -> str:
