@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 
 from runtime.host.node import Node
 from runtime.httpd.messages import HttpError, Request, Response, retry_after
-from runtime.httpd.ratelimit import RateLimiter
+from runtime.wire.ratelimit import RateLimiter
 from runtime.httpd.router import Router
 from runtime.log import LogBudget, get_logger
 
