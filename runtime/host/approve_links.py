@@ -7,8 +7,10 @@ SHA-256, the expiry) and a form; only its ``POST`` decides, so a link-preview bo
 mail scanner that fetches the link decides nothing. A ``POST`` with no body makes the
 token's own decision (ntfy's ``http`` action buttons); the form sends ``decision``. A
 client whose links keep failing is answered 429 for a while (``FAILURES_PER_MIN`` per
-address) before any look-up. The page has no script, may not be framed, sends no
-referrer (the token is in its URL) and is never cached.
+address) before any look-up. The page has no script, may not be framed, sends its
+address (the token is in it) to no other site, and is never cached. Not ``no-referrer``:
+under it a browser sends ``Origin: null`` with the form's own POST, which the server's
+origin check refuses (a phone's Approve did nothing; the first-hour test caught it).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ log = get_logger("approve_links")
 WAY = "link"  # the way in: a notify link, authenticated by its token, never by a key
 FAILURES_PER_MIN = 10  # refused links one client address may cause a minute (a burst of as many)
 HTML = b"text/html; charset=utf-8"
-HEADERS = [(b"cache-control", b"no-store"), (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY"),
+HEADERS = [(b"cache-control", b"no-store"), (b"referrer-policy", b"same-origin"), (b"x-frame-options", b"DENY"),
            (b"x-content-type-options", b"nosniff"), (b"x-robots-tag", b"noindex"),
            (b"content-security-policy", b"default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
                                         b"frame-ancestors 'none'; base-uri 'none'")]

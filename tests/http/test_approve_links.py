@@ -199,7 +199,7 @@ async def test_a_phone_follows_the_link_and_the_waiting_run_goes_on(served, nurs
         page = await phone.get(phone_links[0])  # a phone, or a link-preview bot: nothing is decided
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert jcs_sha256(ARGS) in page.text and "/srv/data" in page.text and 'name="viewport"' in page.text
-        assert page.headers["referrer-policy"] == "no-referrer" and page.headers["cache-control"] == "no-store"
+        assert page.headers["referrer-policy"] == "same-origin" and page.headers["cache-control"] == "no-store"
         assert '<form method="post">' in page.text and 'value="approve"' in page.text
         assert (await node.kernel.approvals.get(request.id)).state == "pending" and not replies
         done = await phone.post(phone_links[0], data={"decision": "approve"}, headers={"Origin": public})
