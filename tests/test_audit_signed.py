@@ -33,7 +33,7 @@ def written(tmp_path: Path, count: int = RECORDS, **limits) -> tuple[str, Path]:
     config = tmp_path / "config.toml"
     config.write_text(f'[state]\ndir = "{state}"\n')
     log = AuditLog(state / "audit.jsonl", max_bytes=limits.pop("max_bytes", 2500), backups=100,
-                   checkpoint_records=EVERY, **limits)
+                   checkpoint_records=limits.pop("checkpoint_records", EVERY), **limits)
     for n in range(count):
         assert log.record("tool_call", agent="bench", tool="noop", outcome="ok", n=n)
     log.checkpoint()
@@ -331,6 +331,18 @@ def test_rotation_that_deletes_old_files_signs_where_the_log_now_begins(tmp_path
     edit(files(copied)[0], lambda lines: lines[1:])  # and then one more record goes: a cut head
     code, said = check(copied, key)
     assert code == 1 and f"the record seq {first} before it was removed" in said, said
+
+
+def test_checkpoints_stay_few_however_long_tern_runs(tmp_path):
+    """Each hash chains every record before it, so only the last checkpoint (and the
+    start mark) matter: past 32 KiB the file is compacted, and a check verifies a
+    bounded number of signatures."""
+    config, state = written(tmp_path, count=400, checkpoint_records=1, max_bytes=1 << 30)
+    marks = (state / "audit.checkpoints").read_bytes().splitlines()
+    assert (state / "audit.checkpoints").stat().st_size <= 33 << 10 and len(marks) < 200
+    assert json.loads(marks[-1])["seq"] == 400
+    code, said = check(copy(state, tmp_path / "copy"), public_key(config))
+    assert code == 0 and said.rstrip().endswith("signed up to seq 400"), said
 
 
 def test_tern_call_processes_sign_their_records_at_exit(tmp_path):

@@ -82,6 +82,7 @@ CHECKPOINTS_FILE = "audit.checkpoints"
 CHECKPOINT_EVERY_RECORDS = 1000  # a checkpoint at least this often...
 CHECKPOINT_EVERY_SECS = 60.0  # ...and within this long of a record (the daemon's timer, or the next record)
 MAX_CHECKPOINT_BYTES = 64 << 20  # the most of audit.checkpoints a check reads
+COMPACT_CHECKPOINTS_BYTES = 32 << 10  # past this, the next checkpoint replaces all but the start mark
 MAX_FIELD_CHARS = 1024  # a string field longer than this is cut, with a marker
 WARN_EVERY_SECS = 60.0  # at most one log line a minute about a failing audit log
 LOCK_WAIT_SECS = 1.0  # the longest a record waits for another process's lock
@@ -288,22 +289,37 @@ class AuditLog:
         tern began, whose first records were rotated away, is preceded by a ``start``
         mark taken on trust: its head cannot be proven any more, but from now on it can."""
         assert self._seed is not None
-        last, ended = self._last_mark()
+        last, ended, size = self._last_mark()
         if self._seq <= 0 or (last is not None and last >= self._seq):
             self._signed_seq, self._signed_at = max(self._seq, 0), time.monotonic()
             return
-        lines = [] if ended else [b"\n"]
-        if last is None:
-            first = _first_record(self.path)
-            if first is not None and first.hash is None and first.seq is not None and first.seq > 1:
-                lines.append(checkpoints.encode(self._seed, "start", first.seq - 1, None, time.time()))
-        lines.append(checkpoints.encode(self._seed, "checkpoint", self._seq, self._chain, time.time()))
-        fd = os.open(self.checkpoints_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
-        try:
-            _write_all(fd, b"".join(lines))
-        finally:
-            os.close(fd)
+        mark = checkpoints.encode(self._seed, "checkpoint", self._seq, self._chain, time.time())
+        if size > COMPACT_CHECKPOINTS_BYTES:
+            self._compact(mark)
+        else:
+            lines = [] if ended else [b"\n"]
+            if last is None:
+                first = _first_record(self.path)
+                if first is not None and first.hash is None and first.seq is not None and first.seq > 1:
+                    lines.append(checkpoints.encode(self._seed, "start", first.seq - 1, None, time.time()))
+            lines.append(mark)
+            fd = os.open(self.checkpoints_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC,
+                         0o600)
+            try:
+                _write_all(fd, b"".join(lines))
+            finally:
+                os.close(fd)
         self._signed_seq, self._signed_at = self._seq, time.monotonic()
+
+    def _compact(self, mark: bytes) -> None:
+        """Replace the checkpoints with the newest start mark and ``mark``: the hashes
+        chain every record to the last checkpoint, so the ones before it add nothing,
+        and a check verifies a bounded number of signatures however long tern runs."""
+        with open(self.checkpoints_path, "rb") as handle:
+            old = handle.read(MAX_CHECKPOINT_BYTES)
+        starts = [line for line in old.split(b"\n") if checkpoints.kind_of(line) == "start"]
+        newest = max(starts, key=lambda line: checkpoints.seq_of(line) or 0) + b"\n" if starts else b""
+        self._replace_marks(newest + mark)
 
     def _known_mark(self) -> int:
         try:
@@ -311,13 +327,13 @@ class AuditLog:
         except OSError:
             return 0
 
-    def _last_mark(self) -> tuple[int | None, bool]:
-        """The seq of the checkpoints file's last complete line (None: no line), and
-        whether the file ends with a newline (or is empty)."""
+    def _last_mark(self) -> tuple[int | None, bool, int]:
+        """The seq of the checkpoints file's last complete line (None: no line), whether
+        the file ends with a newline (or is empty), and its size."""
         try:
             fd = os.open(self.checkpoints_path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
         except FileNotFoundError:
-            return None, True
+            return None, True, 0
         try:
             size = os.fstat(fd).st_size
             data = os.pread(fd, min(size, 4096), max(0, size - 4096))
@@ -328,8 +344,8 @@ class AuditLog:
         for line in reversed(lines):
             seq = checkpoints.seq_of(line)
             if seq is not None:
-                return seq, ended
-        return None, ended
+                return seq, ended, size
+        return None, ended, size
 
     def _start_mark(self, deleted: list[Path]) -> None:
         """The files ``deleted`` (newest first) are about to go: sign a ``start`` mark of
@@ -355,7 +371,10 @@ class AuditLog:
         except FileNotFoundError:
             old = b""
         kept = [line + b"\n" for line in old.split(b"\n") if (checkpoints.seq_of(line) or 0) > seq]
-        data = checkpoints.encode(self._seed, "start", seq, link, time.time()) + b"".join(kept)
+        self._replace_marks(checkpoints.encode(self._seed, "start", seq, link, time.time()) + b"".join(kept))
+
+    def _replace_marks(self, data: bytes) -> None:
+        """``audit.checkpoints`` becomes ``data``, whole (written aside, then renamed)."""
         temp = self.checkpoints_path.with_name(f".{CHECKPOINTS_FILE}.{os.getpid()}.{os.urandom(4).hex()}")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
         try:

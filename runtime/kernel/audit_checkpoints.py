@@ -27,7 +27,7 @@ import msgspec
 from runtime.crypto import ed25519
 from runtime.kernel.audit_chain import Line, Mark, Problem
 
-__all__ = ["DOMAIN", "KINDS", "BadPublicKey", "encode", "format_public", "parse_public", "read", "seq_of"]
+__all__ = ["DOMAIN", "KINDS", "BadPublicKey", "encode", "format_public", "kind_of", "parse_public", "read", "seq_of"]
 
 DOMAIN = b"tern audit checkpoint 1\n"  # signs nothing but a checkpoint, whatever else the key may sign one day
 KINDS = ("checkpoint", "start")
@@ -50,14 +50,24 @@ def encode(seed: bytes, kind: str, seq: int, link: bytes | None, moment: float) 
     return body[:-1] + _SIG_KEY + signature + b'"}\n'
 
 
-def seq_of(line: bytes) -> int | None:
-    """The seq a line of the file names, unchecked (for the writer: which marks to keep)."""
+def _fields(line: bytes) -> dict:
     try:
         fields = _decode(line)
     except msgspec.DecodeError:
-        return None
-    seq = fields.get("seq") if isinstance(fields, dict) else None
+        return {}
+    return fields if isinstance(fields, dict) else {}
+
+
+def seq_of(line: bytes) -> int | None:
+    """The seq a line of the file names, unchecked (for the writer: which marks to keep)."""
+    seq = _fields(line).get("seq")
     return seq if type(seq) is int else None
+
+
+def kind_of(line: bytes) -> str | None:
+    """The kind a line of the file names, unchecked."""
+    kind = _fields(line).get("kind")
+    return kind if kind in KINDS else None
 
 
 def read(lines: Iterable[Line], public: bytes) -> tuple[list[Mark], list[Problem]]:
