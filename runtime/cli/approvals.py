@@ -72,13 +72,18 @@ def on_approvals(args: argparse.Namespace, work: Any) -> Any:
         raise UsageError("no state directory is configured ([state] dir), so there are no approvals")
     state = Path(config.state.dir) if config.state.dir else None
 
+    audit = AuditLog(state / "audit.jsonl") if state else None
+
     def make(db: Any) -> Approvals:
         return Approvals(state / "approvals.sqlite3" if state else None,
                          timeout_secs=config.governance.approval_timeout_secs,
-                         max_pending_per_agent=config.governance.max_pending_per_agent,
-                         audit=AuditLog(state / "audit.jsonl") if state else None, db=db)
+                         max_pending_per_agent=config.governance.max_pending_per_agent, audit=audit, db=db)
 
-    return run_on_store(config, make, work)
+    try:
+        return run_on_store(config, make, work)
+    finally:
+        if audit is not None:
+            audit.checkpoint()  # the decisions this process recorded, signed before it ends
 
 
 def _through_daemon(args: argparse.Namespace) -> Any:

@@ -1,8 +1,10 @@
-"""``tern audit``: read the audit log (one JSON line per tool call and agent message) and
-check its hash chain. With a daemon on the state directory, ``tail`` (without ``-f``)
-and ``verify`` go through its API (``GET /api/audit``, ``/api/audit/verify``: the daemon
-reads its own log in a worker thread); ``tail -f`` follows the file itself, across
-rotation, either way."""
+"""``tern audit``: read the audit log (one JSON line per tool call and agent message),
+check its hash chain and signed checkpoints, and print the public key that checks a copy
+elsewhere (docs/audit.md). With a daemon on the state directory, ``tail`` (without
+``-f``) and ``verify`` go through its API (``GET /api/audit``, ``/api/audit/verify``:
+the daemon reads its own log in a worker thread); ``tail -f`` follows the file itself,
+across rotation, either way; ``verify --public-key`` or ``--dir`` reads the files named,
+never a daemon's."""
 
 from __future__ import annotations
 
@@ -32,7 +34,15 @@ def add_commands(commands: Commands) -> None:
     verify = group.add("verify", cmd_audit_verify,
                        "check the audit log's hash chain: exit 0 if intact, 1 naming the first record that is not")
     verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.add_argument("--public-key", metavar="KEY_OR_FILE",
+                        help="check with this public key only (as `tern audit key` prints it, or a file holding it): "
+                             "for a copy of the log on another machine, without tern's secret keys")
+    verify.add_argument("--dir", metavar="DIR", help="the directory holding the log (audit.jsonl*, audit.checkpoints) "
+                                                     "instead of the state directory")
     add_standalone(verify)
+    key = group.add("key", cmd_audit_key,
+                    "print the public key that signs the audit log's checkpoints (made on first use)")
+    add_standalone(key)
 
 
 def _daemon(args: argparse.Namespace) -> Any:
@@ -50,23 +60,65 @@ def _log_path(args: argparse.Namespace) -> Path:
     return Path(load_config(getattr(args, "config", None)).config.state.dir) / "audit.jsonl"
 
 
+def cmd_audit_key(args: argparse.Namespace) -> int:
+    """The signing key's public half, ``ed25519:<hex>``: what ``verify --public-key``
+    takes on another machine. The secret half never leaves ``audit-signing.key``."""
+    from runtime.crypto import ed25519
+    from runtime.kernel.audit import SIGNING_KEY_FILE, load_key
+    from runtime.kernel.audit_checkpoints import format_public
+
+    path = _log_path(args)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    seed = load_key(path.with_name(SIGNING_KEY_FILE), create=True, what="audit signing key")
+    assert seed is not None
+    print(format_public(ed25519.public_key(seed)))
+    return 0
+
+
+def _public_key(text: str) -> bytes:
+    """``--public-key``: the key itself, or a file holding it."""
+    from pathlib import Path
+
+    from runtime.kernel.audit_checkpoints import BadPublicKey, parse_public
+
+    candidate = Path(text).expanduser()
+    if candidate.is_file():
+        try:
+            text = candidate.read_text(errors="replace")[:1024]
+        except OSError as exc:
+            raise UsageError(f"cannot read the public key file {candidate}: {exc.strerror or exc}") from None
+    try:
+        return parse_public(text)
+    except BadPublicKey as exc:
+        raise UsageError(f"--public-key: {exc}") from None
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
-    """Walk every file of the log, oldest first, and recompute each record's chain value."""
+    """Walk every file of the log, oldest first, recompute each record's hash and chain
+    value, and check the signed checkpoints against them."""
     import msgspec
 
     from runtime.cli.common import print_json
     from runtime.kernel.audit import log_files, verify_log
 
-    daemon = _daemon(args)
+    public = _public_key(args.public_key) if args.public_key else None
+    daemon = None if public is not None or args.dir else _daemon(args)
     if daemon is not None:
         from runtime.kernel.audit_chain import Report
 
         report = msgspec.convert(daemon.call("GET", "/api/audit/verify", timeout=300.0), Report)
     else:
-        path = _log_path(args)
+        if args.dir:
+            from pathlib import Path
+
+            path = Path(args.dir).expanduser() / "audit.jsonl"
+            if not path.parent.is_dir():
+                raise UsageError(f"--dir: {path.parent} is not a directory")
+        else:
+            path = _log_path(args)
         if not log_files(path):
-            raise UsageError(f"no audit log yet at {path}")
-        report = verify_log(path)
+            raise UsageError(f"no audit log at {path}")
+        report = verify_log(path, public)
     if args.json:
         print_json({"summary": report.summary(), **msgspec.to_builtins(report)})
         return 0 if report.ok else 1

@@ -70,7 +70,9 @@ def _audit(config: Any) -> Any:
 
 
 def _recorded(audit: Any, kind: str, **fields: Any) -> None:
-    if not audit.record(kind, **fields):
+    if audit.record(kind, **fields):
+        audit.checkpoint()  # this process ends soon: its record is signed before it goes
+    else:
         print(f"tern: warning: the audit log {audit.path} could not be written ({audit.error})", file=sys.stderr)
 
 

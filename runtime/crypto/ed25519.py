@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["public_key", "sign", "verify"]
+__all__ = ["is_public_key", "public_key", "sign", "verify"]
 
 P = 2**255 - 19
 L = 2**252 + 27742317777372353535851937790883648493
@@ -101,6 +101,11 @@ def sign(seed: bytes, message: bytes) -> bytes:
     big_r = _encode(_multiply(r, G))
     s = (r + _h(big_r, public, message) * scalar) % L
     return big_r + s.to_bytes(32, "little")
+
+
+def is_public_key(public: bytes) -> bool:
+    """Whether ``public`` is 32 bytes that encode a point of the curve."""
+    return len(public) == 32 and _decode(public) is not None
 
 
 def verify(public: bytes, message: bytes, signature: bytes) -> bool:

@@ -7,12 +7,20 @@ only their SHA-256 digest: the log must not become a second copy of every secret
 was given.
 
 Tamper evidence (``runtime.kernel.audit_chain`` has the format and the verifier): every
-record carries ``seq`` (1, 2, 3, ... across files and processes) and ``chain``, an
-HMAC-SHA256 over the previous record's chain and this record, keyed with
-``<state dir>/audit.key`` (32 random bytes, 0600, made on first use). A key that is a
-symbolic link, another user's, or readable by others is refused: the log is then failing
-(below) until it is fixed. ``tern audit verify`` names the first record changed,
-removed, inserted or moved; docs/threat-model.md says what it cannot see.
+record carries ``seq`` (1, 2, 3, ... across files and processes), ``hash``, a SHA-256
+over the previous record's hash and this record, and ``chain``, an HMAC-SHA256 of the
+hash keyed with ``<state dir>/audit.key`` (32 random bytes, 0600, made on first use).
+Checkpoints (``runtime.kernel.audit_checkpoints``: seq, hash, time) are signed with the
+Ed25519 seed in ``audit-signing.key`` (made the same way) and appended to
+``audit.checkpoints``: every ``CHECKPOINT_EVERY_RECORDS`` records, by the first record
+written ``CHECKPOINT_EVERY_SECS`` after the last checkpoint, and by ``checkpoint()``,
+which the daemon calls each ``CHECKPOINT_EVERY_SECS`` while records are unsigned and
+every process at its end. Rotation that deletes the oldest files first signs a ``start``
+mark: the records up to there are gone by design, so a log that begins anywhere else has
+lost its head. A key that is a symbolic link, another user's, or readable by others is
+refused: the log is then failing (below) until it is fixed. ``tern audit verify`` names
+the first record changed, removed, inserted or moved; docs/audit.md says what it
+cannot see.
 
 Several processes append to the same file (the daemon, ``tern call``, ``tern run``):
 each record is written under ``flock``, and a process whose file is not the size it
@@ -49,8 +57,11 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from runtime.crypto import ed25519
 from runtime.errors import TernError
-from runtime.kernel.audit_chain import KEY_BYTES, Line, Mac, Report, last_chained, verify
+from runtime.kernel import audit_checkpoints as checkpoints
+from runtime.kernel.audit_chain import (KEY_BYTES, Chained, Line, Mac, Mark, Problem, Report, last_chained, parse,
+                                        verify)
 from runtime.log import get_logger
 
 try:
@@ -66,6 +77,12 @@ __all__ = ["AuditLog", "AuditError", "digest", "load_key", "log_files", "read_li
 _encoder = msgspec.json.Encoder(order="sorted")
 log = get_logger("audit")
 KEY_FILE = "audit.key"
+SIGNING_KEY_FILE = "audit-signing.key"  # the Ed25519 seed that signs checkpoints
+CHECKPOINTS_FILE = "audit.checkpoints"
+CHECKPOINT_EVERY_RECORDS = 1000  # a checkpoint at least this often...
+CHECKPOINT_EVERY_SECS = 60.0  # ...and within this long of a record (the daemon's timer, or the next record)
+MAX_CHECKPOINT_BYTES = 64 << 20  # the most of audit.checkpoints a check reads
+COMPACT_CHECKPOINTS_BYTES = 32 << 10  # past this, the next checkpoint replaces all but the start mark
 MAX_FIELD_CHARS = 1024  # a string field longer than this is cut, with a marker
 WARN_EVERY_SECS = 60.0  # at most one log line a minute about a failing audit log
 LOCK_WAIT_SECS = 1.0  # the longest a record waits for another process's lock
@@ -92,11 +109,20 @@ class AuditError(TernError):
 
 
 class AuditLog:
-    def __init__(self, path: str | Path, *, max_bytes: int = 10 * 1024 * 1024, backups: int = 3) -> None:
+    def __init__(self, path: str | Path, *, max_bytes: int = 10 * 1024 * 1024, backups: int = 3,
+                 checkpoint_records: int = CHECKPOINT_EVERY_RECORDS,
+                 checkpoint_secs: float = CHECKPOINT_EVERY_SECS) -> None:
         self.path = Path(path)
         self.key_path = self.path.with_name(KEY_FILE)
+        self.signing_path = self.path.with_name(SIGNING_KEY_FILE)
+        self.checkpoints_path = self.path.with_name(CHECKPOINTS_FILE)
         self.max_bytes = max_bytes
         self.backups = backups
+        self.checkpoint_records = checkpoint_records
+        self.checkpoint_secs = checkpoint_secs
+        self._seed: bytes | None = None
+        self._signed_seq = -1  # the last seq this process knows to be under a checkpoint (-1: not read yet)
+        self._signed_at = time.monotonic()
         self._fd = -1
         self._size = -1  # the file's size as this process last left it (-1: unknown, read its end)
         self._mac: Mac | None = None
@@ -113,6 +139,8 @@ class AuditLog:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             if self._mac is None:
                 self._mac = Mac(load_key(self.key_path, create=True))
+            if self._seed is None:
+                self._seed = load_key(self.signing_path, create=True, what="audit signing key")
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_CLOEXEC, 0o600)
             self._size = -1
         return self._fd
@@ -166,6 +194,11 @@ class AuditLog:
             _write_all(fd, line)
             self._seq += 1
             self._chain, self._lead, self._size = chain, b"", size + len(line)
+            if self._signed_seq < 0:  # this process's first record: where the checkpoints are
+                self._signed_seq = self._known_mark()
+            if self._seq - self._signed_seq >= self.checkpoint_records \
+                    or time.monotonic() - self._signed_at >= self.checkpoint_secs:
+                self._sign_quietly()
             if self._size >= self.max_bytes:
                 self._rotate()  # still under the lock: nobody writes to the file while it moves
         finally:
@@ -211,6 +244,149 @@ class AuditLog:
         self._seq, self._chain = found if found is not None else (0, b"")  # none: a new chain, from seq 1
         return fd, st.st_size
 
+    def checkpoint(self) -> bool:
+        """Sign a checkpoint of the log's last record now, if any record is not under one
+        yet (this process's or another's). False if it could not be written (logged), or
+        there is no log yet (none is made for it)."""
+        if self._fd < 0 and not log_files(self.path):
+            return False
+        try:
+            fd = self._fd if self._fd >= 0 else self._open()
+            _lock(fd)
+        except (OSError, AuditError) as exc:
+            self._failed(exc, lost=False)
+            return False
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)
+            if size != self._size:
+                fd, self._size = self._catch_up(fd)
+            return self._sign_quietly()
+        except (OSError, AuditError) as exc:
+            self._failed(exc, lost=False)
+            return False
+        finally:
+            if self._fd >= 0 and _flock is not None:
+                _flock(self._fd, _LOCK_UN)
+
+    def _sign_quietly(self) -> bool:
+        """``_sign``, with a failure logged (at most once a minute), never raised: the
+        record it follows is written already."""
+        try:
+            self._sign()
+        except OSError as exc:
+            now = time.monotonic()
+            self._signed_at = now  # not again with every record: at the next due time
+            if now - self._warned_at >= WARN_EVERY_SECS:
+                self._warned_at = now
+                log.error("cannot write the audit checkpoint %s: %s", self.checkpoints_path,
+                          exc.strerror or type(exc).__name__)
+            return False
+        return True
+
+    def _sign(self) -> None:
+        """Append a signed checkpoint of record ``_seq`` (the lock is held), unless the
+        file's last checkpoint is of it already. The first checkpoint of a log an older
+        tern began, whose first records were rotated away, is preceded by a ``start``
+        mark taken on trust: its head cannot be proven any more, but from now on it can."""
+        assert self._seed is not None
+        last, ended, size = self._last_mark()
+        if self._seq <= 0 or (last is not None and last >= self._seq):
+            self._signed_seq, self._signed_at = max(self._seq, 0), time.monotonic()
+            return
+        mark = checkpoints.encode(self._seed, "checkpoint", self._seq, self._chain, time.time())
+        if size > COMPACT_CHECKPOINTS_BYTES:
+            self._compact(mark)
+        else:
+            lines = [] if ended else [b"\n"]
+            if last is None:
+                first = _first_record(self.path)
+                if first is not None and first.hash is None and first.seq is not None and first.seq > 1:
+                    lines.append(checkpoints.encode(self._seed, "start", first.seq - 1, None, time.time()))
+            lines.append(mark)
+            fd = os.open(self.checkpoints_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC,
+                         0o600)
+            try:
+                _write_all(fd, b"".join(lines))
+            finally:
+                os.close(fd)
+        self._signed_seq, self._signed_at = self._seq, time.monotonic()
+
+    def _compact(self, mark: bytes) -> None:
+        """Replace the checkpoints with the newest start mark and ``mark``: the hashes
+        chain every record to the last checkpoint, so the ones before it add nothing,
+        and a check verifies a bounded number of signatures however long tern runs."""
+        with open(self.checkpoints_path, "rb") as handle:
+            old = handle.read(MAX_CHECKPOINT_BYTES)
+        starts = [line for line in old.split(b"\n") if checkpoints.kind_of(line) == "start"]
+        newest = max(starts, key=lambda line: checkpoints.seq_of(line) or 0) + b"\n" if starts else b""
+        self._replace_marks(newest + mark)
+
+    def _known_mark(self) -> int:
+        try:
+            return self._last_mark()[0] or 0
+        except OSError:
+            return 0
+
+    def _last_mark(self) -> tuple[int | None, bool, int]:
+        """The seq of the checkpoints file's last complete line (None: no line), whether
+        the file ends with a newline (or is empty), and its size."""
+        try:
+            fd = os.open(self.checkpoints_path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        except FileNotFoundError:
+            return None, True, 0
+        try:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, min(size, 4096), max(0, size - 4096))
+        finally:
+            os.close(fd)
+        lines = data.split(b"\n")
+        ended = lines.pop() == b""
+        for line in reversed(lines):
+            seq = checkpoints.seq_of(line)
+            if seq is not None:
+                return seq, ended, size
+        return None, ended, size
+
+    def _start_mark(self, deleted: list[Path]) -> None:
+        """The files ``deleted`` (newest first) are about to go: sign a ``start`` mark of
+        their last record, so the log may begin after it, and keep only the marks from
+        there on (the lock is held)."""
+        found = None
+        for path in deleted:
+            try:
+                fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                found, _ = _tail(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+            if found is not None:
+                break
+        if found is None or self._seed is None:
+            return
+        seq, link = found
+        try:
+            old = self.checkpoints_path.read_bytes()
+        except FileNotFoundError:
+            old = b""
+        kept = [line + b"\n" for line in old.split(b"\n") if (checkpoints.seq_of(line) or 0) > seq]
+        self._replace_marks(checkpoints.encode(self._seed, "start", seq, link, time.time()) + b"".join(kept))
+
+    def _replace_marks(self, data: bytes) -> None:
+        """``audit.checkpoints`` becomes ``data``, whole (written aside, then renamed)."""
+        temp = self.checkpoints_path.with_name(f".{CHECKPOINTS_FILE}.{os.getpid()}.{os.urandom(4).hex()}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
+        try:
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, self.checkpoints_path)
+        finally:
+            temp.unlink(missing_ok=True)
+
     def _failed(self, exc: OSError | AuditError, *, lost: bool = True) -> None:
         self.close()  # reopened by the next record: the path may be fixed by then
         now = time.monotonic()
@@ -252,6 +428,8 @@ class AuditLog:
         while keep < last and _day(rotated(keep + 1)) == today:
             keep += 1
         try:
+            if last > keep:
+                self._start_mark([rotated(index) for index in range(keep + 1, last + 1)])
             for index in range(last, keep, -1):
                 rotated(index).unlink(missing_ok=True)
             for index in range(keep, -1, -1):
@@ -332,8 +510,9 @@ def _tail(fd: int, size: int) -> tuple[tuple[int, bytes] | None, bool]:
 
 
 def load_key(path: Path, *, create: bool, what: str = "audit key") -> bytes | None:
-    """The audit key: 32 random bytes, made on first use (``create``) with ``O_EXCL`` and
-    mode 0600 beside the log, then only read. None if there is none and ``create`` is
+    """The audit key (or, as ``what`` says, the signing key's seed): 32 random bytes,
+    made on first use (``create``) with ``O_EXCL`` and mode 0600 beside the log, then
+    only read. None if there is none and ``create`` is
     false. Raises ``AuditError`` for a key that may be known to someone else: a
     symbolic link, another user's file, one that others may read, the wrong length.
     ``what`` names the key in those sentences (the approval links' key is kept the same way)."""
@@ -381,7 +560,7 @@ def _make_key(path: Path, what: str = "audit key") -> None:
         finally:
             os.close(fd)
         os.link(temp, path)
-        log.info("made a new %s %s", what, path)
+        log.info("made a new %s %s", what, path)  # the path only: a key is never logged
     except FileExistsError:
         pass
     finally:
@@ -481,24 +660,85 @@ def last_records(path: Path, wanted: int, keep: Any, current: BinaryIO | None = 
     return last
 
 
-def verify_log(path: Path) -> Report:
-    """Check the chain through every file of the log at ``path``, oldest first. The files
-    are opened together under a shared lock on the current file, so no rotation moves
-    them mid-walk and no half-written record is read; records added meanwhile are left
-    for the next check. Raises ``AuditError`` for a key it must not trust, or files it
-    cannot open."""
+def verify_log(path: Path, public: bytes | None = None) -> Report:
+    """Check the chain through every file of the log at ``path``, oldest first, and the
+    signed checkpoints beside it. With ``public`` (a copy checked elsewhere), only the
+    hashes and that key's signatures count: no key in the directory is read. Without it,
+    the HMAC with ``audit.key`` and the signatures with ``audit-signing.key``'s public
+    half. The files are opened together under a shared lock on the current file, so no
+    rotation moves them mid-walk, no half-written record is read, and no checkpoint is
+    read of a record past the files' ends; records added meanwhile are left for the next
+    check. Raises ``AuditError`` for a key it must not trust, or files it cannot open."""
     opened: list[tuple[str, BinaryIO, int]] = []
     try:
-        key = load_key(path.with_name(KEY_FILE), create=False)
+        key = None
+        if public is None:
+            key = load_key(path.with_name(KEY_FILE), create=False)
+            seed = load_key(path.with_name(SIGNING_KEY_FILE), create=False, what="audit signing key")
+            signer = ed25519.public_key(seed) if seed is not None else None
+        else:
+            signer = public
         opened = _open_files(path)
-        lines = (line for name, handle, limit in opened for line in read_lines(handle, name, limit))
-        rotated = sum(1 for name, _, _ in opened if name != path.name)
-        return verify(lines, Mac(key) if key is not None else None, rotated_files=rotated)
+        marks_file = path.with_name(CHECKPOINTS_FILE).name
+        logs = [entry for entry in opened if entry[0] != marks_file]
+        marks, mark_problems = _read_marks([entry for entry in opened if entry[0] == marks_file], signer,
+                                           marks_file)
+        lines = (line for name, handle, limit in logs for line in read_lines(handle, name, limit))
+        rotated = sum(1 for name, _, _ in logs if name != path.name)
+        return verify(lines, Mac(key) if key is not None else None, rotated_files=rotated, marks=marks,
+                      keyless=public is not None, mark_problems=mark_problems, note=_gaps(path, logs),
+                      marks_file=marks_file)
     except OSError as exc:
         raise AuditError(f"cannot read the audit log {exc.filename or path}: {exc.strerror or exc}") from None
     finally:
         for _, handle, _ in opened:
             handle.close()
+
+
+def _read_marks(opened: list[tuple[str, BinaryIO, int]], signer: bytes | None,
+                name: str) -> tuple[list[Mark], list[Problem]]:
+    """The checkpoints whose signature ``signer`` verifies, and what is wrong with the rest."""
+    if not opened:
+        return [], []
+    _, handle, limit = opened[0]
+    if signer is None:
+        return [], [Problem(name, 0, None, "no_key", f"{name} cannot be checked: there is no audit signing key "
+                                                     f"({SIGNING_KEY_FILE} is missing); check it with --public-key")]
+    if limit < 0 or limit > MAX_CHECKPOINT_BYTES:
+        limit = MAX_CHECKPOINT_BYTES
+    return checkpoints.read(read_lines(handle, name, limit), signer)
+
+
+def _gaps(path: Path, logs: list[tuple[str, BinaryIO, int]]) -> str:
+    """Rotated files that are empty, or missing below the oldest there is, as words for
+    a log whose beginning is gone."""
+    said = []
+    numbers = []
+    for name, handle, _ in logs:
+        suffix = name[len(path.name) + 1:]
+        if suffix.isdigit():
+            numbers.append(int(suffix))
+            if os.fstat(handle.fileno()).st_size == 0:
+                said.append(f"{name} is empty")
+    missing = sorted(set(range(1, max(numbers, default=0))) - set(numbers))
+    said += [f"{path.name}.{n} is missing" for n in missing]
+    return "; ".join(said)
+
+
+def _first_record(path: Path) -> Chained | None:
+    """The first chained record of the log (oldest file first; from each file's first
+    MiB), or None."""
+    for file in log_files(path):
+        try:
+            with open(file, "rb") as handle:
+                data = handle.read(MAX_TAIL_BYTES)
+        except OSError:
+            continue
+        for line in data.split(b"\n")[:-1]:
+            parsed = parse(line)
+            if type(parsed) is Chained and parsed.seq is not None:
+                return parsed
+    return None
 
 
 def _open_files(path: Path) -> list[tuple[str, BinaryIO, int]]:
@@ -527,6 +767,12 @@ def _open_files(path: Path) -> list[tuple[str, BinaryIO, int]]:
                     continue
             if current is not None:
                 opened.append((path.name, current, os.fstat(current.fileno()).st_size))
+            try:
+                marks = open(path.with_name(CHECKPOINTS_FILE), "rb")  # noqa: SIM115
+            except FileNotFoundError:
+                pass
+            else:
+                opened.append((CHECKPOINTS_FILE, marks, os.fstat(marks.fileno()).st_size))
             return opened
         finally:
             if current is not None and fcntl is not None:

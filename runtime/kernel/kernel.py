@@ -195,10 +195,24 @@ class Kernel:
                 await nursery.start(self.mcp.run)
                 if self.external is not None:
                     await nursery.start(self.external.run)
+                if self.pipeline.audit is not None:
+                    nursery.start_soon(self._checkpoints, self.pipeline.audit)
                 task_status.started()
         finally:
+            if self.pipeline.audit is not None:
+                self.pipeline.audit.checkpoint()  # at the end: the last records signed too
             if self.db is not None:
                 self.db.close()
+
+    @staticmethod
+    async def _checkpoints(audit: AuditLog) -> None:
+        """Sign the audit log's head every ``CHECKPOINT_EVERY_SECS`` while records are
+        unsigned (the log's own cadence covers a busy log; this one a quiet one)."""
+        from runtime.kernel.audit import CHECKPOINT_EVERY_SECS
+
+        while True:
+            await trio.sleep(CHECKPOINT_EVERY_SECS)
+            audit.checkpoint()
 
     async def call_tool(self, name: str, arguments: Any = None, *, timeout_secs: Any = None,
                         caller: str = "", run: Any = None) -> ToolResult:

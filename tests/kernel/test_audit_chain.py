@@ -6,6 +6,7 @@ another writer, and the lock's bounded wait. tests/test_audit_chain.py drives
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import hmac
 import json
 import logging
@@ -18,14 +19,14 @@ import pytest
 
 from runtime.kernel import audit as audit_module
 from runtime.kernel.audit import AuditError, AuditLog, load_key, verify_log
-from runtime.kernel.audit_chain import MAX_PROBLEMS, Line, Mac, parse, verify
+from runtime.kernel.audit_chain import MAX_PROBLEMS, Line, Mac, Mark, parse, verify
 
 
 def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_each_record_carries_seq_and_an_hmac_over_the_previous_chain_and_its_own_bytes(tmp_path):
+def test_each_record_carries_seq_a_keyless_hash_of_the_previous_and_its_own_bytes_and_an_hmac_of_it(tmp_path):
     log = AuditLog(tmp_path / "audit.jsonl")
     for i in range(3):
         assert log.record("tool_call", tool="noop", n=i)
@@ -33,11 +34,31 @@ def test_each_record_carries_seq_and_an_hmac_over_the_previous_chain_and_its_own
     previous = b""
     for number, raw in enumerate((tmp_path / "audit.jsonl").read_bytes().splitlines(), start=1):
         record = json.loads(raw)
-        assert record["seq"] == number and raw.endswith(b',"chain":"' + record["chain"].encode() + b'"}')
-        canonical = raw[:raw.rindex(b',"chain":')] + b"}"  # the line without its chain value
-        assert record["chain"] == hmac.new(key, previous + canonical, "sha256").hexdigest()
-        previous = record["chain"].encode()
+        assert record["seq"] == number
+        assert raw.endswith(b',"hash":"%s","chain":"%s"}' % (record["hash"].encode(), record["chain"].encode()))
+        canonical = raw[:raw.rindex(b',"hash":')] + b"}"  # the line without its hash and chain value
+        assert record["hash"] == hashlib.sha256(previous + canonical).hexdigest()
+        assert record["chain"] == hmac.new(key, record["hash"].encode(), "sha256").hexdigest()
+        previous = record["hash"].encode()
     assert Mac(key)(b"x" * 64, b"{}") == hmac.new(key, b"x" * 64 + b"{}", "sha256").hexdigest().encode()
+
+
+def test_records_of_an_older_tern_chained_by_the_hmac_alone_still_verify_and_the_chain_goes_on(tmp_path):
+    key = b"k" * 32
+    (tmp_path / "audit.key").write_bytes(key)
+    (tmp_path / "audit.key").chmod(0o600)
+    previous, old = b"", []
+    for seq in (1, 2):  # as tern wrote them before the hash: chain = HMAC(previous chain || canonical)
+        canonical = b'{"seq":%d,"kind":"tool_call","time":1.5}' % seq
+        previous = hmac.new(key, previous + canonical, "sha256").hexdigest().encode()
+        old.append(canonical[:-1] + b',"chain":"' + previous + b'"}\n')
+    (tmp_path / "audit.jsonl").write_bytes(b"".join(old))
+    log = AuditLog(tmp_path / "audit.jsonl")
+    assert log.record("tool_call", n=3)
+    third = lines(tmp_path / "audit.jsonl")[2]
+    assert third["seq"] == 3 and "hash" in third
+    report = verify_log(tmp_path / "audit.jsonl")
+    assert report.ok and report.records == 3, report.summary()
 
 
 def test_the_key_is_made_once_private_and_kept(tmp_path):
@@ -48,7 +69,9 @@ def test_the_key_is_made_once_private_and_kept(tmp_path):
     first = key.read_bytes()
     AuditLog(tmp_path / "audit.jsonl").record("tool_call")  # another process: the same key
     assert key.read_bytes() == first
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.jsonl", "audit.key"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit-signing.key", "audit.jsonl", "audit.key"]  # no temp
+    signing = (tmp_path / "audit-signing.key").lstat()
+    assert stat.S_IMODE(signing.st_mode) == 0o600 and signing.st_size == 32
     assert verify_log(tmp_path / "audit.jsonl").ok
 
 
@@ -183,9 +206,9 @@ def chain(count: int, first: int = 1, previous: bytes = b"") -> list[bytes]:
     return lines
 
 
-def walk(lines: list[bytes], *, rotated_files: int = 0, mac: Mac | None = KEY):
+def walk(lines: list[bytes], *, rotated_files: int = 0, mac: Mac | None = KEY, **more):
     return verify([Line("audit.jsonl", i, data, True) for i, data in enumerate(lines, start=1)], mac,
-                  rotated_files=rotated_files)
+                  rotated_files=rotated_files, **more)
 
 
 def test_the_walk_goes_on_past_a_line_the_chain_goes_around_and_finds_what_comes_later():
@@ -207,17 +230,38 @@ def test_an_unchained_record_after_the_chain_began_is_named_but_not_before_it():
     old = b'{"kind":"tool_call","time":1.0}'
     report = walk([old, old] + chain(3))
     assert report.ok and report.unchained == 2 and report.summary().endswith("2 older records unchained, before seq 1")
-    report = walk(chain(3) + [old] + chain(2, first=4, previous=parse(chain(3)[-1]).chain))
+    report = walk(chain(3) + [old] + chain(2, first=4, previous=parse(chain(3)[-1]).link))
     assert [(p.kind, p.line) for p in report.problems] == [("unchained", 4)]
 
 
-def test_the_first_surviving_record_is_trusted_only_when_files_were_rotated_away():
-    later = chain(9)[4:]  # seq 5 to 9
+def test_the_log_may_begin_past_seq_1_only_where_a_signed_start_mark_says_so():
+    whole = chain(9)
+    later = whole[4:]  # seq 5 to 9
     report = walk(later, rotated_files=1)
-    assert report.ok and report.rotated_away and report.first_seq == 5
-    assert "checking starts at seq 5, whose own contents cannot be checked" in report.summary()
-    report = walk(later, rotated_files=0)
     assert [(p.kind, p.line, p.seq) for p in report.problems] == [("removed", 1, 5)]
+    assert "is where the log begins: the records seq 1 to 4 before it were removed" in report.summary()
+    start = Mark("audit.checkpoints", 1, "start", 4, parse(whole[3]).link, 1.0)
+    report = walk(later, rotated_files=1, marks=[start])
+    assert report.ok and report.rotated_away and report.first_seq == 5
+    assert "the records before seq 5 were rotated away, as a signed checkpoint says" in report.summary()
+    report = walk(whole[5:], marks=[start])  # one more record gone than the mark allows
+    assert [(p.kind, p.seq) for p in report.problems] == [("removed", 6)]
+    changed = [later[0].replace(b'"n":5', b'"n":50')] + later[1:]
+    assert [(p.kind, p.seq) for p in walk(changed, marks=[start]).problems] == [("changed", 5)]
+
+
+def test_checkpoints_must_match_their_record_and_none_may_lie_past_the_end():
+    lines = chain(6)
+    mark = Mark("audit.checkpoints", 2, "checkpoint", 4, parse(lines[3]).link, 1.0)
+    report = walk(lines, marks=[mark])
+    assert report.ok and report.signed_seq == 4 and report.summary().endswith(
+        "chain intact from seq 1 to 6, signed up to seq 4 (2 records after it not yet signed)")
+    report = walk(lines[:3], marks=[mark])
+    assert [(p.kind, p.file, p.line, p.seq) for p in report.problems] == [("cut", "audit.checkpoints", 2, 4)]
+    wrong = mark._replace(link=parse(lines[2]).link)
+    assert [(p.kind, p.seq) for p in walk(lines, marks=[wrong]).problems] == [("changed", 4)]
+    assert [p.kind for p in walk(lines, mac=None, keyless=True).problems] == ["unsigned"]
+    assert walk(lines, mac=None, keyless=True, marks=[mark]).ok
 
 
 def test_without_the_key_nothing_chained_passes():
