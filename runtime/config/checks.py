@@ -191,7 +191,7 @@ def find_problems(config: Config) -> list[str]:
             if getattr(agent, budget) < 0:
                 problems.append(f"{where}.{budget}: expected 0 (no limit) or more, got {getattr(agent, budget)}")
     problems += _positive(config.tools, "tools", ("timeout_secs", "max_result_chars", "max_calls_per_run"))
-    problems += rule_problems(config.tools.shell_allowlist, config.tools.shell_rules)
+    problems += rule_problems(config.tools.shell_allowlist, config.tools.shell_rules, config.tools.shell_sandbox)
     problems += [f'tools.shell_sandbox_paths[{i}]: expected a directory path, got "{shorten(path)}"'
                  for i, path in enumerate(config.tools.shell_sandbox_paths) if not path.strip() or "\x00" in path]
     problems += _mcp_server_problems(config)
