@@ -28,8 +28,9 @@ program never runs):
 
 The policy is JSON: ``{"read": [...], "write": [...], "dev": [...], "net": false, "env":
 {...}}``; ``env`` is the program's whole environment (this interpreter's own may differ:
-Python coerces a C locale by setting ``LC_CTYPE``). A path that does not exist is skipped. ``--probe`` applies all of it and exits 0 without
-running anything: what ``runtime.net.sandbox`` asks once to learn whether it works here.
+Python coerces a C locale by setting ``LC_CTYPE``). A path that does not exist is
+skipped. ``--probe`` applies all of it and exits 0 without running anything: what
+``runtime.net.sandbox`` asks once to learn whether it works here.
 """
 
 import ctypes
@@ -81,14 +82,14 @@ def _libc():
     return libc
 
 
-class Refused(Exception):
+class _Refused(Exception):
     """A step of the sandbox failed: the program must not run."""
 
 
 def _check(result, what):
     if result < 0:
         number = ctypes.get_errno()
-        raise Refused(f"{what}: {os.strerror(number)} (errno {number})")
+        raise _Refused(f"{what}: {os.strerror(number)} (errno {number})")
     return result
 
 
@@ -154,7 +155,7 @@ def _seccomp(libc, net):
 def _landlock(libc, policy):
     version = abi(libc)
     if version < 1:
-        raise Refused("Landlock is not available in this kernel")
+        raise _Refused("Landlock is not available in this kernel")
     handled = fs_rights(version)
     net = 0 if policy.get("net") or version < 4 else NET_BIND_TCP | NET_CONNECT_TCP
     scoped = SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL if version >= 6 else 0
@@ -192,7 +193,7 @@ def _landlock(libc, policy):
 
 
 def apply(policy):
-    """Restrict this process (and what it executes) to ``policy``; ``Refused`` if any step fails."""
+    """Restrict this process (and what it executes) to ``policy``; ``_Refused`` if any step fails."""
     libc = _libc()
     if _has_capabilities():
         _drop_capabilities(libc)
@@ -206,7 +207,7 @@ def main(argv):
     try:
         policy = json.loads(argv[0])
         apply(policy)
-    except (Refused, OSError, ValueError, IndexError) as error:
+    except (_Refused, OSError, ValueError, IndexError) as error:
         sys.stderr.write(f"tern sandbox (landlock): {error}\n")
         sys.stderr.flush()
         os._exit(EXIT_REFUSED)
