@@ -133,6 +133,9 @@ def find_problems(config: Config) -> list[str]:
             elif ".." in re.split(r"[\\/]", transport.command):
                 problems.append(f'{where}.transport.command: a ".." path component is not allowed, '
                                 f'got "{transport.command}"')
+            for key in ("writable", "readable"):
+                problems += [f'{where}.transport.{key}[{j}]: expected a path, got "{shorten(path)}"'
+                             for j, path in enumerate(getattr(transport, key)) if not path.strip() or "\x00" in path]
 
         else:
             problems += _url_problem(transport.url, f"{where}.transport.url")

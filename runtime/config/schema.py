@@ -83,11 +83,24 @@ class ServerConfig(_Section):
 
 
 class StdioTransport(_Section, tag="stdio", tag_field="type"):
-    """A local MCP server started as a subprocess; newline-delimited JSON on stdio."""
+    """A local MCP server started as a subprocess; newline-delimited JSON on stdio.
+
+    ``sandbox``: run it in bubblewrap or Landlock (``"auto"``: bubblewrap when it works
+    here, else Landlock; a server whose mode gives no sandbox is not started, never
+    started bare). The system directories, the command's own directory, ``cwd``,
+    ``readable`` and (for node, npx and npm) ``~/.npm`` are readable; ``cwd`` and
+    ``writable`` writable; the network only with ``network = true``. ``"off"`` (the
+    default for an entry that does not say, so configs written before it keep running;
+    ``tern mcp import`` writes ``"auto"``) runs it as tern's user.
+    """
 
     command: str
     args: list[str] = []
     cwd: str = ""
+    sandbox: Literal["auto", "bubblewrap", "landlock", "off"] = "off"
+    network: bool = True
+    writable: list[str] = []
+    readable: list[str] = []
 
 
 class OAuthConfig(_Section):
