@@ -225,7 +225,7 @@ class _Importer:
                 lines.append(_line("args", args))
             if cwd:
                 lines.append(_line("cwd", cwd))
-            # contained (docs/mcp-sandbox.md): network on, writable only its cwd and the absolute paths
+            # contained (docs/sandbox.md): network on, writable only its cwd and the absolute paths
             # its arguments name (server-filesystem's directories: what the user gave it to work on)
             lines.append(_line("sandbox", "auto"))
             paths = [a for a in args if a.startswith(("/", "~/")) and ".." not in a.split("/")]

@@ -338,12 +338,15 @@ def test_config_check_reports_a_program_allowed_by_name_that_runs_commands(tmp_p
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "tools.shell_allowlist[1]: 'git' can run other programs" in done.stderr
     assert "[[tools.shell_rules]]" in done.stderr and 'program = "git"' in done.stderr
-    path.write_text('[tools]\nshell_exec_enabled = true\nshell_allowlist = ["ls"]\nshell_sandbox = "bubblewrap"\n'
+    path.write_text('[tools]\nshell_exec_enabled = true\nshell_allowlist = ["ls"]\nshell_sandbox = "auto"\n'
                     'shell_sandbox_paths = ["tools"]\n'
                     '[[tools.shell_rules]]\nprogram = "git"\nargs = ["status", "--short"]\n'
                     '[[tools.shell_rules]]\nprogram = "git"\nargs = ["diff"]\nrest = "[!-]*"\n')
     done = tern_cli("config", "check", str(path))
     assert done.returncode == 0, done.stderr
+    kind, _ = sandbox.choose("auto")  # the host's sandbox, and what it holds, in the summary
+    said = {"bubblewrap": "sandbox: bubblewrap: ", "landlock": "sandbox: Landlock ABI "}[kind]
+    assert said in done.stdout and str(tmp_path / "tools") in done.stdout and "no network" in done.stdout
     shown = tern_cli("--config", str(path), "config", "show")
     assert shown.returncode == 0 and "[[tools.shell_rules]]" in shown.stdout
     assert str(tmp_path / "tools") in shown.stdout  # relative paths resolve against the file
