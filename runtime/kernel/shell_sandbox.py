@@ -68,7 +68,7 @@ class Sandbox:
         if kind is None:
             raise ToolRefused(f'refused: [tools] shell_sandbox = "{self.mode}" but this host gives no sandbox '
                               f"({reason})")
-        box = Box(read=self.extra, write=(workspace,) if workspace else (), network=False)
+        box = Box(read=self.extra, write=(workspace,) if workspace else (), network=False, own_home=True)
         try:
             return wrap(kind, box, argv, executable, cwd=cwd, env=env)
         except OSError as error:

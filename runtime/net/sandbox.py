@@ -47,11 +47,15 @@ _REASON_CAP = 300  # characters of a failing probe's stderr kept for the reason
 
 @dataclass(frozen=True)
 class Box:
-    """What a program may reach: ``read`` (besides ``SYSTEM_DIRS``), ``write``, the network."""
+    """What a program may reach: ``read`` (besides ``SYSTEM_DIRS``), ``write``, the network.
+    ``own_home``: HOME is the private temporary directory under Landlock (tern's own
+    home is there but refused, and ``git`` stops at an unreadable ``~/.gitconfig``
+    where under bubblewrap it finds none)."""
 
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     network: bool = False
+    own_home: bool = False
 
 
 @dataclass
@@ -190,7 +194,7 @@ def wrap(kind: str, box: Box, argv: list[str], executable: str, *, cwd: str, env
     """The argv, executable and environment that run ``executable`` (``argv``) in ``box``."""
     inner = dict(env)
     dirs = sorted({os.path.dirname(executable), os.path.dirname(os.path.realpath(executable))})
-    box = Box(read=(*box.read, *dirs), write=box.write, network=box.network)
+    box = Box(read=(*box.read, *dirs), write=box.write, network=box.network, own_home=box.own_home)
     if kind == "bubblewrap":
         bwrap = bwrap_path(env) or bwrap_path()
         if bwrap is None:
@@ -201,7 +205,7 @@ def wrap(kind: str, box: Box, argv: list[str], executable: str, *, cwd: str, env
         return Wrapped([bwrap, *bwrap_args(box, cwd=cwd), "--", executable, *argv[1:]], bwrap, inner,
                        kind=kind)
     tmp = tempfile.mkdtemp(prefix="tern-sandbox-")
-    for name in ("TMPDIR", "TMP", "TEMP"):
+    for name in ("TMPDIR", "TMP", "TEMP") + (("HOME",) if box.own_home else ()):
         inner[name] = tmp
     policy = landlock_policy(box, tmp=tmp)
     policy["env"] = inner

@@ -160,7 +160,7 @@ class StdioTransport:
             raise ConnectionLost(f"cannot start MCP server '{self.name}' ({self.config.command}): not found on PATH")
         cwd = self.config.cwd or os.getcwd()
         box = sandbox_box(self.config, env)
-        box = Box(read=(*box.read, cwd), write=box.write, network=box.network)
+        box = Box(read=(*box.read, cwd), write=box.write, network=box.network)  # its own HOME: its npm cache
         try:
             return wrap(kind, box, argv, executable, cwd=cwd, env=env)
         except OSError as exc:
