@@ -36,7 +36,9 @@ def write_config(tmp_path, model_url: str = "", *, timeout: float = 300, max_pen
     text = ('[server]\nlisten = "127.0.0.1:0"\nrate_limit_per_sec = 0\nmax_connections_per_client = 0\n'
             f'[state]\ndir = "{tmp_path / "state"}"\n'
             f'[governance]\napproval_timeout_secs = {timeout}\nmax_pending_per_agent = {max_pending}\n'
-            '[tools]\nshell_exec_enabled = true\nshell_allowlist = ["echo"]\nshell_sandbox = "off"\n'
+            '[tools]\nshell_exec_enabled = true\nshell_sandbox = "off"\n'  # unsandboxed: literal rules only
+            '[[tools.shell_rules]]\nprogram = "echo"\nargs = ["approved-run"]\n'
+            '[[tools.shell_rules]]\nprogram = "echo"\nargs = ["hi"]\n'
             '[[agents]]\nname = "writer"\nkind = "tool"\ntool = "file_write"\n')
     if model_url:
         text += (f'[[agents]]\nname = "bot"\nkind = "llm"\ntools = ["shell_exec"]\n'

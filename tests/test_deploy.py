@@ -96,6 +96,94 @@ def test_systemd_analyze_verifies_the_unit():
     assert float(score.group(1)) <= 2.5, security.stdout[-2000:]
 
 
+def _allowed_syscalls(filters: list[str]) -> set[str]:
+    """The system calls a unit's SystemCallFilter= lines allow (groups expanded by systemd-analyze)."""
+    allowed: set[str] = set()
+    names = [name for line in filters for name in line.split()]
+    assert not any(name.startswith("~") for name in names), "a deny list: this test reads allow lists"
+    seen: set[str] = set()
+    while names:
+        name = names.pop()
+        if not name.startswith("@"):
+            allowed.add(name)
+        elif name not in seen:  # a group: its lines are calls and groups, after its "# description"
+            seen.add(name)
+            listed = subprocess.run(["systemd-analyze", "syscall-filter", name], capture_output=True, text=True,
+                                    timeout=60, check=True).stdout
+            names += [line.strip() for line in listed.splitlines()[1:]
+                      if re.fullmatch(r"@?[a-z0-9_-]+", line.strip())]
+    return allowed
+
+
+def test_the_unit_allows_the_landlock_sandbox():
+    """RestrictNamespaces=yes stops bubblewrap; Landlock needs only its three system calls,
+    which SystemCallFilter must allow (a call it leaves out kills tern with SIGSYS)."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed: it expands the filter's groups")
+    service = _unit(DEPLOY / "tern.service")["Service"]
+    assert service["RestrictNamespaces"] == ["yes"] and service["NoNewPrivileges"] == ["yes"]
+    allowed = _allowed_syscalls(service["SystemCallFilter"])
+    assert {"landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self", "prctl", "execve"} <= allowed
+    assert "unshare" not in allowed or service["RestrictNamespaces"] == ["yes"]
+
+
+# The unit's hardening, applied to a child as systemd would (x86_64 numbers): no new
+# privileges, no capabilities (CapabilityBoundingSet=), and RestrictNamespaces=yes as a
+# seccomp filter that refuses unshare, setns, clone3 and a clone with any CLONE_NEW* flag.
+_HARDENED = r"""
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for cap in range(64):
+    libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+def ins(code, k, jt=0, jf=0):
+    return struct.pack("=HBBI", code, jt, jf, k)
+EPERM, ALLOW = 0x00050001, 0x7FFF0000
+prog = [ins(0x20, 0),
+        ins(0x15, 272, 0, 1), ins(0x06, EPERM),  # unshare
+        ins(0x15, 308, 0, 1), ins(0x06, EPERM),  # setns
+        ins(0x15, 435, 0, 1), ins(0x06, 0x00050026),  # clone3: ENOSYS, so libc falls back to clone
+        ins(0x15, 56, 0, 3), ins(0x20, 16), ins(0x45, 0x7E020000, 0, 1), ins(0x06, EPERM),  # clone(CLONE_NEW*)
+        ins(0x06, ALLOW)]
+code = b"".join(prog)
+buf = ctypes.create_string_buffer(code)
+fprog = struct.pack("=HxxxxxxQ", len(code) // 8, ctypes.addressof(buf))
+assert libc.prctl(22, 2, ctypes.c_char_p(fprog), 0, 0) == 0, ctypes.get_errno()
+os.execv(sys.executable, [sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
+"""
+
+_INSIDE = r"""
+import subprocess, sys
+from runtime.net import sandbox
+assert sandbox.probe("bubblewrap") is not None, "bubblewrap should not work under RestrictNamespaces=yes"
+kind, reason = sandbox.choose("auto")
+print("chose", kind, reason)
+boxed = sandbox.wrap(kind, sandbox.Box(write=(sys.argv[2],)), ["cat", sys.argv[1]], "/bin/cat", cwd=sys.argv[2],
+                     env={"PATH": "/usr/bin:/bin"})
+done = subprocess.run(boxed.argv, executable=boxed.executable, env=boxed.env, capture_output=True, text=True)
+boxed.cleanup()
+print("exit", done.returncode, done.stdout.strip(), done.stderr.strip())
+"""
+
+
+def test_under_the_units_hardening_auto_is_landlock_and_contains(tmp_path):
+    if os.uname().machine != "x86_64" or not sys.platform.startswith("linux"):
+        pytest.skip("the hardening filter here is written with x86_64 system call numbers")
+    from runtime.net import sandbox
+
+    if sandbox.probe("landlock") is not None:
+        pytest.skip(sandbox.probe("landlock"))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cr3t")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    done = subprocess.run([sys.executable, "-c", _HARDENED, _INSIDE, str(secret), str(workspace)],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert "chose landlock" in done.stdout and "exit 1" in done.stdout and "Permission denied" in done.stdout
+    assert "s3cr3t" not in done.stdout
+
+
 def test_systemd_layout_runs(tmp_path):
     """The unit's environment puts the state in its StateDirectory and the native module
     cache in its CacheDirectory: run tern with it, under a temporary root."""

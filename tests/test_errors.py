@@ -18,6 +18,7 @@ CONTROL_FLOW = {
     "runtime.kernel.schema._Stop",  # "enough problems found, stop walking the schema"
     "runtime.mcp.server.dispatch._Cancelled",  # "the client cancelled: send no reply"
     "runtime.mcp.client.streamable_http._NoAnswer",  # "this POST has no JSON-RPC answer"
+    "runtime.net.landlock._Refused",  # "a sandbox step failed: exit 126" (the launcher runs outside tern, stdlib only)
 }
 
 SKIPPED_MODULES = {"runtime.__main__"}  # importing it runs the CLI

@@ -31,6 +31,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     loaded = load_config(args.path or getattr(args, "config", None))
     config = loaded.config
     lock_lines = _lock_lines(loaded.path, config)  # tern.lock: a bad one stops here as it would stop the boot
+    sandbox = _sandbox(config, loaded.label)
     agents = ", ".join(a.name for a in config.agents) or "none"
     servers = ", ".join(f"{s.name} ({s.transport.__struct_config__.tag})" for s in config.mcp_servers) or "none"
     peers = ", ".join(a.name for a in config.a2a.external_agents) or "none"
@@ -42,6 +43,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{t.name} ({t.kind} -> {t.agent})" for t in config.triggers)
         print(f"  triggers ({len(config.triggers)}): {shown}")
     print(f"  listen: {config.server.listen}   state: {config.state.dir}   store: {_store(config)}")
+    print(f"  sandbox: {sandbox}")
     for line in lock_lines:
         print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
     weak = key_warning(api_key(config))
@@ -53,6 +55,25 @@ def cmd_config_check(args: argparse.Namespace) -> int:
     for problem in find_warnings(config) + _unmatched_globs(config, names):
         print(f"warning: {problem}", file=sys.stderr)
     return 0
+
+
+def _sandbox(config: Config, label: str) -> str:
+    """Which sandbox this host gives shell_exec (``[tools] shell_sandbox``) and what it
+    holds; ``ConfigError`` when shell_exec is on and the mode gives none."""
+    from runtime.errors import ConfigError
+    from runtime.kernel.shell_sandbox import load_problem
+    from runtime.net.sandbox import choose, describe
+
+    problem = load_problem(config.tools)
+    if problem:
+        raise ConfigError(f"{label}: {problem}")
+    mode = config.tools.shell_sandbox
+    kind, reason = choose(mode)
+    if kind is None:
+        said = 'off ([tools] shell_sandbox = "off")' if mode == "off" else f"none on this host ({reason})"
+    else:
+        said = describe(kind, extra=tuple(config.tools.shell_sandbox_paths))
+    return said + ("" if config.tools.shell_exec_enabled else " (shell_exec is off)")
 
 
 def _store(config: Config) -> str:

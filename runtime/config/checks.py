@@ -138,6 +138,9 @@ def find_problems(config: Config) -> list[str]:
             elif ".." in re.split(r"[\\/]", transport.command):
                 problems.append(f'{where}.transport.command: a ".." path component is not allowed, '
                                 f'got "{transport.command}"')
+            for key in ("writable", "readable"):
+                problems += [f'{where}.transport.{key}[{j}]: expected a path, got "{shorten(path)}"'
+                             for j, path in enumerate(getattr(transport, key)) if not path.strip() or "\x00" in path]
 
         else:
             problems += _url_problem(transport.url, f"{where}.transport.url")
@@ -196,7 +199,7 @@ def find_problems(config: Config) -> list[str]:
             if getattr(agent, budget) < 0:
                 problems.append(f"{where}.{budget}: expected 0 (no limit) or more, got {getattr(agent, budget)}")
     problems += _positive(config.tools, "tools", ("timeout_secs", "max_result_chars", "max_calls_per_run"))
-    problems += rule_problems(config.tools.shell_allowlist, config.tools.shell_rules)
+    problems += rule_problems(config.tools.shell_allowlist, config.tools.shell_rules, config.tools.shell_sandbox)
     problems += [f'tools.shell_sandbox_paths[{i}]: expected a directory path, got "{shorten(path)}"'
                  for i, path in enumerate(config.tools.shell_sandbox_paths) if not path.strip() or "\x00" in path]
     problems += _mcp_server_problems(config)

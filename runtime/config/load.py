@@ -231,10 +231,9 @@ def _resolve_paths(config: Config, base_dir: Path | None) -> Config:
         transport = entry.transport
         if not isinstance(transport, StdioTransport):
             return msgspec.structs.replace(entry, transport=certs(transport))
-        if transport.cwd:
-            return msgspec.structs.replace(entry, transport=msgspec.structs.replace(transport,
-                                                                                     cwd=absolute(transport.cwd)))
-        return entry
+        return msgspec.structs.replace(entry, transport=msgspec.structs.replace(
+            transport, cwd=absolute(transport.cwd), writable=[absolute(p) for p in transport.writable],
+            readable=[absolute(p) for p in transport.readable]))
 
     servers = [mcp_paths(s) for s in config.mcp_servers]
     a2a = msgspec.structs.replace(config.a2a, external_agents=[certs(a) for a in config.a2a.external_agents],

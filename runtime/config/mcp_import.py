@@ -225,6 +225,12 @@ class _Importer:
                 lines.append(_line("args", args))
             if cwd:
                 lines.append(_line("cwd", cwd))
+            # contained (docs/sandbox.md): network on, writable only its cwd and the absolute paths
+            # its arguments name (server-filesystem's directories: what the user gave it to work on)
+            lines.append(_line("sandbox", "auto"))
+            paths = [a for a in args if a.startswith(("/", "~/")) and ".." not in a.split("/")]
+            if paths:
+                lines.append(_line("writable", paths))
             fields = [("command", command)] + [(f"args[{i}]", a) for i, a in enumerate(args)] + [("cwd", cwd)]
             for field, value in fields:
                 refs = [m.group(0) for m in _REFERENCE.finditer(value)]

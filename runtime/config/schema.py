@@ -83,11 +83,24 @@ class ServerConfig(_Section):
 
 
 class StdioTransport(_Section, tag="stdio", tag_field="type"):
-    """A local MCP server started as a subprocess; newline-delimited JSON on stdio."""
+    """A local MCP server started as a subprocess; newline-delimited JSON on stdio.
+
+    ``sandbox``: run it in bubblewrap or Landlock (``"auto"``: bubblewrap when it works
+    here, else Landlock; a server whose mode gives no sandbox is not started, never
+    started bare). The system directories, the command's own directory, ``cwd``,
+    ``readable`` and (for node, npx and npm) ``~/.npm`` are readable; ``cwd`` and
+    ``writable`` writable; the network only with ``network = true``. ``"off"`` (the
+    default for an entry that does not say, so configs written before it keep running;
+    ``tern mcp import`` writes ``"auto"``) runs it as tern's user.
+    """
 
     command: str
     args: list[str] = []
     cwd: str = ""
+    sandbox: Literal["auto", "bubblewrap", "landlock", "off"] = "off"
+    network: bool = True
+    writable: list[str] = []
+    readable: list[str] = []
 
 
 class OAuthConfig(_Section):
@@ -494,7 +507,7 @@ class ShellRule(_Section):
     stdin: bool = False
 
 
-ShellSandbox = Literal["auto", "bubblewrap", "off"]
+ShellSandbox = Literal["auto", "bubblewrap", "landlock", "off"]
 
 
 class ToolsConfig(_Section):
@@ -505,11 +518,13 @@ class ToolsConfig(_Section):
     (``find -exec``, ``git -c alias.x=!cmd``, ``tar --checkpoint-action``, shells,
     interpreters, ``env``, ``xargs``...) is refused there and must be pinned in
     ``shell_rules`` instead. ``shell_sandbox``: ``"auto"`` (default) runs each program
-    under bubblewrap (``bwrap``: system directories read-only, the workspace writable,
-    ``/tmp`` private, no network) when bwrap is on PATH and works, else unsandboxed with a
-    warning; ``"bubblewrap"`` requires it (calls are refused when it cannot run);
-    ``"off"`` never uses it. ``shell_sandbox_paths``: more directories bound read-only
-    into the sandbox (a toolchain outside ``/usr``, say); none by default.
+    in a sandbox (system directories read-only, the workspace writable, a private temp
+    directory, no network): bubblewrap when bwrap is on PATH and works, else Landlock
+    (Linux 5.13+, nothing to install); ``"bubblewrap"`` or ``"landlock"`` ask for one.
+    Where the mode gives none the config is refused at load. ``"off"`` never sandboxes,
+    and then only rules that pin every argument to a literal value are accepted.
+    ``shell_sandbox_paths``: more directories readable in the sandbox (a toolchain
+    outside ``/usr``, say); none by default.
     """
 
     timeout_secs: float = 60.0

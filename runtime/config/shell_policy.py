@@ -8,8 +8,12 @@ An allowlist entry by program name alone allows any arguments, so a program that
 commands through its options (``find -exec``, ``git -c alias.x=!cmd``, ``tar
 --checkpoint-action=exec=``, ``sort --compress-program``...) would run anything. Such a
 program is allowed only by a ``[[tools.shell_rules]]`` entry that pins its arguments. The
-list errs on the side of refusing: a program on it that the operator trusts is one rule
-away.
+list errs on the side of refusing, but it cannot be complete (``setarch x86_64 sh``,
+``cpp -wrapper``, ``install --strip-program``...), and a glob cannot pin what a
+program makes of an argument (``git config alias.x '!cmd'``, ``sed '1e cmd'`` pass
+``[!-]*``). So safety comes from the sandbox: a name or a glob runs only inside one,
+and without one (``shell_sandbox = "off"``) only rules whose every argument is a literal
+value (``is_literal``) are accepted. No advice here suggests a glob.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from collections.abc import Sequence
 
 from runtime.config.schema import ShellRule
 
-__all__ = ["RUNS_COMMANDS", "runs_commands", "why_refused", "rule_matches", "rule_text", "rule_problems"]
+__all__ = ["RUNS_COMMANDS", "runs_commands", "why_refused", "rule_matches", "rule_text", "rule_problems",
+           "is_literal"]
 
 # fnmatch patterns on a program's basename (and on the basename of its real path, so
 # ``awk`` -> ``mawk`` and ``sh`` -> ``dash`` are caught whatever the entry says).
@@ -86,7 +91,7 @@ def why_refused(entry: str, *, real_name: str = "") -> str | None:
             how = _HOW.get(name, "its options or arguments")
             via = f" (it is {name!r})" if name != os.path.basename(entry) else ""
             return (f"{entry!r}{via} can run other programs through {how}, so it is not allowed by name alone; "
-                    f"pin its arguments with a [[tools.shell_rules]] entry "
+                    f"pin its arguments to literal values with a [[tools.shell_rules]] entry "
                     f"(program = \"{entry}\", args = [...])")
     return None
 
@@ -107,9 +112,28 @@ def rule_text(rule: ShellRule) -> str:
     return " ".join(words)
 
 
-def rule_problems(allowlist: Sequence[str], rules: Sequence[ShellRule]) -> list[str]:
-    """Config problems of ``[tools]``'s shell policy, each starting with its key path."""
+_GLOB_CHARS = frozenset("*?[")
+
+
+def is_literal(rule: ShellRule) -> bool:
+    """Whether ``rule`` pins every argument to one literal value: no glob, no ``rest``."""
+    return not rule.rest and not any(_GLOB_CHARS & set(arg) for arg in rule.args)
+
+
+_UNSANDBOXED = ('shell_sandbox = "off" would run it unsandboxed, as tern\'s user (any file tern can read or '
+                "write, the network); keep a sandbox (\"auto\": bubblewrap or Landlock), or pin every argument to "
+                "a literal value in a [[tools.shell_rules]] entry")
+
+
+def rule_problems(allowlist: Sequence[str], rules: Sequence[ShellRule], sandbox: str = "auto") -> list[str]:
+    """Config problems of ``[tools]``'s shell policy, each starting with its key path.
+    ``sandbox`` is ``shell_sandbox``: under ``"off"`` only literal rules may stand."""
     problems = []
+    if sandbox == "off":
+        problems += [f"tools.shell_allowlist[{i}]: {entry!r} is allowed by name (any arguments) and {_UNSANDBOXED}"
+                     for i, entry in enumerate(allowlist)]
+        problems += [f"tools.shell_rules[{i}]: \"{rule_text(rule)}\" leaves arguments free (a glob or rest) and "
+                     f"{_UNSANDBOXED}" for i, rule in enumerate(rules) if not is_literal(rule)]
     for i, entry in enumerate(allowlist):
         problem = _program_problem(entry) or why_refused(entry)
         if problem:
@@ -120,8 +144,9 @@ def rule_problems(allowlist: Sequence[str], rules: Sequence[ShellRule]) -> list[
             problems.append(f"tools.shell_rules[{i}].program: {problem}")
         elif not rule.args and rule.rest and fnmatch.fnmatchcase("-x", rule.rest) and runs_commands(rule.program):
             problems.append(f'tools.shell_rules[{i}].rest: "{rule.rest}" with no args pins nothing: any option '
-                            f"reaches {rule.program!r}, which can run other programs; pin its arguments in args, "
-                            f'or give rest a glob that refuses options such as "[!-]*"')
+                            f"reaches {rule.program!r}, which can run other programs; pin its arguments to "
+                            f"literal values in args (no glob keeps it from running a command: it runs only in "
+                            f"the sandbox)")
     return problems
 
 

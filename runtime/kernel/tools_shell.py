@@ -29,8 +29,11 @@ Refused: relative paths with a slash (``./x``, ``bin/x``), any ``..`` or ``.``
 component, NUL bytes. The resolved file is passed as the executable, ``argv``
 unchanged (under bwrap, argv[0] is the resolved path).
 
-It runs under bubblewrap per ``[tools] shell_sandbox`` (``runtime.kernel.shell_sandbox``:
-system read-only, workspace writable, no network). The environment is cleared
+It runs in a sandbox per ``[tools] shell_sandbox`` (``runtime.kernel.shell_sandbox``:
+bubblewrap or Landlock; system read-only, workspace writable, no network). Only with
+``"off"`` does a call run unsandboxed, and then only through a rule whose every argument
+is a literal value (``is_literal``): the config is refused at load otherwise, and the
+call is refused here too. The environment is cleared
 (``runtime.net.process.subprocess_env([])``: PATH, HOME and the temp-dir variables
 only). The working directory is the workspace, or ``cwd`` inside it (realpath and
 commonpath, so ``..`` and symlinks out are refused). The timeout is ``min(timeout_secs,
@@ -55,12 +58,13 @@ from typing import Any
 import trio
 
 from runtime.config import Config, ShellRule
-from runtime.config.shell_policy import rule_matches, rule_text, why_refused
-from runtime.errors import ToolRefused
+from runtime.config.shell_policy import is_literal, rule_matches, rule_text, why_refused
+from runtime.errors import ConfigError, ToolRefused
 from runtime.ports import Tool, ToolContext, ToolResult
 from runtime.kernel.capture import Head
 from runtime.kernel.registry import ToolRegistry
-from runtime.kernel.shell_sandbox import Sandbox
+from runtime.kernel.shell_sandbox import Sandbox, load_problem
+from runtime.net.sandbox import Wrapped
 from runtime.net.process import exit_text, shutdown, signal_group, spawn, subprocess_env
 
 __all__ = ["STDOUT_CAP", "STDERR_CAP", "shell_exec_tool", "resolve_program", "allow_call", "make_shell_exec",
@@ -139,9 +143,13 @@ def resolve_program(program: str, allowlist: list[str], env: dict[str, str]) -> 
 
 
 def allow_call(argv: list[str], allowlist: list[str], rules: list[ShellRule], env: dict[str, str],
-               *, stdin: bool = False) -> str:
+               *, stdin: bool = False, literal_only: bool = False) -> str:
     """The executable for ``argv`` if a rule or the allowlist allows the whole call, else
-    ``ToolRefused`` saying why (and how to allow it, when the operator can)."""
+    ``ToolRefused`` saying why (and how to allow it, when the operator can).
+    ``literal_only`` (no sandbox): only a rule that pins every argument to a literal value."""
+    if literal_only:
+        rules = [rule for rule in rules if is_literal(rule)]
+        allowlist = []
     if any("\x00" in arg for arg in argv):
         raise ToolRefused("refused: an argument contains a NUL byte")
     pinned_for_program: list[ShellRule] = []
@@ -209,44 +217,56 @@ def make_shell_exec(config: Config) -> Any:
         timeout = min(float(arguments.get("timeout_secs") or cap_secs), cap_secs)
         stdin = arguments.get("stdin")
         try:
-            executable = allow_call(argv, allowlist, rules, env, stdin=stdin is not None)
+            executable = allow_call(argv, allowlist, rules, env, stdin=stdin is not None,
+                                    literal_only=sandbox.mode == "off")
             cwd = _workdir(context, arguments.get("cwd"))
             workspace = os.path.realpath(context.workspace)
-            run_argv, executable, env = await sandbox.wrap(argv, executable, workspace=workspace, cwd=cwd, env=env)
+            boxed = await sandbox.wrap(argv, executable, workspace=workspace, cwd=cwd, env=env)
         except ToolRefused as refused:
             return ToolResult(f"shell_exec: {refused}", is_error=True)
         try:
-            process = await spawn(run_argv, executable=executable, cwd=cwd, env=env,
-                                  stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
-        except OSError as error:
-            return ToolResult(f"shell_exec: cannot start {argv[0]!r}: {error.strerror or error}", is_error=True)
-        out, err = Head(STDOUT_CAP), Head(STDERR_CAP)
-        try:
-            with trio.move_on_after(timeout) as scope:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(out.drain, process.stdout)
-                    nursery.start_soon(err.drain, process.stderr)
-                    if stdin is not None:
-                        nursery.start_soon(_feed, process.stdin, stdin.encode("utf-8", errors="replace"))
-                    await process.wait()
-                    signal_group(process, signal.SIGKILL)  # children left behind would hold the pipes open
+            return await _run(boxed, argv[0], cwd, stdin, timeout)
         finally:
-            await shutdown(process, grace_secs=0)
-        if scope.cancelled_caught:
-            head = f"timed out after {timeout:g} s; killed"
-        else:
-            head = exit_text(process.returncode)
-        text = f"{head}\n--- stdout ---\n{out.text()}\n--- stderr ---\n{err.text()}"
-        return ToolResult(text, is_error=scope.cancelled_caught or process.returncode != 0)
+            boxed.cleanup()
 
     return shell_exec
 
 
+async def _run(boxed: Wrapped, name: str, cwd: str, stdin: str | None, timeout: float) -> ToolResult:
+    """Run what ``Sandbox.wrap`` gave and say how it ended."""
+    try:
+        process = await spawn(boxed.argv, executable=boxed.executable, cwd=cwd, env=boxed.env,
+                              stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+    except OSError as error:
+        return ToolResult(f"shell_exec: cannot start {name!r}: {error.strerror or error}", is_error=True)
+    out, err = Head(STDOUT_CAP), Head(STDERR_CAP)
+    try:
+        with trio.move_on_after(timeout) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(out.drain, process.stdout)
+                nursery.start_soon(err.drain, process.stderr)
+                if stdin is not None:
+                    nursery.start_soon(_feed, process.stdin, stdin.encode("utf-8", errors="replace"))
+                await process.wait()
+                signal_group(process, signal.SIGKILL)  # children left behind would hold the pipes open
+    finally:
+        await shutdown(process, grace_secs=0)
+    if scope.cancelled_caught:
+        head = f"timed out after {timeout:g} s; killed"
+    else:
+        head = exit_text(process.returncode)
+    text = f"{head}\n--- stdout ---\n{out.text()}\n--- stderr ---\n{err.text()}"
+    return ToolResult(text, is_error=scope.cancelled_caught or process.returncode != 0)
+
+
 def register(registry: ToolRegistry, config: Config, **deps: Any) -> None:
     """Register ``shell_exec`` if ``[tools] shell_exec_enabled`` and the allowlist or the
-    rules allow something; otherwise register nothing. ``deps`` is unused (same signature
-    as the others)."""
+    rules allow something; otherwise register nothing. ``ConfigError`` when the mode
+    gives no sandbox on this host. ``deps`` is unused (same signature as the others)."""
     tools = config.tools
     if not tools.shell_exec_enabled or not (tools.shell_allowlist or tools.shell_rules):
         return
+    problem = load_problem(tools)
+    if problem:
+        raise ConfigError(problem)
     registry.register(shell_exec_tool(tools.shell_allowlist, tools.shell_rules), make_shell_exec(config))

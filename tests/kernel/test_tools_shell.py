@@ -17,6 +17,7 @@ import trio
 
 from runtime.config import ApprovalRule, Config, GovernanceConfig, ShellRule, ToolsConfig
 from runtime.kernel import tools_shell
+from runtime.net import sandbox
 from runtime.kernel.pipeline import ToolPipeline
 from runtime.ports import ToolContext
 from runtime.kernel.registry import ToolRegistry
@@ -25,15 +26,16 @@ from tests.processes import gone, pid_in
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX programs and process groups")
 
 
-def config(*allow: str, timeout: float = 60.0, rules: tuple[ShellRule, ...] = (), sandbox: str = "off",
+def config(*allow: str, timeout: float = 60.0, rules: tuple[ShellRule, ...] = (), sandbox: str = "landlock",
            paths: tuple[str, ...] = ()) -> Config:
-    """The process-lifecycle tests run unsandboxed (they read host PIDs); the sandbox has tests of its own."""
+    """The process-lifecycle tests run under Landlock (no PID namespace: they read host PIDs); the sandbox
+    has tests of its own."""
     return Config(tools=ToolsConfig(shell_exec_enabled=True, shell_allowlist=list(allow), timeout_secs=timeout,
                                     shell_rules=list(rules), shell_sandbox=sandbox, shell_sandbox_paths=list(paths)),
                   governance=ALLOW_SHELL)
 
 
-def shell(*allow: str, timeout: float = 60.0, rules: tuple[ShellRule, ...] = (), sandbox: str = "off",
+def shell(*allow: str, timeout: float = 60.0, rules: tuple[ShellRule, ...] = (), sandbox: str = "landlock",
           paths: tuple[str, ...] = ()):
     return tools_shell.make_shell_exec(config(*allow, timeout=timeout, rules=rules, sandbox=sandbox, paths=paths))
 
@@ -336,12 +338,15 @@ def test_config_check_reports_a_program_allowed_by_name_that_runs_commands(tmp_p
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "tools.shell_allowlist[1]: 'git' can run other programs" in done.stderr
     assert "[[tools.shell_rules]]" in done.stderr and 'program = "git"' in done.stderr
-    path.write_text('[tools]\nshell_exec_enabled = true\nshell_allowlist = ["ls"]\nshell_sandbox = "bubblewrap"\n'
+    path.write_text('[tools]\nshell_exec_enabled = true\nshell_allowlist = ["ls"]\nshell_sandbox = "auto"\n'
                     'shell_sandbox_paths = ["tools"]\n'
                     '[[tools.shell_rules]]\nprogram = "git"\nargs = ["status", "--short"]\n'
                     '[[tools.shell_rules]]\nprogram = "git"\nargs = ["diff"]\nrest = "[!-]*"\n')
     done = tern_cli("config", "check", str(path))
     assert done.returncode == 0, done.stderr
+    kind, _ = sandbox.choose("auto")  # the host's sandbox, and what it holds, in the summary
+    said = {"bubblewrap": "sandbox: bubblewrap: ", "landlock": "sandbox: Landlock ABI "}[kind]
+    assert said in done.stdout and str(tmp_path / "tools") in done.stdout and "no network" in done.stdout
     shown = tern_cli("--config", str(path), "config", "show")
     assert shown.returncode == 0 and "[[tools.shell_rules]]" in shown.stdout
     assert str(tmp_path / "tools") in shown.stdout  # relative paths resolve against the file
@@ -353,7 +358,7 @@ def test_config_check_reports_a_program_allowed_by_name_that_runs_commands(tmp_p
     assert done.returncode == 2 and "tools.shell_sandbox" in done.stderr
 
 
-# --- the bubblewrap sandbox ----------------------------------------------------------------------------------
+# --- the sandbox: bubblewrap, and Landlock with bwrap gone from PATH ------------------------------------------
 
 BASH = ShellRule(program="bash", args=["-c", "*"])
 
@@ -362,94 +367,186 @@ BASH = ShellRule(program="bash", args=["-c", "*"])
 def bwrap_problem() -> str | None:
     """None when bwrap can build a sandbox on this machine, else why not (said in the skip)."""
     if shutil.which("bwrap") is None:
-        return "bubblewrap is not installed (CI installs it)"
+        return "bwrap is not installed"
     done = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--", "true"],
                           capture_output=True, text=True, timeout=30)
     return None if done.returncode == 0 else f"bwrap cannot build a sandbox here: {done.stderr.strip()[:300]}"
 
 
-@pytest.fixture
-def bwrap():
-    if bwrap_problem() is not None:
-        pytest.skip(bwrap_problem())
+@pytest.fixture(autouse=True)
+def fresh_probes():
+    """Each test probes the host as it has made it (a PATH without bwrap...)."""
+    sandbox.probe.cache_clear()
+    yield
+    sandbox.probe.cache_clear()
 
 
-@pytest.fixture
-def bwrap_broken():
-    if bwrap_problem() is None:
-        pytest.skip("bwrap runs here: the sandbox tests cover it")
-    if shutil.which("bwrap") is None:
-        pytest.skip(bwrap_problem())
+def path_without_bwrap(tmp_path) -> str:
+    """A PATH of one directory that links every program of the real PATH but bwrap: the CI
+    machine with bubblewrap uninstalled."""
+    bin_dir = tmp_path / "no-bwrap-bin"
+    bin_dir.mkdir()
+    for directory in reversed([d for d in os.environ["PATH"].split(os.pathsep) if os.path.isabs(d)]):
+        for name in os.listdir(directory) if os.path.isdir(directory) else ():
+            path = os.path.join(directory, name)
+            if name != "bwrap" and os.access(path, os.X_OK) and os.path.isfile(path):
+                target = bin_dir / name
+                if target.is_symlink():
+                    target.unlink()
+                target.symlink_to(os.path.realpath(path))
+    return str(bin_dir)
 
 
-async def test_required_sandbox_where_bwrap_cannot_run_refuses(bwrap_broken, ctx):
-    """The other side of the sandbox tests: where bwrap is installed but cannot run (no user
-    namespaces), "bubblewrap" refuses with bwrap's own reason and runs nothing."""
-    refused = await shell("touch", sandbox="bubblewrap")({"argv": ["touch", "marker"]}, ctx)
-    assert refused.is_error and "cannot build the sandbox here" in refused.text
-    assert not os.path.exists(os.path.join(ctx.workspace, "marker"))
+@pytest.fixture(params=["bubblewrap", "landlock"])
+def kind(request, tmp_path, monkeypatch):
+    """The sandbox under test, as "auto" picks it: bubblewrap where it runs; Landlock with
+    bwrap removed from PATH."""
+    if request.param == "bubblewrap":
+        if bwrap_problem() is not None:
+            pytest.skip(bwrap_problem())
+    else:
+        if sandbox.probe("landlock") is not None:
+            pytest.skip(sandbox.probe("landlock"))
+        monkeypatch.setenv("PATH", path_without_bwrap(tmp_path))
+        sandbox.probe.cache_clear()
+    assert sandbox.choose("auto") == (request.param, "")
+    return request.param
 
 
-async def test_sandbox_workspace_writable_the_rest_not(bwrap, ctx, tmp_path):
-    read_only = tmp_path / "tools"
+async def test_sandbox_workspace_writable_the_rest_not(kind, ctx, tmp_path):
+    read_only = tmp_path / "ro"
     read_only.mkdir()
-    outside = tmp_path / "outside.txt"
-    script = (f"echo in > inside.txt; echo out > {outside}; echo ro > {read_only}/x; "
+    (read_only / "tool.txt").write_text("tool")
+    script = (f"echo inside > out.txt; cat {read_only}/tool.txt; echo x > {read_only}/x; "
               "echo etc > /etc/tern-sandbox-probe; echo done")
     try:
-        result = await shell(rules=(SH,), sandbox="bubblewrap", paths=(str(read_only),))(
-            {"argv": ["sh", "-c", script]}, ctx)
+        result = await shell(rules=(SH,), sandbox="auto", paths=(str(read_only),))({"argv": ["sh", "-c", script]},
+                                                                                   ctx)
     finally:
         etc_written = os.path.exists("/etc/tern-sandbox-probe")
         if etc_written:
             os.remove("/etc/tern-sandbox-probe")
-    assert "done" in result.text, result.text
-    assert (tmp_path / "ws" / "inside.txt").read_text() == "in\n"
-    assert not outside.exists() and not (read_only / "x").exists() and not etc_written
-    assert "Read-only file system" in result.text  # the bound directory and /etc are there, read-only
+    assert "tool" in result.text and "done" in result.text, result.text
+    assert (tmp_path / "ws" / "out.txt").read_text() == "inside\n"
+    assert not (read_only / "x").exists() and not etc_written
 
 
-async def test_sandbox_hides_files_outside_the_workspace(bwrap, ctx, tmp_path):
+async def test_sandbox_hides_files_outside_the_workspace(kind, ctx, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("s3cr3t")
-    result = await shell("cat", sandbox="bubblewrap")({"argv": ["cat", str(secret)]}, ctx)
-    assert result.is_error and "s3cr3t" not in result.text and "No such file" in result.text
-    plain = await shell("cat", sandbox="off")({"argv": ["cat", str(secret)]}, ctx)
+    result = await shell("cat", sandbox="auto")({"argv": ["cat", str(secret)]}, ctx)
+    assert result.is_error and "s3cr3t" not in result.text
+    plain = await shell(rules=(ShellRule(program="cat", args=[str(secret)]),), sandbox="off")(
+        {"argv": ["cat", str(secret)]}, ctx)
     assert "s3cr3t" in plain.text  # the same call without the sandbox reads it
 
 
-@pytest.mark.parametrize("sandbox", ["bubblewrap", "auto"])
-async def test_sandbox_has_no_network(bwrap, ctx, sandbox):
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        listener.setblocking(False)
-        port = listener.getsockname()[1]
-        script = f"echo hi > /dev/tcp/127.0.0.1/{port} && echo connected"
-        boxed = await shell(rules=(BASH,), sandbox=sandbox)({"argv": ["bash", "-c", script]}, ctx)
-        assert boxed.is_error and "connected" not in boxed.text.split("--- stderr")[0], boxed.text
-        with pytest.raises(BlockingIOError):
-            listener.accept()
-        plain = await shell(rules=(BASH,), sandbox="off")({"argv": ["bash", "-c", script]}, ctx)
-        assert not plain.is_error and "connected" in plain.text  # the probe itself works
-        listener.accept()[0].close()
+class Listener:
+    """A loopback TCP listener that counts who connects."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.setblocking(False)
+        self.port = self.sock.getsockname()[1]
+
+    def connected(self) -> bool:
+        try:
+            self.sock.accept()[0].close()
+            return True
+        except BlockingIOError:
+            return False
+
+    def close(self):
+        self.sock.close()
 
 
-async def test_sandbox_timeout_kills_everything_inside(bwrap, ctx):
-    # a background job in the sandbox's PID namespace must not outlive the call
-    script = "(sleep 2; echo late > late.txt) & echo started; wait"
+async def test_sandbox_has_no_network(kind, ctx):
+    listener = Listener()
+    try:
+        script = f"exec 3<>/dev/tcp/127.0.0.1/{listener.port} && echo connected"
+        boxed = await shell(rules=(BASH,), sandbox="auto")({"argv": ["bash", "-c", script]}, ctx)
+        assert "connected" not in boxed.text and not listener.connected()
+        plain = await shell(rules=(ShellRule(program="bash", args=["-c", script]),), sandbox="off")(
+            {"argv": ["bash", "-c", script]}, ctx)
+        assert "connected" in plain.text and listener.connected()  # the same call without the sandbox connects
+    finally:
+        listener.close()
+
+
+async def test_sandbox_timeout_kills_everything_inside(kind, ctx):
+    # a background job in the sandbox must not outlive the call
+    script = "sleep 300 & echo $! > bg.pid; wait"
+    started = time.monotonic()
+    result = await shell(rules=(SH,), sandbox="auto")({"argv": ["sh", "-c", script], "timeout_secs": 0.5}, ctx)
+    assert result.is_error and "timed out" in result.text and time.monotonic() - started < 10
     with trio.fail_after(10):
-        result = await shell(rules=(SH,), sandbox="bubblewrap")({"argv": ["sh", "-c", script], "timeout_secs": 0.5},
-                                                               ctx)
-    assert result.is_error and result.text.startswith("timed out after 0.5 s; killed")
-    await trio.sleep(3.5)  # real time: past the moment the job would have written
-    assert not os.path.exists(os.path.join(ctx.workspace, "late.txt"))
+        while subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True).stdout.strip():
+            await trio.sleep(0.05)
+
+
+async def test_landlock_asked_for_by_name(ctx, tmp_path):
+    if sandbox.probe("landlock") is not None:
+        pytest.skip(sandbox.probe("landlock"))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cr3t")
+    result = await shell("cat", sandbox="landlock")({"argv": ["cat", str(secret)]}, ctx)
+    assert result.is_error and "Permission denied" in result.text and "s3cr3t" not in result.text
+
+
+# --- where no sandbox can be had ------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_sandbox(tmp_path, monkeypatch):
+    """A host with neither: bwrap gone from PATH and a kernel without Landlock."""
+    monkeypatch.setenv("PATH", path_without_bwrap(tmp_path))
+    monkeypatch.setattr(sandbox, "landlock_abi", lambda: 0)
+    sandbox.probe.cache_clear()
+
+
+@pytest.mark.parametrize("mode", ["auto", "bubblewrap", "landlock"])
+def test_without_a_sandbox_shell_exec_is_refused_at_load(no_sandbox, mode):
+    from runtime.errors import ConfigError
+
+    for tools in (ToolsConfig(shell_exec_enabled=True, shell_allowlist=["ls"], shell_sandbox=mode),
+                  ToolsConfig(shell_exec_enabled=True, shell_sandbox=mode,
+                              shell_rules=[ShellRule(program="ls", args=["-l"])])):
+        with pytest.raises(ConfigError) as refused:
+            tools_shell.register(ToolRegistry(), Config(tools=tools))
+        line = str(refused.value)
+        assert "\n" not in line and f'shell_sandbox: "{mode}" but this host gives no sandbox' in line
+        assert "install bubblewrap" in line and 'shell_sandbox = "off"' in line and "literal" in line
+
+
+async def test_off_runs_only_literal_rules_unsandboxed(no_sandbox, ctx):
+    registry = ToolRegistry()
+    literal = ShellRule(program="echo", args=["hello"])
+    tools_shell.register(registry, config(rules=(literal,), sandbox="off"))  # no sandbox needed, none asked for
+    run = shell("echo", rules=(literal, ShellRule(program="echo", rest="*")), sandbox="off")
+    assert "hello" in (await run({"argv": ["echo", "hello"]}, ctx)).text
+    for argv in (["echo", "other"], ["echo", "hello", "more"]):  # the allowlist and the glob rule: not without a box
+        refused = await run({"argv": argv}, ctx)
+        assert refused.is_error and "not" in refused.text, argv
+
+
+async def test_a_required_sandbox_that_stops_working_refuses_the_call(ctx, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", path_with(tmp_path, "touch"))
+    refused = await shell("touch", sandbox="bubblewrap")({"argv": ["touch", "marker"]}, ctx)
+    assert refused.is_error and 'shell_sandbox = "bubblewrap" but this host gives no sandbox' in refused.text
+    assert "bwrap (bubblewrap) is not on PATH" in refused.text
+    assert not os.path.exists(os.path.join(ctx.workspace, "marker"))  # never unsandboxed instead
+    failing = "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+    monkeypatch.setenv("PATH", path_with(tmp_path / "b", "touch", bwrap=failing))
+    sandbox.probe.cache_clear()
+    refused = await shell("touch", sandbox="bubblewrap")({"argv": ["touch", "marker"]}, ctx)
+    assert refused.is_error and "cannot build a sandbox here" in refused.text and "No permissions" in refused.text
 
 
 def path_with(tmp_path, *programs: str, bwrap: str | None = None) -> str:
     """A PATH of one directory holding ``programs`` (and a fake ``bwrap`` script, if given)."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
+    bin_dir.mkdir(parents=True)
     for program in programs:
         (bin_dir / program).symlink_to(shutil.which(program))
     if bwrap is not None:
@@ -458,19 +555,128 @@ def path_with(tmp_path, *programs: str, bwrap: str | None = None) -> str:
     return str(bin_dir)
 
 
-async def test_required_sandbox_refuses_when_bwrap_is_missing(ctx, tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", path_with(tmp_path, "touch"))
-    refused = await shell("touch", sandbox="bubblewrap")({"argv": ["touch", "marker"]}, ctx)
-    assert refused.is_error and 'shell_sandbox = "bubblewrap" but bwrap (bubblewrap) is not on PATH' in refused.text
-    assert not os.path.exists(os.path.join(ctx.workspace, "marker"))
-    ran = await shell("touch", sandbox="auto")({"argv": ["touch", "marker"]}, ctx)  # auto: unsandboxed, warned
-    assert not ran.is_error and os.path.exists(os.path.join(ctx.workspace, "marker"))
+# --- programs that run a command from their arguments: contained, or refused -----------------------------------
+
+# Each runs `bash payload.sh` (a file the model wrote into the workspace), which reads a
+# secret outside the workspace, writes outside it and connects to a loopback listener.
+# By name (not on the RUNS_COMMANDS list: only the sandbox stops them) ...
+BY_NAME = {
+    "setarch": ["setarch", os.uname().machine, "bash", "payload.sh"],
+    "linux64": ["linux64", "bash", "payload.sh"],
+    "logsave": ["logsave", "log.txt", "bash", "payload.sh"],
+    "choom": ["choom", "-n", "0", "--", "bash", "payload.sh"],
+    "cpp": ["cpp", "-wrapper", "bash,payload.sh", "empty.c"],
+    "sotruss": ["sotruss", "bash", "payload.sh"],
+    "memusage": ["memusage", "bash", "payload.sh"],
+    "gpg-connect-agent": ["gpg-connect-agent", "-E", shutil.which("bash") or "/bin/bash", "payload.sh"],
+    "scriptlive": ["scriptlive", "-c", "bash payload.sh", "-t", "timing", "typescript"],
+    "debconf": ["debconf", "bash", "payload.sh"],
+    "dbus-run-session": ["dbus-run-session", "--", "bash", "payload.sh"],
+    "install": ["install", "-s", "--strip-program=bash", "payload.sh", "out.sh"],
+}
+# ... and by the glob the checker used to advise (rest = "[!-]*"), which each of these passes.
+BY_GLOB = {
+    "git": [["git", "init", "."], ["git", "config", "alias.x", "!bash payload.sh"], ["git", "x"]],
+    "sed": [["sed", "1e bash payload.sh", "payload.sh"]],
+    "tar": [["tar", "cfI", "out.tar", "bash payload.sh", "payload.sh"]],
+    "xargs": [["xargs", "bash", "payload.sh"]],
+    "env": [["env", "bash", "payload.sh"]],
+}
 
 
-async def test_required_sandbox_refuses_when_bwrap_fails(ctx, tmp_path, monkeypatch):
-    failing = "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
-    monkeypatch.setenv("PATH", path_with(tmp_path, "touch", bwrap=failing))
-    refused = await shell("touch", sandbox="bubblewrap")({"argv": ["touch", "marker"]}, ctx)
-    assert refused.is_error and "cannot build the sandbox here" in refused.text
-    assert "No permissions to create new namespace" in refused.text
-    assert not os.path.exists(os.path.join(ctx.workspace, "marker"))
+FAILS_CLOSED = {
+    ("bubblewrap", "debconf"), ("landlock", "debconf"),  # its frontend wants /var/cache/debconf, not there
+    ("landlock", "choom"),  # writes /proc/PID/oom_score_adj: /proc is refused
+    ("landlock", "dbus-run-session"),  # its bus is an AF_UNIX socket: refused by the seccomp filter
+    ("landlock", "scriptlive"),  # opens /dev/ptmx: not among the devices allowed
+}
+
+
+def attack_workspace(workspace, secret, outside, port):
+    (workspace / "payload.sh").write_text(
+        f"touch ran\ncat {secret} > leaked.txt 2>&1\necho pwned > {outside}/written\n"
+        f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected > net.txt\n"
+        "echo OK\n")  # the Assuan greeting gpg-connect-agent -E waits for
+    for name in ("empty.c", "timing", "typescript"):
+        (workspace / name).write_text("")
+
+
+def attack_calls(program):
+    return BY_GLOB.get(program) or [BY_NAME[program]]
+
+
+def leaked(workspace, outside, listener) -> list[str]:
+    """What the payload got that it must not (after a run)."""
+    found = []
+    if "s3cr3t" in (workspace / "leaked.txt").read_text() if (workspace / "leaked.txt").exists() else False:
+        found.append("read the secret")
+    if (outside / "written").exists():
+        found.append("wrote outside")
+    if listener.connected():
+        found.append("connected")
+    return found
+
+
+@pytest.mark.parametrize("program", sorted(BY_NAME) + sorted(BY_GLOB))
+async def test_an_attack_through_arguments_is_contained(program, kind, tmp_path):
+    if shutil.which(program) is None:
+        pytest.skip(f"{program} is not installed (its refusal without a sandbox is tested at config level)")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.txt"
+    secret.write_text("s3cr3t")
+    listener = Listener()
+    try:
+        plain_ws = tmp_path / "plain"
+        plain_ws.mkdir()
+        attack_workspace(plain_ws, secret, outside, listener.port)
+        for argv in attack_calls(program):  # the attack works: the same argv, run as tern's user
+            subprocess.run(argv, cwd=plain_ws, capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+        if not (plain_ws / "ran").exists():
+            pytest.skip(f"{program}'s attack does not run its payload on this host")
+        assert leaked(plain_ws, outside, listener) == ["read the secret", "wrote outside", "connected"]
+        (outside / "written").unlink()
+
+        workspace = tmp_path / "ws"
+        workspace.mkdir()
+        attack_workspace(workspace, secret, outside, listener.port)
+        if program in BY_GLOB:
+            tools = ToolsConfig(shell_exec_enabled=True, shell_rules=[ShellRule(program=program, rest="[!-]*")])
+        else:
+            tools = ToolsConfig(shell_exec_enabled=True, shell_allowlist=[program])
+        cfg = Config(tools=tools, governance=ALLOW_SHELL)
+        results = [await call_through_pipeline(cfg, workspace, {"argv": argv}) for argv in attack_calls(program)]
+        assert leaked(workspace, outside, listener) == [], [r.text for r in results]
+        assert not (workspace / "net.txt").exists()
+        # the payload ran in the box (the containment held a running attack), but where the
+        # program cannot work there at all: it fails closed
+        assert (workspace / "ran").exists() == ((kind, program) not in FAILS_CLOSED), [r.text for r in results]
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize("program", sorted(BY_NAME) + sorted(BY_GLOB))
+def test_an_attack_through_arguments_is_refused_without_a_sandbox(program, tmp_path):
+    from runtime.config.load import parse_config
+    from runtime.errors import ConfigError
+
+    if program in BY_GLOB:
+        text = f'[tools]\nshell_exec_enabled = true\nshell_sandbox = "off"\n' \
+               f'[[tools.shell_rules]]\nprogram = "{program}"\nrest = "[!-]*"\n'
+    else:
+        text = f'[tools]\nshell_exec_enabled = true\nshell_sandbox = "off"\nshell_allowlist = ["{program}"]\n'
+    with pytest.raises(ConfigError) as refused:
+        parse_config(text, "config.toml", tmp_path)
+    line = str(refused.value)
+    assert "\n" not in line and 'shell_sandbox = "off" would run it unsandboxed' in line
+    assert "[!-]" not in line.split("unsandboxed", 1)[1]  # the advice suggests no glob
+
+
+def test_the_checker_never_advises_a_glob():
+    from runtime.config.shell_policy import rule_problems, why_refused
+
+    advice = [why_refused(p) for p in ("git", "sed", "tar", "xargs", "env", "find")]
+    advice += rule_problems([], [ShellRule(program="git", rest="*")])
+    advice += rule_problems(["ls"], [ShellRule(program="git", rest="[!-]*")], "off")
+    assert advice and all(a and "literal" in a for a in advice)
+    assert not any('"[!-]*"' in a or "rest = " in a for a in advice), advice

@@ -58,6 +58,8 @@ def test_claude_desktop_file():
         'type = "stdio"\n'
         'command = "npx"\n'
         'args = ["-y", "@modelcontextprotocol/server-filesystem", "/Users/me/Desktop", "/Users/me/Downloads"]\n'
+        'sandbox = "auto"\n'
+        'writable = ["/Users/me/Desktop", "/Users/me/Downloads"]\n'
         '\n'
         '[[mcp_servers]]\n'
         'name = "github"\n'
@@ -66,6 +68,7 @@ def test_claude_desktop_file():
         'type = "stdio"\n'
         'command = "npx"\n'
         'args = ["-y", "@modelcontextprotocol/server-github"]\n'
+        'sandbox = "auto"\n'
     )
     assert result.warnings == [
         "server github: env GITHUB_PERSONAL_ACCESS_TOKEN had a literal value in the source; "
@@ -74,6 +77,8 @@ def test_claude_desktop_file():
     filesystem, github = load(result)
     assert isinstance(filesystem.transport, StdioTransport) and filesystem.enabled
     assert filesystem.transport.args[-1] == "/Users/me/Downloads" and filesystem.env == []
+    assert filesystem.transport.sandbox == "auto" and filesystem.transport.network  # tern mcp import proposes it
+    assert filesystem.transport.writable == ["/Users/me/Desktop", "/Users/me/Downloads"]
     assert github.env == ["GITHUB_PERSONAL_ACCESS_TOKEN"]
     assert "ghp_" not in result.toml and not any("ghp_" in w for w in result.warnings)
 

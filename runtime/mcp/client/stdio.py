@@ -16,6 +16,11 @@ Security and robustness, because the subprocess is someone else's code:
 - The process itself is watched, not only its stdout: when it exits, its process group
   is killed and stdout is read only to its end of what is buffered, then the transport
   closes, so a grandchild holding stdout open cannot make a dead server look alive.
+- In a sandbox when its entry says ``sandbox`` (``runtime.net.sandbox``: bubblewrap or
+  Landlock, per ``sandbox_box``): a server whose mode gives none is not started. When a
+  sandboxed server exits, the lines of its stderr tail that say it was refused
+  (``EACCES``, ``EPERM``, the launcher's own) are named in the error, with the key that
+  would allow it.
 - Start and shutdown are ``runtime.net.process``'s: its own session; close stdin, wait,
   SIGTERM the process group, wait, SIGKILL. If tern itself is killed with SIGKILL, the
   server sees EOF on stdin, which the spec makes its signal to exit (not
@@ -24,6 +29,9 @@ Security and robustness, because the subprocess is someone else's code:
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 from collections import deque
 from typing import Any
 
@@ -35,11 +43,12 @@ from runtime.errors import ConnectionLost
 from runtime.log import LogBudget, clean, get_logger, log_wire
 from runtime.mcp.client.connection import McpConnection
 from runtime.net.process import shutdown, spawn, subprocess_env, watch_exit
+from runtime.net.sandbox import Box, Wrapped, choose, wrap
 from runtime.net.pipes import PipeReader, PipeWriter
 from runtime.mcp.client.session import TransportClosed
 from runtime.wire import framing, jsonrpc
 
-__all__ = ["StdioTransport"]
+__all__ = ["StdioTransport", "sandbox_box", "denials"]
 
 log = get_logger("mcp.stdio")
 
@@ -51,6 +60,40 @@ STDERR_TAIL = 5  # lines quoted in the error when the process exits
 STDERR_TAIL_CHARS = 300
 STDERR_TAIL_WAIT_SECS = 0.5  # how long an exit waits for stderr's last bytes
 WRITE_TIMEOUT_SECS = 30.0  # a server that reads nothing of a message for this long is dropped
+NODE_FAMILY = ("node", "nodejs", "npx", "npm")
+_DENIED = re.compile(r"EACCES|EPERM|[Pp]ermission denied|[Oo]peration not permitted|tern sandbox")
+_HIDDEN = re.compile(r"ENOENT|No such file or directory|[Dd]irectory nonexistent")  # bubblewrap: not there
+_DENIED_CALL = re.compile(r"\b(open|mkdir|scandir|access|stat|lstat|unlink|rename|rmdir|connect|bind|copyfile|"
+                          r"symlink|chmod|cannot create|cannot run)\b")
+_DENIED_PATH = re.compile(r"'(/[^']*)'|(/[^\s:,']+)")
+
+
+def sandbox_box(config: StdioConfig, env: dict[str, str]) -> Box:
+    """What a sandboxed server may reach: its cwd (read-write) and ``writable``; its
+    ``readable``; npm's cache (``~/.npm``) for the node family: writable for npx and npm,
+    which install the package into it on the first run (``npx -y``), read-only for node;
+    the network per ``network``."""
+    read = list(config.readable)
+    write = list(config.writable) + ([config.cwd] if config.cwd else [])
+    name = os.path.basename(config.command)
+    if name in NODE_FAMILY and env.get("HOME"):
+        (write if name in ("npx", "npm") else read).append(os.path.join(env["HOME"], ".npm"))
+    return Box(read=tuple(read), write=tuple(write), network=config.network)
+
+
+def denials(lines: list[str], kind: str = "landlock") -> list[str]:
+    """The lines of a stderr tail that say the sandbox refused something (under bubblewrap
+    also what it hid: a path outside is not there), each shortened to the call and the
+    path when it names them."""
+    found = []
+    for line in lines:
+        if not (_DENIED.search(line) or kind == "bubblewrap" and _HIDDEN.search(line)):
+            continue
+        call = _DENIED_CALL.search(line)
+        path = _DENIED_PATH.search(line, call.end()) if call else None
+        named = " ".join(part for part in (call and call.group(1), path and (path.group(1) or path.group(2))) if part)
+        found.append(named if call and path else line[:200])
+    return found
 
 
 class StdioTransport:
@@ -72,6 +115,7 @@ class StdioTransport:
         self.exit_code: int | None = None
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
         self._stderr_done = trio.Event()
+        self._boxed: Wrapped | None = None
 
     @property
     def pid(self) -> int | None:
@@ -87,8 +131,12 @@ class StdioTransport:
             raise ConnectionLost(f"MCP server '{self.name}' not started: {why}; a tern that starts tern through "
                                  "its own [[mcp_servers]] would start processes without end")
         env = {**subprocess_env(self.env_names), DEPTH_ENV: str(deep + 1)}
+        executable = None
+        if self.config.sandbox != "off":
+            self._boxed = await self._sandboxed(argv, env)
+            argv, executable, env = self._boxed.argv, self._boxed.executable, self._boxed.env
         try:
-            self._process = await spawn(argv, env=env, cwd=self.config.cwd or None)
+            self._process = await spawn(argv, env=env, cwd=self.config.cwd or None, executable=executable)
         except OSError as exc:
             raise ConnectionLost(f"cannot start MCP server '{self.name}' ({self.config.command}): "
                                  f"{exc.strerror or exc}") from None
@@ -96,6 +144,28 @@ class StdioTransport:
         self._writer = PipeWriter(self._process.stdin, timeout_secs=WRITE_TIMEOUT_SECS)
         nursery.start_soon(self._drain_stderr)
         nursery.start_soon(self._watch_exit)
+
+    async def _sandboxed(self, argv: list[str], env: dict[str, str]) -> Wrapped:
+        """``argv`` wrapped in the sandbox the entry asks for, or ``ConnectionLost``."""
+        mode = self.config.sandbox
+        kind, reason = await trio.to_thread.run_sync(choose, mode)  # probed once per process
+        if kind is None:
+            raise ConnectionLost(f"MCP server '{self.name}' not started: sandbox = \"{mode}\" but this host gives "
+                                 f"no sandbox ({reason}); install bubblewrap or use Linux 5.13+ with Landlock, or "
+                                 f"set sandbox = \"off\" for this server to run it as tern's user")
+        path = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep) if os.path.isabs(d))
+        executable = self.config.command if os.path.isabs(self.config.command) else \
+            shutil.which(self.config.command, path=path)
+        if executable is None:
+            raise ConnectionLost(f"cannot start MCP server '{self.name}' ({self.config.command}): not found on PATH")
+        cwd = self.config.cwd or os.getcwd()
+        box = sandbox_box(self.config, env)
+        box = Box(read=(*box.read, cwd), write=box.write, network=box.network)  # its own HOME: its npm cache
+        try:
+            return wrap(kind, box, argv, executable, cwd=cwd, env=env)
+        except OSError as exc:
+            raise ConnectionLost(f"MCP server '{self.name}' not started: the {kind} sandbox cannot start: "
+                                 f"{exc.strerror or exc}") from None
 
     async def _watch_exit(self) -> None:
         """When the process exits: kill its group, and let stdout end once it is empty."""
@@ -152,6 +222,10 @@ class StdioTransport:
         with trio.move_on_after(STDERR_TAIL_WAIT_SECS):  # its last words may still be in the pipe
             await self._stderr_done.wait()
         said = f"; stderr: {' | '.join(self.stderr_tail)}" if self.stderr_tail else ""
+        denied = denials(list(self.stderr_tail), self._boxed.kind) if self._boxed is not None else []
+        if denied:
+            said += (f"; the {self._boxed.kind} sandbox denied: {'; '.join(denied)} (allow it with the server's "
+                     "transport.writable, readable or network, or sandbox = \"off\")")
         if self.exit_code is None:
             return f"stdout closed{said}"
         return f"process exited with code {self.exit_code}{said}"
@@ -194,5 +268,9 @@ class StdioTransport:
 
     async def aclose(self) -> None:
         """Close stdin, then SIGTERM, then SIGKILL the group; always reap the process."""
-        if self._process is not None:
-            self.exit_code = await shutdown(self._process, grace_secs=self.grace_secs)
+        try:
+            if self._process is not None:
+                self.exit_code = await shutdown(self._process, grace_secs=self.grace_secs)
+        finally:
+            if self._boxed is not None:
+                self._boxed.cleanup()
