@@ -12,7 +12,8 @@ message. A ``TernError`` is never a bug of ours: it is answered, not logged as o
     ├── ConfigError        the config file is unreadable or invalid (CLI exit 2)
     ├── _Skip              config.mcp_import: a server that cannot be carried over
     ├── UsageError         the command line is wrong (CLI exit 2)
-    │   └── FormRefused                 kernel.forms: a form tern will not put to a person
+    │   ├── FormRefused                 kernel.forms: a form tern will not put to a person
+    │   └── BadPublicKey                kernel.audit_checkpoints: no Ed25519 public key (also a ValueError)
     ├── BundleError        the pyz has no native bundle for this Python/platform
     ├── ProtocolError      a peer broke a protocol (bad JSON, bad framing, bad shape)
     │   ├── RpcError       a JSON-RPC error object, to send or received: the one carrier of a code
@@ -60,6 +61,8 @@ message. A ``TernError`` is never a bug of ours: it is answered, not logged as o
     ├── TriggerAuthError   kernel.triggers.signature: a webhook failed its authentication: 401
     │   └── Replayed       a correctly signed request already accepted in the replay window: 409
     ├── SinkError          kernel.triggers.sinks: a reply could not be delivered
+    ├── NotifyError        kernel.notify: a notify channel could not deliver an approval request
+    ├── LinkRefused        kernel.approval_links: a one-time approval link that does not decide
     ├── IllegalTransition  a2a.server.engine: a task state change the table forbids (a bug)
     └── A2aClientError     a2a.client.requests: a peer agent failed us
         ├── NoCard         a2a.client.cards: a candidate URL has no usable card

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 import msgspec
 
 from runtime.crypto import ed25519
+from runtime.errors import UsageError
 from runtime.kernel.audit_chain import Line, Mark, Problem
 
 __all__ = ["DOMAIN", "KINDS", "BadPublicKey", "encode", "format_public", "kind_of", "parse_public", "read", "seq_of"]
@@ -38,7 +39,7 @@ _encoder = msgspec.json.Encoder(order="sorted")
 _decode = msgspec.json.Decoder().decode
 
 
-class BadPublicKey(ValueError):
+class BadPublicKey(UsageError, ValueError):
     """Text that is no Ed25519 public key in a form tern reads."""
 
 
