@@ -283,6 +283,17 @@ class Approvals:
             raise UnknownApproval(f"no approval request has the id {approval_id!r} (see `tern approvals`)")
         return _approval(row)
 
+    async def whole_arguments(self, approval_id: str, who: Caller | None = None) -> bytes:
+        """A request's arguments as kept: the bytes its ``arguments_sha256`` is the digest
+        of (a download, a page); ``UnknownApproval`` as ``get``."""
+        await self.get(approval_id, who)
+        row = await self._sql.run(lambda tx: tx.execute(f"SELECT arguments FROM {self._requests} WHERE id = ?",
+                                                        (approval_id,)).fetchone(),
+                                  "the approval request could not be read")
+        if row is None:
+            raise UnknownApproval(f"no approval request has the id {approval_id!r} (see `tern approvals`)")
+        return row[0].encode()
+
     def pending_count(self) -> int:
         """Requests waiting (a gauge: read synchronously). SQLite: counted now; PostgreSQL:
         as the last sweep counted them (every ``lease_secs / 3``)."""
