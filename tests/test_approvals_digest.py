@@ -251,3 +251,30 @@ def test_cli_errors_and_login_lines_are_escaped(capsys):
 
     assert login._offer("?error=access_denied", accept)
     assert "\x1b" not in out.getvalue() and "\\x1b[1A" in out.getvalue() and "\\u202e" in out.getvalue()
+
+
+def test_the_dashboard_card_text_hides_nothing(tmp_path):
+    """The dashboard's own escape and preview (``dom.js``), run by node on the padded
+    arguments as the card gets them from the API: the target and escapes, no raw tricks."""
+    import shutil
+
+    from tests.test_cli import ROOT
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node on this machine")
+    (tmp_path / "arguments.json").write_text(json.dumps({"path": "padded.txt", "content": PADDED}))
+    script = tmp_path / "card.mjs"
+    script.write_text(
+        f'import {{preview, visible}} from "{ROOT / "runtime" / "host" / "dashboard" / "dom.js"}";\n'
+        'import {readFileSync} from "node:fs";\n'
+        f'const args = JSON.parse(readFileSync("{tmp_path / "arguments.json"}", "utf8"));\n'
+        'const whole = visible(JSON.stringify(args, null, 2));\n'
+        'process.stdout.write(JSON.stringify({line: preview(JSON.stringify(args)), whole}));\n')
+    done = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    shows_target(shown["line"])
+    assert len(shown["line"]) < 600 and "blank characters" in shown["line"] and "\\u202e" in shown["line"]
+    shows_target(shown["whole"].replace("\n", ""))  # the folded whole text: escaped too
+    assert "\\u001b[2K" in shown["whole"] and "\\u202eok\\u202c" in shown["whole"]
