@@ -159,7 +159,8 @@ def test_the_terminal_prompt_shows_the_target_and_pages_the_whole(tmp_path):
 
 
 async def test_the_store_binds_a_decision_to_the_digest_and_keeps_arguments_whole():
-    approvals = Approvals(None)
+    events: list = []
+    approvals = Approvals(None, publish=lambda kind, data: events.append((kind, data)))
     arguments = {"content": PADDED}
     async with trio.open_nursery() as nursery:
         ended: list = []
@@ -178,6 +179,11 @@ async def test_the_store_binds_a_decision_to_the_digest_and_keeps_arguments_whol
         assert (await approvals.get(waiting.id)).state == "pending"
         await approvals.decide(waiting.id, False, digest="sha256:stale")  # a denial binds to nothing
     assert ended[0].state == "denied"
+    # Events name the arguments by digest: a 200 KiB text is not copied into every subscriber's queue.
+    assert [kind for kind, _ in events] == ["approval_requested", "approval_resolved"]
+    for _, data in events:
+        assert data["approval"]["arguments"] is None
+        assert data["approval"]["arguments_sha256"] == args_digest(arguments)
     huge = await approvals.request("bot", "t", {"blob": "x" * MAX_ARGUMENT_BYTES}, "d")
     assert huge.state == "denied" and "more than a person is shown whole" in huge.reason
     deep: dict = {}
@@ -278,3 +284,19 @@ def test_the_dashboard_card_text_hides_nothing(tmp_path):
     assert len(shown["line"]) < 600 and "blank characters" in shown["line"] and "\\u202e" in shown["line"]
     shows_target(shown["whole"].replace("\n", ""))  # the folded whole text: escaped too
     assert "\\u001b[2K" in shown["whole"] and "\\u202eok\\u202c" in shown["whole"]
+
+
+def test_the_a2a_question_names_the_digest_and_a_decision_may_carry_it():
+    from runtime.a2a.server.asking import question, read_decision
+    from runtime.ports import Approval
+
+    arguments = {"content": PADDED}
+    approval = Approval("ap_2", "bot", "file_write", arguments, "", "", time.time(), time.time() + 60,
+                        arguments_sha256=args_digest(arguments), arguments_bytes=len(canonicalize(arguments)))
+    text, data = question(approval).parts
+    shows_target(text["text"])
+    assert args_digest(arguments) in text["text"] and len(text["text"]) < 1000
+    assert data["data"]["approval"]["arguments"] == arguments
+    assert data["data"]["approval"]["arguments_sha256"] == args_digest(arguments)
+    decided = read_decision([{"data": {"decision": "approve", "digest": args_digest(arguments)}}])
+    assert decided.approve and decided.digest == args_digest(arguments)

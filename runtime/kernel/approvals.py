@@ -72,6 +72,7 @@ ORPHANED = "tern stopped while it waited"
 #: max_body_bytes``: no caller's arguments pass those), and a page a person can still read.
 MAX_ARGUMENT_BYTES = 1024 * 1024
 LIST_LIMIT = 500
+EVENT_ARGUMENT_BYTES = 16 * 1024  # longer arguments are named by digest alone in events
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -672,8 +673,14 @@ class Approvals:
             self.audit.record(kind, **fields)
 
     def _event(self, kind: str, approval: Approval) -> None:
+        """An event names the arguments by digest; it carries them only up to
+        ``EVENT_ARGUMENT_BYTES`` (each subscriber's queue holds 256 events: the whole
+        text is one API call away)."""
         if self.publish is not None:
-            self.publish(kind, {"approval": msgspec.structs.asdict(approval)})
+            shown = msgspec.structs.asdict(approval)
+            if approval.arguments_bytes > EVENT_ARGUMENT_BYTES:
+                shown["arguments"] = None
+            self.publish(kind, {"approval": shown})
 
 
 def args_digest(arguments: Any) -> str:
