@@ -3,8 +3,9 @@ answer the tool calls that wait for a person, and the questions MCP servers ask
 (``approve --set name=value`` or ``--answer JSON`` fills in the form; ``deny`` declines,
 ``deny --cancel`` cancels). Each line names the whole arguments' size and digest; ``show``
 pages them whole (``$PAGER`` on a terminal, else plain), checked against that digest, and
-an approval carries the digest it is for (``--digest``, else the one just read), so it is
-refused if it names other arguments. Every text a model or a server wrote is printed
+``approve --digest`` binds the yes to it: refused if it names other arguments (without
+it, the request the id names is approved as it is: its arguments never change, and the
+line printed names the digest approved). Every text a model or a server wrote is printed
 through ``log.clean``/``log.preview``: escaped, its padding counted.
 With a daemon running on the state directory they go through its API (the decision
 wakes its call at once and shows in ``tern events``); otherwise they work on the state
@@ -191,20 +192,19 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
         from runtime.ports import Approval
 
         path = f"/api/approvals/{quote_path(args.id)}"
-        current = Approval(**daemon.call("GET", path))
-        answer = from_args(current.form, answer_json, sets) if sets or answer_json else None
+        answer = from_args(Approval(**daemon.call("GET", path)).form, answer_json, sets) if sets or answer_json \
+            else None
         body: dict[str, Any] = {"decision": "approve" if approve else "cancel" if cancel else "deny", "scope": scope,
                                 "reason": args.reason}
-        if approve and current.form is None:  # bound to the arguments named (or just read)
-            body["digest"] = given or current.arguments_sha256
+        if approve and given:  # bound to the arguments the person names
+            body["digest"] = given
         decided = Approval(**daemon.call("POST", path, {**body, **({"answer": answer} if answer is not None else {})}))
     else:
         async def decide(approvals: Any) -> Any:
-            current = await approvals.get(args.id)
-            answer = from_args(current.form, answer_json, sets) if sets or answer_json else None
+            answer = from_args((await approvals.get(args.id)).form, answer_json, sets) if sets or answer_json \
+                else None
             return await approvals.decide(args.id, approve, scope=scope, reason=args.reason, by=f"cli:{_user()}",
-                                          channel="cli", answer=answer, cancel=cancel,
-                                          digest=given or current.arguments_sha256)
+                                          channel="cli", answer=answer, cancel=cancel, digest=given)
 
         decided = on_approvals(args, decide)
     if decided.form is not None:
