@@ -131,7 +131,7 @@ function argumentsView(approval) {
   }});
   const bytes = approval.arguments_bytes ?? 0;
   return h("div", {class: "arguments"},
-    h("p", null, h("strong", {text: "Arguments "}),
+    h("p", {class: "wrap"}, h("strong", {text: "Arguments "}),
       h("span", {class: "muted", text: `${bytes.toLocaleString()} bytes, `}),
       h("code", {class: "digest", text: approval.arguments_sha256 || ""}), " ", save, result),
     h("p", {class: "code preview", text: preview(JSON.stringify(approval.arguments ?? {}))}),
