@@ -110,14 +110,17 @@ def test_a_200_kib_argument_is_approved_by_its_digest_in_every_view(tmp_path, da
     assert written == PADDED and canonicalize({"path": "padded.txt", "content": written}) == whole
 
 
-def test_the_terminal_prompt_shows_the_target_and_pages_the_whole(tmp_path):
-    """``tern run`` under a real pseudo-terminal: the prompt line names the target, the
-    digest and no raw escape; ``v`` pages the whole text ($PAGER cat: plain), ``y``
-    approves, bound to that digest; the file holds exactly the approved text."""
+@pytest.mark.parametrize("through_daemon", [False, True], ids=["in-process", "through-daemon"])
+def test_the_terminal_prompt_shows_the_target_and_pages_the_whole(tmp_path, through_daemon):
+    """``tern run`` under a real pseudo-terminal, in-process and through a daemon's
+    streamed run: the prompt line names the target, the digest and no raw escape; ``v``
+    pages the whole text ($PAGER cat: plain), ``y`` approves, bound to that digest; the
+    file holds exactly the approved text."""
     import pty
     import select
 
     config = write_config(tmp_path)
+    daemon = start_daemon(config)[0] if through_daemon else None
     leader, follower = pty.openpty()
     arguments = {"path": "p.txt", "content": PADDED_ARGV}
     process = subprocess.Popen([sys.executable, "-m", "runtime", "run", "writer", json.dumps(arguments),
@@ -151,11 +154,16 @@ def test_the_terminal_prompt_shows_the_target_and_pages_the_whole(tmp_path):
     finally:
         process.kill()
         os.close(leader)
+        if daemon is not None:
+            daemon.kill()
+            daemon.wait()
     assert process.returncode == 0, out
     assert (tmp_path / "state" / "workspaces" / "writer" / "p.txt").read_bytes().decode() == PADDED_ARGV
     records = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
     [resolved] = [r for r in records if r["kind"] == "approval_resolved"]
     assert (resolved["channel"], resolved["outcome"]) == ("terminal", "approved")
+    assert resolved["decided_by"].startswith("terminal:api:" if through_daemon else "terminal:")
+    assert resolved["decided_by"].startswith("terminal:api:") == through_daemon
 
 
 async def test_the_store_binds_a_decision_to_the_digest_and_keeps_arguments_whole():
