@@ -55,6 +55,7 @@ message. A ``TernError`` is never a bug of ours: it is answered, not logged as o
     ├── UnknownApproval    no approval request has this id: 404
     ├── UnknownConversation  no conversation has this id (or none the caller may see): 404
     ├── ApprovalClosed     the approval request was already decided or expired: 409
+    ├── ApprovalMismatch   an approval named arguments (their sha256) other than the request's: 409
     ├── UnknownTrigger     no trigger has this name: 404
     ├── TriggerBusy        a trigger's overlap policy refuses another run now: 409
     │   └── TriggerPaused  the trigger is paused after failing too often: 503
@@ -93,6 +94,7 @@ __all__ = [
     "BudgetExceeded",
     "UnknownApproval",
     "ApprovalClosed",
+    "ApprovalMismatch",
     "UnknownTrigger",
     "TriggerBusy",
     "TriggerPaused",
@@ -263,6 +265,13 @@ class UnknownConversation(TernError):
 
 class ApprovalClosed(TernError):
     """The approval request was already approved, denied, or expired: it takes no decision."""
+
+    http_status = 409
+
+
+class ApprovalMismatch(TernError):
+    """An approval carried the sha256 of other arguments than the request's: what the
+    person saw is not what would run, so nothing is approved."""
 
     http_status = 409
 

@@ -15,9 +15,13 @@ without the value.
 Peer text (an MCP server's stderr and log messages, an A2A agent's error, an HTTP
 error body) reaches log messages all the time, so the formatters make *every* record's
 message one line of plain text (``clean``): control characters (C0 but tab, DEL, C1,
-U+2028/U+2029) become visible escapes (``\\n``, ``\\x1b``), so no peer can colour the
-terminal, rewrite a line or forge a log line, and no call site can forget to. Text that
-peers can send at will is also rate-limited by its caller with a ``LogBudget``.
+U+2028/U+2029) and invisible format characters (bidi embeddings, overrides and isolates
+U+202A-202E/U+2066-2069, zero-width ones, the BOM, tag characters) become visible
+escapes (``\\n``, ``\\x1b``, ``\\u202e``), so no peer can colour the terminal, rewrite
+a line, reorder what a person reads or forge a log line, and no call site can forget
+to. The CLI prints every text a peer or a model supplied through ``clean`` too (one
+line, or ``lines=True`` for a page), and ``preview`` for a one-line look at a long one.
+Text that peers can send at will is also rate-limited by its caller with a ``LogBudget``.
 
 At debug level, ``log_wire`` records one line per protocol message in or out: direction,
 method, id, size, duration. Never the content: payloads carry arguments and tokens.
@@ -34,7 +38,7 @@ from typing import Any
 from runtime.redact import Redactor
 
 __all__ = ["setup_logging", "register_secret", "secrets_version", "registered_secrets", "log_wire", "get_logger",
-           "LEVELS", "clean", "shorten", "LogBudget", "set_trace_source"]
+           "LEVELS", "clean", "shorten", "preview", "LogBudget", "set_trace_source"]
 
 LEVELS = ("debug", "info", "warning", "error")
 _MASK = "********"
@@ -49,8 +53,18 @@ _wire = logging.getLogger("tern.wire")
 _trace_source: Any = None  # runtime.tracing.trace_id while traces are on: records get a trace_id field
 
 
-_UNSAFE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029]")  # json.dumps escapes C0 itself
+#: Invisible format characters (Unicode Cf) a peer could use to hide or reorder text:
+#: soft hyphen, Arabic/Syriac marks, zero-width ones, bidi marks, embeddings, overrides and
+#: isolates, invisible operators, the BOM, interlinear annotations, tag characters.
+_FORMAT = ("\u00ad\u0600-\u0605\u061c\u06dd\u070f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
+           "\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0001\U000e0020-\U000e007f")
+_UNSAFE = re.compile(f"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029{_FORMAT}]")
+_UNSAFE_LINES = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{_FORMAT}]")  # keeps \n
+_JSON_UNSAFE = re.compile(f"[\x7f-\x9f\u2028\u2029{_FORMAT}]")  # json.dumps escapes C0 itself
+#: A run of blanks (spaces, tabs, and the escapes JSON writes for newlines and returns) long
+#: enough to push what follows out of sight, or any short unit repeated as long.
+_BLANKS = re.compile(r"(?:[ \t]|\\[nrt]){16,}")
+_REPEATS = re.compile(r"(.{1,8}?)\1{15,}", re.DOTALL)
 _NAMED = {"\n": "\\n", "\r": "\\r"}
 
 
@@ -59,9 +73,29 @@ def _escape(match: re.Match[str]) -> str:
     return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
 
 
-def clean(text: str) -> str:
-    """``text`` as one line of plain text: control characters (tab kept) as escapes."""
-    return text if _UNSAFE.search(text) is None else _UNSAFE.sub(_escape, text)
+def clean(text: str, *, lines: bool = False) -> str:
+    """``text`` as one line of plain text, fit for a terminal: control and invisible format
+    characters (tab kept) as escapes; ``lines``: newlines kept (a page)."""
+    unsafe = _UNSAFE_LINES if lines else _UNSAFE
+    return text if unsafe.search(text) is None else unsafe.sub(_escape, text)
+
+
+def preview(text: str, limit: int) -> str:
+    """``text`` (``clean``ed) in at most about ``limit`` characters for one line a person
+    reads: long runs of blanks and of one repeated unit are counted, not shown, and what
+    is still too long loses its middle, never its end, saying how much went. So padding
+    cannot push the part that matters out of sight (where that part is at either end)."""
+    text = clean(text)
+    if len(text) <= limit:
+        return text
+    text = _BLANKS.sub(lambda m: f" [{len(m.group()):,} blank characters] ", text)
+    text = _REPEATS.sub(lambda m: f"[{m.group(1)} x{len(m.group()) // len(m.group(1)):,}]"
+                        if len(m.group()) > 24 else m.group(), text)
+    if len(text) <= limit:
+        return text
+    head = max(1, limit * 2 // 3)
+    tail = max(1, limit - head)
+    return f"{text[:head]} [... {len(text) - head - tail:,} characters not shown ...] {text[-tail:]}"
 
 
 def shorten(text: str, limit: int) -> str:

@@ -96,7 +96,8 @@ Handler = Callable[[dict[str, Any], ToolContext], Awaitable[ToolResult]]
 
 
 class Approval(msgspec.Struct, frozen=True):
-    """A tool call waiting for (or past) a person's decision. ``arguments`` are redacted;
+    """A tool call waiting for (or past) a person's decision. ``arguments`` are redacted and
+    whole (``arguments_sha256`` names them; an approval that carries it binds to them);
     ``state`` is pending, approved, denied or expired; ``scope`` once, always (this agent
     and tool from now on) or args (these exact arguments from now on)."""
 
@@ -117,6 +118,8 @@ class Approval(msgspec.Struct, frozen=True):
     form: dict[str, Any] | None = None  # a question's form (see kernel.forms): it is answered, not just approved
     key: str = "admin"  # the key name whose run asked: it sees it (and the scope "approvals" any)
     origin: str = ""  # the way that run came in (a2a, mcp, api...): whether its key may answer it itself
+    arguments_sha256: str = ""  # "sha256:<hex>" of the arguments' RFC 8785 bytes, as kept: what approving binds to
+    arguments_bytes: int = 0  # how long those bytes are (GET /api/approvals/{id}/arguments serves them)
 
 
 #: A caller's way to put a pending approval to a person (an MCP client's elicitation, an
@@ -181,9 +184,12 @@ class ApprovalPort(Protocol):
 
     async def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
                      by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
-                     cancel: bool = False, who: Caller | None = None, rule_for: str = "") -> Approval:
+                     cancel: bool = False, who: Caller | None = None, rule_for: str = "",
+                     digest: str | None = None) -> Approval:
         """Approve or deny a pending request (a form's approval carries its ``answer``,
-        its denial may ``cancel``). Raises ``UnknownApproval``, ``ApprovalClosed`` and,
+        its denial may ``cancel``; an approval may carry the ``digest`` of the arguments
+        it approves, ``ApprovalMismatch`` when they are not the request's). Raises
+        ``UnknownApproval``, ``ApprovalClosed`` and,
         for an answer that does not fit the form, ``UsageError``. ``who``: the scope
         ``approvals``, or the waiting run's own key where its way in lets callers decide
         (``Forbidden`` otherwise; None: any). ``rule_for``: an ``always``/``args`` rule for

@@ -121,9 +121,11 @@ def _report(exc: BaseException, debug: bool) -> int:
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    from runtime.log import clean  # an error often quotes a peer (a server's error_description): escaped
+
     if isinstance(leaf, TernError):
-        print(f"tern: {leaf}", file=sys.stderr)
+        print(f"tern: {clean(str(leaf))}", file=sys.stderr)
         return leaf.exit_code
-    print(f"tern: internal error: {type(leaf).__name__}: {leaf}"
+    print(f"tern: internal error: {type(leaf).__name__}: {clean(str(leaf))}"
           f"{'' if debug else ' (run with --debug for the traceback)'}", file=sys.stderr)
     return 70

@@ -1,6 +1,12 @@
-"""``tern approvals``, ``tern approve ID``, ``tern deny ID``: answer the tool calls that
-wait for a person, and the questions MCP servers ask (``approve --set name=value`` or
-``--answer JSON`` fills in the form; ``deny`` declines, ``deny --cancel`` cancels).
+"""``tern approvals``, ``tern approvals show ID``, ``tern approve ID``, ``tern deny ID``:
+answer the tool calls that wait for a person, and the questions MCP servers ask
+(``approve --set name=value`` or ``--answer JSON`` fills in the form; ``deny`` declines,
+``deny --cancel`` cancels). Each line names the whole arguments' size and digest; ``show``
+pages them whole (``$PAGER`` on a terminal, else plain), checked against that digest, and
+``approve --digest`` binds the yes to it: refused if it names other arguments (without
+it, the request the id names is approved as it is: its arguments never change, and the
+line printed names the digest approved). Every text a model or a server wrote is printed
+through ``log.clean``/``log.preview``: escaped, its padding counted.
 With a daemon running on the state directory they go through its API (the decision
 wakes its call at once and shows in ``tern events``); otherwise they work on the state
 directory's approvals file directly, which answers a ``tern run`` on another terminal
@@ -23,8 +29,10 @@ def add_commands(commands: Commands) -> None:
     listing = commands.add("approvals", cmd_approvals, "list tool calls waiting for approval (and past decisions)")
     listing.add_argument("--state", default="pending", choices=("pending", "approved", "denied", "expired", "all"),
                          help="which requests (default: pending)")
-    listing.add_argument("what", nargs="?", choices=("rules",),
-                         help="rules: the persisted decisions, for whom and who made each (as --rules)")
+    listing.add_argument("what", nargs="?", choices=("rules", "show"),
+                         help="rules: the persisted decisions, for whom and who made each (as --rules); "
+                              "show ID: one request with its whole arguments, paged")
+    listing.add_argument("id", nargs="?", help="with show: the approval id (ap_...)")
     listing.add_argument("--rules", action="store_true",
                          help="list the persisted decisions (approve --always / --always-args) instead")
     listing.add_argument("--forget-rules", action="store_true",
@@ -42,6 +50,8 @@ def add_commands(commands: Commands) -> None:
     scope.add_argument("--always-args", action="store_true",
                        help="and every later call of this tool by this agent with these exact arguments")
     approve.add_argument("--reason", default="", help="a note kept with the decision")
+    approve.add_argument("--digest", default=None, metavar="SHA256",
+                         help="approve only if the arguments are these (their sha256, as tern approvals shows it)")
     approve.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
                          help="a question's answer: one field's value (repeat for each field; a form's defaults "
                               "fill the rest)")
@@ -94,6 +104,12 @@ def _through_daemon(args: argparse.Namespace) -> Any:
 
 
 def cmd_approvals(args: argparse.Namespace) -> int:
+    if args.what == "show":
+        if not args.id:
+            raise UsageError("tern approvals show ID: which request (see tern approvals)")
+        return _show(args)
+    if args.id:
+        raise UsageError(f"unexpected {args.id!r}: did you mean tern approvals show {args.id}?")
     args.rules = args.rules or args.what == "rules"
     daemon = None if args.rules or args.forget_rules else _through_daemon(args)
     if daemon is not None:
@@ -138,6 +154,7 @@ def _store_of(args: argparse.Namespace) -> str:
 
 def _print_approvals(args: argparse.Namespace, listed: list[Any], where: str = "") -> int:
     from runtime.kernel.approvals import describe, remaining
+    from runtime.log import clean
 
     if args.json:
         print_json({"approvals": listed})
@@ -152,7 +169,7 @@ def _print_approvals(args: argparse.Namespace, listed: list[Any], where: str = "
         else:
             by = f" by {approval.decided_by}" if approval.decided_by else ""
             status = f"{approval.state}{by}{': ' + approval.reason if approval.reason else ''}"
-        print(f"{approval.id}  {describe(approval, width=120)}  [{status}]")
+        print(f"{approval.id}  {describe(approval, width=120)}  [{clean(status)}]")
         if approval.form is not None and approval.state == "pending":
             from runtime.cli.form_prompt import field_lines
 
@@ -162,6 +179,7 @@ def _print_approvals(args: argparse.Namespace, listed: list[Any], where: str = "
 
             print("\n".join(diff_lines(approval)))
     if args.state == "pending":
+        print("read one whole: tern approvals show ID")
         print("answer with: tern approve ID [--always | --always-args]   or   tern deny ID [--reason TEXT]")
         if any(approval.form is not None for approval in listed):
             print("a question: tern approve ID --set FIELD=VALUE ... [--answer JSON]   or   tern deny ID [--cancel]")
@@ -176,6 +194,7 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
     scope = "always" if args.always else "args" if getattr(args, "always_args", False) else "once"
     cancel = getattr(args, "cancel", False)
     sets, answer_json = getattr(args, "sets", []), getattr(args, "answer", None)
+    given = getattr(args, "digest", None)
     daemon = _through_daemon(args)
     if daemon is not None:
         from runtime.cli.remote import quote_path
@@ -186,13 +205,15 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
             else None
         body: dict[str, Any] = {"decision": "approve" if approve else "cancel" if cancel else "deny", "scope": scope,
                                 "reason": args.reason}
+        if approve and given:  # bound to the arguments the person names
+            body["digest"] = given
         decided = Approval(**daemon.call("POST", path, {**body, **({"answer": answer} if answer is not None else {})}))
     else:
         async def decide(approvals: Any) -> Any:
             answer = from_args((await approvals.get(args.id)).form, answer_json, sets) if sets or answer_json \
                 else None
             return await approvals.decide(args.id, approve, scope=scope, reason=args.reason, by=f"cli:{_user()}",
-                                          channel="cli", answer=answer, cancel=cancel)
+                                          channel="cli", answer=answer, cancel=cancel, digest=given)
 
         decided = on_approvals(args, decide)
     if decided.form is not None:
@@ -206,6 +227,74 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
     return 0
 
 
+def _show(args: argparse.Namespace) -> int:
+    """``tern approvals show ID``: the request, and its whole arguments checked against
+    their digest, paged."""
+    import json
+
+    from runtime.kernel.approvals import args_digest, describe, whole
+
+    daemon = _through_daemon(args)
+    if daemon is not None:
+        from runtime.cli.remote import quote_path
+        from runtime.ports import Approval
+
+        approval = Approval(**daemon.call("GET", f"/api/approvals/{quote_path(args.id)}"))
+        arguments = daemon.call("GET", f"/api/approvals/{quote_path(args.id)}/arguments")
+    else:
+        approval = on_approvals(args, lambda approvals: approvals.get(args.id))
+        arguments = approval.arguments
+    if args.json:
+        print_json({"approval": approval, "arguments": arguments})
+        return 0
+    if approval.form is None and args_digest(arguments) != approval.arguments_sha256:
+        raise TernError(f"the arguments read for {approval.id} are not those its digest "
+                        f"{approval.arguments_sha256} names: not shown")
+    lines = [f"{approval.id}  {describe(approval, width=160)}", f"state: {approval.state}"]
+    if approval.form is not None:
+        from runtime.cli.form_prompt import field_lines
+
+        lines += field_lines(approval.form)
+        text = json.dumps(approval.form, ensure_ascii=False, indent=2)
+    else:
+        lines.append(f"arguments: {whole(approval)}; approve these exactly with: tern approve {approval.id} "
+                     f"--digest {approval.arguments_sha256}")
+        text = _pretty(arguments)
+    page("\n".join(lines) + "\n\n" + text + "\n")
+    return 0
+
+
+def _pretty(arguments: Any) -> str:
+    import json
+
+    return json.dumps(arguments, ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def page(text: str, out: Any = None) -> None:
+    """``text`` (``clean``ed, newlines kept) through ``$PAGER`` (``less`` if unset) when
+    ``out`` (stdout) is a terminal, else written plain."""
+    import os
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    from runtime.log import clean
+
+    out = out or sys.stdout
+    text = clean(text, lines=True)
+    command = shlex.split(os.environ.get("PAGER") or "less") if out.isatty() else []
+    if command and command[0] not in ("cat", "") and shutil.which(command[0]):
+        try:
+            subprocess.run(command, input=text.encode(), check=False,
+                           env={**os.environ, "LESS": os.environ.get("LESS", "FX")})  # no -R: escapes stay text
+            return
+        except OSError:
+            pass
+    out.write(text)
+    out.flush()
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     return _decide(args, True)
 
@@ -216,8 +305,27 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 _ANSWERS = {"y": (True, "once"), "yes": (True, "once"), "a": (True, "always"), "A": (True, "args"),
             "n": (False, "once"), "no": (False, "once"), "": (False, "once")}
-_PROMPT = "approve? [y]es / [n]o / [a]lways for this tool / [A]lways with these arguments: "
-_HELP = "tern: answer y (yes), n (no), a (always for this tool), A (always with these arguments)"
+_VIEW = ("v", "view")
+_PROMPT = "approve? [y]es / [n]o / [a]lways for this tool / [A]lways with these arguments / [v]iew them whole: "
+_HELP = ("tern: answer y (yes), n (no), a (always for this tool), A (always with these arguments), "
+         "v (view the whole arguments)")
+
+
+def _asked(approval: Any) -> str:
+    """The prompt's line about a request: who calls what, its arguments in short (escaped,
+    padding counted) and the size and digest of the whole ones a yes is bound to."""
+    from runtime.kernel.approvals import describe, remaining
+
+    return f"tern: {describe(approval)} — approval {approval.id}, {remaining(approval)} s to answer"
+
+
+def _view(approval: Any) -> None:
+    """The whole arguments, paged on the prompt's terminal (stderr)."""
+    import sys
+
+    from runtime.kernel.approvals import whole
+
+    page(f"{approval.tool}: {whole(approval)}\n{_pretty(approval.arguments)}\n", sys.stderr)
 
 
 def terminal_ask(approvals: Any, before: Any = None, *, no_wait: bool = False) -> Any:
@@ -230,8 +338,6 @@ def terminal_ask(approvals: Any, before: Any = None, *, no_wait: bool = False) -
 
     import trio
 
-    from runtime.kernel.approvals import describe, remaining
-
     interactive = sys.stdin.isatty() and sys.stderr.isatty()
 
     async def ask(approval: Any) -> None:
@@ -242,8 +348,7 @@ def terminal_ask(approvals: Any, before: Any = None, *, no_wait: bool = False) -
             await approvals.decide(approval.id, False, reason=NO_WAIT_REASON, by=f"terminal:{_user()}",
                                    channel="terminal", cancel=approval.form is not None)
             return
-        print(f"tern: {describe(approval)} — approval {approval.id}, {remaining(approval)} s to answer",
-              file=sys.stderr, flush=True)
+        print(_asked(approval), file=sys.stderr, flush=True)
         if not interactive:
             print(f"tern: waiting for a person: tern approve {approval.id}  (or: tern deny {approval.id})",
                   file=sys.stderr, flush=True)
@@ -268,10 +373,14 @@ def terminal_ask(approvals: Any, before: Any = None, *, no_wait: bool = False) -
             if line is None:  # end of input: leave it to the other channels
                 return
             answer = line.strip()
+            if answer in _VIEW:
+                await trio.to_thread.run_sync(_view, approval, abandon_on_cancel=True)
+                continue
             if answer in _ANSWERS:
                 approve, scope = _ANSWERS[answer]
                 await approvals.decide(approval.id, approve, scope=scope, by=f"terminal:{_user()}",
-                                       channel="terminal", reason="" if approve else "denied at the terminal")
+                                       channel="terminal", reason="" if approve else "denied at the terminal",
+                                       digest=approval.arguments_sha256)
                 return
             print(_HELP, file=sys.stderr, flush=True)
 
@@ -322,7 +431,6 @@ def ask_through_daemon(daemon: Any, stream: Any, data: dict[str, Any], backlog: 
     import sys
 
     from runtime.cli.remote import isatty, quote_path
-    from runtime.kernel.approvals import describe, remaining
     from runtime.ports import Approval
 
     approval = Approval(**data)
@@ -335,8 +443,7 @@ def ask_through_daemon(daemon: Any, stream: Any, data: dict[str, Any], backlog: 
         except TernError as exc:  # decided elsewhere a moment before: the stream says how it ended
             print(f"tern: {exc}", file=sys.stderr, flush=True)
         return
-    print(f"tern: {describe(approval)} — approval {approval.id}, {remaining(approval)} s to answer",
-          file=sys.stderr, flush=True)
+    print(_asked(approval), file=sys.stderr, flush=True)
     if not isatty():
         print(f"tern: waiting for a person: tern approve {approval.id}  (or: tern deny {approval.id})",
               file=sys.stderr, flush=True)
@@ -369,10 +476,14 @@ def ask_through_daemon(daemon: Any, stream: Any, data: dict[str, Any], backlog: 
         if line is None:  # answered elsewhere, or end of input: leave it to the other channels
             return
         answer = line.strip()
+        if answer in _VIEW:
+            _view(approval)
+            continue
         if answer in _ANSWERS:
             approve, scope = _ANSWERS[answer]
             post({"decision": "approve" if approve else "deny", "scope": scope,
-                  "reason": "" if approve else "denied at the terminal"})
+                  "reason": "" if approve else "denied at the terminal",
+                  **({"digest": approval.arguments_sha256} if approve else {})})
             return
         print(_HELP, file=sys.stderr, flush=True)
 

@@ -85,8 +85,10 @@ def cmd_auth_login(args: argparse.Namespace) -> int:
             await authorizer.aclose()
 
     tokens = trio.run(main)
-    print(f"Logged in to MCP server '{entry.name}' at {tokens.issuer}"
-          + (f" (scope: {tokens.scope})" if tokens.scope else ""), file=sys.stderr)
+    from runtime.log import clean  # the issuer and scope are the authorization server's words
+
+    print(clean(f"Logged in to MCP server '{entry.name}' at {tokens.issuer}"
+                + (f" (scope: {tokens.scope})" if tokens.scope else "")), file=sys.stderr)
     return 0
 
 

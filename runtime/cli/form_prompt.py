@@ -15,6 +15,7 @@ from typing import Any
 from collections.abc import Generator
 
 from runtime.errors import UsageError
+from runtime.log import clean
 from runtime.kernel.forms import choices, parse_value, sensitive, validate
 
 __all__ = ["dialogue", "field_lines", "from_args", "Decision"]
@@ -25,9 +26,10 @@ _YES, _NO, _CANCEL = ("y", "yes"), ("n", "no", ""), ("c", "cancel")
 
 
 def field_lines(form: dict[str, Any]) -> list[str]:
-    """The form as a person reads it: one line per field."""
+    """The form as a person reads it: one line per field. Everything in it is the
+    server's text: escaped for the terminal (``log.clean``)."""
     if form.get("mode") == "url":
-        return [f"  open this URL yourself: {form.get('url')}"]
+        return [clean(f"  open this URL yourself: {form.get('url')}")]
     schema = form.get("requestedSchema") or {}
     required = schema.get("required") or []
     lines = []
@@ -43,7 +45,7 @@ def field_lines(form: dict[str, Any]) -> list[str]:
             label if label == str(value) else f"{value} ({label})" for value, label in options) if options else ""
         default = f" [default {_shown(field['default'])}]" if "default" in field and not sensitive(name, field) else ""
         about = field.get("title") or field.get("description") or ""
-        lines.append(f"  {name} ({', '.join(what)}){': ' + str(about)[:120] if about else ''}{listed}{default}")
+        lines.append(clean(f"  {name} ({', '.join(what)}){': ' + str(about)[:120] if about else ''}{listed}{default}"))
     return lines
 
 
@@ -69,7 +71,7 @@ def dialogue(form: dict[str, Any]) -> Generator[Ask, str, Decision]:
         secret = sensitive(name, field)
         default = "" if secret or "default" not in field else f" [{_shown(field['default'])}]"
         need = "" if name in required or "default" in field else " (Enter: leave out)"
-        prompt = f"  {name}{default}{need}: "
+        prompt = clean(f"  {name}{default}{need}: ")
         while True:
             line = (yield prompt, secret).rstrip("\r\n")
             if not line.strip():
@@ -96,7 +98,7 @@ def _shown(value: Any) -> str:
 def print_problem(text: str) -> None:
     import sys
 
-    print(f"tern: {text}", file=sys.stderr, flush=True)
+    print(f"tern: {clean(text)}", file=sys.stderr, flush=True)
 
 
 def from_args(form: dict[str, Any] | None, answer_json: str | None, sets: list[str]) -> dict[str, Any] | None:

@@ -14,6 +14,11 @@ tern's and checked strictly. Looks like tern's: it has a section only tern uses
 only sections tern has whose contents decode as tern's (``[server] port = 8080`` is
 some other server's; an empty file is tern's). So a typo inside a real tern config
 still stops tern with its one line.
+
+Bounds: a file over ``MAX_CONFIG_BYTES`` is refused before it is parsed (never read
+whole), and so is one nested deeper than ``wire.depth.MAX_DEPTH`` (the one nesting bound
+tern reads anything with: tables, inline tables and arrays alike), with one line each,
+never an ``internal error`` from a recursion further on.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from runtime.config.schema import Config, StdioTransport
 from runtime.config.sentences import explain, toml_syntax
 from runtime.errors import ConfigError
 from runtime.log import get_logger
+from runtime.wire.depth import MAX_DEPTH
 
 __all__ = [
     "BUNDLED_LABEL",
+    "MAX_CONFIG_BYTES",
     "LoadedConfig",
     "bundled_config_text",
     "find_config",
@@ -43,6 +50,9 @@ __all__ = [
     "user_config_dir",
     "user_state_dir",
 ]
+
+
+MAX_CONFIG_BYTES = 1024 * 1024  # a config of a thousand agents is a few hundred KiB
 
 
 class LoadedConfig(NamedTuple):
@@ -121,11 +131,13 @@ def foreign_config(path: Path) -> str:
     """Why ``path`` does not look like a tern config, or "" if it does (see the module
     docstring). A file that cannot be read is tern's: loading it says what is wrong."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = _read_text(path)
+    except (OSError, UnicodeDecodeError, ConfigError):
         return ""
     try:
         raw = _toml_loads(text)
+    except ConfigError:
+        return ""  # too deep: tern's or not, loading it says so
     except ValueError as exc:
         return "" if _TERN_HEADER.search(text) else f"not TOML tern can read: {toml_syntax(str(exc))}"
     keys = set(raw)
@@ -149,11 +161,13 @@ def load_config(explicit: str | None = None) -> LoadedConfig:
         return LoadedConfig(parse_config(bundled_config_text(), BUNDLED_LABEL, None), BUNDLED_LABEL, None)
     label = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_text(path)
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{label}: not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
     config = parse_config(text, label, path.resolve().parent)
     _not_itself(config, label, path)
     return LoadedConfig(config, label, path)
@@ -173,13 +187,50 @@ def _not_itself(config: Config, label: str, path: Path) -> None:
                               "`tern mcp` belongs in an assistant's config), or name another config with --config")
 
 
+def _read_text(path: Path) -> str:
+    """The file's text (newlines as ``read_text`` gives them), at most ``MAX_CONFIG_BYTES``
+    read: ConfigError (without the label) for a longer one."""
+    with open(path, "rb") as file:
+        data = file.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"the file is larger than a config may be ({MAX_CONFIG_BYTES // 1024 // 1024} MiB)")
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+
+
 def _toml_loads(text: str) -> dict[str, Any]:
-    """tomllib from 3.11; tomli (its origin, a dependency there) on 3.10."""
+    """tomllib from 3.11; tomli (its origin, a dependency there) on 3.10. A document
+    nested deeper than ``MAX_DEPTH`` is a ConfigError (without the label): tomllib
+    recurses per inline table or array, and what it builds is walked recursively later."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 in CI
         import tomli as tomllib
-    return tomllib.loads(text)
+    try:
+        raw = tomllib.loads(text)
+    except RecursionError:
+        raise ConfigError(_TOO_DEEP) from None
+    if _depth(raw) > MAX_DEPTH:
+        raise ConfigError(_TOO_DEEP)
+    return raw
+
+
+_TOO_DEEP = f"tables, inline tables or arrays nested more than {MAX_DEPTH} levels deep"
+
+
+def _depth(value: Any) -> int:
+    """How deep tables and arrays nest in ``value`` (a walk with a stack, not recursion);
+    it stops counting past ``MAX_DEPTH``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def parse_config(text: str, label: str, base_dir: Path | None) -> Config:
@@ -190,6 +241,8 @@ def parse_config(text: str, label: str, base_dir: Path | None) -> Config:
     """
     try:
         raw = _toml_loads(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
     except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
         raise ConfigError(f"{label}: {toml_syntax(str(exc))}") from None
     try:

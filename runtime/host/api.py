@@ -39,6 +39,7 @@ class _DecisionIn(msgspec.Struct, forbid_unknown_fields=True):
     reason: str = ""
     channel: Literal["http", "terminal", "websocket"] = "http"  # "terminal": tern's CLI asked a person inline
     answer: dict[str, Any] | None = None  # a question's field values (checked against its form)
+    digest: str | None = None  # the arguments_sha256 approved: another one is refused (409)
 
 
 class _CallIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -342,6 +343,14 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
     async def approval_get(request: Request) -> Response:
         return json_response(await approvals.get(_approval_id(request), request.caller))  # UnknownApproval: 404
 
+    async def approval_arguments(request: Request) -> Response:
+        """The whole arguments, the bytes ``arguments_sha256`` names, as a download."""
+        approval_id = _approval_id(request)
+        data = await approvals.whole_arguments(approval_id, request.caller)  # UnknownApproval: 404
+        return Response(200, data, [(b"content-disposition",
+                                     f'attachment; filename="{approval_id}-arguments.json"'.encode()),
+                                    (b"cache-control", b"no-store")])
+
     async def approval_decide(request: Request) -> Response:
         approval_id = _approval_id(request)
         body = request.json(_DecisionIn)
@@ -353,7 +362,7 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
         answer that does not fit the form, 503 a store that cannot be reached now."""
         return await approvals.decide(approval_id, body.decision == "approve", scope=body.scope, reason=body.reason,
                                 by=by, channel=body.channel, answer=body.answer, cancel=body.decision == "cancel",
-                                who=who)
+                                who=who, digest=body.digest)
 
     async def echo(request: Request) -> Response:
         request.json()  # validate: a load test must not be able to echo garbage
@@ -442,8 +451,11 @@ def build_router(node: Node, *, metrics: Any = None, secured: bool = False) -> R
                    summary="check the audit log's hash chain")
         router.add("GET", "/api/approvals", approval_list, summary="tool calls waiting for a person (?state=...)")
         router.add("GET", "/api/approvals/{id}", approval_get, summary="one approval request")
+        router.add("GET", "/api/approvals/{id}/arguments", approval_arguments,
+                   summary="a request's whole arguments: the RFC 8785 bytes its arguments_sha256 names (a download)")
         router.add("POST", "/api/approvals/{id}", approval_decide,
-                   summary='decide a pending approval: {"decision": "approve"|"deny", "scope": "once"|"always"|"args"}')
+                   summary='decide a pending approval: {"decision": "approve"|"deny", "scope": "once"|"always"|"args", '
+                           '"digest": arguments_sha256}')
         router.add("POST", "/api/echo", echo, summary="answer the JSON body back (load tests, client checks)")
         router.add("GET", "/api/openapi.json", openapi, summary="this API as OpenAPI 3.1")
         router.add("GET", "/api/events", events, websocket=True, scope="events",

@@ -51,7 +51,7 @@ def _page(title: str, body: str, status: int = 200) -> Response:
 
 
 def add_routes(router: Router, node: Node) -> None:
-    from runtime.kernel.approval_links import LinkRefused, arguments_sha256
+    from runtime.kernel.approval_links import LinkRefused
 
     failures = RateLimiter(FAILURES_PER_MIN / 60, FAILURES_PER_MIN)
     budget = LogBudget()
@@ -82,7 +82,7 @@ def add_routes(router: Router, node: Node) -> None:
                    else "") + '<button class="no" name="decision" value="deny">Deny</button>'
         body = (f"<p>{who} wants to call <b>{html.escape(approval.tool)}</b>.</p><dl>"
                 f"<dt>arguments</dt><dd><pre>{shown}</pre></dd>"
-                f"<dt>arguments SHA-256</dt><dd><code>{arguments_sha256(approval.arguments)}</code></dd>"
+                f"<dt>arguments SHA-256</dt><dd><code>{approval.arguments_sha256}</code></dd>"
                 f"<dt>caller</dt><dd>{html.escape(approval.caller or '-')} (key {html.escape(approval.key)})</dd>"
                 f"<dt>request</dt><dd><code>{html.escape(approval.id)}</code>, by {html.escape(channel)}</dd>"
                 f"<dt>expires</dt><dd>{_iso(approval.expires)}</dd></dl>"

@@ -14,6 +14,11 @@ _JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 _APPROVAL = {"type": "object", "required": ["id", "agent", "tool", "state", "expires"],
              "properties": {"state": {"enum": ["pending", "approved", "denied", "expired"]},
+                            "arguments": {"description": "the whole arguments, redacted (known secrets masked)"},
+                            "arguments_sha256": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$",
+                                                 "description": "sha256 of their RFC 8785 bytes (GET .../arguments): "
+                                                                "what approving binds to"},
+                            "arguments_bytes": {"type": "integer"},
                             "form": {"type": ["object", "null"],
                                      "description": "a server's question: mode, message, requestedSchema or url"}}}
 _TOO_MANY = {**_ERROR, "description": "the rate limit, or the agent's budget (requests_per_minute, tokens_per_hour), "
@@ -422,11 +427,22 @@ def _base() -> dict[str, Any]:
                                            "reason": {"type": "string"},
                                            "channel": {"enum": ["http", "terminal", "websocket"], "default": "http"},
                                            "answer": {"type": "object",
-                                                      "description": "a question's field values (its form)"}}}}},
+                                                      "description": "a question's field values (its form)"},
+                                           "digest": {"type": "string",
+                                                      "description": "the arguments_sha256 this approval is for: "
+                                                                     "another request's is refused (409)"}}}}},
                     },
                     "responses": {**_ok("the decided request", _APPROVAL), "400": _ERROR, "404": _ERROR,
                                   "409": _ERROR},
                 },
+            },
+            "/api/approvals/{id}/arguments": {
+                "get": {
+                    "summary": "a request's whole arguments: the RFC 8785 bytes its arguments_sha256 names "
+                               "(Content-Disposition: attachment)",
+                    "parameters": [_ID],
+                    "responses": {**_ok("the arguments", {"type": "object"}), "404": _ERROR},
+                }
             },
             "/api/echo": {
                 "post": {

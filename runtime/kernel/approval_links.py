@@ -3,12 +3,13 @@
 A link is ``{public_url}/approve/{token}``; the token is the request's id, the decision
 it may make (``a`` approve, ``d`` deny), the request's expiry, the notify channel that
 carried it, and an HMAC-SHA256 over those and the SHA-256 of the request's arguments
-(``arguments_sha256``), keyed by ``<state dir>/approval-links.key`` (32 random bytes,
-0600, made at first use the way the audit key is). So a token cannot be forged, moved to
-another request, nor kept for the same request once its arguments differ; it dies with
-the request (expiry, or any decision anywhere), and it is spent at its first use: spent
-tokens are remembered until their request expires (in this process: the daemon serves
-the links, and a request it did not decide is closed anyway by its own first decision).
+(``Approval.arguments_sha256``: ``approvals.args_digest``, what every view shows), keyed
+by ``<state dir>/approval-links.key`` (32 random bytes, 0600, made at first use the way
+the audit key is). So a token cannot be forged, moved to another request, nor kept for
+the same request once its arguments differ; it dies with the request (expiry, or any
+decision anywhere), and it is spent at its first use: spent tokens are remembered until
+their request expires (in this process: the daemon serves the links, and a request it
+did not decide is closed anyway by its own first decision).
 
 A deny link can only deny; an approve link approves, or denies (the safe way). Every use
 is audited: a decision as ``approval_resolved`` with ``decided_by: notify:<channel>`` and
@@ -32,13 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
 
 from runtime.errors import ApprovalClosed, TernError, UnknownApproval
 from runtime.log import get_logger
 from runtime.ports import Approval
 
-__all__ = ["ApprovalLinks", "LinkRefused", "arguments_sha256", "KEY_FILE"]
+__all__ = ["ApprovalLinks", "LinkRefused", "KEY_FILE"]
 
 log = get_logger("approval_links")
 
@@ -46,19 +46,6 @@ KEY_FILE = "approval-links.key"
 MAX_SPENT = 10_000  # spent tokens remembered at once (each only until its request's expiry)
 _TOKEN = re.compile(r"(ap_[0-9a-f]{1,64})\.([ad])\.([0-9]{1,16})\.([a-z0-9_-]{1,64})\.([A-Za-z0-9_-]{43})")
 _DECISIONS = {"a": "approve", "d": "deny"}
-
-
-def arguments_sha256(arguments: Any) -> str:
-    """The hex SHA-256 of the arguments' RFC 8785 canonical JSON. (Issue 34: to be folded
-    with ``approvals.args_digest`` once that lands.) A value JCS has no form for (an
-    integer past 2**53) is hashed as its sorted compact JSON instead."""
-    from runtime.wire.jcs import CanonicalError, canonicalize
-
-    try:
-        data = canonicalize(arguments)
-    except (CanonicalError, TypeError, ValueError):
-        data = msgspec.json.encode(arguments, order="sorted")
-    return hashlib.sha256(data).hexdigest()
 
 
 class LinkRefused(TernError):
@@ -99,7 +86,7 @@ class ApprovalLinks:
         """The token of a link that may ``decision`` ("approve" or "deny") ``approval``."""
         letter = "a" if decision == "approve" else "d"
         expires_ms = str(round(approval.expires * 1000))
-        mac = self._mac(approval.id, letter, expires_ms, channel, arguments_sha256(approval.arguments))
+        mac = self._mac(approval.id, letter, expires_ms, channel, approval.arguments_sha256)
         return f"{approval.id}.{letter}.{expires_ms}.{channel}.{mac}"
 
     async def open(self, token: str) -> tuple[Approval, str, str]:
@@ -142,7 +129,7 @@ class ApprovalLinks:
             raise LinkRefused("this link is not valid") from None
         try:
             expected = self._mac(approval_id, letter, str(round(approval.expires * 1000)), channel,
-                                 arguments_sha256(approval.arguments))
+                                 approval.arguments_sha256)
         except TernError as exc:  # the key file is refused: the holder of a link is not told where it is
             log.error("approval links cannot be checked: %s", exc)
             raise LinkRefused("links cannot be checked on this tern now (its log says why)") from None

@@ -20,7 +20,11 @@ the last two persist as rules, read by every node at each call. Requests whose w
 is gone are expired: on SQLite those of a process that no longer runs, when the next
 tern opens the file; on PostgreSQL those that their node stopped marking alive for
 ``lease_secs`` (a killed node), by the sweep every node runs. Arguments are kept
-redacted and bounded; the ``args`` rule matches their digest, never their text. Every
+redacted and whole, as their RFC 8785 bytes (a call whose arguments pass
+``MAX_ARGUMENT_BYTES`` is refused, not cut); every view shows their ``args_digest`` and
+an approval that carries it is refused when it names other bytes, so a person approves
+what they could read whole. The ``args`` rule matches the digest of the arguments
+before redaction (``audit.digest``), never their text. Every
 request and decision is an audit record (who decided, through which channel) and an
 event (``approval_requested``, ``approval_resolved``).
 
@@ -33,6 +37,7 @@ in events or the audit log, which records its digest.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import socket
@@ -45,13 +50,14 @@ from collections.abc import Callable
 import msgspec
 import trio
 
-from runtime.errors import ApprovalClosed, StorageError, UnknownApproval, UsageError
+from runtime.errors import ApprovalClosed, ApprovalMismatch, StorageError, UnknownApproval, UsageError
 from runtime.kernel.sql import PgSql, SqliteSql
 from runtime.log import get_logger
 from runtime.config.keys import OWNER_NAMES
 from runtime.ports import Approval, Ask, Caller
+from runtime.wire.jcs import CanonicalError, canonicalize
 
-__all__ = ["Approvals", "SCOPES", "POLL_SECS", "CHANNEL"]
+__all__ = ["Approvals", "SCOPES", "POLL_SECS", "CHANNEL", "args_digest", "same_digest", "MAX_ARGUMENT_BYTES"]
 
 log = get_logger("approvals")
 
@@ -60,8 +66,13 @@ POLL_SECS = 0.2  # SQLite: how soon a decision made by another process is seen
 FALLBACK_POLL_SECS = 3.0  # PostgreSQL: how soon it is seen when its NOTIFY was lost
 CHANNEL = "tern_approvals"  # NOTIFY of a decision; the payload is the request's id
 ORPHANED = "tern stopped while it waited"
-MAX_ARGUMENT_BYTES = 16 * 1024  # what a request keeps of its (redacted) arguments
+#: The longest (redacted, canonical) arguments a request keeps, whole; a call with longer ones
+#: that needs a person is refused with a sentence, never cut. A tenth of the largest JSON
+#: message tern reads at all (``wire.framing.MAX_MESSAGE_BYTES``, the default ``[server]
+#: max_body_bytes``: no caller's arguments pass those), and a page a person can still read.
+MAX_ARGUMENT_BYTES = 1024 * 1024
 LIST_LIMIT = 500
+EVENT_ARGUMENT_BYTES = 16 * 1024  # longer arguments are named by digest alone in events
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -276,6 +287,17 @@ class Approvals:
             raise UnknownApproval(f"no approval request has the id {approval_id!r} (see `tern approvals`)")
         return _approval(row)
 
+    async def whole_arguments(self, approval_id: str, who: Caller | None = None) -> bytes:
+        """A request's arguments as kept: the bytes its ``arguments_sha256`` is the digest
+        of (a download, a page); ``UnknownApproval`` as ``get``."""
+        await self.get(approval_id, who)
+        row = await self._sql.run(lambda tx: tx.execute(f"SELECT arguments FROM {self._requests} WHERE id = ?",
+                                                        (approval_id,)).fetchone(),
+                                  "the approval request could not be read")
+        if row is None:
+            raise UnknownApproval(f"no approval request has the id {approval_id!r} (see `tern approvals`)")
+        return row[0].encode()
+
     def pending_count(self) -> int:
         """Requests waiting (a gauge: read synchronously). SQLite: counted now; PostgreSQL:
         as the last sweep counted them (every ``lease_secs / 3``)."""
@@ -313,7 +335,7 @@ class Approvals:
         than the retention goes too."""
         now = self.clock()
         approval_id = "ap_" + os.urandom(5).hex()
-        shown = _bounded(self.redact(arguments))
+        shown, refused = _kept(self.redact(arguments))
         timeout = wait_secs if wait_secs > 0 else self.timeout_secs  # a rule's own wait, else the governance one
         expires = now + timeout
 
@@ -338,7 +360,7 @@ class Approvals:
             return ""
 
         # a full disk or an unreachable database: no request, so no yes: the call is refused
-        refused = await self._sql.run(insert, "approval request not recorded")
+        refused = refused or await self._sql.run(insert, "approval request not recorded")
         if refused:
             self._audit("approval_requested", agent=agent, tool=tool, caller=caller, key=key, outcome="denied",
                         reason=refused)
@@ -434,11 +456,14 @@ class Approvals:
 
     async def decide(self, approval_id: str, approve: bool, *, scope: str = "once", reason: str = "",
                      by: str = "", channel: str = "", answer: dict[str, Any] | None = None,
-                     cancel: bool = False, who: Caller | None = None, rule_for: str = "") -> Approval:
+                     cancel: bool = False, who: Caller | None = None, rule_for: str = "",
+                     digest: str | None = None) -> Approval:
         """Approve or deny a pending request, first decision wins (one ``UPDATE ... WHERE
         state = 'pending'``, here or on any node). A form's approval carries ``answer``
         (its field values; UsageError if they do not fit the form, and it stays pending);
-        its denial declines, or with ``cancel`` cancels.
+        its denial declines, or with ``cancel`` cancels. A tool call's approval may carry
+        ``digest``, the ``arguments_sha256`` the person was shown: ``ApprovalMismatch``
+        (and it stays pending) when it is not this request's (every tern view sends it).
 
         ``who`` must hold the scope ``approvals``, or be the key whose run waits with a
         config that lets such callers decide (``may_answer``; ``Forbidden`` otherwise). An
@@ -469,6 +494,11 @@ class Approvals:
         maker = who.name if who is not None else (by or "admin")
         reason = reason[:1000]
         result = self._form_result(current, approve, scope, answer, cancel)
+        if approve and digest is not None and current.form is None and not same_digest(digest,
+                                                                                       current.arguments_sha256):
+            raise ApprovalMismatch(f"approval {approval_id} is for arguments with the digest "
+                                   f"{current.arguments_sha256}, not {_shown_digest(digest)}: look at them again "
+                                   f"(`tern approvals show {approval_id}`); nothing was approved")
         now = self.clock()
         state = "approved" if approve else "denied"
 
@@ -651,16 +681,44 @@ class Approvals:
             self.audit.record(kind, **fields)
 
     def _event(self, kind: str, approval: Approval) -> None:
+        """An event names the arguments by digest; it carries them only up to
+        ``EVENT_ARGUMENT_BYTES`` (each subscriber's queue holds 256 events: the whole
+        text is one API call away)."""
         if self.publish is not None:
-            self.publish(kind, {"approval": msgspec.structs.asdict(approval)})
+            shown = msgspec.structs.asdict(approval)
+            if approval.arguments_bytes > EVENT_ARGUMENT_BYTES:
+                shown["arguments"] = None
+            self.publish(kind, {"approval": shown})
 
 
-def _bounded(arguments: Any) -> str:
-    data = _encode(arguments)
-    if len(data) <= MAX_ARGUMENT_BYTES:
-        return data.decode()
-    preview = data[:MAX_ARGUMENT_BYTES].decode("utf-8", "ignore")
-    return _encode({"_preview": preview, "_bytes": len(data)}).decode()
+def args_digest(arguments: Any) -> str:
+    """``sha256:<hex>`` of the RFC 8785 bytes of ``arguments`` (redacted, as a request
+    keeps them): what every view of an approval shows and what approving binds to; a
+    signed link to an approval carries it. ``CanonicalError`` for a value JSON cannot
+    write canonically (integers past 2**53, nesting past 64, lone surrogates)."""
+    return "sha256:" + hashlib.sha256(canonicalize(arguments)).hexdigest()
+
+
+def same_digest(given: str, digest: str) -> bool:
+    """Whether ``given`` names ``digest`` (``sha256:`` may be left off, hex in any case)."""
+    given = given.strip().lower()
+    return bool(digest) and (given if given.startswith("sha256:") else "sha256:" + given) == digest
+
+
+def _shown_digest(given: str) -> str:
+    return repr(given[:80]) if len(given) > 80 else repr(given)
+
+
+def _kept(arguments: Any) -> tuple[str, str]:
+    """The arguments as a request keeps them (RFC 8785 text), or why they cannot be."""
+    try:
+        data = canonicalize(arguments)
+    except CanonicalError as exc:
+        return "", f"its arguments have no canonical JSON form to show a person ({exc})"
+    if len(data) > MAX_ARGUMENT_BYTES:
+        return "", (f"its arguments are {len(data):,} bytes, more than a person is shown whole for approval "
+                    f"({MAX_ARGUMENT_BYTES:,})")
+    return data.decode(), ""
 
 
 def _digest(value: Any) -> str:
@@ -678,25 +736,33 @@ def answerable(who: Caller, key: str) -> bool:
 def _approval(row: tuple) -> Approval:
     (id_, agent, tool, arguments, caller, context_id, created, expires, state, scope, decided_by, channel, reason,
      decided_at, form, key, origin) = row
-    return Approval(id_, agent, tool, _decode.decode(arguments), caller, context_id, created, expires, state, scope,
-                    decided_by, channel, reason, decided_at, _decode.decode(form) if form else None, key, origin)
+    data = arguments.encode()  # RFC 8785 bytes (a request made by an older tern: its own JSON, never matched)
+    return Approval(id_, agent, tool, _decode.decode(data), caller, context_id, created, expires, state, scope,
+                    decided_by, channel, reason, decided_at, _decode.decode(form) if form else None, key, origin,
+                    "sha256:" + hashlib.sha256(data).hexdigest(), len(data))
 
 
 def describe(approval: Approval, *, width: int = 200) -> str:
-    """One line for a person: who wants to call what, with what (or who asks what)."""
+    """One line for a person: who wants to call what, with what (or who asks what), fit
+    for a terminal (``log.preview``: peer text escaped, padding counted, the ends kept),
+    with the digest and size of the whole arguments a tool call's approval binds to."""
+    from runtime.log import clean, preview
+
     if approval.origin == "mcp-lock":
         from runtime.kernel.mcp_lock import describe_lock
 
-        return describe_lock(approval)
+        return clean(describe_lock(approval))
     if approval.form is not None:
-        asked = " ".join(str(approval.form.get("message", "")).split())
-        asked = asked if len(asked) <= width else asked[:width - 3] + "..."
-        return f"{approval.caller or 'an MCP server'} asks: {asked}"
-    who = f"agent '{approval.agent}'" if approval.agent else "the operator"
+        asked = preview(str(approval.form.get("message", "")), width)
+        return f"{clean(approval.caller or 'an MCP server')} asks: {asked}"
+    who = f"agent '{clean(approval.agent)}'" if approval.agent else "the operator"
     shown = _encode(approval.arguments).decode() if approval.arguments is not None else "{}"
-    if len(shown) > width:
-        shown = shown[:width - 3] + "..."
-    return f"{who} wants to call {approval.tool} {shown}"
+    return f"{who} wants to call {clean(approval.tool)} {preview(shown, width)} ({whole(approval)})"
+
+
+def whole(approval: Approval) -> str:
+    """The arguments' size and digest, as every view names them."""
+    return f"{approval.arguments_bytes:,} bytes, {approval.arguments_sha256}"
 
 
 def remaining(approval: Approval, now: float | None = None) -> int:

@@ -33,7 +33,7 @@ import trio
 from runtime.config import Config
 from runtime.config.schema import NotifyChannel
 from runtime.errors import TernError, TernTimeout
-from runtime.kernel.approval_links import ApprovalLinks, arguments_sha256
+from runtime.kernel.approval_links import ApprovalLinks
 from runtime.log import get_logger, register_secret
 from runtime.net.guard import AddressPolicy
 from runtime.ports import Approval
@@ -50,7 +50,8 @@ log = get_logger("notify")
 SIGNATURE_HEADER = "X-Tern-Signature-256"
 DEFAULT_NTFY = "https://ntfy.sh"
 MAX_ATTEMPTS = 3  # per channel and request, within its timeout_secs
-MAX_SHOWN_CHARS = 2000  # the arguments as text in a message (the JSON body carries them whole, bounded by the store)
+MAX_SHOWN_CHARS = 2000  # the arguments as text in a message
+MAX_BODY_ARGUMENTS = 16 * 1024  # the JSON body carries them whole up to this; past it, the link's page does
 
 
 class NotifyError(TernError):
@@ -88,8 +89,10 @@ def notice(approval: Approval, links: ApprovalLinks, channel: str, base: str) ->
     shown = msgspec.json.encode(approval.arguments, order="sorted").decode() if approval.arguments is not None else "{}"
     return {"type": "approval_requested", "id": approval.id, "tool": approval.tool, "agent": approval.agent,
             "caller": approval.caller, "key": approval.key, "summary": describe(approval, width=300),
-            "arguments": approval.arguments, "arguments_text": shown[:MAX_SHOWN_CHARS],
-            "arguments_sha256": arguments_sha256(approval.arguments), "expires": approval.expires,
+            # whole up to the text's bound; past it the page behind the link shows them whole
+            "arguments": approval.arguments if len(shown) <= MAX_BODY_ARGUMENTS else None,
+            "arguments_text": shown[:MAX_SHOWN_CHARS], "arguments_bytes": approval.arguments_bytes,
+            "arguments_sha256": approval.arguments_sha256, "expires": approval.expires,
             "expires_at": _iso(approval.expires), "channel": channel,
             "approve_url": f"{base}/approve/{links.mint(approval, 'approve', channel)}",
             "deny_url": f"{base}/approve/{links.mint(approval, 'deny', channel)}"}

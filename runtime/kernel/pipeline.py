@@ -35,6 +35,8 @@ from runtime.errors import Forbidden, TernError
 from runtime.kernel.door import enter_tool
 from runtime.log import get_logger, register_secret, registered_secrets, secrets_version
 from runtime.mcp.names import tool_globs
+from runtime.wire.jcs import CanonicalError, canonicalize
+from runtime.kernel.approvals import args_digest
 from runtime.kernel.audit import AuditLog, digest
 from runtime.kernel.policy import Policy
 from runtime.kernel.guards import (LoopGuard, Redactor, TaintTracker, is_sensitive_sink, is_untrusted_source,
@@ -279,9 +281,10 @@ class ToolPipeline:
                                 f"({taint.path}), which is untrusted; sensitive tools do not take it"), "tainted"
         decision = self.policy.verdict(agent, tool)
         if decision.decision != "allow":
-            refusal = await self._govern(decision, name, arguments, run, caller)
-            if refusal is not None:
-                return refusal
+            governed = await self._govern(decision, name, arguments, run, caller)
+            if isinstance(governed, tuple):
+                return governed
+            arguments = governed  # the bytes a person approved, decoded afresh
         limit = timeout_secs or self.config.tools.timeouts.get(name, self.config.tools.timeout_secs)
         with trio.move_on_after(limit) as scope:
             run._scopes.add(scope)
@@ -309,8 +312,11 @@ class ToolPipeline:
 
 
     async def _govern(self, verdict: Any, name: str, arguments: dict[str, Any], run: Run,
-                      caller: str) -> tuple[ToolResult, str] | None:
-        """Deny, or ask a person and wait; None when the call may go on."""
+                      caller: str) -> tuple[ToolResult, str] | dict[str, Any]:
+        """Deny, or ask a person and wait; the arguments to run when the call may go on.
+        A person's yes runs exactly what they were shown: the arguments are frozen to their
+        RFC 8785 bytes before the request, the tool gets those bytes decoded afresh, and
+        only if their (redacted) digest is the one the approval bound to."""
         if verdict.decision == "deny":
             return _refused(f"{name} was not run: {verdict.reason}"), "denied"
         approvals = self.approvals
@@ -324,14 +330,19 @@ class ToolPipeline:
         except TernError as exc:  # the store is away: no rule to read, so no yes
             return _refused(f"{name} was not run: {exc}"), "denied"
         if remembered == "allow":
-            return None
+            return arguments
+        try:
+            frozen = _frozen(arguments)
+        except CanonicalError as exc:
+            return _refused(f"{name} was not run: its arguments have no canonical JSON form to show a person "
+                            f"({exc})"), "denied"
         if remembered == "deny":
             return _refused(f"{name} was not run: a person denied it from now on"
                             f"{' for agent ' + repr(agent) if agent else ''}"), "rejected"
         with trio.CancelScope() as scope:  # run.cancel() stops the wait too
             run._scopes.add(scope)
             try:
-                approval = await approvals.request(agent, name, arguments, arguments_digest, caller=caller,
+                approval = await approvals.request(agent, name, frozen, arguments_digest, caller=caller,
                                                    wait_secs=verdict.wait_secs,
                                                    context_id=run.context_id, reason=verdict.reason,
                                                    ask=run.context.ask, key=run.key,
@@ -345,7 +356,14 @@ class ToolPipeline:
         if run.cancelled or scope.cancelled_caught:
             return _refused(f"{name} was cancelled by its caller while it waited for approval"), "cancelled"
         if approval.state == "approved":
-            return None
+            try:
+                bound = args_digest(approvals.redact(frozen)) == approval.arguments_sha256
+            except CanonicalError:
+                bound = False
+            if bound:
+                return frozen
+            return _refused(f"{name} was not run: approval {approval.id} was given for other arguments than this "
+                            "call's"), "rejected"
         if approval.state == "expired":
             return _refused(f"{name} was not run: approval {approval.id} expired ({approval.reason}); a person "
                             f"can allow it with `tern approve` next time, or a [[governance.rules]] entry"), "expired"
@@ -355,6 +373,13 @@ class ToolPipeline:
         return _refused(f"{name} was not run: {by} denied it (approval {approval.id}"
                         f"{', ' + approval.channel if approval.channel else ''})"
                         f"{': ' + approval.reason if approval.reason else ''}"), "rejected"
+
+
+def _frozen(arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` as their RFC 8785 bytes decoded again: a copy nothing else holds."""
+    import msgspec
+
+    return msgspec.json.decode(canonicalize(arguments))
 
 
 def _refused(message: str) -> ToolResult:

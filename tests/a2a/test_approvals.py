@@ -16,7 +16,7 @@ from runtime.a2a.server.asking import read_decision
 from runtime.a2a.server.engine import InvalidTaskRequest, TaskEngine, UnsupportedOperation
 from runtime.a2a.server.runner import agent_runner
 from runtime.config import AgentConfig
-from runtime.kernel.approvals import Approvals
+from runtime.kernel.approvals import Approvals, args_digest
 from runtime.ports import AgentReply
 
 
@@ -125,6 +125,8 @@ async def test_the_caller_answers_an_input_required_task(nursery, autojump_clock
     assert approval.id in text["text"] and "shell_exec" in text["text"]
     assert data["data"]["approval"] == {"id": approval.id, "agent": "bot", "tool": "shell_exec",
                                         "arguments": {"argv": ["rm", "x.txt"]},
+                                        "arguments_sha256": args_digest({"argv": ["rm", "x.txt"]}),
+                                        "arguments_bytes": len(b'{"argv":["rm","x.txt"]}'),
                                         "expires": data["data"]["approval"]["expires"]}
     assert data["data"]["approval"]["expires"].endswith("Z")
     answer.task_id = task.id
@@ -140,6 +142,24 @@ async def test_the_caller_answers_an_input_required_task(nursery, autojump_clock
     if answer.parts[0].get("data", {}).get("reason"):
         assert reply.endswith("too risky")
     assert [m.role for m in task.history] == ["user", "agent", "user", "agent"]  # asked, answered, replied
+
+
+async def test_an_a2a_approval_naming_other_arguments_is_refused(nursery, autojump_clock):
+    engine, approvals = await setup(nursery, caller_may_approve=True)
+    task = await engine.send("bot", msg("x.txt"))
+    with trio.fail_after(5):
+        await engine.wait(task.id)
+    approval = (await approvals.list())[0]
+    stale = msg(data={"decision": "approve", "digest": args_digest({"argv": ["rm", "y.txt"]})})
+    stale.task_id = task.id
+    with pytest.raises(InvalidTaskRequest, match=approval.arguments_sha256):
+        await engine.send("bot", stale)
+    assert task.state == "input-required" and (await approvals.get(approval.id)).state == "pending"
+    right = msg(data={"decision": "approve", "digest": approval.arguments_sha256})
+    right.task_id = task.id
+    await engine.send("bot", right)
+    await engine.wait(task.id)
+    assert (await approvals.get(approval.id)).state == "approved" and task.state == "completed"
 
 
 async def test_the_question_shows_the_arguments_redacted(nursery, autojump_clock):
@@ -229,16 +249,19 @@ async def test_cancel_while_asking_ends_the_wait(nursery, autojump_clock):
 
 
 def test_read_decision():
-    assert read_decision([{"text": " APPROVE! "}]) == (True, "once", "", None, False)
+    assert read_decision([{"text": " APPROVE! "}]) == (True, "once", "", None, False, None)
     assert read_decision([{"text": "note"}, {"data": {"decision": "deny", "reason": "no"}}]) == (
-        False, "once", "no", None, False)
-    assert read_decision([{"data": {"decision": "approve", "scope": "args"}}]) == (True, "args", "", None, False)
+        False, "once", "no", None, False, None)
+    assert read_decision([{"data": {"decision": "approve", "scope": "args"}}]) == (True, "args", "", None, False,
+                                                                                  None)
+    assert read_decision([{"data": {"decision": "approve", "digest": "sha256:ab"}}]).digest == "sha256:ab"
     assert read_decision([{"data": {"decision": "approve", "answer": {"n": 2}}}]).answer == {"n": 2}
     assert read_decision([{"data": {"decision": "deny", "cancel": True}}]).cancel is True
     for parts in ([], [{"text": "approve, I guess"}], [{"data": {"decision": True}}],
                   [{"data": {"decision": "deny", "reason": 3}}], [{"url": "http://x"}],
                   [{"data": {"decision": "approve", "answer": ["n", 2]}}],
-                  [{"data": {"decision": "deny", "cancel": "yes"}}]):
+                  [{"data": {"decision": "deny", "cancel": "yes"}}],
+                  [{"data": {"decision": "approve", "digest": 7}}]):
         with pytest.raises(InvalidTaskRequest):
             read_decision(parts)
 

@@ -51,7 +51,7 @@ def free_port() -> int:
 
 def jcs_sha256(value: dict) -> str:
     """RFC 8785 for this ASCII object: sorted keys, no spaces (computed here, not by tern)."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 async def receiver(nursery, fail_first: int = 0) -> tuple[str, list[tuple[str, dict, bytes]]]:

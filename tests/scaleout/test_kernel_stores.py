@@ -20,9 +20,10 @@ import trio
 
 from runtime.config.keys import Caller
 from runtime.errors import ApprovalClosed, Forbidden, StorageError, UnknownApproval, UsageError
-from runtime.kernel.approvals import CHANNEL, MAX_ARGUMENT_BYTES, ORPHANED, Approvals
+from runtime.kernel.approvals import CHANNEL, MAX_ARGUMENT_BYTES, ORPHANED, Approvals, args_digest
 from runtime.kernel.conversations import Conversations
 from runtime.pg import Database, DatabaseUnavailable
+from runtime.wire.jcs import canonicalize
 from runtime.pg.listen import Listener
 
 ALICE = Caller("alice", frozenset({"message", "tasks"}))
@@ -216,12 +217,17 @@ async def test_ownership_bounds_and_hostile_ids(store: Store) -> None:
         a = await store.approvals(nursery, "a", max_pending_per_agent=2)
         b = await store.approvals(nursery, "b", max_pending_per_agent=2)
         ended: list = []
-        nursery.start_soon(partial(ask, a, ended, "bot", "t1", {"blob": "x" * (4 * MAX_ARGUMENT_BYTES)}, "d1",
+        nursery.start_soon(partial(ask, a, ended, "bot", "t1", {"blob": "x" * (200 * 1024)}, "d1",
                                    key="alice"))
         nursery.start_soon(partial(ask, a, ended, "bot", "t2", {}, "d2", key="bob"))
         listed = await waiting(b, 2)
         big = next(x for x in listed if x.tool == "t1")
-        assert big.arguments["_bytes"] > 4 * MAX_ARGUMENT_BYTES and len(big.arguments["_preview"]) <= MAX_ARGUMENT_BYTES
+        assert big.arguments == {"blob": "x" * (200 * 1024)}  # kept whole, its digest the same on every node
+        assert big.arguments_sha256 == args_digest(big.arguments) == (await a.get(big.id)).arguments_sha256
+        assert await b.whole_arguments(big.id) == canonicalize(big.arguments)
+        # Past the bound a call is refused with a sentence, never kept cut.
+        huge = await b.request("bot", "t4", {"blob": "x" * MAX_ARGUMENT_BYTES}, "d4")
+        assert huge.state == "denied" and not huge.id and f"({MAX_ARGUMENT_BYTES:,})" in huge.reason
         # The third at once is refused (the limit is per agent, counted in the shared store).
         refused = await b.request("bot", "t3", {}, "d3")
         assert refused.state == "denied" and "max_pending_per_agent" in refused.reason

@@ -7,9 +7,11 @@
   another program, and whether it may approve tern's tool calls is the operator's call.
 - With ``[a2a] caller_may_approve``, the task goes to ``input-required`` with the
   question as a text part and the request as a data part
-  (``{"approval": {id, agent, tool, arguments, expires}}``, the arguments redacted as
-  every channel shows them). The caller's next message on the task is the decision: a
-  data part ``{"decision": "approve" | "deny", "scope": ..., "reason": ...}`` or the
+  (``{"approval": {id, agent, tool, arguments, arguments_sha256, arguments_bytes,
+  expires}}``, the arguments redacted and whole as every channel shows them; the text
+  names their digest beside a preview: ``log.preview``). The caller's next message on the
+  task is the decision: a data part ``{"decision": "approve" | "deny", "scope": ...,
+  "reason": ..., "digest": ...}`` (an approval naming another digest is refused) or the
   text approve/yes or deny/no, decided through the ``ApprovalPort`` in the caller's
   name on the channel ``a2a``. A question from an MCP server (an approval with a
   ``form``) carries the form in its data part, and is answered with typed values:
@@ -32,7 +34,8 @@ import trio
 
 from runtime.a2a.model import Message, Task, now_iso
 from runtime.a2a.server.engine import InvalidTaskRequest, TaskReport, UnsupportedOperation
-from runtime.errors import StorageError, TernError, UsageError
+from runtime.errors import ApprovalMismatch, StorageError, TernError, UsageError
+from runtime.log import preview
 from runtime.ports import Approval, ApprovalPort, Ask
 
 __all__ = ["approval_asker", "read_decision", "Decision", "SCOPES"]
@@ -62,6 +65,7 @@ class Decision(NamedTuple):
     reason: str = ""
     answer: dict[str, Any] | None = None
     cancel: bool = False
+    digest: str | None = None  # the arguments_sha256 approved
 
 
 def approval_asker(task: Task, report: TaskReport, approvals: ApprovalPort | None, *,
@@ -100,19 +104,20 @@ def waiting(approval: Approval) -> str:
 
 def question(approval: Approval) -> Message:
     """The input-required message: what is asked, and the request as data."""
-    shown = _encode(approval.arguments).decode() if approval.arguments is not None else "{}"
-    if len(shown) > _SHOWN_ARGUMENTS:
-        shown = shown[:_SHOWN_ARGUMENTS - 3] + "..."
+    shown = preview(_encode(approval.arguments).decode() if approval.arguments is not None else "{}",
+                    _SHOWN_ARGUMENTS)
     who = f"agent '{approval.agent}'" if approval.agent else "tern"
     data = {"approval": {"id": approval.id, "agent": approval.agent, "tool": approval.tool,
-                         "arguments": approval.arguments, "expires": now_iso(approval.expires)}}
+                         "arguments": approval.arguments, "arguments_sha256": approval.arguments_sha256,
+                         "arguments_bytes": approval.arguments_bytes, "expires": now_iso(approval.expires)}}
     if approval.form is not None:
         data["approval"]["form"] = approval.form
         text = (f"{approval.tool} asks: {approval.form.get('message', '')} It waits for your answer "
                 f"({approval.id}, {_seconds_left(approval)} s left): {_HOW_FORM}.")
     else:
-        text = (f"May {who} call {approval.tool} {shown}? It waits for your approval ({approval.id}, "
-                f"{_seconds_left(approval)} s left): {_HOW}.")
+        text = (f"May {who} call {approval.tool} {shown} ({approval.arguments_bytes:,} bytes, "
+                f"{approval.arguments_sha256}: the whole arguments are in the data part)? It waits for your "
+                f"approval ({approval.id}, {_seconds_left(approval)} s left): {_HOW}.")
     return Message(role="agent", parts=[{"text": text}, {"data": data}])
 
 
@@ -135,7 +140,10 @@ def read_decision(parts: list[dict[str, Any]]) -> Decision:
                 raise InvalidTaskRequest(f"answer must be an object of the form's fields, not {_short(answer)}")
             if not isinstance(cancel, bool):
                 raise InvalidTaskRequest(f"cancel must be true or false, not {_short(cancel)}")
-            return Decision(decision == "approve", scope, reason, answer, cancel)
+            digest = data.get("digest")
+            if digest is not None and not isinstance(digest, str):
+                raise InvalidTaskRequest(f"digest must be the arguments_sha256 string, not {_short(digest)}")
+            return Decision(decision == "approve", scope, reason, answer, cancel, digest)
     text = " ".join(str(part["text"]) for part in parts if "text" in part).strip().rstrip(".!").strip().casefold()
     if text in _WORDS:
         return Decision(_WORDS[text])
@@ -156,10 +164,10 @@ async def _decide(approvals: ApprovalPort, approval: Approval, task: Task, messa
     try:
         decided = await approvals.decide(approval.id, decision.approve, scope=decision.scope, reason=decision.reason,
                                    by=caller or "a2a", channel="a2a", answer=decision.answer, cancel=decision.cancel,
-                                   who=who)
+                                   who=who, digest=decision.digest)
     except StorageError:  # the store is away (503): the task still asks, the caller may answer again
         raise
-    except UsageError as exc:  # an answer that does not fit the form: the task still asks
+    except (UsageError, ApprovalMismatch) as exc:  # an answer that does not fit: the task still asks
         raise InvalidTaskRequest(f"task {task.id} waits for an answer to approval {approval.id}: {exc}") from None
     except TernError as exc:  # decided elsewhere or expired a moment ago: the task goes on by itself
         raise UnsupportedOperation(str(exc)) from None

@@ -80,6 +80,18 @@ export async function api(path, {method = "GET", body, signal} = {}) {
   return response.status === 204 ? null : response.json();
 }
 
+/** GET a file with the key and hand it to the browser as a download named `filename`. */
+export async function download(path, filename) {
+  const response = await send(path, {headers: headers({Accept: "application/json"})});
+  if (!response.ok) throw await fail(response);
+  const url = URL.createObjectURL(await response.blob());
+  const link = Object.assign(document.createElement("a"), {href: url, download: filename});
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
 /** POST a JSON body and read the answer as server-sent events: onEvent(kind, data). */
 export async function stream(path, body, onEvent, signal) {
   const response = await send(path, {method: "POST", signal, body: JSON.stringify(body),

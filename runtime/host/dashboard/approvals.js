@@ -1,8 +1,10 @@
 // Approvals: the pending queue, live from approval events, and the card that answers one
 // (also shown inline in Chat and in a tool's Try result).
 
-import {RESYNC, api, isApprovalEvent, onEvent} from "./api.js";
-import {alertBox, debounce, fill, h, pretty, when} from "./dom.js";
+import {RESYNC, api, download, isApprovalEvent, onEvent} from "./api.js";
+import {alertBox, debounce, fill, h, pretty, preview, visible, when} from "./dom.js";
+
+const OPEN_BYTES = 16 * 1024; // arguments longer than this start folded: the preview and the download show them
 
 const SCOPES = {once: "once", always: "always", args: "always with these arguments"};
 
@@ -102,6 +104,7 @@ export function approvalCard(approval, {onDecided, signal} = {}) {
   const buttons = [];
   const decide = async (decision, scope) => {
     const body = {decision, scope, reason: reason.value};
+    if (!form && decision === "approve") body.digest = approval.arguments_sha256; // what this card showed
     if (form && decision === "approve" && form.mode !== "url") {
       body.answer = {};
       for (const node of fields) {
@@ -130,15 +133,14 @@ export function approvalCard(approval, {onDecided, signal} = {}) {
     ? h("p", null, h("a", {href: form.url, target: "_blank", rel: "noopener noreferrer", text: form.url})) : null;
   const card = h("article", {class: "card approval", "data-id": approval.id, "aria-label": `Approval for ${approval.tool}`},
     h("h3", null, approval.tool, h("span", {class: "muted", text: ` asked by ${approval.agent || "the operator"}`})),
-    form?.message ? h("p", {class: "question", text: form.message}) : null,
+    form?.message ? h("p", {class: "question", text: visible(form.message)}) : null,
     link,
     h("dl", {class: "facts"},
       h("dt", {text: "Caller"}), h("dd", {text: approval.caller || "—"}),
       h("dt", {text: "Asked"}), h("dd", {text: when(approval.created)}),
       h("dt", {text: "Expires"}), h("dd", null, when(approval.expires), " · ",
         approval.expires ? countdown(approval.expires, signal) : "")),
-    lock ? lockDiffs(approval) : form ? null : h("details", {open: true}, h("summary", {text: "Arguments"}),
-      h("pre", {class: "code", text: pretty(approval.arguments)})),
+    lock ? lockDiffs(approval) : form ? null : argumentsView(approval),
     fields.length ? h("fieldset", null, h("legend", {text: "Answer"}), fields) : null,
     h("div", {class: "field"}, h("label", {for: reasonId, text: "Reason"}), reason),
     h("div", {class: "actions"},
@@ -149,6 +151,29 @@ export function approvalCard(approval, {onDecided, signal} = {}) {
     result);
   if (approval.state && approval.state !== "pending") settled(card, approval);
   return card;
+}
+
+/** The arguments: size and digest (what approving binds to), a preview no padding can
+ * push the ends out of, the whole text (folded when long) and a download of the exact bytes. */
+function argumentsView(approval) {
+  const result = h("span", {class: "result-line"});
+  const name = `${approval.id}-arguments.json`;
+  const save = h("button", {type: "button", text: "Download", onclick: async () => {
+    fill(result);
+    try {
+      await download(`/api/approvals/${encodeURIComponent(approval.id)}/arguments`, name);
+    } catch (exc) {
+      fill(result, alertBox(exc.message));
+    }
+  }});
+  const bytes = approval.arguments_bytes ?? 0;
+  return h("div", {class: "arguments"},
+    h("p", {class: "wrap"}, h("strong", {text: "Arguments "}),
+      h("span", {class: "muted", text: `${bytes.toLocaleString()} bytes, `}),
+      h("code", {class: "digest", text: approval.arguments_sha256 || ""}), " ", save, result),
+    h("p", {class: "code preview", text: preview(JSON.stringify(approval.arguments ?? {}))}),
+    h("details", {open: bytes <= OPEN_BYTES}, h("summary", {text: "Whole arguments"}),
+      h("pre", {class: "code", text: visible(pretty(approval.arguments))})));
 }
 
 /** Mark a card decided (by this page or by anyone else). */

@@ -90,6 +90,32 @@ export function pretty(value) {
   }
 }
 
+// Control and invisible format characters (bidi overrides and isolates, zero-width ones,
+// the BOM, tags) a server or a model may hide or reorder text with: shown as \u escapes,
+// as runtime/log.py's clean() does for the terminal.
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]|\udb40[\udc01\udc20-\udc7f]/g;
+
+/** Text a peer wrote, with its unsafe characters visible as escapes (newlines kept). */
+export function visible(text) {
+  return String(text).replace(UNSAFE, (c) => c.length > 1
+    ? `\\u{${c.codePointAt(0).toString(16)}}` : `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/** One look at a long text (runtime/log.py's preview): escaped, long runs of blanks and of
+ * one repeated unit counted, and the middle cut, never the ends. */
+export function preview(text, limit = 400) {
+  let shown = visible(text).replace(/\n/g, "\\n");
+  if (shown.length <= limit) return shown;
+  shown = shown.replace(/(?:[ \t]|\\[nrt]){16,}/g, (m) => ` [${m.length.toLocaleString()} blank characters] `)
+    .replace(/([^]{1,8}?)\1{15,}/g, (m, unit) => m.length > 24
+      ? `[${unit} x${Math.floor(m.length / unit.length).toLocaleString()}]` : m);
+  if (shown.length <= limit) return shown;
+  const head = Math.floor(limit * 2 / 3);
+  const tail = limit - head;
+  return `${shown.slice(0, head)} [... ${(shown.length - head - tail).toLocaleString()} characters not shown ...] `
+    + shown.slice(-tail);
+}
+
 export function when(seconds) {
   if (!seconds) return "";
   const date = new Date(seconds * 1000);

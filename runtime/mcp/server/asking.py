@@ -7,9 +7,12 @@ decides (``tern approve``, ``POST /api/approvals/{id}``, this client). What this
 does depends on what the client can do:
 
 - **Elicitation** (handshake era, declared at ``initialize``): an ``elicitation/create``
-  form showing who wants to call what (arguments redacted, as the kernel keeps them)
-  and the approval id, asking for a ``decision`` (approve or deny), a ``scope`` (once,
-  always, args) and a ``reason``. The answer decides through the ``ApprovalPort``
+  form showing who wants to call what (arguments redacted, as the kernel keeps them;
+  control and bidi characters escaped, padding counted and the ends kept: ``log.preview``),
+  the sha256 and size of the whole arguments (``GET /api/approvals/{id}/arguments``,
+  ``tern approvals show ID``: the approval binds to that digest) and the approval id,
+  asking for a ``decision`` (approve or deny), a ``scope`` (once, always, args) and a
+  ``reason``. The answer decides through the ``ApprovalPort``
   (channel ``mcp``, decided by the client's label). ``decline`` denies. ``cancel``
   (the person dismissed the dialog) denies too, with the reason "dismissed": a
   dismissed dialog must not leave the call hanging until the request expires. A client
@@ -39,7 +42,7 @@ import msgspec
 import trio
 
 from runtime.errors import TernError, TernTimeout
-from runtime.log import get_logger
+from runtime.log import clean, get_logger, preview
 from runtime.ports import Approval, ApprovalPort, Caller
 
 __all__ = ["Asker", "elicitation", "decision_of", "decide", "notice", "wants_form", "SCOPES", "NOTICE_SECS"]
@@ -89,12 +92,14 @@ def elicitation(approval: Approval, *, mode: bool = True) -> dict[str, Any]:
         if asked.get("mode") == "url":
             return {**asked, "elicitationId": asked.get("elicitationId") or approval.id}
         return asked if mode else {k: v for k, v in asked.items() if k != "mode"}
-    who = f"Agent '{approval.agent}'" if approval.agent else "Your MCP client"
-    shown = _encode(approval.arguments).decode() if approval.arguments is not None else "{}"
-    if len(shown) > MAX_SHOWN_CHARS:
-        shown = shown[:MAX_SHOWN_CHARS - 3] + "..."
+    who = f"Agent '{clean(approval.agent)}'" if approval.agent else "Your MCP client"
+    shown = preview(_encode(approval.arguments).decode() if approval.arguments is not None else "{}",
+                    MAX_SHOWN_CHARS)
     left = max(0, int(approval.expires - time.time()))
-    message = (f"{who} wants to call the tool {approval.tool} with these arguments:\n{shown}\n\n"
+    message = (f"{who} wants to call the tool {clean(approval.tool)} with these arguments:\n{shown}\n\n"
+               f"The whole arguments are {approval.arguments_bytes:,} bytes with the digest "
+               f"{approval.arguments_sha256} (read them whole: tern approvals show {approval.id}, or GET "
+               f"/api/approvals/{approval.id}/arguments); approving approves exactly those.\n"
                f"Approve or deny it (approval {approval.id}; it expires in {left} s and is then denied).")
     params: dict[str, Any] = {"message": message, "requestedSchema": DECISION_SCHEMA}
     if mode:
@@ -125,14 +130,16 @@ def decision_of(answer: Any) -> Decision:
 
 
 async def decide(approvals: ApprovalPort, approval_id: str, answer: Any, *, by: str,
-                 who: Caller | None = None) -> None:
+                 who: Caller | None = None, digest: str | None = None) -> None:
     """Decide ``approval_id`` with a client's elicitation answer, as ``who`` (the client's
-    key: the kernel decides whether it may); an answer that comes after the request was
-    closed (decided elsewhere, expired), one ``who`` may not give, or a question's answer
-    that does not fit its form, changes nothing. ``always`` and ``args`` are remembered
+    key: the kernel decides whether it may), for the arguments whose ``digest`` the form
+    showed (None: the request's own, read now, as the form was built from it); an answer
+    that comes after the request was closed (decided elsewhere, expired), one ``who`` may
+    not give, or a question's answer that does not fit its form, changes nothing. ``always`` and ``args`` are remembered
     for this caller's own calls, as the form says."""
     try:
-        if (await approvals.get(approval_id, who)).form is not None:
+        current = await approvals.get(approval_id, who)
+        if current.form is not None:
             action = answer.get("action") if isinstance(answer, dict) else None
             content = answer.get("content") if action == "accept" else None
             await approvals.decide(approval_id, action == "accept", by=by, channel="mcp", cancel=action == "cancel",
@@ -141,7 +148,7 @@ async def decide(approvals: ApprovalPort, approval_id: str, answer: Any, *, by: 
             return
         approve, scope, reason = decision_of(answer)
         await approvals.decide(approval_id, approve, scope=scope, reason=reason, by=by, channel="mcp", who=who,
-                               rule_for="caller")
+                               rule_for="caller", digest=digest or current.arguments_sha256)
     except TernError as exc:
         log.info("approval %s: the MCP client's answer changed nothing: %s", approval_id, exc)
 
@@ -179,7 +186,8 @@ class Asker:
             except TernError as exc:  # the client refused, or is busy, or gone: tell its user the other way
                 log.info("could not ask the MCP client about approval %s: %s", approval.id, exc)
             else:
-                await decide(self.approvals, approval.id, answer, by=self.by, who=self.who)  # type: ignore[arg-type]
+                await decide(self.approvals, approval.id, answer, by=self.by, who=self.who,  # type: ignore[arg-type]
+                             digest=approval.arguments_sha256)
                 return
         await self.notices(approval)
 

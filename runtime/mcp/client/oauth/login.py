@@ -82,7 +82,11 @@ class LoginAuthorizer:
         return code
 
     def _say(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        """A line for the person at the terminal: the URL and the errors in it are the
+        servers' text, so control and bidi characters show as escapes (``log.clean``)."""
+        from runtime.log import clean
+
+        print(clean(text, lines=True), file=self.out, flush=True)
 
     def _offer(self, redirect: str, accept: Callable[[str], str]) -> str:
         """Check one redirect: "" when it was this login's code (delivered), else why not."""
