@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -286,3 +287,91 @@ def test_a_local_token_others_could_read_or_write_is_replaced(tmp_path, mode):
     assert read_local_token(config) == ""  # tern's clients will not send it
     fresh = ensure_local_token(config)
     assert fresh != token and (state / "local-token").stat().st_mode & 0o777 == 0o600
+
+
+# --- the system service's operators (#34): a token file their group may read ---------------
+
+
+def as_operator(url: str, token_file: Path, groups: list[int]) -> str:
+    """What a process of uid 65534 in ``groups`` gets: it reads the token file as that
+    user and asks ``GET /api/approvals`` with it ("unreadable" when it may not read it)."""
+    import encodings.idna  # noqa: F401  (the child, as another user, may not read the stdlib's files)
+
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.setgroups(groups)
+            os.setgid(OTHER_UID)
+            os.setuid(OTHER_UID)
+            try:
+                token = token_file.read_text().strip()
+            except PermissionError:
+                os.write(write, b"unreadable")
+            else:
+                with socket.create_connection((host, int(port)), timeout=10) as sock:
+                    sock.sendall(f"GET /api/approvals HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n"
+                                 "Connection: close\r\n\r\n".encode())
+                    data = b""
+                    while b"\r\n" not in data and (chunk := sock.recv(4096)):
+                        data += chunk
+                os.write(write, data.split(b" ", 2)[1])
+            status = 0
+        except BaseException as exc:  # said to the parent, which fails with it
+            os.write(write, repr(exc).encode()[:500])
+        finally:
+            os._exit(status)
+    os.close(write)
+    try:
+        with os.fdopen(read, "rb") as pipe:
+            return pipe.read().decode()
+    finally:
+        os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["keyless", "keyed"])
+def test_an_operator_in_the_group_reaches_the_service_and_no_one_else_does(tmp_path, keyed, monkeypatch):
+    import grp
+    import tempfile
+
+    from runtime.config import Config
+    from runtime.host.discovery import named_daemon
+
+    group = grp.getgrnam("users").gr_gid
+    run_dir = Path(tempfile.mkdtemp(prefix="tern-operators-"))  # outside root's 0700 pytest directory
+    os.chmod(run_dir, 0o755)
+    token_file = run_dir / "operator-token"
+    extra = f'operator_group = "users"\noperator_token_file = "{token_file}"\n'
+    if keyed:
+        extra += 'api_key_env = "ITEM34_KEY"\n'
+        monkeypatch.setenv("ITEM34_KEY", KEY)
+    config = write_config(tmp_path, extra)
+    process, url = start_daemon(config, **({"env_extra": {"ITEM34_KEY": KEY}} if keyed else {}))
+    try:
+        info = token_file.stat()
+        assert (info.st_mode & 0o777, info.st_gid) == (0o640, group)
+        assert as_operator(url, token_file, [group]) == "200"  # in the group: the owner's access
+        assert as_operator(url, token_file, []) == "unreadable"  # the same uid outside it cannot read it
+        assert http_get(url, "/api/approvals", OTHER_UID, {"Authorization": "Bearer " + "x" * 43}) == 401
+        # The CLI's way to it: --url / TERN_URL with TERN_TOKEN_FILE sends that token.
+        monkeypatch.setenv("TERN_URL", url)
+        monkeypatch.setenv("TERN_TOKEN_FILE", str(token_file))
+        monkeypatch.delenv("TERN_API_KEY", raising=False)
+        _, headers = named_daemon(None, Config())  # an operator's own (default) config holds no key
+        assert headers == {"Authorization": f"Bearer {token_file.read_text().strip()}"}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=15)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_an_operator_group_that_cannot_be_used_is_one_line(tmp_path):
+    config = write_config(tmp_path, f'operator_group = "no-such-group-34"\noperator_token_file = "{tmp_path / "t"}"\n')
+    done = tern("serve", "--config", config)
+    assert done.returncode == 2 and "no group named 'no-such-group-34'" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    half = write_config(tmp_path, 'operator_group = "users"\n')
+    checked = tern("config", "check", half)
+    assert checked.returncode == 2 and "operator_group and operator_token_file go together" in checked.stderr

@@ -232,6 +232,12 @@ def _key_problems(server: msgspec.Struct) -> list[str]:
         problems.append("server: tls_client_ca and tls_client_required need tls_cert and tls_key (a TLS listener)")
     if server.tls_client_required and not server.tls_client_ca:
         problems.append("server: tls_client_required needs tls_client_ca")
+    if bool(server.operator_group) != bool(server.operator_token_file):
+        problems.append("server: operator_group and operator_token_file go together (the group that may read "
+                        "the file, and where the daemon writes it)")
+    elif server.operator_token_file and not server.operator_token_file.startswith("/"):
+        shown = shorten(server.operator_token_file)
+        problems.append(f'server.operator_token_file: expected an absolute path, got "{shown}"')
     return problems
 
 

@@ -77,6 +77,10 @@ class ServerConfig(_Section):
     keys: list[KeyConfig] = []
     cors_origins: list[str] = []
     allowed_hosts: list[str] = []
+    # An operator token: a file the daemon writes at start (0640, this group) that loopback clients
+    # of any OS user in the group send as the owner's (the system service's operators: docs/deploying.md)
+    operator_group: str = ""
+    operator_token_file: str = ""
 
 
 # --- [[mcp_servers]] ------------------------------------------------------------------

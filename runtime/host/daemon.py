@@ -40,7 +40,7 @@ from runtime.errors import ConfigError, UsageError
 from runtime.log import get_logger, register_secret
 
 from runtime.host.discovery import (DISCOVERY_FILE, api_key, client_headers, config_label, discovery_path,
-                                    ensure_local_token,
+                                    ensure_local_token, write_operator_token,
                                     read_record, trusted_daemon, unsafe_owner_or_mode)
 
 __all__ = ["serve", "api_key", "key_hint", "unauthorized_hint", "read_discovery", "discovery_path", "client_headers",
@@ -221,10 +221,13 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
     if weak:
         log.warning("SECURITY: %s", weak)
     _check_state_dir(config)
-    local_token = ""
+    local_token = operator_token = ""
     if not key:
         local_token = ensure_local_token(config)
         register_secret(local_token)
+    if config.server.operator_group:
+        operator_token = write_operator_token(config)
+        register_secret(operator_token)
     loopback = host == "localhost" or is_loopback(host)
     if not key and config.server.allow_unauthenticated_remote and not loopback:
         log.warning("SECURITY: listening on %s with no API key and allow_unauthenticated_remote = true: "
@@ -266,8 +269,8 @@ async def serve(config: Config, listen: str | None = None, *, config_path: Path 
                                                            ("trigger", "outcome")))
     access = Access(key, allow_unauthenticated_remote=config.server.allow_unauthenticated_remote,
                     loopback_listener=loopback, allowed_hosts=config.server.allowed_hosts,
-                    cors_origins=config.server.cors_origins, local_token=local_token, key_hint=key_hint(config),
-                    keys=key_table(config))
+                    cors_origins=config.server.cors_origins, local_token=local_token, operator_token=operator_token,
+                    key_hint=key_hint(config), keys=key_table(config))
     node.access = access  # a reload swaps its keys
     node.kernel.callers = lambda name: access.keys.by_name(name)  # a trigger's run_as: the keys as they are now
     limiter = RateLimiter(config.server.rate_limit_per_sec, config.server.rate_limit_burst)

@@ -30,7 +30,7 @@ from runtime.config import Config
 
 __all__ = ["DISCOVERY_FILE", "TOKEN_FILE", "config_label", "other_config", "discovery_path", "token_path",
            "read_record", "trusted_daemon", "unsafe_owner_or_mode", "ensure_local_token", "read_local_token",
-           "pid_alive", "api_key", "client_headers", "named_daemon"]
+           "pid_alive", "api_key", "client_headers", "named_daemon", "write_operator_token", "read_operator_token"]
 
 DISCOVERY_FILE = "daemon.json"
 TOKEN_FILE = "local-token"
@@ -184,6 +184,65 @@ def ensure_local_token(config: Config) -> str:
     return token
 
 
+def write_operator_token(config: Config) -> str:
+    """A fresh operator token in ``[server] operator_token_file``: mode 0640, group
+    ``operator_group``, so that group's members (operators of the system service, who
+    cannot read its state directory) reach the daemon from this host as its owner. Made
+    anew at every start (a token from before stops working); ``UsageError`` in one line
+    when the group does not exist or tern's user is not in it."""
+    import grp
+
+    from runtime.errors import UsageError
+
+    group, path = config.server.operator_group, Path(config.server.operator_token_file)
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise UsageError(f"[server] operator_group: no group named {group!r} on this host") from None
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True)
+        os.chmod(path.parent, 0o755)  # the group must reach the file, whatever the umask (the unit's is 0077)
+    token = secrets.token_urlsafe(32)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        try:
+            os.fchown(fd, -1, gid)
+        except PermissionError:
+            raise UsageError(f"[server] operator_group: tern's user may not give {path} to group {group!r} "
+                             f"(it is not a member: under systemd, SupplementaryGroups={group})") from None
+        os.fchmod(fd, 0o640)
+        os.write(fd, token.encode("ascii"))
+        os.close(fd)
+        fd = -1
+        os.replace(temp, path)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        temp.unlink(missing_ok=True)
+    return token
+
+
+def read_operator_token(path: str) -> str:
+    """The operator token an operator names (``$TERN_TOKEN_FILE``): a regular file (not a
+    link) that not everyone may read. ``UsageError`` in one line otherwise."""
+    from runtime.errors import UsageError
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise UsageError(f"TERN_TOKEN_FILE: cannot read {path}: {exc.strerror or exc} (an operator of the "
+                         "service is in its [server] operator_group)") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_mode & 0o004:
+            raise UsageError(f"TERN_TOKEN_FILE: {path} is not a token file only its group may read")
+        token = handle.read(4096).decode("ascii", "replace").strip()
+    if len(token) < 32:
+        raise UsageError(f"TERN_TOKEN_FILE: {path} holds no token")
+    return token
+
+
 def read_local_token(config: Config) -> str:
     """The local token for tern's own clients; "" when there is none safe to send."""
     data, _why = _read_private(token_path(config), "the local token", secret=True)
@@ -203,8 +262,9 @@ def api_key(config: Config) -> str:
 def named_daemon(explicit: str | None, config: Config) -> tuple[dict[str, Any], dict[str, str]] | None:
     """A daemon the person named (``--url``, else ``$TERN_URL``): its record as the
     discovery file's would be, and the headers with the key (``$TERN_API_KEY``, else the
-    config's). How an operator reaches a daemon run as another user (the system service),
-    or on another host. None when none is named."""
+    config's, else the operator token in ``$TERN_TOKEN_FILE``). How an operator reaches a
+    daemon run as another user (the system service), or on another host. None when none
+    is named."""
     url = (explicit or os.environ.get("TERN_URL", "")).rstrip("/")
     if not url:
         return None
@@ -214,6 +274,8 @@ def named_daemon(explicit: str | None, config: Config) -> tuple[dict[str, Any], 
     if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
         raise UsageError(f"--url / TERN_URL must be an http(s) URL, not {url[:100]!r}")
     key = os.environ.get("TERN_API_KEY", "") or api_key(config)
+    if not key and os.environ.get("TERN_TOKEN_FILE"):
+        key = read_operator_token(os.environ["TERN_TOKEN_FILE"])  # an operator of the system service
     if key:
         register_secret(key)
     return {"url": url, "pid": 0, "config": "(named by --url)"}, ({"Authorization": f"Bearer {key}"} if key else {})

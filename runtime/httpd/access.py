@@ -151,18 +151,27 @@ def peer_is_owner(peer: tuple[str, int], local: tuple[str, int]) -> str:
 class Access:
     def __init__(self, api_key: str, *, allow_unauthenticated_remote: bool = False, loopback_listener: bool = True,
                  allowed_hosts: list[str] | None = None, cors_origins: list[str] | None = None,
-                 local_token: str = "", key_hint: str = "", keys: KeyTable | None = None) -> None:
+                 local_token: str = "", operator_token: str = "", key_hint: str = "",
+                 keys: KeyTable | None = None) -> None:
         """``key_hint``: where tern's own clients take the key from (``TERN_API_KEY``, say),
         named in every 401 so a refused person learns what to set, never the key.
+        ``operator_token``: what operators of the system service (``[server]
+        operator_group``) send from this host; a loopback client sending it is the owner.
         ``keys``: every accepted key (default: ``api_key`` alone)."""
         self.keys = keys if keys is not None else KeyTable.build(api_key, [])
         self._hint = f" ({key_hint})" if key_hint else ""
         self.key_hint = key_hint
         self._local_token = local_token.encode() if local_token else b""
+        self._operator_token = operator_token.encode() if operator_token else b""
         self.allow_unauthenticated_remote = allow_unauthenticated_remote
         self.loopback_listener = loopback_listener
         self.allowed_hosts = {h.lower() for h in (allowed_hosts or [])}
         self.cors_origins = {o.rstrip("/").lower() for o in (cors_origins or [])}
+
+    def _owners_token(self, presented: bytes | None) -> bool:
+        """Whether a loopback client sent the local or the operator token (each is 256 bits)."""
+        return presented is not None and any(token and hmac.compare_digest(presented, token)
+                                             for token in (self._local_token, self._operator_token))
 
     @property
     def has_key(self) -> bool:
@@ -199,7 +208,7 @@ class Access:
             if same_user:
                 return LOCAL
             presented = self._presented(request)
-            if self._local_token and presented is not None and hmac.compare_digest(presented, self._local_token):
+            if self._owners_token(presented):
                 return LOCAL
             raise HttpError(401, "this tern has no API key configured, so it serves only its own OS user: "
                             "this connection is not known to be theirs (send the local token from the "
@@ -214,8 +223,7 @@ class Access:
             raise HttpError(401, f"an API key is required: Authorization: Bearer KEY or X-API-Key: KEY{self._hint}",
                             [(b"www-authenticate", b'Bearer realm="tern"')])
         caller = self.keys.match(presented)
-        if caller is None and client_is_loopback and self._local_token \
-                and hmac.compare_digest(presented, self._local_token):
+        if caller is None and client_is_loopback and self._owners_token(presented):
             caller = LOCAL  # named keys but no api_key: tern's own clients (on loopback) still send the local token
         if caller is None:
             raise HttpError(401, f"the API key is not valid{self._hint}",

@@ -3,7 +3,7 @@
 // each linked to its timeline. Refreshed on trigger.* events.
 
 import {RESYNC, api, onEvent} from "./api.js";
-import {alertBox, debounce, fill, h, inZone, redraw, relative, row, stateBadge, table, took, when} from "./dom.js";
+import {alertBox, debounce, fill, h, inZone, redraw, relative, row, stateBadge, table, took} from "./dom.js";
 
 function when_(trigger) {
   if (trigger.kind === "schedule") return `${trigger.schedule} · ${trigger.timezone || "UTC"}`;
@@ -20,10 +20,10 @@ function next(trigger) {
     text: relative(trigger.next_fire)}));
 }
 
-function lastRun(run) {
+function lastRun(run, zone) {
   if (!run) return h("td", {class: "muted", text: "never"});
   return h("td", null, stateBadge(run.outcome), " ", h("a", {href: `#/runs?context=${encodeURIComponent(run.id)}`,
-    text: when(run.started_at)}), run.error ? h("div", {class: "small wrap bad-text", text: run.error}) : null);
+    text: inZone(run.started_at, zone)}), run.error ? h("div", {class: "small wrap bad-text", text: run.error}) : null);
 }
 
 export function render(main, {signal, rest}) {
@@ -47,14 +47,16 @@ export function render(main, {signal, rest}) {
       button.removeAttribute("aria-disabled");
     }
   };
+  let zones = new Map(); // each trigger's zone: its runs are shown in it, as its next fire is
   const load = async () => {
     try {
       const {triggers} = await api("/api/triggers", {signal});
+      zones = new Map(triggers.map((t) => [t.name, t.timezone]));
       redraw(box, triggers, () => table("Triggers", ["Name", "Agent", "When", "Next run", "Last run", "Failures",
         "Actions"], triggers.map((t) => row(
         h("th", {scope: "row"}, h("a", {href: `#/triggers/${encodeURIComponent(t.name)}`, text: t.name}),
           h("div", {class: "small muted", text: t.kind})),
-        t.agent, h("td", {class: "wrap", text: when_(t)}), next(t), lastRun(t.last_run),
+        t.agent, h("td", {class: "wrap", text: when_(t)}), next(t), lastRun(t.last_run, t.timezone),
         `${t.failures}/${t.max_failures}`,
         h("td", {class: "actions"},
           h("button", {type: "button", text: "Fire", "aria-label": `Fire ${t.name}`, disabled: t.paused,
@@ -71,7 +73,7 @@ export function render(main, {signal, rest}) {
     const {runs} = await api(`/api/triggers/${encodeURIComponent(name)}/runs?limit=20`, {signal});
     redraw(runsBox, runs, () => [h("h2", {text: `Last runs of ${name}`}), table(`Runs of ${name}`,
       ["Started", "Source", "Outcome", "Took", "Reply or error", "Timeline"], runs.map((r) => row(
-        h("td", {class: "nowrap", text: when(r.started_at)}), r.source, stateBadge(r.outcome),
+        h("td", {class: "nowrap", text: inZone(r.started_at, zones.get(name))}), r.source, stateBadge(r.outcome),
         r.ended_at ? took((r.ended_at - r.started_at) * 1000) : "…",
         h("td", {class: "wrap", text: (r.error || r.sink_error || r.reply || "").slice(0, 300)}),
         h("td", null, h("a", {href: `#/runs?context=${encodeURIComponent(r.id)}`, text: "Timeline",
