@@ -119,6 +119,7 @@ def test_the_triggers_page_shows_next_and_last_runs_and_fires(watched, restarted
     expect(row).to_contain_text(re.compile(r"GMT\+\d|CES?T"))
     expect(row).to_contain_text(re.compile(r"in \d+ min|in \d+ h"))
     expect(row).to_contain_text("ok")  # the last run, from before the restart
+    expect(row.get_by_role("cell").nth(3)).to_contain_text("Europe/Berlin")  # the last run (cell 3), in its zone
     shot(page, "triggers")
     row.get_by_role("button", name="Fire hourly").click()
     status = page.get_by_role("status").filter(has_text="started")
@@ -126,6 +127,7 @@ def test_the_triggers_page_shows_next_and_last_runs_and_fires(watched, restarted
     row.get_by_role("link", name="hourly", exact=True).click()
     runs = page.get_by_role("table", name="Runs of hourly")
     expect(runs.get_by_role("row").filter(has_text="manual")).to_have_count(2)
+    expect(runs.get_by_role("row").filter(has_text="manual").first).to_contain_text("Europe/Berlin")  # its zone
     runs.get_by_role("link", name=f"Timeline of {run_id}").click()
     expect(page.locator("#main h1")).to_have_text("Runs")
     expect(page.locator("#main")).to_contain_text("trigger:hourly")
