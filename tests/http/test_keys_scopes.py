@@ -30,6 +30,7 @@ TABLE = {
     ("get", "/api/status"): ANY, ("get", "/api/tools"): ANY, ("get", "/api/mcp/servers"): ANY,
     ("get", "/api/agents"): ANY, ("post", "/api/echo"): ANY, ("get", "/api/openapi.json"): ANY,
     ("get", "/api/approvals"): ANY, ("get", "/api/approvals/{id}"): ANY, ("post", "/api/approvals/{id}"): ANY,
+    ("get", "/api/approvals/{id}/arguments"): ANY, ("get", "/api/sign-in"): PUBLIC,
     ("post", P): ANY, ("post", f"{P}/"): ANY, ("post", f"{P}/{{agent}}"): ANY,
     ("get", f"{REST}/extendedAgentCard"): ANY,
     ("post", "/api/tools/{name}/call"): "admin", ("post", "/api/mcp/servers/{name}/restart"): "admin",
@@ -54,7 +55,8 @@ TABLE = {
     ("get", f"{REST}/tasks/{{op}}/pushNotificationConfigs/{{config}}"): "tasks",
     ("delete", f"{REST}/tasks/{{op}}/pushNotificationConfigs/{{config}}"): "tasks",
     ("get", f"{P}/tasks/{{id}}"): "tasks", ("post", f"{P}/tasks/{{id}}/cancel"): "tasks",
-    ("get", "/api/audit"): "audit", ("get", "/api/audit/verify"): "audit",
+    ("get", "/api/audit"): "audit", ("get", "/api/audit/verify"): "audit", ("get", "/api/activity"): "audit",
+    ("get", "/api/activity/runs"): "audit", ("get", "/api/activity/runs/{id}"): "audit",
     ("get", "/api/events"): "events", ("get", "/metrics"): "metrics",
     ("post", "/mcp"): "mcp", ("get", "/mcp"): "mcp", ("delete", "/mcp"): "mcp",
 }
