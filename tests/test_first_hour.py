@@ -2,7 +2,8 @@
 empty home with nothing else installed (#34): ``python3 dist/tern.pyz install``, the
 ``tern`` command it makes, ``tern serve`` on the bundled offline config, the quick start's
 commands, a pipe into ``head``, Ctrl-C; an approval answered from a phone-sized browser
-through a notify link; then the triggers example, offline, with its own ``openssl``/``curl``
+through a notify link (tests/browser/test_first_hour_phone.py: the browser tests' one
+Chromium); then the triggers example, offline, with its own ``openssl``/``curl``
 lines. Every command and config block is read from the docs, so they cannot drift from
 what works."""
 
@@ -21,7 +22,6 @@ import sys
 import threading
 from pathlib import Path
 
-import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,73 +195,3 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def test_an_approval_answered_from_a_phone_through_a_notify_link(pyz: Path, tmp_path: Path):
-    """The bundled config, a rule that asks before ``files`` lists, and the notify page's
-    webhook channel pointed at a receiver on this machine: ``tern run`` waits, the webhook
-    brings the link, a phone-sized Chromium opens it (the page shows the arguments' hash
-    and decides nothing), taps Approve, and the run goes on; the spent link decides nothing more."""
-    from tests import peers
-    from tests.browser import support
-
-    page = (ROOT / "docs" / "approvals-notify.md").read_text()
-    example = block(page, "", fence="toml")
-    channel = "[[governance.notify]]" + example.split("[[governance.notify]]")[1]  # the webhook one
-    assert 'kind = "webhook"' in channel
-    home = tmp_path / "home"
-    (home / "dist").mkdir(parents=True)
-    shutil.copy(pyz, home / "dist" / "tern.pyz")
-    me = Newcomer(home)
-    assert me.sh(f"{shlex.quote(sys.executable)} dist/tern.pyz install").returncode == 0
-    receiver = Receiver()
-    port = free_port()
-    config = (ROOT / "config.toml").read_text().replace('listen = "127.0.0.1:50051"', f'listen = "127.0.0.1:{port}"')
-    config += ("\n[[governance.rules]]\ntool = \"file_list\"\nagent = \"files\"\ndecision = \"ask\"\n\n"
-               + channel.replace("https://hooks.example.org/tern", f"http://127.0.0.1:{receiver.server_port}/tern")
-               .replace('secret_env = "TERN_NOTIFY_SECRET"', "allow_private = true  # the receiver is on loopback"))
-    (home / "config.toml").write_text(config)
-    assert me.sh("tern config check").returncode == 0, me.sh("tern config check").stderr
-    daemon, daemon_lines = me.start("tern serve")
-    run = None
-    try:
-        wait_for(daemon_lines, "serving on")
-        run, run_lines = me.start('tern run files "list my files"')
-        body = receiver.bodies.get(timeout=60)
-        assert body["tool"] == "file_list" and body["agent"] == "files", body
-        site = peers.require(peers.playwright_site_packages)
-        with support.import_playwright(site)() as playwright:
-            browser = support.launch(playwright)
-            try:
-                phone = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
-                tab = phone.new_page()
-                first = body
-                while True:  # the files agent may call twice (its guess at a path, then the workspace)
-                    tab.goto(body["approve_url"])
-                    assert body["arguments_sha256"] in tab.content()
-                    assert run.poll() is None  # looking decided nothing
-                    with tab.expect_navigation():
-                        tab.get_by_role("button", name="Approve").tap()
-                    assert "<h1>Approved</h1>" in tab.content()
-                    try:
-                        body = receiver.bodies.get(timeout=5)
-                    except queue.Empty:
-                        break
-                (tmp_path / "artifacts").mkdir(exist_ok=True)
-                tab.screenshot(path=str(tmp_path / "artifacts" / "phone-approved.png"))
-                assert run.wait(timeout=60) == 0
-                again = httpx.post(first["approve_url"], timeout=10)
-                assert again.status_code >= 400  # spent: one decision per link
-            finally:
-                browser.close()
-        out = ""
-        while not run_lines.empty():
-            out += run_lines.get()
-        assert "(empty directory: " in out, out
-        assert stop(daemon) == 0
-    finally:
-        receiver.shutdown()
-        for process in (run, daemon):
-            if process is not None and process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
