@@ -26,13 +26,11 @@ runs ``bwrap --version`` in it; the Landlock launcher applies its whole policy a
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 
 __all__ = ["SYSTEM_DIRS", "DEV_FILES", "KINDS", "PROBE_TIMEOUT_SECS", "Box", "Wrapped", "probe", "choose",
@@ -121,6 +119,8 @@ def landlock_policy(box: Box, *, tmp: str) -> dict[str, object]:
 
 @functools.cache
 def _launcher_source() -> str:
+    import importlib.resources  # here, not at import: only a sandboxed call needs it (start-up stays lean)
+
     return importlib.resources.files("runtime.net").joinpath("landlock.py").read_text(encoding="utf-8")
 
 
@@ -204,6 +204,8 @@ def wrap(kind: str, box: Box, argv: list[str], executable: str, *, cwd: str, env
                 inner[name] = "/tmp"  # the real one is not visible inside
         return Wrapped([bwrap, *bwrap_args(box, cwd=cwd), "--", executable, *argv[1:]], bwrap, inner,
                        kind=kind)
+    import tempfile  # as above: only a sandboxed call needs it
+
     tmp = tempfile.mkdtemp(prefix="tern-sandbox-")
     for name in ("TMPDIR", "TMP", "TEMP") + (("HOME",) if box.own_home else ()):
         inner[name] = tmp
