@@ -12,22 +12,28 @@ from tests.browser.support import Daemon, ask_to_write, config_text, expect, pen
 pytestmark = pytest.mark.slow
 
 
+def approve_on_the_page(watched, daemon, client, path: str, content: str, button: str):
+    """A write of ``path`` waits for a person; the approvals page answers it with ``button``
+    and the write goes through. The page, for what the test checks next."""
+    results: list = []
+    waiting = ask_to_write(client, path, content, results)
+    pending_approval(client, path)
+    page = watched.page
+    page.goto(daemon.url + "/#/approvals")
+    expect(page.get_by_role("status", name="Connection")).to_have_text("Live")
+    page.get_by_role("listitem").filter(has_text=path).get_by_role("button", name=button).click()
+    waiting.join(30)
+    assert [r.status_code for r in results] == [200], results
+    return page
+
+
 def test_approve_always_lets_the_next_call_through_unasked(watched, pyz, tmp_path):
     config = tmp_path / "config.toml"
     config.write_text(config_text(tmp_path / "state"))
     daemon = Daemon(config, pyz)
     try:
         with httpx.Client(base_url=daemon.url, timeout=30) as client:
-            results: list = []
-            waiting = ask_to_write(client, "first.txt", "asked once", results)
-            pending_approval(client, "first.txt")
-            page = watched.page
-            page.goto(daemon.url + "/#/approvals")
-            expect(page.get_by_role("status", name="Connection")).to_have_text("Live")
-            item = page.get_by_role("listitem").filter(has_text="first.txt")
-            item.get_by_role("button", name="Approve always").click()
-            waiting.join(30)
-            assert [r.status_code for r in results] == [200], results
+            approve_on_the_page(watched, daemon, client, "first.txt", "asked once", "Approve always")
             decided = client.get("/api/approvals?state=all").json()["approvals"]
             assert [(a["state"], a["scope"]) for a in decided] == [("approved", "always")]
             second = client.post("/api/agents/writer/message", timeout=30,
@@ -50,16 +56,8 @@ def test_always_with_these_arguments_holds_for_the_same_arguments_only(watched, 
     daemon = Daemon(config, pyz)
     try:
         with httpx.Client(base_url=daemon.url, timeout=30) as client:
-            results: list = []
-            waiting = ask_to_write(client, "same.txt", "same arguments", results)
-            pending_approval(client, "same.txt")
-            page = watched.page
-            page.goto(daemon.url + "/#/approvals")
-            expect(page.get_by_role("status", name="Connection")).to_have_text("Live")
-            item = page.get_by_role("listitem").filter(has_text="same.txt")
-            item.get_by_role("button", name="Always with these arguments").click()
-            waiting.join(30)
-            assert [r.status_code for r in results] == [200], results
+            page = approve_on_the_page(watched, daemon, client, "same.txt", "same arguments",
+                                       "Always with these arguments")
             decided = client.get("/api/approvals?state=all").json()["approvals"]
             assert [(a["state"], a["scope"]) for a in decided] == [("approved", "args")]
             recent = page.locator("#main li").filter(has_text="(always with these arguments) file_write")
