@@ -102,11 +102,11 @@ __all__ = [
     "rpc_error",
 ]
 
-# JSON-RPC 2.0's own codes (wire.jsonrpc names them too; errors.py sits below it).
-_PARSE_ERROR, _INVALID_REQUEST, _METHOD_NOT_FOUND, _INVALID_PARAMS, _INTERNAL_ERROR = (
-    -32700, -32600, -32601, -32602, -32603)
+# JSON-RPC 2.0's own codes, here because every error below carries one (wire.jsonrpc
+# exports these same names).
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 #: The HTTP status of a JSON-RPC error carried over HTTP, by code (500 for the rest).
-RPC_HTTP_STATUS = {_PARSE_ERROR: 400, _INVALID_REQUEST: 400, _METHOD_NOT_FOUND: 404, _INVALID_PARAMS: 400}
+RPC_HTTP_STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, METHOD_NOT_FOUND: 404, INVALID_PARAMS: 400}
 #: The code a request that timed out answers with (the MCP SDKs' REQUEST_TIMEOUT).
 REQUEST_TIMEOUT = -32001
 
@@ -116,7 +116,7 @@ class TernError(Exception):
 
     exit_code = 1
     http_status = 500
-    rpc_code = _INTERNAL_ERROR
+    rpc_code = INTERNAL_ERROR
 
 
 class ConfigError(TernError):
@@ -130,7 +130,7 @@ class UsageError(TernError):
 
     exit_code = 2
     http_status = 400
-    rpc_code = _INVALID_PARAMS
+    rpc_code = INVALID_PARAMS
 
 
 class BundleError(TernError):
@@ -143,7 +143,7 @@ class ProtocolError(TernError):
     """A peer sent something the protocol does not allow."""
 
     http_status = 400
-    rpc_code = _INVALID_REQUEST
+    rpc_code = INVALID_REQUEST
 
 
 class RpcError(ProtocolError):
@@ -181,14 +181,14 @@ class UnknownTool(TernError):
     """No tool has this name."""
 
     http_status = 404
-    rpc_code = _INVALID_PARAMS
+    rpc_code = INVALID_PARAMS
 
 
 class UnknownAgent(TernError):
     """No agent has this name."""
 
     http_status = 404
-    rpc_code = _INVALID_PARAMS
+    rpc_code = INVALID_PARAMS
 
 
 class Forbidden(TernError):
@@ -196,7 +196,7 @@ class Forbidden(TernError):
     kernel's door (``kernel.door``) says so, for every way in alike."""
 
     http_status = 403
-    rpc_code = _INVALID_REQUEST
+    rpc_code = INVALID_REQUEST
 
 
 class AgentError(TernError):
@@ -253,14 +253,14 @@ class UnknownApproval(TernError):
     """No approval request has this id."""
 
     http_status = 404
-    rpc_code = _INVALID_PARAMS
+    rpc_code = INVALID_PARAMS
 
 
 class UnknownConversation(TernError):
     """No conversation has this id, or none the caller's key may see."""
 
     http_status = 404
-    rpc_code = _INVALID_PARAMS
+    rpc_code = INVALID_PARAMS
 
 
 class ApprovalClosed(TernError):
@@ -280,7 +280,7 @@ class UnknownTrigger(TernError):
     """No ``[[triggers]]`` entry has this name."""
 
     http_status = 404
-    rpc_code = _INVALID_PARAMS
+    rpc_code = INVALID_PARAMS
 
 
 class TriggerBusy(TernError):

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from runtime.errors import RpcError
+from runtime.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, RpcError
 from runtime.wire.depth import MAX_DEPTH, too_deep
 
 __all__ = [
@@ -45,11 +45,6 @@ __all__ = [
     "sniff_id",
 ]
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 
 RequestId = int | str
 
