@@ -175,12 +175,33 @@ def ensure_local_token(config: Config) -> str:
     token = data.decode("ascii", "replace").strip() if data else ""
     if len(token) >= 32:
         return token
+    return _new_token(path)
+
+
+def _new_token(path: Path, *, group: tuple[str, int] | None = None) -> str:
+    """A fresh 256-bit token, written whole to a private temporary file and renamed over
+    ``path``: mode 0600, or 0640 given to ``group`` (its name, its gid)."""
     token = secrets.token_urlsafe(32)
-    temp = path.with_name(f".{TOKEN_FILE}.{os.getpid()}.tmp")
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as handle:
-        handle.write(token)
-    os.replace(temp, path)
+    try:
+        if group is not None:
+            try:
+                os.fchown(fd, -1, group[1])
+            except PermissionError:
+                from runtime.errors import UsageError
+
+                raise UsageError(f"[server] operator_group: tern's user may not give {path} to group {group[0]!r} "
+                                 f"(it is not a member: under systemd, SupplementaryGroups={group[0]})") from None
+            os.fchmod(fd, 0o640)
+        os.write(fd, token.encode("ascii"))
+        os.close(fd)
+        fd = -1
+        os.replace(temp, path)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        temp.unlink(missing_ok=True)
     return token
 
 
@@ -202,25 +223,7 @@ def write_operator_token(config: Config) -> str:
     if not path.parent.is_dir():
         path.parent.mkdir(parents=True)
         os.chmod(path.parent, 0o755)  # the group must reach the file, whatever the umask (the unit's is 0077)
-    token = secrets.token_urlsafe(32)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    try:
-        try:
-            os.fchown(fd, -1, gid)
-        except PermissionError:
-            raise UsageError(f"[server] operator_group: tern's user may not give {path} to group {group!r} "
-                             f"(it is not a member: under systemd, SupplementaryGroups={group})") from None
-        os.fchmod(fd, 0o640)
-        os.write(fd, token.encode("ascii"))
-        os.close(fd)
-        fd = -1
-        os.replace(temp, path)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        temp.unlink(missing_ok=True)
-    return token
+    return _new_token(path, group=(group, gid))
 
 
 def read_operator_token(path: str) -> str:
